@@ -1,0 +1,1 @@
+"""IBA Explorer core library."""

@@ -1,0 +1,113 @@
+"""The shared mathematics of the information bottleneck (paper §3.1–3.2).
+
+Everything here is a pure function of tensors so that the Per-Sample and the Readout Bottleneck
+use exactly the same λ, noise injection and information measure.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+#: Paper §3.2 "Initialization": α = 5 gives λ ≈ 0.993, so the bottleneck starts (almost) transparent.
+INIT_ALPHA = 5.0
+#: Paper code: a floor on the estimated std keeps dead channels (std 0) from dividing by zero.
+MIN_STD = 0.01
+NATS_TO_BITS = 1.0 / math.log(2.0)
+
+
+def gaussian_kernel_1d(sigma: float, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """Normalised 1-D Gaussian of radius ceil(3σ); it sums to 1 so a constant mask stays constant."""
+    radius = max(1, int(math.ceil(3.0 * sigma)))
+    x = torch.arange(-radius, radius + 1, dtype=torch.float64)
+    k = torch.exp(-0.5 * (x / sigma) ** 2)
+    return (k / k.sum()).to(dtype=dtype, device=device)
+
+
+def blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur over the spatial axes of an (N, C, H, W) tensor (paper §3.2, σ_s).
+
+    Replicate padding (not zeros) keeps blur(1 - s) == 1 - blur(s), so 1-λ can be blurred directly,
+    which is what makes log(1-λ) stable when λ is close to 1.
+    """
+    if sigma <= 0:
+        return x
+    k = gaussian_kernel_1d(sigma, x.dtype, x.device)
+    r = k.numel() // 2
+    c = x.shape[1]
+    kh = k.view(1, 1, -1, 1).expand(c, 1, -1, 1)
+    kw = k.view(1, 1, 1, -1).expand(c, 1, 1, -1)
+    y = F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), kh, groups=c)
+    return F.conv2d(F.pad(y, (r, r, 0, 0), mode="replicate"), kw, groups=c)
+
+
+def lambda_from_alpha(alpha: torch.Tensor, sigma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """λ = blur(σ_s, sigmoid(α)) and 1-λ = blur(σ_s, sigmoid(-α)).
+
+    1-λ is computed on its own rather than as 1 - λ: for α ≫ 0 the subtraction would round to 0
+    and log(1-λ) would be -inf.
+    """
+    return blur(torch.sigmoid(alpha), sigma), blur(torch.sigmoid(-alpha), sigma)
+
+
+def inject_noise(
+    r: torch.Tensor,
+    lam: torch.Tensor,
+    one_minus_lam: torch.Tensor,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    batch: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Z = λR + (1-λ)ε with ε ~ N(μ_R, σ_R²), drawn independently for each of `batch` copies (eq. 2)."""
+    shape = (batch,) + tuple(r.shape[1:])
+    eps = torch.randn(shape, generator=generator, device=r.device, dtype=r.dtype)
+    eps = mean + std * eps
+    return lam * r + one_minus_lam * eps
+
+
+def standardise(r: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(R - μ_R) / σ_R, the only way R enters the information loss."""
+    return (r - mean) / std
+
+
+def kl_per_element(r_std: torch.Tensor, lam: torch.Tensor, one_minus_lam: torch.Tensor) -> torch.Tensor:
+    """KL(P(Z|R) ‖ N(μ_R, σ_R²)) in nats for each element, in closed form (eq. 5, Appendix C).
+
+    P(Z|R) = N(λR + (1-λ)μ, (1-λ)²σ²), so with r = (R-μ)/σ:
+        KL = -log(1-λ) + ((1-λ)² - 1)/2 + λ² r² / 2.
+    λ = 0 gives exactly 0; λ → 1 grows like -log(1-λ) without overflowing.
+    """
+    tiny = torch.finfo(one_minus_lam.dtype).tiny
+    log_one_minus = torch.log(one_minus_lam.clamp_min(tiny))
+    return -log_one_minus + 0.5 * (one_minus_lam**2 - 1.0) + 0.5 * (lam * r_std) ** 2
+
+
+def nats_to_bits(x: torch.Tensor) -> torch.Tensor:
+    """Convert an information quantity from nats to bits."""
+    return x * NATS_TO_BITS
+
+
+def information_map_bits(kl: torch.Tensor) -> torch.Tensor:
+    """Heatmap m[h, w] = Σ_c KL[c, h, w] in bits (paper §3.2 "Measure of information").
+
+    Accepts (1, C, h, w) or (C, h, w) and returns (h, w).
+    """
+    if kl.dim() == 4:
+        kl = kl[0]
+    return nats_to_bits(kl.sum(dim=0))
+
+
+def resize_preserving_total(m: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Bilinearly resize an (h, w) map of bits to `size` so that its sum is unchanged.
+
+    After resizing, each value is bits per pixel of the new grid. Bilinear interpolation alone does
+    not preserve the sum exactly (edge pixels), so we rescale by the exact ratio.
+    """
+    total = m.sum()
+    out = F.interpolate(m[None, None].to(torch.float32), size=size, mode="bilinear", align_corners=False)[0, 0]
+    out_total = out.sum()
+    if out_total.abs() > 0:
+        out = out * (total.to(out.dtype) / out_total)
+    return out

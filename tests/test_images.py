@@ -1,0 +1,401 @@
+"""Tests for iba_core.images: every input is built in code, no binary fixtures."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageFile
+
+from iba_core.images import (
+    MAX_PIXELS,
+    SUPPORTED_UPLOAD_TYPES,
+    ImageError,
+    load_image,
+    load_sample,
+    sample_image_names,
+)
+
+
+def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **kwargs)
+    return buf.getvalue()
+
+
+def gradient_rgb(width: int = 32, height: int = 24) -> Image.Image:
+    x = np.linspace(0, 255, width, dtype=np.uint8)[None, :].repeat(height, axis=0)
+    y = np.linspace(0, 255, height, dtype=np.uint8)[:, None].repeat(width, axis=1)
+    return Image.fromarray(np.stack([x, y, 255 - x], axis=-1), mode="RGB")
+
+
+def assert_rgb(img: Image.Image, size: tuple[int, int]) -> None:
+    assert isinstance(img, Image.Image)
+    assert img.mode == "RGB"
+    assert img.size == size
+
+
+# ---------------------------------------------------------------------------
+# Accepted inputs
+# ---------------------------------------------------------------------------
+
+
+def test_rgb_png_roundtrip_from_path(tmp_path: Path) -> None:
+    src = gradient_rgb()
+    path = tmp_path / "img.png"
+    src.save(path)
+    out = load_image(path)
+    assert_rgb(out, src.size)
+    assert np.array_equal(np.asarray(out), np.asarray(src))
+    # Also as a plain str path.
+    assert np.array_equal(np.asarray(load_image(str(path))), np.asarray(src))
+
+
+def test_output_is_detached_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "img.png"
+    gradient_rgb().save(path)
+    out = load_image(path)
+    path.unlink()  # the loaded image must not need the file any more
+    assert out.getpixel((0, 0)) == gradient_rgb().getpixel((0, 0))
+    assert out.copy().size == (32, 24)
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, io.BytesIO], ids=["bytes", "bytearray", "BytesIO"])
+def test_in_memory_inputs(wrap) -> None:
+    src = gradient_rgb()
+    out = load_image(wrap(encode(src, "PNG")))
+    assert_rgb(out, src.size)
+    assert np.array_equal(np.asarray(out), np.asarray(src))
+
+
+def test_bytesio_already_read_uses_getvalue() -> None:
+    # Streamlit's UploadedFile keeps its position after a read(); getvalue() must still work.
+    buf = io.BytesIO(encode(gradient_rgb(), "PNG"))
+    buf.read()
+    assert_rgb(load_image(buf), (32, 24))
+
+
+def test_plain_binary_file_object(tmp_path: Path) -> None:
+    path = tmp_path / "img.png"
+    gradient_rgb().save(path)
+    with open(path, "rb") as fh:  # has read() but no getvalue()
+        assert_rgb(load_image(fh), (32, 24))
+
+
+def test_pil_image_input_is_not_mutated() -> None:
+    src = gradient_rgb().convert("RGBA")
+    out = load_image(src)
+    assert_rgb(out, src.size)
+    assert src.mode == "RGBA"
+    rgb = gradient_rgb()
+    out2 = load_image(rgb)
+    assert out2 is not rgb
+    assert np.array_equal(np.asarray(out2), np.asarray(rgb))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP", "BMP", "TIFF"])
+def test_other_supported_formats(fmt: str) -> None:
+    src = gradient_rgb()
+    out = load_image(encode(src, fmt))
+    assert_rgb(out, src.size)
+    # Lossy formats: just check it is close.
+    diff = np.abs(np.asarray(out, dtype=int) - np.asarray(src, dtype=int))
+    assert diff.mean() < 8
+
+
+def test_jpeg_exif_orientation_is_applied() -> None:
+    src = gradient_rgb(40, 20)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    data = encode(src, "JPEG", exif=exif.tobytes(), quality=95)
+    with Image.open(io.BytesIO(data)) as raw:
+        assert raw.size == (40, 20)
+    out = load_image(data)
+    assert_rgb(out, (20, 40))
+    # Orientation 6 means the stored left column becomes the displayed top row.
+    expected = src.transpose(Image.Transpose.ROTATE_270)
+    diff = np.abs(np.asarray(out, dtype=int) - np.asarray(expected, dtype=int))
+    assert diff.mean() < 8
+
+
+def test_gray_l() -> None:
+    src = Image.fromarray(np.arange(64, dtype=np.uint8).reshape(8, 8) * 4, mode="L")
+    out = load_image(encode(src, "PNG"))
+    assert_rgb(out, (8, 8))
+    arr = np.asarray(out)
+    assert np.array_equal(arr[..., 0], np.asarray(src))
+    assert np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 1], arr[..., 2])
+
+
+def test_bilevel_1() -> None:
+    src = Image.new("1", (10, 6), 0)
+    src.putpixel((3, 2), 1)
+    out = load_image(encode(src, "PNG"))
+    assert_rgb(out, (10, 6))
+    assert out.getpixel((3, 2)) == (255, 255, 255)
+    assert out.getpixel((0, 0)) == (0, 0, 0)
+
+
+def test_palette_with_transparency() -> None:
+    src = Image.new("P", (4, 4), 0)
+    src.putpalette([255, 0, 0, 0, 0, 255] + [0] * (256 * 3 - 6))
+    src.putpixel((1, 1), 1)  # blue, opaque
+    data = encode(src, "PNG", transparency=0)  # index 0 (red) is transparent
+    with Image.open(io.BytesIO(data)) as raw:
+        assert raw.mode == "P" and "transparency" in raw.info
+    out = load_image(data)
+    assert_rgb(out, (4, 4))
+    assert out.getpixel((0, 0)) == (255, 255, 255)  # transparent -> white, not red
+    assert out.getpixel((1, 1)) == (0, 0, 255)
+
+
+def test_palette_without_transparency() -> None:
+    src = gradient_rgb().convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    out = load_image(encode(src, "PNG"))
+    assert_rgb(out, src.size)
+    assert np.array_equal(np.asarray(out), np.asarray(src.convert("RGB")))
+
+
+def test_rgba_composited_on_white() -> None:
+    arr = np.zeros((2, 3, 4), dtype=np.uint8)
+    arr[0, 0] = (10, 20, 30, 255)  # opaque: kept
+    arr[0, 1] = (0, 0, 0, 0)  # fully transparent black: becomes white
+    arr[0, 2] = (0, 0, 0, 128)  # half transparent black: mid gray
+    out = load_image(encode(Image.fromarray(arr, mode="RGBA"), "PNG"))
+    assert_rgb(out, (3, 2))
+    assert out.getpixel((0, 0)) == (10, 20, 30)
+    assert out.getpixel((1, 0)) == (255, 255, 255)
+    assert all(abs(c - 127) <= 2 for c in out.getpixel((2, 0)))
+
+
+def test_la_composited_on_white() -> None:
+    src = Image.new("LA", (2, 1), (0, 0))
+    src.putpixel((1, 0), (50, 255))
+    out = load_image(encode(src, "PNG"))
+    assert out.getpixel((0, 0)) == (255, 255, 255)
+    assert out.getpixel((1, 0)) == (50, 50, 50)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "TIFF"])
+def test_cmyk(fmt: str) -> None:
+    src = Image.new("CMYK", (8, 8), (0, 255, 255, 0))  # pure red in CMYK
+    data = encode(src, fmt)
+    with Image.open(io.BytesIO(data)) as raw:
+        assert raw.mode == "CMYK"
+    out = load_image(data)
+    assert_rgb(out, (8, 8))
+    r, g, b = out.getpixel((4, 4))
+    assert r > 200 and g < 60 and b < 60
+
+
+def test_16bit_gray_png_is_scaled_not_clipped() -> None:
+    arr = np.array([[0, 32768, 65535, 257]], dtype=np.uint16)
+    data = encode(Image.fromarray(arr), "PNG")
+    with Image.open(io.BytesIO(data)) as raw:
+        assert raw.mode in ("I;16", "I")  # PIL version dependent
+    out = np.asarray(load_image(data))[0, :, 0]
+    assert out[0] == 0
+    assert abs(int(out[1]) - 128) <= 1
+    assert out[2] == 255
+    assert out[3] == 1
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I;16B"])
+def test_16bit_pil_modes(mode: str) -> None:
+    src = Image.fromarray(np.array([[0, 32768, 65535]], dtype=np.uint16))
+    if src.mode != mode:
+        # Via "I": PIL's direct I;16 -> I;16B conversion squashes values to 8 bits.
+        src = src.convert("I").convert(mode)
+    assert np.asarray(src).max() == 65535
+    assert src.mode == mode
+    out = np.asarray(load_image(src))[0, :, 0]
+    assert list(out) == [0, 128, 255]
+
+
+def test_32bit_int_gray() -> None:
+    # 16-bit data in mode "I" (how older PIL opens 16-bit files) keeps the 16-bit scale.
+    src = Image.fromarray(np.array([[0, 32768, 65535]], dtype=np.int32), mode="I")
+    assert list(np.asarray(load_image(src))[0, :, 0]) == [0, 128, 255]
+    # Values beyond 16 bits are stretched min..max rather than clipped.
+    big = Image.fromarray(np.array([[-(2**20), 0, 2**20]], dtype=np.int32), mode="I")
+    assert list(np.asarray(load_image(big))[0, :, 0]) == [0, 128, 255]
+
+
+def test_float_gray() -> None:
+    unit = Image.fromarray(np.array([[0.0, 0.5, 1.0]], dtype=np.float32), mode="F")
+    assert list(np.asarray(load_image(unit))[0, :, 0]) == [0, 128, 255]
+    hdr = Image.fromarray(np.array([[-5.0, 0.0, 5.0, np.nan]], dtype=np.float32), mode="F")
+    out = load_image(hdr)
+    assert_rgb(out, (4, 1))
+    assert list(np.asarray(out)[0, :3, 0]) == [0, 128, 255]
+    # Via a real file too (TIFF stores mode F).
+    assert_rgb(load_image(encode(unit, "TIFF")), (3, 1))
+
+
+# ---------------------------------------------------------------------------
+# Refusals
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [b"", bytearray(), io.BytesIO(b"")], ids=["bytes", "bytearray", "BytesIO"])
+def test_empty_input_refused(source) -> None:
+    with pytest.raises(ImageError, match="empty"):
+        load_image(source)
+
+
+def test_empty_file_refused(tmp_path: Path) -> None:
+    path = tmp_path / "empty.png"
+    path.write_bytes(b"")
+    with pytest.raises(ImageError, match="empty"):
+        load_image(path)
+
+
+def test_missing_path_refused(tmp_path: Path) -> None:
+    path = tmp_path / "nope.png"
+    with pytest.raises(ImageError, match="not found") as info:
+        load_image(path)
+    assert "nope.png" in str(info.value)
+
+
+def test_directory_refused(tmp_path: Path) -> None:
+    with pytest.raises(ImageError, match="not a file"):
+        load_image(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"hello, this is definitely not an image\n" * 10, bytes(range(256)), b"%PDF-1.4\n%%EOF\n"],
+    ids=["text", "binary-noise", "pdf"],
+)
+def test_non_image_bytes_refused(data: bytes) -> None:
+    with pytest.raises(ImageError, match="not a readable image") as info:
+        load_image(data)
+    assert "PNG" in str(info.value)
+
+
+def test_text_file_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.png"
+    path.write_text("just some text\n")
+    with pytest.raises(ImageError, match="not a readable image"):
+        load_image(path)
+
+
+def test_unsupported_format_refused() -> None:
+    # GIF decodes fine in PIL, but it is not on our list of allowed decoders.
+    with pytest.raises(ImageError, match="not a readable image"):
+        load_image(encode(gradient_rgb(), "GIF"))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_truncated_file_refused(fmt: str, tmp_path: Path) -> None:
+    # Noise does not compress, so half the file really is half the pixel data.
+    rng = np.random.default_rng(0)
+    src = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), mode="RGB")
+    full = encode(src, fmt)
+    half = full[: len(full) // 2]
+    assert load_image(full).size == (64, 64)
+    with pytest.raises(ImageError, match="truncated|damaged|incomplete"):
+        load_image(half)
+    path = tmp_path / f"half.{fmt.lower()}"
+    path.write_bytes(half)
+    with pytest.raises(ImageError, match="truncated|damaged|incomplete"):
+        load_image(path)
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False
+
+
+def test_bomb_refused_with_small_limit() -> None:
+    data = encode(Image.new("1", (2000, 1000)), "PNG")
+    assert len(data) < 10_000  # tiny file, big image
+    with pytest.raises(ImageError, match="too large") as info:
+        load_image(data, max_pixels=1_000_000)
+    msg = str(info.value)
+    assert "2,000,000" in msg and "1,000,000" in msg
+    # Just under the limit is fine.
+    assert load_image(data, max_pixels=2_000_000).size == (2000, 1000)
+
+
+def test_default_limit_refuses_over_40_megapixels(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = encode(Image.new("1", (10000, 5000)), "PNG")  # 50 MP, a few KB on disk
+    assert MAX_PIXELS == 40_000_000
+
+    # Refused from the header alone: no pixel decode may happen.
+    def no_decode(self):  # pragma: no cover - must not be reached
+        raise AssertionError("pixels were decoded before the size check")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", no_decode)
+    with pytest.raises(ImageError, match="too large") as info:
+        load_image(data)
+    assert "40,000,000" in str(info.value)
+
+
+def test_huge_bomb_refused_without_touching_global_state() -> None:
+    # Over PIL's own limit: PIL's DecompressionBombError/Warning must come out as ImageError.
+    before = (Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES)
+    data = encode(Image.new("1", (20000, 20000)), "PNG")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no stray warnings either
+        with pytest.raises(ImageError, match="too large"):
+            load_image(data)
+        with pytest.raises(ImageError, match="too large"):
+            load_image(data, max_pixels=10**10)
+    assert (Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES) == before
+
+
+def test_pil_image_over_limit_refused() -> None:
+    with pytest.raises(ImageError, match="too large"):
+        load_image(Image.new("RGB", (100, 100)), max_pixels=9_999)
+
+
+def test_zero_size_image_refused() -> None:
+    with pytest.raises(ImageError, match="no pixels"):
+        load_image(Image.new("RGB", (0, 0)))
+    with pytest.raises(ImageError, match="no pixels"):
+        load_image(Image.new("RGB", (10, 0)))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(TypeError):
+        load_image(12345)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        load_image(b"x", max_pixels=0)
+
+
+def test_image_error_is_value_error() -> None:
+    assert issubclass(ImageError, ValueError)
+
+
+def test_supported_upload_types() -> None:
+    assert SUPPORTED_UPLOAD_TYPES == ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff")
+
+
+# ---------------------------------------------------------------------------
+# Sample images (need scikit-image)
+# ---------------------------------------------------------------------------
+
+
+def test_unknown_sample_lists_valid_names() -> None:
+    with pytest.raises(ImageError, match="chelsea"):
+        load_sample("no-such-sample")
+
+
+def test_sample_names() -> None:
+    names = sample_image_names()
+    assert {"chelsea", "coffee", "astronaut", "rocket"} <= set(names)
+    assert len(names) == len(set(names))
+
+
+def test_chelsea() -> None:
+    pytest.importorskip("skimage")
+    assert_rgb(load_sample("chelsea"), (451, 300))
+
+
+@pytest.mark.parametrize("name", sample_image_names())
+def test_every_sample_loads_as_rgb(name: str) -> None:
+    pytest.importorskip("skimage")
+    img = load_sample(name)
+    assert img.mode == "RGB"
+    assert img.width > 0 and img.height > 0
+    assert img.width * img.height <= MAX_PIXELS
