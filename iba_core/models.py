@@ -357,6 +357,7 @@ class LoadedModel:
     device: torch.device
     preprocess: Preprocess
     categories: list[str]
+    _fast: dict = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -374,13 +375,35 @@ class LoadedModel:
         suffix = nn.Sequential(*(m for _, m in stages[idx + 1 :]))
         return prefix, suffix
 
-    def prefix(self, layer: str) -> nn.Sequential:
-        return self.split(layer)[0]
+    def fast_split(self, layer: str) -> tuple[nn.Module, nn.Module]:
+        """Like `split`, with BatchNorms folded into convolutions (same function, faster).
+
+        Built once per layer and kept: the Per-Sample Bottleneck runs the suffix many times.
+        """
+        if layer not in self._fast:
+            from .fast import fold_batchnorms
+
+            prefix, suffix = self.split(layer)
+            self._fast[layer] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
+        return self._fast[layer]
+
+    def prefix(self, layer: str) -> nn.Module:
+        """The network up to and including `layer` (BatchNorms folded)."""
+        return self.fast_split(layer)[0]
 
     def hook_module(self, layer: str) -> nn.Module:
         """The module whose output is `layer` (for the generic hook path)."""
         check_layer(self.spec, layer)
         return self.model.get_submodule(self.spec.hook_modules[layer])
+
+    def top_k(self, x: torch.Tensor, k: int = 5) -> list[tuple[int, str, float]]:
+        """The k most probable classes for a preprocessed image: (index, name, probability)."""
+        from .model_state import frozen_eval
+
+        with frozen_eval(self.model), torch.no_grad():
+            probs = self.model(x.to(self.device)).softmax(dim=1)[0]
+        values, indices = probs.topk(k)
+        return [(int(i), self.categories[int(i)], float(v)) for v, i in zip(values, indices)]
 
     def class_index(self, target: int | str) -> int:
         """Class index from an int, a digit string or a (case-insensitive) class name."""

@@ -195,8 +195,14 @@ class PerSampleBottleneck:
         cls, loaded, layer: str, stats: FeatureStats, settings: BottleneckSettings | None = None
     ) -> "PerSampleBottleneck":
         """Fast split path for a registered network (a `LoadedModel`)."""
+        return cls.from_split(*loaded.fast_split(layer), stats, settings)
+
+    @classmethod
+    def from_split(
+        cls, prefix: nn.Module, suffix: nn.Module, stats: FeatureStats, settings: BottleneckSettings | None = None
+    ) -> "PerSampleBottleneck":
+        """Fast split path for any network given as prefix (input → layer) and suffix (layer → logits)."""
         self = cls.__new__(cls)
-        prefix, suffix = loaded.split(layer)
         self._make_runner = lambda: _SplitRunner(prefix, suffix)
         self.stats = stats
         self.settings = (settings or BottleneckSettings()).validate()

@@ -1,0 +1,189 @@
+"""Speed and memory of the Per-Sample Bottleneck against a straightforward loop.
+
+The straightforward loop is what one writes first: a forward hook replaces the layer's output by Z,
+and every step runs the whole network forward and backward with parameter gradients on.
+The project's run executes the prefix once and only the suffix per step, without parameter gradients.
+
+Runs alternate in one process so that both see the same machine state; medians are printed.
+
+    python benchmarks/bench_per_sample.py            # all three networks, 3 repeats
+    python benchmarks/bench_per_sample.py --models resnet50 --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from iba_core.bottleneck import kl_per_element, lambda_from_alpha, standardise  # noqa: E402
+from iba_core.models import load_model  # noqa: E402
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
+from iba_core.stats import FeatureStats, estimate_stats  # noqa: E402
+
+CASES = {"resnet50": "conv3_4", "vgg16": "conv4_1", "efficientnet_lite0": "block3_2"}
+
+
+class PeakRSS:
+    """Peak resident memory above the starting level, sampled every 2 ms (CPU), or CUDA's peak."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak = device, 0
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            return self
+        self.base, self.peak, self._stop = self._rss(), self._rss(), False
+
+        def sample():
+            while not self._stop:
+                self.peak = max(self.peak, self._rss())
+                time.sleep(0.002)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated()
+        else:
+            self._stop = True
+            self._thread.join()
+            self.peak = max(self.peak, self._rss())
+        self.mb = (self.peak - self.base) / 2**20
+
+
+def naive_loop(model, layer_module, x, target, stats, s: BottleneckSettings) -> torch.Tensor:
+    """The plain implementation: whole network every step, parameter gradients on."""
+    for p in model.parameters():
+        p.requires_grad_(True)
+    mean, std = stats.mean[None], stats.floored_std()[None]
+    alpha = None
+    generator = torch.Generator().manual_seed(s.seed)
+    state = {}
+
+    def hook(_m, _i, r):
+        lam, one_minus = lambda_from_alpha(state["alpha"], s.sigma)
+        eps = mean + std * torch.randn(r.shape, generator=generator)
+        state["kl"] = kl_per_element(standardise(r, mean, std), lam, one_minus)
+        return lam * r + one_minus * eps
+
+    handle = layer_module.register_forward_hook(hook)
+    try:
+        xb = x.expand(s.batch, -1, -1, -1)
+        labels = torch.full((s.batch,), target)
+        k = stats.mean.numel()
+        alpha = torch.full((1,) + tuple(stats.mean.shape), s.init_alpha, requires_grad=True)
+        state["alpha"] = alpha
+        opt = torch.optim.Adam([alpha], lr=s.lr)
+        for _ in range(s.steps):
+            opt.zero_grad()
+            model.zero_grad()
+            logits = model(xb)
+            loss = torch.nn.functional.cross_entropy(logits, labels) + s.beta_k / k * state["kl"].mean(0).sum()
+            loss.backward()
+            opt.step()
+        return state["kl"].detach()
+    finally:
+        handle.remove()
+        for p in model.parameters():
+            p.requires_grad_(False)
+            p.grad = None
+
+
+def _setup(key: str, device: torch.device):
+    layer = CASES[key]
+    loaded = load_model(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
+    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    stats = FeatureStats(mean.to(device), std.to(device), n)
+    s = BottleneckSettings(steps=10, batch=10)
+    ours = PerSampleBottleneck.for_model(loaded, layer, stats, s)
+    module = loaded.hook_module(layer)
+    return layer, {
+        "ours": lambda: ours.attribute(x, 1),
+        "naive": lambda: naive_loop(loaded.model, module, x, 1, stats, s),
+    }
+
+
+def bench_time(key: str, repeats: int, device: torch.device) -> dict:
+    """Median seconds of alternating runs in this process."""
+    layer, run = _setup(key, device)
+    for fn in run.values():  # warm-up: allocator and oneDNN kernel caches
+        fn()
+    times = {name: [] for name in run}
+    for _ in range(repeats):
+        for name, fn in run.items():
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    return {"model": key, "layer": layer, "ours_s": med["ours"], "naive_s": med["naive"],
+            "speedup": med["naive"] / med["ours"]}
+
+
+def bench_memory(key: str, variant: str, device: torch.device) -> float:
+    """Peak memory (MB) of one warm run of one variant, above what was in use before it."""
+    _, run = _setup(key, device)
+    run[variant]()
+    with PeakRSS(device) as peak:
+        run[variant]()
+    return peak.mb
+
+
+def _memory_in_child(key: str, variant: str, device: str) -> float:
+    # A child process per measurement with glibc's mmap threshold fixed: otherwise glibc keeps freed
+    # activations resident after the first run and a warm run's peak would read as 0. Timing runs
+    # never use this setting, since it makes every large allocation slower.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory-of", key, variant, "--device", device],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--memory-of", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.memory_of:
+        print(bench_memory(args.memory_of[0], args.memory_of[1], device))
+        return
+    print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, B=10, T=10, "
+          f"{args.repeats} alternating repeats (medians); peak memory above baseline, one warm run each")
+    print(f"{'model':<20}{'layer':<10}{'ours s':>9}{'naive s':>9}{'speed-up':>10}{'ours MB':>10}{'naive MB':>10}")
+    for key in args.models.split(","):
+        key = key.strip()
+        r = bench_time(key, args.repeats, device)
+        mem = {v: _memory_in_child(key, v, args.device) for v in ("ours", "naive")}
+        print(f"{r['model']:<20}{r['layer']:<10}{r['ours_s']:>9.2f}{r['naive_s']:>9.2f}{r['speedup']:>9.2f}x"
+              f"{mem['ours']:>10.0f}{mem['naive']:>10.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""`python -m iba_core …`: see iba_core.cli."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Shared fixtures: tiny hand-built networks, an isolated cache, the real offline model."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Statistics used across the suite are small so it stays fast; tests that need accuracy ask for more.
+TEST_STATS_SAMPLES = 96
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Every test session writes its statistics and results into a fresh cache, never ~/.cache."""
+    cache = tmp_path_factory.mktemp("iba-cache")
+    old = os.environ.get("IBA_CACHE_DIR")
+    os.environ["IBA_CACHE_DIR"] = str(cache)
+    os.environ.setdefault("IBA_STATS_SAMPLES", str(TEST_STATS_SAMPLES))
+    yield cache
+    if old is None:
+        os.environ.pop("IBA_CACHE_DIR", None)
+    else:
+        os.environ["IBA_CACHE_DIR"] = old
+
+
+class TinyNet(nn.Module):
+    """conv → BN → ReLU → conv (the bottleneck layer) → ReLU → pool → linear, 5 classes."""
+
+    def __init__(self, channels: int = 4, classes: int = 5):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.relu1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.relu2 = nn.ReLU(inplace=True)  # in-place, as in VGG: R must not be altered by it
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, classes)
+
+    def prefix(self) -> nn.Sequential:
+        return nn.Sequential(self.conv1, self.bn, self.relu1, self.conv2)
+
+    def suffix(self) -> nn.Sequential:
+        return nn.Sequential(self.relu2, self.pool, nn.Flatten(), self.fc)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.suffix()(self.prefix()(x))
+
+
+@pytest.fixture
+def tiny_net() -> TinyNet:
+    return TinyNet().eval()
+
+
+@pytest.fixture
+def tiny_stats(tiny_net):
+    """Statistics of TinyNet's conv2 on random inputs (one dead channel forced to std 0)."""
+    from iba_core.stats import FeatureStats, estimate_stats
+
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(16, 3, 8, 8, generator=g) for _ in range(4)]
+    mean, std, n = estimate_stats(tiny_net.prefix(), batches)
+    std[1] = 0.0
+    return FeatureStats(mean, std, n, "tiny", "random", "conv2", "random noise")
+
+
+@pytest.fixture(scope="session")
+def offline_model():
+    """The real pretrained offline network (EfficientNet-Lite0)."""
+    from iba_core.models import load_model
+
+    return load_model("efficientnet_lite0")
+
+
+@pytest.fixture(scope="session")
+def offline_stats(offline_model):
+    from iba_core.stats import get_stats
+
+    return get_stats(offline_model, offline_model.spec.default_layer, n=TEST_STATS_SAMPLES)
+
+
+@pytest.fixture(scope="session")
+def chelsea_x(offline_model):
+    from iba_core.images import load_sample
+
+    return offline_model.preprocess(load_sample("chelsea"))

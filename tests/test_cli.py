@@ -1,0 +1,96 @@
+"""`python -m iba_core …` as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from iba_core.cli import main
+from iba_core.images import load_sample
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def chelsea_jpg(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "chelsea.jpg"
+    load_sample("chelsea").save(path, quality=95)
+    return path
+
+
+def test_attribute_subprocess_prints_one_correct_json_line(chelsea_jpg, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out, png = tmp_path / "h.npy", tmp_path / "o.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "iba_core", "attribute", str(chelsea_jpg), "--n", "96", "--out", str(out),
+         "--png", str(png)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert summary["model"] == "efficientnet_lite0" and summary["layer"] == "block3_2"
+    assert summary["target"] == 285 and summary["class_name"] == "Egyptian cat"
+    assert 0 < summary["p_without"] <= 1 and 0 <= summary["p_with"] <= 1
+    heatmap = np.load(out)
+    assert heatmap.shape == (224, 224)
+    assert summary["total_bits"] == pytest.approx(float(heatmap.sum()), rel=1e-3)
+    assert Image.open(png).size == (224, 224)
+
+
+def test_attribute_with_named_target_and_settings(chelsea_jpg, capsys):
+    code = main(["attribute", str(chelsea_jpg), "--n", "96", "--target", "tabby", "--steps", "2",
+                 "--beta-k", "100", "--seed", "1"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert summary["target"] == 281 and summary["beta_k"] == 100
+
+
+def test_models_lists_every_network(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["model"] for r in rows} == {"efficientnet_lite0", "resnet50", "vgg16"}
+    lite = next(r for r in rows if r["model"] == "efficientnet_lite0")
+    assert "weights found" in lite["weights"] and "block3_2" in lite["layers"]
+
+
+def test_stats_command(capsys):
+    assert main(["stats", "--layer", "block2_2", "--n", "24"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["samples"] == 24 and row["rough"] and row["shape"] == [24, 56, 56]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["attribute", "missing.jpg"], "not found"),
+    (["attribute", "{bad}", "--layer", "conv3_4"], "no layer"),
+    (["attribute", "{img}", "--target", "no such class"], "No ImageNet class"),
+])
+def test_user_errors_are_one_line_not_a_traceback(argv, words, chelsea_jpg, tmp_path, capsys):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"hello")
+    argv = [a.replace("{bad}", str(chelsea_jpg)).replace("{img}", str(chelsea_jpg)) for a in argv]
+    assert main(argv + ["--n", "24"]) == 1
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_corrupt_image_is_refused(tmp_path, capsys):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"hello")
+    assert main(["attribute", str(bad)]) == 1
+    assert "error:" in capsys.readouterr().err
+
+
+def test_offline_network_without_weights_explains(tmp_path, monkeypatch, chelsea_jpg, capsys):
+    from iba_core import models
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(models, "_reachable", lambda url, timeout=3.0: False)
+    assert main(["attribute", str(chelsea_jpg), "--model", "resnet50"]) == 1
+    err = capsys.readouterr().err
+    assert "resnet50-0676ba61.pth" in err and "efficientnet_lite0" in err

@@ -1,0 +1,161 @@
+"""PerSampleBottleneck on a tiny hand-built network and on the real offline model."""
+import numpy as np
+import pytest
+import torch
+
+from iba_core.model_state import hook_count
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+
+
+def _x(seed=0, size=8):
+    return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def _split(net, stats, **kw):
+    return PerSampleBottleneck.from_split(net.prefix(), net.suffix(), stats, BottleneckSettings(**kw))
+
+
+def _snapshot(net):
+    return (
+        [m.training for m in net.modules()],
+        [p.requires_grad for p in net.parameters()],
+        [None if p.grad is None else p.grad.clone() for p in net.parameters()],
+        {k: v.clone() for k, v in net.state_dict().items()},
+    )
+
+
+def _assert_same(before, after):
+    assert before[0] == after[0] and before[1] == after[1]
+    for a, b in zip(before[2], after[2]):
+        assert (a is None and b is None) or torch.equal(a, b)
+    for k in before[3]:
+        assert torch.equal(before[3][k], after[3][k]), k
+
+
+def test_result_shapes_units_and_history(tiny_net, tiny_stats):
+    steps = []
+    res = _split(tiny_net, tiny_stats).attribute(_x(), target=2, callback=steps.append)
+    assert res.heatmap.shape == (8, 8) and res.feature_bits.shape == (8, 8)
+    assert res.heatmap.sum() == pytest.approx(res.total_bits, rel=1e-4)
+    assert res.total_bits > 0 and res.target == 2
+    assert 0 <= res.p_without <= 1 and 0 <= res.p_with <= 1
+    assert [s.step for s in steps] == list(range(1, 11)) and res.history == steps
+    first = steps[0]
+    assert first.lambda_mean.shape == (8, 8) and first.bits_per_pixel.shape == (8, 8)
+    assert first.lambda_mean.min() > 0.95  # α = 5 start: almost everything passes
+    assert first.beta_info == pytest.approx(10.0 / (4 * 8 * 8) * first.info, rel=1e-5)
+
+
+def test_information_falls_during_optimisation(tiny_net, tiny_stats):
+    res = _split(tiny_net, tiny_stats, beta_k=100).attribute(_x(), target=1)
+    infos = [h.info for h in res.history]
+    assert infos[-1] < 0.5 * infos[0]
+
+
+def test_default_target_is_top1(tiny_net, tiny_stats):
+    with torch.no_grad():
+        top = int(tiny_net(_x()).argmax())
+    assert _split(tiny_net, tiny_stats, steps=1).attribute(_x()).target == top
+
+
+def test_seeded_runs_are_reproducible_and_seeds_matter(tiny_net, tiny_stats):
+    a = _split(tiny_net, tiny_stats, seed=7).attribute(_x(), target=0)
+    b = _split(tiny_net, tiny_stats, seed=7).attribute(_x(), target=0)
+    c = _split(tiny_net, tiny_stats, seed=8).attribute(_x(), target=0)
+    assert np.array_equal(a.heatmap, b.heatmap)
+    assert not np.array_equal(a.heatmap, c.heatmap)
+
+
+def test_split_path_equals_hook_path_tiny(tiny_net, tiny_stats):
+    settings = BottleneckSettings(seed=3)
+    split = PerSampleBottleneck.from_split(tiny_net.prefix(), tiny_net.suffix(), tiny_stats, settings)
+    hook = PerSampleBottleneck(tiny_net, "conv2", tiny_stats, settings)
+    a, b = split.attribute(_x(), target=4), hook.attribute(_x(), target=4)
+    np.testing.assert_allclose(a.heatmap, b.heatmap, rtol=1e-5, atol=1e-7)
+    assert a.p_with == pytest.approx(b.p_with, rel=1e-5)
+
+
+def test_split_path_equals_hook_path_on_offline_model(offline_model, offline_stats, chelsea_x):
+    layer = offline_model.spec.default_layer
+    settings = BottleneckSettings(seed=0, steps=3)
+    split = PerSampleBottleneck.for_model(offline_model, layer, offline_stats, settings).attribute(chelsea_x, 285)
+    hook = PerSampleBottleneck(offline_model.model, offline_model.hook_module(layer), offline_stats, settings)
+    other = hook.attribute(chelsea_x, 285)
+    np.testing.assert_allclose(split.heatmap, other.heatmap, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("path", ["split", "hook"])
+def test_model_state_restored_after_success(tiny_net, tiny_stats, path):
+    tiny_net.train()  # a user's model in train mode with gradients on and a stale .grad
+    tiny_net.fc.weight.grad = torch.ones_like(tiny_net.fc.weight)
+    tiny_net.conv1.weight.requires_grad_(False)
+    before = _snapshot(tiny_net)
+    iba = _split(tiny_net, tiny_stats) if path == "split" else PerSampleBottleneck(tiny_net, "conv2", tiny_stats)
+    iba.attribute(_x(), target=0)
+    _assert_same(before, _snapshot(tiny_net))
+    assert hook_count(tiny_net) == 0
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("path", ["split", "hook"])
+def test_model_state_restored_after_exception(tiny_net, tiny_stats, path):
+    tiny_net.train()
+    before = _snapshot(tiny_net)
+    iba = _split(tiny_net, tiny_stats) if path == "split" else PerSampleBottleneck(tiny_net, "conv2", tiny_stats)
+
+    def fail_at_step_3(info):
+        if info.step == 3:
+            raise _Boom
+
+    with pytest.raises(_Boom):
+        iba.attribute(_x(), target=0, callback=fail_at_step_3)
+    _assert_same(before, _snapshot(tiny_net))
+    assert hook_count(tiny_net) == 0
+
+
+def test_hook_removed_when_forward_raises(tiny_net, tiny_stats):
+    calls = {"n": 0}
+
+    def explode(_m, _i, _o):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise _Boom
+
+    handle = tiny_net.fc.register_forward_hook(explode)
+    try:
+        with pytest.raises(_Boom):
+            PerSampleBottleneck(tiny_net, "conv2", tiny_stats).attribute(_x(), target=0)
+        assert hook_count(tiny_net) == 1  # only the test's own hook remains
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("beta_k", [1e-3, 1e-1, 10.0, 1e3, 1e4])
+def test_no_nan_over_the_beta_range(tiny_net, tiny_stats, beta_k):
+    res = _split(tiny_net, tiny_stats, beta_k=beta_k, steps=40).attribute(_x(), target=3)
+    assert np.isfinite(res.heatmap).all() and np.isfinite(res.total_bits)
+    assert all(np.isfinite([h.ce, h.info, h.p_target]).all() for h in res.history)
+    assert (res.heatmap >= 0).all()
+
+
+def test_more_beta_means_fewer_bits(tiny_net, tiny_stats):
+    low = _split(tiny_net, tiny_stats, beta_k=0.1).attribute(_x(), target=3)
+    high = _split(tiny_net, tiny_stats, beta_k=1000).attribute(_x(), target=3)
+    assert high.total_bits < low.total_bits
+
+
+def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats):
+    from iba_core.stats import FeatureStats
+
+    wrong = FeatureStats(torch.zeros(2, 8, 8), torch.ones(2, 8, 8), 10)
+    with pytest.raises(ValueError, match="Statistics"):
+        _split(tiny_net, wrong).attribute(_x(), target=0)
+
+
+@pytest.mark.parametrize("bad", [dict(lr=0), dict(batch=0), dict(beta_k=-1), dict(sigma=-1)])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        BottleneckSettings(**bad).validate()
