@@ -89,3 +89,12 @@ def test_save_load_roundtrip(tmp_path):
     s = FeatureStats(torch.rand(3, 2, 2), torch.rand(3, 2, 2), 12, "m", "w", "l", "src", 2)
     t = FeatureStats.load(s.save(tmp_path / "s.npz"))
     assert torch.equal(t.mean, s.mean) and (t.n, t.layer, t.skipped) == (12, "l", 2)
+
+
+def test_shipped_default_statistics_seed_the_cache(offline_model, monkeypatch):
+    """The default network/layer ships 1000-sample statistics, so the first run needs no estimate."""
+    monkeypatch.setattr(stats_mod, "compute_stats", lambda *a, **k: pytest.fail("should not recompute"))
+    s = get_stats(offline_model, offline_model.spec.default_layer)
+    assert s.n == 1000 and not s.is_rough and s.mean.shape == (40, 28, 28)
+    assert stats_cache_path(offline_model.key, offline_model.weights_id, offline_model.spec.default_layer,
+                            "samples:1000").is_file()
