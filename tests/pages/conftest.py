@@ -1,0 +1,55 @@
+"""Fixtures for the page tests: a private cache, small statistics, AppTest helpers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from page_helpers import assert_clean, png_of_chelsea
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+#: Seconds an AppTest script run may take; generous because CI machines vary.
+TIMEOUT = 180
+#: Crops behind the statistics in tests (the app's default is 1000).
+STATS_SAMPLES = 32
+
+
+@pytest.fixture(scope="session")
+def page_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One statistics cache for all page tests: computed once, shared."""
+    return tmp_path_factory.mktemp("iba_page_cache")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def app_environment(page_cache: Path) -> Iterator[Path]:
+    """Private cache and small statistics for the app, undone after each module."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IBA_CACHE_DIR", str(page_cache))
+        mp.setenv("IBA_STATS_SAMPLES", str(STATS_SAMPLES))
+        yield page_cache
+
+
+@pytest.fixture
+def app() -> AppTest:
+    """A fresh AppTest of app.py, already run once (Home page)."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    return at.run()
+
+
+@pytest.fixture
+def open_page(app: AppTest) -> Callable[[str], AppTest]:
+    """Switch to app_pages/<name>.py and run it; fails on any exception shown in the app."""
+
+    def go(name: str) -> AppTest:
+        app.switch_page(f"app_pages/{name}.py").run()
+        assert_clean(app)
+        return app
+
+    return go
+
+
+@pytest.fixture(scope="session")
+def chelsea_png() -> bytes:
+    return png_of_chelsea()

@@ -1,0 +1,159 @@
+"""End to end in a real browser: `streamlit run app.py`, then Chromium (via Playwright) does a
+Per-Sample run on a sample photo and watches the live step counter and the final heatmap.
+
+Set IBA_SAVE_SCREENSHOT=1 to write assets/screenshot.png (for the README); otherwise the screenshot
+goes to the test's tmp dir.
+"""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT_LIMIT = 300_000  # bytes; the README image must stay small
+STARTUP_TIMEOUT = 90  # s for the server to answer its health check
+RUN_TIMEOUT_MS = 240_000  # a cold run estimates statistics first
+
+# Records every "Step t / T" the page shows, so the test can tell a live counter from a final one.
+WATCH_STEPS = """
+() => {
+  window.__ibaSteps = [];
+  const seen = (text) => {
+    for (const m of text.matchAll(/Step (\\d+) \\/ (\\d+)/g)) {
+      const last = window.__ibaSteps[window.__ibaSteps.length - 1];
+      if (last !== m[0]) window.__ibaSteps.push(m[0]);
+    }
+  };
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const node = r.type === 'characterData' ? r.target.parentNode : r.target;
+      if (node && node.textContent && node.textContent.includes('Step ')) seen(node.textContent);
+    }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"streamlit did not become healthy within {STARTUP_TIMEOUT} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """A private `streamlit run app.py` on a free port; always terminated afterwards."""
+    port = free_port()
+    # Small statistics keep the test quick; the README picture uses the app's default (1000 samples).
+    samples = "1000" if os.environ.get("IBA_SAVE_SCREENSHOT") == "1" else "32"
+    env = {**os.environ, "IBA_CACHE_DIR": str(tmp_path / "cache"), "IBA_STATS_SAMPLES": samples}
+    log = tmp_path / "streamlit.log"
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", "app.py",
+        "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def save_small_png(png: bytes, path: Path, limit: int = SCREENSHOT_LIMIT) -> int:
+    """Save a screenshot under `limit` bytes: full colour if it fits, else a dithered 256-colour
+    palette (dithering keeps the heatmaps' smooth gradients), shrinking the picture if still needed."""
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    while True:
+        data = _png(image)
+        if len(data) > limit:
+            palette = image.quantize(256, method=Image.Quantize.FASTOCTREE)
+            data = _png(image.quantize(palette=palette, dither=Image.Dither.FLOYDSTEINBERG))
+        if len(data) <= limit or image.width < 400:
+            break
+        image = image.resize((int(image.width * 0.85), int(image.height * 0.85)), Image.Resampling.LANCZOS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return len(data)
+
+
+def test_per_sample_run_in_chromium(server: str, tmp_path: Path) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-background-networking"]
+        )
+        try:
+            # Tall enough that the README picture shows the inputs and the result row together.
+            page = browser.new_page(viewport={"width": 1400, "height": 1560})
+            page.set_default_timeout(120_000)
+            expect.set_options(timeout=120_000)  # model loading and a cold run take a while on 2 cores
+            page.goto(f"{server}/per_sample")
+            expect(page.get_by_text("Top prediction")).to_be_visible()  # model loaded, image classified
+            run = page.get_by_role("button", name="Run")
+            expect(run).to_be_enabled()
+
+            page.evaluate(WATCH_STEPS)
+            run.click()
+            expect(page.get_by_text("Information used")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+
+            steps = page.evaluate("window.__ibaSteps")
+            assert any(s.startswith("Step ") and s.endswith("/ 10") for s in steps), steps
+            assert len({s for s in steps if s != "Step 0 / 10"}) >= 2, f"the step counter did not update live: {steps}"
+            heatmap = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="bits / pixel").first
+            expect(heatmap).to_be_visible()
+            expect(page.get_by_text("Not needed for the prediction", exact=True)).to_be_visible()
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+
+            expect(page.get_by_text("Bits over the image", exact=True)).to_be_in_viewport()
+            page.wait_for_timeout(500)  # let Plotly finish drawing
+            keep = os.environ.get("IBA_SAVE_SCREENSHOT") == "1"
+            target = ROOT / "assets" / "screenshot.png" if keep else tmp_path / "screenshot.png"
+            size = save_small_png(page.screenshot(), target)
+            assert size <= SCREENSHOT_LIMIT
+        finally:
+            browser.close()

@@ -1,0 +1,115 @@
+"""β × layer grid (iba_core.grid)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, beta_layer_grid, depth_layers
+from iba_core.images import load_sample
+from iba_core.models import REGISTRY, UnknownModelError, get_spec, load_model
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+from iba_core.stats import get_stats
+
+
+def test_depth_layers_reproduce_the_papers_resnet_row() -> None:
+    assert depth_layers(get_spec("resnet50")) == ["conv1", "conv2_3", "conv3_4", "conv4_6", "conv5_3"]
+
+
+@pytest.mark.parametrize("key", list(REGISTRY))
+def test_depth_layers_spread_in_order_and_include_the_default(key: str) -> None:
+    spec = get_spec(key)
+    layers = depth_layers(spec)
+    assert len(layers) == 5 and len(set(layers)) == 5
+    assert spec.default_layer in layers
+    positions = [spec.layers.index(name) for name in layers]
+    assert positions == sorted(positions)
+    stage = lambda name: name.split("_")[0]  # noqa: E731
+    assert stage(layers[0]) == stage(spec.layers[0])  # from the first stage…
+    assert positions[-1] == len(spec.layers) - 1  # …to the deepest layer
+
+
+def test_depth_layers_swap_in_a_chosen_layer() -> None:
+    spec = get_spec("vgg16")
+    layers = depth_layers(spec, include="conv2_1")
+    assert "conv2_1" in layers and len(layers) == 5
+    assert depth_layers(spec, count=3) == ["conv1_2", "conv4_1", "conv5_3"]  # default conv4_1 swapped in
+    with pytest.raises(UnknownModelError):
+        depth_layers(spec, include="conv9_9")
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    # One torch thread: on a busy 2-core machine two OpenMP workers stall each other (runs 3–5× slower).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield load_model("efficientnet_lite0")
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def stats_for(loaded, tmp_path, monkeypatch):
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
+    calls: list[str] = []
+
+    def get(layer: str):
+        calls.append(layer)
+        return get_stats(loaded, layer, n=8)
+
+    get.calls = calls
+    return get
+
+
+def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
+    runs: list[tuple[float, int]] = []
+    original = PerSampleBottleneck.attribute
+
+    def counting(self, x, target=None, callback=None):
+        runs.append((self.settings.beta_k, target))
+        return original(self, x, target, callback)
+
+    monkeypatch.setattr(PerSampleBottleneck, "attribute", counting)
+    x = loaded.preprocess(load_sample("chelsea"))
+    progress: list[tuple[int, int, str]] = []
+    seen = []
+    cells = beta_layer_grid(
+        loaded, x, None, "block3_2", stats_for, settings=BottleneckSettings(steps=2, batch=2),
+        progress=lambda d, t, label: progress.append((d, t, label)), on_cell=seen.append,
+    )
+    assert len(cells) == 10 and seen == cells
+    assert [c.row for c in cells] == ["beta"] * 5 + ["layer"] * 5
+    assert [c.beta_k for c in cells[:5]] == list(DEFAULT_BETAS)
+    assert all(c.layer == "block3_2" for c in cells[:5])
+    assert all(c.beta_k == LAYER_ROW_BETA for c in cells[5:])
+    assert [c.label for c in cells[5:]] == depth_layers(loaded.spec, include="block3_2")
+    for c in cells:
+        assert c.heatmap.shape == (224, 224)
+        assert np.isfinite(c.heatmap).all() and (c.heatmap >= 0).all()
+        assert 0.0 <= c.p_with <= 1.0
+        assert c.total_bits == pytest.approx(float(c.heatmap.sum()), rel=1e-3)
+    assert [p[0] for p in progress] == list(range(1, 11)) and all(p[1] == 10 for p in progress)
+
+    # target=None explains the top-1 class (285, Egyptian cat) in every cell.
+    assert {t for _, t in runs} == {285}
+    # (β·k = 10, block3_2) appears in both rows but runs once; statistics once per layer.
+    assert len(runs) == 9
+    assert sorted(stats_for.calls) == sorted(set(stats_for.calls)) and len(stats_for.calls) == 5
+
+
+def test_grid_with_explicit_layers_and_betas(loaded, stats_for) -> None:
+    x = loaded.preprocess(load_sample("coffee"))
+    cells = beta_layer_grid(
+        loaded, x, 967, "block2_2", stats_for, betas=(1.0, 100.0), layers=["stem", "head"],
+        settings=BottleneckSettings(steps=1, batch=1),
+    )
+    assert [(c.row, c.beta_k, c.layer) for c in cells] == [
+        ("beta", 1.0, "block2_2"), ("beta", 100.0, "block2_2"), ("layer", 10.0, "stem"), ("layer", 10.0, "head"),
+    ]
+
+
+def test_grid_rejects_unknown_layer(loaded, stats_for) -> None:
+    x = torch.zeros(1, 3, 224, 224)
+    with pytest.raises(UnknownModelError):
+        beta_layer_grid(loaded, x, 0, "no_such_layer", stats_for)
