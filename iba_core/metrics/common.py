@@ -1,0 +1,118 @@
+"""Helpers the metrics share: attribution callables, batched forward passes, record grouping."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+#: An attribution as the metrics consume it: (preprocessed image (1, 3, H, W), target) → (H, W) map.
+AttributionFn = Callable[[torch.Tensor, int], np.ndarray]
+
+
+def as_attribution_fn(method, loaded=None) -> AttributionFn:
+    """An `AttributionFn` from a plain callable or a registry method object (`.attribute(loaded, x, t)`)."""
+    if hasattr(method, "attribute"):
+        if loaded is None:
+            raise ValueError("A method object needs the loaded model to attribute with.")
+        return lambda x, target: method.attribute(loaded, x, target)
+    if callable(method):
+        return method
+    raise TypeError(f"Expected an attribution function or method object, got {type(method).__name__}.")
+
+
+def resolve_map(attribution, x: torch.Tensor, target: int) -> np.ndarray:
+    """The (H, W) float64 map: `attribution` itself if it is an array, else attribution(x, target)."""
+    values = attribution(x, target) if callable(attribution) else attribution
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 3 and values.shape[0] in (1, 3):  # tolerate (C, H, W) maps: sum the channels
+        values = values.sum(axis=0)
+    if values.shape != tuple(x.shape[-2:]):
+        raise ValueError(f"The attribution is shaped {values.shape}, the image {tuple(x.shape[-2:])}.")
+    if not np.all(np.isfinite(values)):
+        values = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+    return values
+
+
+def model_device(model: nn.Module, default: torch.device | str = "cpu") -> torch.device:
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device(default)
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode, no gradients; the model's flags are restored afterwards."""
+    from ..model_state import frozen_eval
+
+    with frozen_eval(model), torch.no_grad():
+        yield
+
+
+def batched_logits(
+    model: nn.Module, images: Iterable[torch.Tensor], batch_size: int = 64
+) -> torch.Tensor:
+    """Logits (N, classes) for a stream of image batches, re-batched to `batch_size`, on the CPU."""
+    device = model_device(model)
+    outs: list[torch.Tensor] = []
+    buffer: list[torch.Tensor] = []
+    count = 0
+    with evaluating(model):
+        for batch in images:
+            buffer.append(batch)
+            count += batch.shape[0]
+            while count >= batch_size:
+                joined = torch.cat(buffer)
+                outs.append(model(joined[:batch_size].to(device)).float().cpu())
+                rest = joined[batch_size:]
+                buffer, count = ([rest] if rest.shape[0] else []), rest.shape[0]
+        if count:
+            outs.append(model(torch.cat(buffer).to(device)).float().cpu())
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+class _ChannelsLast(nn.Module):
+    """Runs `inner` on channels-last inputs (faster convolution kernels on CPU and GPU)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.contiguous(memory_format=torch.channels_last))
+
+
+def scoring_model(loaded) -> nn.Module:
+    """The network the metrics run many times: for a registered network its BatchNorm-folded prefix and
+    suffix joined (the same function up to float rounding, about 2× faster on CPU), else `.model`."""
+    if hasattr(loaded, "fast_split") and hasattr(loaded, "spec"):
+        prefix, suffix = loaded.fast_split(loaded.spec.default_layer)
+        return _ChannelsLast(nn.Sequential(prefix, suffix)).eval()
+    return loaded.model if hasattr(loaded, "model") else loaded
+
+
+def stable_seed(*parts) -> int:
+    """A seed from strings/ints that is the same in every process (unlike hash())."""
+    import hashlib
+
+    digest = hashlib.sha1("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**63)
+
+
+def group_records(records: Sequence[dict], *fields: str) -> dict[tuple, list[dict]]:
+    """Records grouped by the values of `fields`, groups and members in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(tuple(r.get(f) for f in fields), []).append(r)
+    return groups
+
+
+def method_label(records: Sequence[dict], method: str) -> str:
+    """The display name stored with a method's records, else its key."""
+    for r in records:
+        if r.get("method") == method and r.get("method_name"):
+            return str(r["method_name"])
+    return method

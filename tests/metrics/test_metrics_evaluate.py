@@ -1,0 +1,171 @@
+"""The evaluation loop: resumable JSONL, rank sharding, and a CLI smoke test on the offline model."""
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from iba_core.cli_evaluate import EvalOptions, RandomMethod, finish, resolve_methods, run_evaluation
+from iba_core.metrics.dataset import list_items
+from iba_core.metrics.results import read_records, table_path
+from metric_helpers import SIZE, TILE, Counting, SmallConvNet, StubLoaded, write_images
+
+N_IMAGES, FAIL_AT = 6, 2
+PER_PAIR = 2 * (SIZE // TILE) ** 2  # degradation images per (image, method) with every step measured
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+class FlakyMethod:
+    """Gradient-free stand-in that 'crashes the run' on the image after `fail_after` images."""
+
+    key, name, signed, unit = "flaky", "Flaky", False, ""
+
+    def __init__(self, fail_after=None):
+        self.fail_after, self.calls = fail_after, 0
+
+    def attribute(self, loaded, x, target):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise Interrupted("simulated crash")
+        self.calls += 1
+        return x[0].abs().sum(0).numpy()
+
+
+def options():
+    return EvalOptions(tiles=[TILE], batch_size=64, progress=False)
+
+
+def test_interrupted_evaluation_resumes_without_redoing_or_losing(tmp_path):
+    items = list_items(write_images(tmp_path / "imgs", N_IMAGES)[0].parent)
+    out = tmp_path / "results.jsonl"
+    model = Counting(SmallConvNet())
+    loaded = StubLoaded(model)
+    with pytest.raises(Interrupted):
+        run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod(FAIL_AT)},
+                       out, options())
+    first = read_records(out)
+    # Images 0..FAIL_AT-1 complete, and image FAIL_AT's 'random' record was kept too.
+    assert len(first) == 2 * FAIL_AT + 1
+
+    model.images = 0
+    written = run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod()},
+                             out, options())
+    records = read_records(out)
+    lines = out.read_text().splitlines()
+    assert written == 2 * N_IMAGES - len(first) and len(lines) == len(records) == 2 * N_IMAGES
+    counts = collections.Counter((r["image"], r["method"]) for r in map(json.loads, lines))
+    assert set(counts.values()) == {1} and len(counts) == 2 * N_IMAGES
+    # Model work on resume: image FAIL_AT needs its top-1 pass and one method; the rest everything.
+    remaining_images = N_IMAGES - FAIL_AT - 1
+    assert model.images == (1 + PER_PAIR) + remaining_images * (1 + 2 * PER_PAIR)
+
+    # A third run has nothing left to do and runs the model not at all.
+    model.images = 0
+    assert run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod()},
+                          out, options()) == 0
+    assert model.images == 0
+    text = finish(out, 0, 1, print_table=False)
+    assert "Flaky" in text and "Random" in text and table_path(out).read_text() == text
+
+
+def test_ranks_shard_the_images_and_the_last_one_merges(tmp_path, monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    items = list_items(write_images(tmp_path / "imgs", 5)[0].parent)
+    out = tmp_path / "results.jsonl"
+    loaded = StubLoaded(SmallConvNet())
+    methods = {"random": RandomMethod()}
+    run_evaluation("degradation", loaded, items, methods, out, options(), rank=0, world=2)
+    assert finish(out, 0, 2, print_table=False) is None and not out.exists()  # rank 1 not done yet
+    run_evaluation("degradation", loaded, items, methods, out, options(), rank=1, world=2)
+    assert finish(out, 1, 2, print_table=False) is not None
+    ranks = [sorted(r["image"] for r in read_records(tmp_path / f"results.rank{k}.jsonl")) for k in (0, 1)]
+    assert ranks == [["img00.png", "img02.png", "img04.png"], ["img01.png", "img03.png"]]
+    assert sorted(r["image"] for r in read_records(out)) == [f"img{i:02d}.png" for i in range(5)]
+
+
+def test_every_metric_runs_through_the_loop(tmp_path, tiny_stats):
+    """bbox, sensitivity-n and sanity on the stub network (beta-table needs a LoadedModel: smoke-tested below)."""
+    folder = write_images(tmp_path / "imgs", 2)[0].parent
+    items = list_items(folder)
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    box = "<annotation><size><width>32</width><height>32</height></size><object><name>x</name><bndbox>" \
+          "<xmin>{}</xmin><ymin>0</ymin><xmax>{}</xmax><ymax>8</ymax></bndbox></object></annotation>"
+    (boxes / "img00.xml").write_text(box.format(0, 8))  # 1/16 of the image
+    (boxes / "img01.xml").write_text(box.format(0, 32))  # 1/4 of the image … with height 8: 25 %
+    (boxes / "img01.xml").write_text(box.format(0, 32).replace("<ymax>8", "<ymax>16"))  # 50 %: skipped
+    loaded = StubLoaded(SmallConvNet())
+    methods = {"random": RandomMethod()}
+    out = tmp_path / "all.jsonl"
+    opts = EvalOptions(tiles=[TILE], progress=False, boxes=boxes, sets=8, n_count=3)
+    for metric in ("bbox", "sensitivity-n", "sanity"):
+        run_evaluation(metric, loaded, items, methods, out, opts)
+    by_metric = collections.defaultdict(list)
+    for r in read_records(out):
+        by_metric[r["metric"]].append(r)
+    assert [r.get("skipped") is None for r in by_metric["bbox"]] == [True, False]
+    assert len(by_metric["sensitivity-n"]) == 2 and len(by_metric["sensitivity-n"][0]["corr"]) == 3
+    assert by_metric["sanity"][0]["levels"] == ["fc", "conv2", "conv1"]
+    text = finish(out, 0, 1, print_table=False)
+    assert "Bounding box" in text and "Sensitivity-n" in text and "Sanity" in text
+
+
+def test_cli_smoke_on_the_offline_model(tmp_path, capsys):
+    from iba_core.cli_evaluate import main
+    from iba_core.images import load_sample
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i, name in enumerate(("chelsea", "coffee", "astronaut")):
+        load_sample(name).save(folder / f"{i}_{name}.jpg")
+    methods = ["random"]
+    try:  # prefer a cheap method from the baselines registry when it exists
+        from iba_core.baselines import method_keys
+
+        methods += [k for k in ("saliency", "gradient") if k in method_keys()][:1]
+    except ImportError:
+        pass
+    out = tmp_path / "results.jsonl"
+    argv = ["evaluate", "degradation", "--images", str(folder), "--limit", "2", "--methods", *methods,
+            "--tile", "14", "--points", "3", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    records = read_records(out)
+    assert len(records) == 2 * len(methods)
+    assert {r["image"] for r in records} == {"0_chelsea.jpg", "1_coffee.jpg"}
+    assert {r["target"] for r in records} == {285, 967}  # top-1 classes of the offline network
+    assert all(r["removed"] == [0, 128, 256] and r["tile"] == 14 for r in records)
+    table = capsys.readouterr().out
+    assert "deg. 14x14" in table and table_path(out).is_file()
+    assert main(argv) == 0 and len(out.read_text().splitlines()) == 2 * len(methods)  # resumed: nothing new
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(ValueError, match="Unknown attribution method"):
+        resolve_methods(["no-such-method"])
+
+
+def test_cli_beta_table_smoke_on_a_labelled_folder(tmp_path, capsys):
+    from iba_core.cli_evaluate import main
+    from iba_core.images import load_sample
+
+    (tmp_path / "val" / "285").mkdir(parents=True)
+    load_sample("chelsea").save(tmp_path / "val" / "285" / "chelsea.jpg")
+    out = tmp_path / "beta.jsonl"
+    argv = ["evaluate", "beta-table", "--images", str(tmp_path / "val"), "--beta-k", "10", "--steps", "2",
+            "--stats-n", "96", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    rows = {r["column"]: r for r in read_records(out) if r["method"] == "per_sample"}
+    assert set(rows) == {"orig", "initial", "beta_k=10"}
+    assert rows["orig"]["top1"] == 1.0 and rows["orig"]["label"] == 285
+    assert rows["beta_k=10"]["info_per_k"] < rows["initial"]["info_per_k"]
+    assert "Orig." in capsys.readouterr().out
+
+
+def test_beta_table_refuses_unlabelled_images(tmp_path):
+    from iba_core.cli_evaluate import main
+
+    write_images(tmp_path / "imgs", 1)
+    assert main(["evaluate", "beta-table", "--images", str(tmp_path / "imgs"), "--out",
+                 str(tmp_path / "r.jsonl"), "--no-progress"]) == 1
