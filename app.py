@@ -12,6 +12,8 @@ PAGES = [
     st.Page("app_pages/home.py", title="Home", icon=":material/home:", default=True),
     st.Page("app_pages/per_sample.py", title="Per-Sample Bottleneck", icon=":material/blur_on:"),
     st.Page("app_pages/beta_layer.py", title="β × layer", icon=":material/grid_view:"),
+    st.Page("app_pages/compare.py", title="Compare methods", icon=":material/compare:"),
+    st.Page("app_pages/evaluate.py", title="Evaluate", icon=":material/analytics:"),
 ]
 
 page = st.navigation(PAGES)

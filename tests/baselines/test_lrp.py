@@ -1,0 +1,75 @@
+"""LRP: canonised copies compute the same function; the rules match known identities on small networks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from zennit.core import Composite
+from zennit.layer import Sum
+
+from baseline_helpers import wrap
+from iba_core.baselines import get_method
+from iba_core.baselines._common import working_copy
+from iba_core.baselines.lrp import canonizers_for, has_identity_skip
+
+
+def _bias_free_net() -> nn.Module:
+    torch.manual_seed(5)
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.ReLU(),
+        nn.Conv2d(6, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3, bias=False),
+    )
+
+
+@pytest.mark.parametrize("network", ["offline", "resnet50", "vgg16"])
+def test_canonised_copy_computes_the_same_logits(network, offline_model, resnet_random, vgg_random):
+    loaded = {"offline": offline_model, "resnet50": resnet_random, "vgg16": vgg_random}[network]
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    model = working_copy(loaded.model)
+    with torch.no_grad():
+        reference = model(x)
+        with Composite(canonizers=canonizers_for(loaded, model)).context(model) as canonised:
+            sums = sum(isinstance(m, Sum) for m in canonised.modules())
+            got = canonised(x)
+        after = model(x)
+    scale = float(reference.abs().max())
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-5 * scale)
+    torch.testing.assert_close(after, reference, rtol=0, atol=0)  # canonizers removed cleanly
+    expected_sums = {"resnet50": 16, "vgg16": 0}.get(network)
+    if expected_sums is None:  # EfficientNet: one Sum per MBConv block with an identity skip
+        expected_sums = sum(has_identity_skip(b) for b in loaded.model._blocks)
+        assert 0 < expected_sums < len(loaded.model._blocks)
+    assert sums == expected_sums
+
+
+def test_epsilon_rule_with_tiny_epsilon_is_gradient_times_input():
+    """For a bias-free ReLU network LRP-0 equals gradient ⊙ input (Ancona et al. 2018) when it starts from
+    the logit; our maps start from relevance 1, so they are gradient ⊙ input / logit."""
+    net = _bias_free_net()
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    got = get_method("lrp_epsilon", epsilon=1e-9).attribute(wrap(net), x, 2)
+    xr = x.clone().requires_grad_(True)
+    logit = net(xr)[0, 2]
+    (grad,) = torch.autograd.grad(logit, xr)
+    expected = (grad * x)[0].sum(dim=0).numpy() / float(logit.detach())
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-6 * np.abs(expected).max())
+
+
+def test_alpha1beta0_is_non_negative_and_conservative_without_biases():
+    net = _bias_free_net()
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert net(x)[0, 0] != 0
+    relevance = get_method("lrp_alpha1beta0").attribute(wrap(net), x, 0)
+    assert (relevance >= -1e-7).all()
+    assert relevance.sum() == pytest.approx(1.0, rel=1e-3)  # relevance 1 at the target logit is conserved
+
+
+def test_lrp_names_and_settings():
+    assert get_method("lrp_alpha1beta0").name == "LRP α=1, β=0"
+    assert get_method("lrp_epsilon").name == "LRP ε=0.25"
+    assert get_method("lrp_epsilon", epsilon=5).name == "LRP ε=5"
+    with pytest.raises(ValueError):
+        get_method("lrp_epsilon", gamma=1)

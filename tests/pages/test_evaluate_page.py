@@ -1,0 +1,72 @@
+"""Evaluate page, driven through Streamlit's AppTest."""
+from __future__ import annotations
+
+import json
+
+from page_helpers import assert_clean, timed_run
+
+CHEAP = ["saliency", "grad_cam"]
+
+
+def specs(at) -> dict[str, dict]:
+    return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key}
+
+
+def test_degradation_curves_and_areas(open_page) -> None:
+    at = open_page("evaluate")
+    assert at.multiselect(key="ev_methods").value == CHEAP
+    at.number_input(key="ev_points").set_value(5)
+    at, seconds = timed_run(at.button(key="ev_deg_button").click())
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+
+    entry = at.session_state["ev_degradation"]
+    assert list(entry["curves"]) == CHEAP and entry["tile"] == 14
+    for c in entry["curves"].values():
+        assert len(c.removed) == 5 and c.n_tiles == 256
+    chart = specs(at)["ev_deg_chart"]
+    assert len(chart["data"]) == 2 * len(CHEAP)  # MoRF and LeRF per method
+    names = " ".join(t["name"] for t in chart["data"])
+    assert "MoRF" in names and "LeRF" in names
+    table = at.dataframe[0].value
+    assert list(table["Method"]) == ["Saliency", "Grad-CAM"]
+    assert table["Area (LeRF − MoRF)"].notna().all()
+    assert "ev_sanity" not in at.session_state and "ev_bbox" not in at.session_state  # sections run apart
+    assert seconds < 60, f"degradation took {seconds:.0f} s"
+
+
+def test_bbox_ratios_for_a_typed_box(open_page) -> None:
+    at = open_page("evaluate")
+    at.text_input(key="ev_box").set_value("60, 40, 170, 200")
+    at.button(key="ev_box_button").click().run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    rows = at.session_state["ev_bbox"]["rows"]
+    assert [r["Method"] for r in rows] == ["Saliency", "Grad-CAM"]
+    assert all(0.0 <= r["bbox ratio"] <= 1.0 for r in rows)
+    assert abs(rows[0]["random ≈"] - (110 * 160) / 224**2) < 1e-3
+    assert any("box on the crop" in c for im in at.image for c in im.captions)
+
+
+def test_bad_box_is_a_readable_error(open_page) -> None:
+    at = open_page("evaluate")
+    at.text_input(key="ev_box").set_value("1, 2, 3")
+    at.button(key="ev_box_button").click().run()
+    assert_clean(at)
+    assert any("four numbers" in e.value for e in at.error)
+
+
+def test_sanity_strip_with_a_cheap_method(open_page) -> None:
+    at = open_page("evaluate")
+    assert at.selectbox(key="ev_san_method").value == "saliency"
+    at.slider(key="ev_san_levels").set_value(2)
+    at, seconds = timed_run(at.button(key="ev_san_button").click())
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    strip = at.session_state["ev_sanity"]["strip"]
+    assert len(strip.levels) == 2 and strip.levels[0] == "logits"
+    assert all(-1.0 <= s <= 1.0 for s in strip.ssim)
+    assert strip.heatmaps[0].shape == (224, 224)
+    chart = specs(at)["ev_ssim_chart"]
+    assert chart["data"][0]["y"][0] == 1.0 and len(chart["data"][0]["y"]) == 3
+    assert seconds < 60, f"sanity check took {seconds:.0f} s"

@@ -1,0 +1,124 @@
+"""compare(), grid_png() and the `compare` command line."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from iba_core.baselines.base import AttributionMap
+from iba_core.compare import colour_limits, compare, grid_png, resolve_methods
+
+CHEAP = ["random", "gradient", "grad_cam"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One intra-op thread: on a shared CPU two OpenMP threads wait on each other (see tests/baselines)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _map(key, values, signed, unit="", seconds=0.5):
+    return AttributionMap(key, key.title(), np.asarray(values, dtype=np.float32), signed, unit, seconds)
+
+
+def test_compare_runs_methods_in_order_with_progress(offline_model, chelsea_x):
+    calls = []
+    maps = compare(offline_model, chelsea_x, 285, CHEAP, progress=lambda *a: calls.append(a))
+    assert [m.key for m in maps] == CHEAP
+    assert all(m.values.shape == (224, 224) and np.isfinite(m.values).all() for m in maps)
+    assert calls == [(0, 3, "Random"), (1, 3, "Gradient"), (2, 3, "Grad-CAM"), (3, 3, "done")]
+
+
+def test_compare_defaults_to_top1_and_reports_failures(offline_model, chelsea_x):
+    errors = {}
+    maps = compare(offline_model, chelsea_x, None, ["gradient", "integrated_gradients"],
+                   settings={"integrated_gradients": {"steps": 0}}, on_error=lambda k, e: errors.update({k: e}))
+    assert [m.key for m in maps] == ["gradient"]
+    assert isinstance(errors["integrated_gradients"], ValueError)
+    with pytest.raises(ValueError):
+        compare(offline_model, chelsea_x, 285, ["integrated_gradients"], settings={"integrated_gradients": {"steps": 0}})
+
+
+def test_resolve_methods():
+    assert [m.key for m in resolve_methods("all")][:2] == ["random", "occlusion_8"]
+    assert [m.key for m in resolve_methods("saliency, grad_cam")] == ["saliency", "grad_cam"]
+    with pytest.raises(ValueError, match="Unknown attribution method"):
+        resolve_methods("saliency,nope")
+    with pytest.raises(ValueError):
+        resolve_methods("")
+
+
+def test_colour_limits():
+    signed = _map("gradient", [[-1.0, 0.5], [2.0, 0.0]], True)
+    low, high = colour_limits(signed)
+    assert low == -high and high > 0
+    bits = _map("iba_10", [[0.0, 0.2], [3.0, 1.0]], False, "bits/pixel")
+    assert colour_limits(bits) == (0.0, 3.0)  # true range for maps with a unit
+    assert colour_limits(_map("grad_cam", np.zeros((2, 2)), False)) == (0.0, 1.0)  # flat maps still draw
+
+
+def test_grid_png_is_a_valid_png():
+    rng = np.random.default_rng(0)
+    maps = [
+        _map("gradient", rng.normal(size=(32, 32)), True),
+        _map("saliency", rng.random((32, 32)), False),
+        _map("iba_10", rng.random((32, 32)) * 2, False, "bits/pixel", seconds=75.0),
+    ]
+    image = Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8))
+    data = grid_png(maps, image, title="test")
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    png = Image.open(io.BytesIO(data))
+    png.load()
+    assert png.format == "PNG" and png.size[0] > 300 and png.size[1] > 100
+    # many maps wrap into rows; no image is fine too
+    assert Image.open(io.BytesIO(grid_png(maps * 4))).size[1] > png.size[1]
+    with pytest.raises(ValueError):
+        grid_png([])
+
+
+def test_cli_writes_maps_grid_and_summary(tmp_path, capsys):
+    from iba_core.cli_compare import main
+    from iba_core.images import load_sample
+
+    image = tmp_path / "cat.png"
+    load_sample("chelsea").save(image)
+    out = tmp_path / "out"
+    code = main(["compare", str(image), "--model", "efficientnet_lite0", "--methods", "random,gradient,grad_cam",
+                 "--target", "Egyptian cat", "--out", str(out)])
+    assert code == 0
+    for key in CHEAP:
+        values = np.load(out / f"{key}.npy")
+        assert values.shape == (224, 224) and values.dtype == np.float32
+    assert Image.open(out / "grid.png").format == "PNG"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["target"] == 285 and summary["class_name"] == "Egyptian cat"
+    assert [m["key"] for m in summary["methods"]] == CHEAP and summary["failed"] == {}
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"] == CHEAP
+
+
+def test_cli_rejects_unknown_methods_and_layers(tmp_path, capsys):
+    from iba_core.cli_compare import main
+
+    assert main(["compare", str(tmp_path / "x.png"), "--methods", "nope", "--out", str(tmp_path)]) == 1
+    assert "Unknown attribution method" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "x.png"), "--layer", "conv9", "--out", str(tmp_path)]) == 1
+    assert "no layer" in capsys.readouterr().err
+
+
+def test_add_compare_parser_registers_the_subcommand():
+    import argparse
+
+    from iba_core.cli_compare import add_compare_parser, cmd_compare
+
+    parser = argparse.ArgumentParser()
+    add_compare_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["compare", "img.png", "--model", "resnet50", "--out", "d", "--methods", "saliency"])
+    assert args.func is cmd_compare and args.model == "resnet50" and args.methods == "saliency"
+    assert args.layer is None and args.target is None
