@@ -93,18 +93,26 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from .models import check_layer
 
     check_layer(loaded.spec, layer)
-    progress, close = _progress_bar(f"statistics {loaded.key}/{layer}")
-    try:
-        stats = get_stats(loaded, layer, images=args.stats_images, n=args.n, progress=progress)
-    finally:
-        close()
     target = None if args.target is None else loaded.class_index(args.target)
-    settings = BottleneckSettings(
-        beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed
-    )
     cropped = loaded.preprocess.crop(image)
     x = loaded.preprocess.normalise(cropped)
-    result = PerSampleBottleneck.for_model(loaded, layer, stats, settings).attribute(x, target)
+    if args.method == "readout":
+        from .readout import readout_attribute
+
+        # The readout's bottleneck layer and statistics come from its checkpoint.
+        result = readout_attribute(loaded, args.readout, x, target, batch=args.batch, seed=args.seed)
+        layer, stats_samples = result.readout["layer"], None
+    else:
+        progress, close = _progress_bar(f"statistics {loaded.key}/{layer}")
+        try:
+            stats = get_stats(loaded, layer, images=args.stats_images, n=args.n, progress=progress)
+        finally:
+            close()
+        settings = BottleneckSettings(
+            beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed
+        )
+        result = PerSampleBottleneck.for_model(loaded, layer, stats, settings).attribute(x, target)
+        stats_samples = stats.n
     if args.out:
         np.save(args.out, result.heatmap)
     if args.png:
@@ -113,6 +121,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         overlay_image(cropped, result.heatmap).save(args.png)
     print(json.dumps({
         "image": str(args.image),
+        "method": args.method,
         "model": loaded.key,
         "layer": layer,
         "target": result.target,
@@ -120,8 +129,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         "p_without": round(result.p_without, 6),
         "p_with": round(result.p_with, 6),
         "total_bits": round(result.total_bits, 3),
-        "beta_k": settings.beta_k,
-        "stats_samples": stats.n,
+        "beta_k": result.settings.beta_k,
+        "stats_samples": stats_samples,
         "seconds": round(result.seconds, 3),
     }))
     return 0
@@ -157,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attribute", help="Per-Sample Bottleneck heatmap for one image")
     p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff)")
     _add_model_args(p)
+    p.add_argument("--method", choices=("per-sample", "readout"), default="per-sample",
+                   help="Per-Sample Bottleneck (default) or a trained Readout Bottleneck")
+    p.add_argument("--readout", default=None,
+                   help="readout checkpoint (default: the one shipped for the network, if any)")
     p.add_argument("--beta-k", type=float, default=10.0, help="β·k, paper default 10 (β = 10/k)")
     p.add_argument("--target", default=None, help="class index or ImageNet class name (default: top-1)")
     p.add_argument("--steps", type=int, default=10)
@@ -169,6 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy)")
     p.add_argument("--png", type=Path, default=None, help="save an overlay image (.png)")
     p.set_defaults(func=cmd_attribute)
+
+    # Capabilities built on the core register their own subcommands.
+    from .cli_compare import add_compare_parser
+    from .cli_evaluate import add_evaluate_parser
+    from .cli_readout import add_readout_parser
+
+    add_compare_parser(sub)
+    add_evaluate_parser(sub)
+    add_readout_parser(sub)
     return parser
 
 

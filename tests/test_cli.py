@@ -94,3 +94,20 @@ def test_offline_network_without_weights_explains(tmp_path, monkeypatch, chelsea
     assert main(["attribute", str(chelsea_jpg), "--model", "resnet50"]) == 1
     err = capsys.readouterr().err
     assert "resnet50-0676ba61.pth" in err and "efficientnet_lite0" in err
+
+
+def test_attribute_with_the_shipped_readout(chelsea_jpg, capsys):
+    assert main(["attribute", str(chelsea_jpg), "--method", "readout"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert summary["method"] == "readout" and summary["layer"] == "block2_2"
+    assert summary["target"] == 285 and summary["total_bits"] > 0 and summary["stats_samples"] is None
+
+
+def test_mismatched_readout_checkpoint_is_a_clear_error(chelsea_jpg, capsys):
+    from pathlib import Path as _P
+
+    ckpt = _P(__file__).resolve().parents[1] / "assets" / "readout_efficientnet_lite0.pt"
+    assert main(["attribute", str(chelsea_jpg), "--method", "readout", "--readout", str(ckpt),
+                 "--model", "resnet50", "--random-weights"]) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
