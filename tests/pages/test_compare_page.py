@@ -24,7 +24,8 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, monkey
     at, seconds = timed_run(at.button(key="cmp_run_button").click())
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    assert calls == CHEAP
+    assert [c for c in calls if c != "readout"] == CHEAP
+    assert calls.count("readout") == 1  # the shipped offline readout fills its column
 
     cache = at.session_state["map_cache"]
     last = at.session_state["cmp_last"]
@@ -35,8 +36,8 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, monkey
     captions = " ".join(c.value for c in at.caption)
     assert "Saliency" in captions and "Grad-CAM" in captions
     assert "signed" in captions
-    if last["readout"] is None:
-        assert any("Readout Bottleneck" in i.value and "checkpoint" in i.value for i in at.info)
+    assert last["readout"] is not None  # assets/readout_efficientnet_lite0.pt ships with the app
+    assert "Readout" in captions
     assert [b.label for b in at.get("download_button")] == ["Download grid (PNG)"]
     assert seconds < 60, f"two cheap maps took {seconds:.0f} s"
 
@@ -44,7 +45,7 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, monkey
     at.multiselect(key="cmp_methods").set_value([*CHEAP, "gradient"])
     at.button(key="cmp_run_button").click().run()
     assert_clean(at)
-    assert calls == [*CHEAP, "gradient"]
+    assert [c for c in calls if c != "readout"] == [*CHEAP, "gradient"]
     assert at.session_state["map_cache"].computed == 3
     assert [k[4] for k in at.session_state["cmp_last"]["keys"]] == [*CHEAP, "gradient"]
 
