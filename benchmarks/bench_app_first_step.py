@@ -1,0 +1,82 @@
+"""How soon after pressing Run the first live step appears in the browser (offline model, cached stats).
+
+Starts `streamlit run app.py` on a free localhost port, drives Debian's Chromium with Playwright, presses
+Run a few times on the Per-Sample page and prints, per run, the seconds from the click to "Step 1 / 10"
+and to the finished result. Goal (issue: the live app): step 1 within about 2 s.
+
+    python benchmarks/bench_app_first_step.py [--runs 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    from playwright.sync_api import expect, sync_playwright
+
+    port = _free_port()
+    cache = tempfile.mkdtemp(prefix="iba-bench-")
+    env = {**os.environ, "IBA_CACHE_DIR": cache}  # the shipped default statistics seed this cache
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+         str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                        args=["--no-sandbox", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            expect.set_options(timeout=180_000)
+            page.goto(f"{url}/per_sample")
+            expect(page.get_by_text("Top prediction")).to_be_visible()
+            first, done = [], []
+            for i in range(args.runs):
+                t0 = time.perf_counter()
+                page.get_by_role("button", name="Run").click()
+                step1 = page.get_by_text("Step 1 / 10")
+                while step1.count() == 0:  # poll: a 20 ms resolution is plenty for a ~2 s goal
+                    page.wait_for_timeout(20)
+                first.append(time.perf_counter() - t0)
+                expect(page.get_by_text("Done in")).to_be_visible()
+                done.append(time.perf_counter() - t0)
+                # After run 1 the previous "Done in" message may still be on screen: only run 1's result
+                # time is reliable; step 1 is measured reliably every run (the live view starts empty).
+                print(f"run {i + 1}: step 1 after {first[-1]:.2f} s, result after {done[-1]:.2f} s", flush=True)
+            browser.close()
+        print(f"median: step 1 after {statistics.median(first):.2f} s ({args.runs} runs); "
+              f"first result after {done[0]:.2f} s")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    main()
