@@ -196,7 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; user errors print one line to stderr and exit non-zero, no traceback."""
-    args = build_parser().parse_args(argv)
+    return run_command(build_parser().parse_args(argv))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand; user errors become one line on stderr (shared by every CLI module)."""
     try:
         return args.func(args)
     except (ImageError, WeightsUnavailableError, UnknownModelError, FileNotFoundError, ValueError) as err:

@@ -127,8 +127,7 @@ def _json_default(obj):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `compare …` on its own: argv without the leading "compare" is accepted too."""
-    from .images import ImageError
-    from .models import UnknownModelError, WeightsUnavailableError
+    from .cli import run_command
 
     parser = argparse.ArgumentParser(prog="python -m iba_core")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,14 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "compare":
         argv = ["compare", *argv]
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (ImageError, WeightsUnavailableError, UnknownModelError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_command(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,6 @@
 """Command line for the Readout Bottleneck: `train-readout`.
 
-Wire into iba_core.cli with `add_readout_parser(sub)`; until then it runs on its own:
+`iba_core.cli` registers it (`python -m iba_core train-readout …`); it also runs on its own:
 
     python -m iba_core.cli_readout train-readout --model efficientnet_lite0 --images DIR --epochs 10
     python -m torch.distributed.run --nproc_per_node 2 -m iba_core.cli_readout train-readout …
@@ -134,18 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; user errors print one line to stderr and exit non-zero, no traceback."""
-    from .images import ImageError
-    from .models import UnknownModelError, WeightsUnavailableError
+    from .cli import run_command
 
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ImageError, WeightsUnavailableError, UnknownModelError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_command(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
