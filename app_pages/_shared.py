@@ -34,6 +34,7 @@ from iba_core.app_support import (
 )
 from iba_core.images import SUPPORTED_UPLOAD_TYPES, ImageError, sample_image_names
 from iba_core.models import DEFAULT_MODEL, REGISTRY, LoadedModel, WeightsUnavailableError, find_weights, get_spec
+from iba_core.page_support import MapCache
 from iba_core.per_sample import AttributionResult, BottleneckSettings
 from iba_core.stats import FeatureStats
 
@@ -299,3 +300,12 @@ class RunRecord:
     cropped: Image.Image
     result: AttributionResult
     stats_description: str
+
+
+#: One attribution-map cache per browser session, shared by the Compare and Evaluate pages, so a map
+#: computed on one page is reused on the other.
+MAP_CACHE_KEY = "map_cache"
+
+
+def map_cache() -> MapCache:
+    return st.session_state.setdefault(MAP_CACHE_KEY, MapCache())

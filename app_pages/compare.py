@@ -10,7 +10,6 @@ from iba_core.baselines.iba import stats_samples
 from iba_core.compare import format_seconds, grid_png
 from iba_core.stats import get_stats
 
-CACHE_KEY = "map_cache"  # shared with the Evaluate page: a map computed on one page is reused on the other
 LAST_KEY = "cmp_last"
 READOUT_NONE = "—"
 COLUMNS = 4
@@ -22,10 +21,6 @@ st.markdown(
     "(dark = low). The bottleneck maps are in **bits per pixel**, with a colour bar. Maps already computed for this "
     "image, network and class are reused, so adding a method only computes that one."
 )
-
-
-def map_cache() -> ps.MapCache:
-    return st.session_state.setdefault(CACHE_KEY, ps.MapCache())
 
 
 def form(inputs: ui.Inputs, names: dict[str, str], checkpoints: list[ps.ReadoutCheckpoint]) -> tuple | None:
@@ -81,7 +76,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: p
         if not methods and readout is None:
             raise ValueError("Choose at least one method.")
         target_idx = ui.resolve_target(inputs, target)
-        cache = map_cache()
+        cache = ui.map_cache()
         todo = [m for m in methods
                 if cache.get(ps.map_key(inputs.image.digest, inputs.loaded, target_idx, m)) is None]
         if any(m.startswith("iba_") for m in todo):
@@ -142,7 +137,7 @@ def readout_note(checkpoints: list[ps.ReadoutCheckpoint], model_key: str) -> Non
 
 
 def show(last: dict) -> None:
-    cache = map_cache()
+    cache = ui.map_cache()
     entries = [e for e in (cache.get(k) for k in last["keys"]) if e is not None]
     if last["readout"] is not None:
         entries.append(last["readout"])

@@ -9,7 +9,6 @@ from iba_core.baselines import get_method, method_keys
 from iba_core.baselines.iba import stats_samples
 from iba_core.stats import get_stats
 
-CACHE_KEY = "map_cache"  # shared with the Compare page
 DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
 PLOT_CONFIG = {"displayModeBar": False}
 
@@ -22,10 +21,6 @@ st.markdown(
     "falls). **Bounding box:** the share of the map's top pixels that lie inside an object box you give. "
     "Each section runs on its own button."
 )
-
-
-def map_cache() -> ps.MapCache:
-    return st.session_state.setdefault(CACHE_KEY, ps.MapCache())
 
 
 def choices(inputs: ui.Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
@@ -56,7 +51,7 @@ def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
         bar.progress(done / max(total, 1), text=f"Maps {done} / {total} · {label}")
 
     with inputs.shared.busy() as loaded:
-        entries = map_cache().maps(loaded, inputs.x, inputs.image.digest, target, methods, progress=progress)
+        entries = ui.map_cache().maps(loaded, inputs.x, inputs.image.digest, target, methods, progress=progress)
     return {k: e.amap for k, e in entries.items()}
 
 
