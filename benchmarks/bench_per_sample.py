@@ -3,6 +3,9 @@
 The straightforward loop is what one writes first: a forward hook replaces the layer's output by Z,
 and every step runs the whole network forward and backward with parameter gradients on.
 The project's run executes the prefix once and only the suffix per step, without parameter gradients.
+The "floor" is the bare work of that design: the prefix once and T suffix passes (forward + input-gradient
+backward) on B copies, with no noise, mask, loss bookkeeping or p(target) measurements; no attribution can
+be faster with this network split, so it tells how much of the gap to the loop is left to win.
 
 Runs alternate in one process so that both see the same machine state; medians are printed.
 
@@ -109,6 +112,16 @@ def naive_loop(model, layer_module, x, target, stats, s: BottleneckSettings) -> 
             p.grad = None
 
 
+def floor_passes(prefix, suffix, x, s: BottleneckSettings) -> None:
+    """Prefix once, then T × (suffix forward + backward to its input) on B copies: the design's minimum."""
+    with torch.no_grad():
+        r = prefix(x)
+    z = r.expand(s.batch, *r.shape[1:]).contiguous(memory_format=torch.channels_last)
+    for _ in range(s.steps):
+        z_step = z.detach().requires_grad_(True)
+        suffix(z_step).sum().backward()
+
+
 def _setup(key: str, device: torch.device):
     layer = CASES[key]
     loaded = load_model(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
@@ -118,9 +131,11 @@ def _setup(key: str, device: torch.device):
     s = BottleneckSettings(steps=10, batch=10)
     ours = PerSampleBottleneck.for_model(loaded, layer, stats, s)
     module = loaded.hook_module(layer)
+    prefix, suffix = loaded.fast_split(layer)
     return layer, {
         "ours": lambda: ours.attribute(x, 1),
         "naive": lambda: naive_loop(loaded.model, module, x, 1, stats, s),
+        "floor": lambda: floor_passes(prefix, suffix, x, s),
     }
 
 
@@ -139,7 +154,7 @@ def bench_time(key: str, repeats: int, device: torch.device) -> dict:
             times[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(v) for name, v in times.items()}
     return {"model": key, "layer": layer, "ours_s": med["ours"], "naive_s": med["naive"],
-            "speedup": med["naive"] / med["ours"]}
+            "speedup": med["naive"] / med["ours"], "floor_s": med["floor"], "floor_speedup": med["naive"] / med["floor"]}
 
 
 def bench_memory(key: str, variant: str, device: torch.device) -> float:
@@ -176,13 +191,14 @@ def main() -> None:
         return
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, B=10, T=10, "
           f"{args.repeats} alternating repeats (medians); peak memory above baseline, one warm run each")
-    print(f"{'model':<20}{'layer':<10}{'ours s':>9}{'naive s':>9}{'speed-up':>10}{'ours MB':>10}{'naive MB':>10}")
+    print(f"{'model':<20}{'layer':<10}{'ours s':>9}{'naive s':>9}{'speed-up':>10}{'ours MB':>10}{'naive MB':>10}"
+          f"{'floor s':>9}{'floor x':>9}")
     for key in args.models.split(","):
         key = key.strip()
         r = bench_time(key, args.repeats, device)
         mem = {v: _memory_in_child(key, v, args.device) for v in ("ours", "naive")}
         print(f"{r['model']:<20}{r['layer']:<10}{r['ours_s']:>9.2f}{r['naive_s']:>9.2f}{r['speedup']:>9.2f}x"
-              f"{mem['ours']:>10.0f}{mem['naive']:>10.0f}", flush=True)
+              f"{mem['ours']:>10.0f}{mem['naive']:>10.0f}{r['floor_s']:>9.2f}{r['floor_speedup']:>8.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -60,11 +60,36 @@ def inject_noise(
     batch: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Z = λR + (1-λ)ε with ε ~ N(μ_R, σ_R²), drawn independently for each of `batch` copies (eq. 2)."""
-    shape = (batch,) + tuple(r.shape[1:])
-    eps = torch.randn(shape, generator=generator, device=r.device, dtype=r.dtype)
-    eps = mean + std * eps
-    return lam * r + one_minus_lam * eps
+    """Z = λR + (1-λ)ε with ε ~ N(μ_R, σ_R²), drawn independently for each of `batch` copies (eq. 2).
+
+    Computed as Z = [λR + (1-λ)μ] + [(1-λ)σ]·n with n ~ N(0, 1), on (copies, elements) views in R's memory
+    order. Why: the backward pass then sums the copies' gradients over a 2-D view, which is ~30× faster on
+    CPU than summing a 4-D (channels-last or not) tensor over its batch axis, and a channels-last R gets
+    channels-last noise and Z, so the suffix needs no layout copy.
+    """
+    channels_last = _is_channels_last(r)
+    shape = tuple(r.shape[1:])
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        t = t.expand(t.shape[0] if t.dim() == r.dim() else 1, *shape)
+        if channels_last:
+            t = t.permute(0, 2, 3, 1)
+        return t.reshape(t.shape[0], -1)
+
+    if channels_last:
+        noise = torch.randn((batch,) + shape[1:] + shape[:1], generator=generator, device=r.device, dtype=r.dtype)
+    else:
+        noise = torch.randn((batch,) + shape, generator=generator, device=r.device, dtype=r.dtype)
+    signal = rows(lam) * rows(r) + rows(one_minus_lam) * rows(mean)
+    z = torch.addcmul(signal, rows(one_minus_lam) * rows(std), noise.reshape(batch, -1))
+    if channels_last:
+        return z.view(z.shape[0], *shape[1:], shape[0]).permute(0, 3, 1, 2)
+    return z.view(z.shape[0], *shape)
+
+
+def _is_channels_last(t: torch.Tensor) -> bool:
+    """True for a 4-D tensor stored channels-last (and not also plainly contiguous, e.g. with C = 1)."""
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
 def standardise(r: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:

@@ -17,17 +17,27 @@ EXIT_USAGE, EXIT_FAILED = 2, 1
 
 
 def _progress_bar(desc: str):
-    """A tqdm bar driven by (done, total) callbacks; returns (callback, close)."""
+    """A tqdm bar driven by (done, total) callbacks; returns (callback, close).
+
+    The bar appears on the first callback only, so loading cached statistics prints nothing.
+    """
     from tqdm import tqdm
 
-    bar = tqdm(total=0, desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True)
+    bars: list = []
 
     def update(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total or None, desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True))
+        bar = bars[0]
         if total and bar.total != total:
             bar.total = total
         bar.update(done - bar.n)
 
-    return update, bar.close
+    def close() -> None:
+        for bar in bars:
+            bar.close()
+
+    return update, close
 
 
 def _load(args: argparse.Namespace):

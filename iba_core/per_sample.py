@@ -109,7 +109,7 @@ StepCallback = Callable[[StepInfo], None]
 
 def _fast_format(z: torch.Tensor) -> torch.Tensor:
     """channels_last lets oneDNN (CPU) and cuDNN pick faster convolution kernels for the suffix."""
-    return z.contiguous(memory_format=torch.channels_last)
+    return z.contiguous(memory_format=torch.channels_last) if z.dim() == 4 else z
 
 
 class _SplitRunner:
@@ -237,8 +237,10 @@ class PerSampleBottleneck:
                     f"Statistics are for a layer shaped {tuple(self.stats.mean.shape)}, "
                     f"but the layer's output is {tuple(r.shape[1:])}."
                 )
-            mean = self.stats.mean.to(device, r.dtype)[None]
-            std = self.stats.std.to(device, r.dtype).clamp_min(s.min_std)[None]
+            # One memory layout for R, μ, σ, α and so Z: channels-last, which the suffix convolutions want.
+            r = _fast_format(r)
+            mean = _fast_format(self.stats.mean.to(device, r.dtype)[None])
+            std = _fast_format(self.stats.std.to(device, r.dtype).clamp_min(s.min_std)[None])
             r_std = standardise(r, mean, std)
             with torch.no_grad():
                 probs = runner.logits(r.clone()).softmax(dim=1)[0]  # clone: in-place ReLUs

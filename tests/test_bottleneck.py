@@ -61,6 +61,41 @@ def test_noise_has_the_prior_mean_and_std():
     assert z.std().item() == pytest.approx(0.5, abs=0.01)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_noise_injection_is_equation_2_in_either_memory_layout(channels_last):
+    # Z = λR + (1-λ)(μ + σn) exactly, and gradients reach λ and 1-λ as that formula says; the layout of R
+    # decides the layout of Z (channels-last R → channels-last Z, so the suffix needs no copy).
+    g = torch.Generator().manual_seed(1)
+    shape = (1, 3, 4, 5)
+    r, mean = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    std = torch.rand(shape, generator=g) + 0.5
+    lam0 = torch.rand(shape, generator=g)
+    if channels_last:
+        r, mean, std = (t.contiguous(memory_format=torch.channels_last) for t in (r, mean, std))
+    lam = lam0.clone().requires_grad_(True)
+    one_minus = (1 - lam0).clone().requires_grad_(True)
+    z = inject_noise(r, lam, one_minus, mean, std, 6, torch.Generator().manual_seed(7))
+    assert z.shape == (6, 3, 4, 5)
+    assert z.is_contiguous(memory_format=torch.channels_last) == channels_last
+    noise = ((z - lam0 * r - (1 - lam0) * mean) / ((1 - lam0) * std)).detach()  # the n that was drawn
+    assert noise.std().item() == pytest.approx(1.0, abs=0.35)
+    weights = torch.randn(z.shape, generator=g)
+    (z * weights).sum().backward()
+    assert torch.allclose(lam.grad, (weights * r).sum(0, keepdim=True), atol=1e-5)
+    assert torch.allclose(one_minus.grad, (weights * (mean + std * noise)).sum(0, keepdim=True), atol=1e-4)
+
+
+def test_noise_injection_accepts_one_mask_per_sample():
+    # The Readout Bottleneck passes a batch of R and one λ per sample: copies = samples.
+    r = torch.randn(4, 2, 3, 3)
+    lam = torch.rand(4, 2, 3, 3)
+    z = inject_noise(r, lam, 1 - lam, torch.zeros(1, 2, 3, 3), torch.ones(1, 2, 3, 3), 4,
+                     torch.Generator().manual_seed(0))
+    assert z.shape == r.shape
+    ones = torch.ones_like(r)
+    assert torch.equal(inject_noise(r, ones, torch.zeros_like(r), torch.zeros_like(r), ones, 4), r)
+
+
 def test_nats_to_bits():
     assert nats_to_bits(torch.tensor(math.log(2.0))).item() == pytest.approx(1.0)
     assert nats_to_bits(torch.tensor(math.log(8.0))).item() == pytest.approx(3.0)

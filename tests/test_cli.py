@@ -51,6 +51,14 @@ def test_attribute_with_named_target_and_settings(chelsea_jpg, capsys):
     assert summary["target"] == 281 and summary["beta_k"] == 100
 
 
+def test_progress_bar_only_while_statistics_are_computed(chelsea_jpg, capsys):
+    argv = ["attribute", str(chelsea_jpg), "--layer", "block4_1", "--n", "12", "--steps", "1"]
+    assert main(argv) == 0
+    assert "statistics efficientnet_lite0/block4_1" in capsys.readouterr().err  # computed: a bar
+    assert main(argv) == 0
+    assert "statistics" not in capsys.readouterr().err  # cached: silent, no empty bar
+
+
 def test_models_lists_every_network(capsys):
     assert main(["models", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
