@@ -118,8 +118,8 @@ def floor_passes(prefix, suffix, x, s: BottleneckSettings) -> None:
         r = prefix(x)
     z = r.expand(s.batch, *r.shape[1:]).contiguous(memory_format=torch.channels_last)
     for _ in range(s.steps):
-        z_step = z.detach().requires_grad_(True)
-        suffix(z_step).sum().backward()
+        leaf = z.detach().requires_grad_(True)
+        suffix(leaf.clone()).sum().backward()  # clone: a suffix may start with an in-place ReLU (VGG)
 
 
 def _setup(key: str, device: torch.device):
