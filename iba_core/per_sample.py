@@ -156,7 +156,11 @@ class _HookRunner:
         def swap(out: torch.Tensor) -> torch.Tensor:
             if out.shape[1:] != z.shape[1:]:
                 raise RuntimeError(f"Layer output shape {tuple(out.shape)} does not match Z {tuple(z.shape)}.")
-            return _fast_format(z)
+            # Z in the layer's own memory layout: an arbitrary network may `.view()` what follows the layer,
+            # which fails on channels-last strides.
+            if out.dim() == 4 and out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous():
+                return _fast_format(z)
+            return z.contiguous()
 
         x = self._x.expand(z.shape[0], *self._x.shape[1:])
         with replaced_output(self.layer, swap):

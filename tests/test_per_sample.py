@@ -75,6 +75,29 @@ def test_split_path_equals_hook_path_tiny(tiny_net, tiny_stats):
     assert a.p_with == pytest.approx(b.p_with, rel=1e-5)
 
 
+class _ViewNet(torch.nn.Module):
+    """An old-style network that flattens with `.view`, which needs plainly contiguous input."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.fc(h.view(h.shape[0], -1))
+
+
+def test_hook_path_works_when_the_network_views_the_layer_output():
+    from iba_core.stats import FeatureStats
+
+    net = _ViewNet().eval()
+    stats = FeatureStats(torch.zeros(4, 8, 8), torch.ones(4, 8, 8), 1000)
+    res = PerSampleBottleneck(net, "conv", stats, BottleneckSettings(steps=2)).attribute(_x(), target=1)
+    assert res.heatmap.shape == (8, 8) and np.isfinite(res.heatmap).all()
+
+
 def test_split_path_equals_hook_path_on_offline_model(offline_model, offline_stats, chelsea_x):
     layer = offline_model.spec.default_layer
     settings = BottleneckSettings(seed=0, steps=3)
