@@ -150,6 +150,11 @@ class _HookRunner:
             self.model(x)
         if not captured:
             raise RuntimeError("The chosen layer did not run during the forward pass.")
+        if len(captured) > 1:  # e.g. torchvision's ResNet blocks call one ReLU module three times
+            raise ValueError(
+                f"The chosen layer runs {len(captured)} times in one forward pass (a shared module), so a "
+                "bottleneck there would be ambiguous; choose a module that runs once."
+            )
         return captured[0]
 
     def logits(self, z: torch.Tensor) -> torch.Tensor:

@@ -98,6 +98,25 @@ def test_hook_path_works_when_the_network_views_the_layer_output():
     assert res.heatmap.shape == (8, 8) and np.isfinite(res.heatmap).all()
 
 
+def test_hook_path_refuses_a_module_that_runs_twice():
+    from iba_core.stats import FeatureStats
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.act = torch.nn.Conv2d(3, 3, 1), torch.nn.ReLU()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(self.act(self.conv(self.act(x))).mean(dim=(2, 3)))
+
+    net = Twice().eval()
+    stats = FeatureStats(torch.zeros(3, 8, 8), torch.ones(3, 8, 8), 1000)
+    with pytest.raises(ValueError, match="runs 2 times"):
+        PerSampleBottleneck(net, "act", stats).attribute(_x(), target=0)
+    assert hook_count(net) == 0
+
+
 def test_split_path_equals_hook_path_on_offline_model(offline_model, offline_stats, chelsea_x):
     layer = offline_model.spec.default_layer
     settings = BottleneckSettings(seed=0, steps=3)
