@@ -67,7 +67,7 @@ def inject_noise(
     CPU than summing a 4-D (channels-last or not) tensor over its batch axis, and a channels-last R gets
     channels-last noise and Z, so the suffix needs no layout copy.
     """
-    channels_last = _is_channels_last(r)
+    channels_last = is_channels_last(r)
     shape = tuple(r.shape[1:])
 
     def rows(t: torch.Tensor) -> torch.Tensor:
@@ -87,7 +87,7 @@ def inject_noise(
     return z.view(z.shape[0], *shape)
 
 
-def _is_channels_last(t: torch.Tensor) -> bool:
+def is_channels_last(t: torch.Tensor) -> bool:
     """True for a 4-D tensor stored channels-last (and not also plainly contiguous, e.g. with C = 1)."""
     return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 

@@ -22,6 +22,7 @@ from .bottleneck import (
     MIN_STD,
     information_map_bits,
     inject_noise,
+    is_channels_last,
     kl_per_element,
     lambda_from_alpha,
     resize_preserving_total,
@@ -163,9 +164,7 @@ class _HookRunner:
                 raise RuntimeError(f"Layer output shape {tuple(out.shape)} does not match Z {tuple(z.shape)}.")
             # Z in the layer's own memory layout: an arbitrary network may `.view()` what follows the layer,
             # which fails on channels-last strides.
-            if out.dim() == 4 and out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous():
-                return _fast_format(z)
-            return z.contiguous()
+            return _fast_format(z) if is_channels_last(out) else z.contiguous()
 
         x = self._x.expand(z.shape[0], *self._x.shape[1:])
         with replaced_output(self.layer, swap):
