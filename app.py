@@ -1,19 +1,22 @@
 """IBA Explorer: entry point. `streamlit run app.py`.
 
-Defines the pages; each page gathers inputs and shows results, the science lives in iba_core.
+Defines the pages (PAGES, in pages/); each page gathers inputs and shows results, the logic lives in
+iba_core.app and the drawing in iba_core.render.
 """
 from __future__ import annotations
 
 import streamlit as st
 
+from pages import _widgets as ui
+
 st.set_page_config(page_title="IBA Explorer", page_icon=":material/blur_on:", layout="wide")
 
 PAGES = [
-    st.Page("app_pages/home.py", title="Home", icon=":material/home:", default=True),
-    st.Page("app_pages/per_sample.py", title="Per-Sample Bottleneck", icon=":material/blur_on:"),
-    st.Page("app_pages/beta_layer.py", title="β × layer", icon=":material/grid_view:"),
-    st.Page("app_pages/compare.py", title="Compare methods", icon=":material/compare:"),
-    st.Page("app_pages/evaluate.py", title="Evaluate", icon=":material/analytics:"),
+    st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("pages/per_sample.py", title="Per-Sample Bottleneck", icon=":material/blur_on:"),
+    st.Page("pages/beta_layer.py", title="β × layer", icon=":material/grid_view:"),
+    st.Page("pages/compare.py", title="Compare methods", icon=":material/compare:"),
+    st.Page("pages/evaluate.py", title="Evaluate", icon=":material/analytics:"),
 ]
 
 page = st.navigation(PAGES)
@@ -21,4 +24,5 @@ st.sidebar.caption(
     "Per-Sample Information Bottleneck: Schulz, Sixt, Tombari & Landgraf, "
     "*Restricting the Flow: Information Bottlenecks for Attribution*, ICLR 2020."
 )
+st.session_state[ui.VIA_APP_KEY] = True  # this run went through the navigation above (see ui.through_app)
 page.run()

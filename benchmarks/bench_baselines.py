@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from iba_core.baselines import get_method, method_keys, run_method  # noqa: E402
+from iba_core.methods import get_method, method_keys  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
-from iba_core.models import load_model  # noqa: E402
+from iba_core.networks import load_network  # noqa: E402
 from iba_core.stats import FeatureStats, estimate_stats, sample_photo_batches  # noqa: E402
 
 MODELS = ("efficientnet_lite0", "resnet50")
@@ -38,18 +35,18 @@ def _stats(loaded, n: int) -> FeatureStats:
 
 
 def bench_model(key: str, methods: list[str], repeats: int, device: torch.device, stats_samples: int) -> None:
-    loaded = load_model(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
     x = loaded.preprocess(load_sample("chelsea")).to(device)
     target = loaded.top_k(x, 1)[0][0]
-    stats = _stats(loaded, stats_samples) if any(m.startswith("iba_") for m in methods) else None
+    stats = _stats(loaded, stats_samples) if any(get_method(m).needs_stats for m in methods) else None
     warm = x.clone().requires_grad_(True)
     loaded.model(warm)[0, target].backward()  # warm-up: allocator, kernel selection
     for method_key in methods:
-        settings = {"stats": stats} if method_key.startswith("iba_") else {}
+        settings = {"stats": stats} if get_method(method_key).needs_stats else {}
         times = []
         for _ in range(repeats):
             method = get_method(method_key, **settings)
-            amap = run_method(method, loaded, x, target)
+            amap = method.attribute(loaded, x, target)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(amap.seconds)

@@ -1,8 +1,10 @@
-"""Speed and memory of the Per-Sample Bottleneck against a straightforward loop.
+"""Speed and memory of the Per-Sample Bottleneck against two straightforward loops.
 
 The straightforward loop is what one writes first: a forward hook replaces the layer's output by Z,
-and every step runs the whole network forward and backward with parameter gradients on.
-The project's run executes the prefix once and only the suffix per step, without parameter gradients.
+and every step runs the whole network forward and backward — with parameter gradients on
+("trainable"), or, as a careful user of the authors' library runs it, with the parameters frozen
+("frozen"). The project's run executes the prefix once and only the suffix per step, without parameter
+gradients, in the precision `auto` chooses (printed; "ours fp32" forces fp32).
 The "floor" is the bare work of that design: the prefix once and T suffix passes (forward + input-gradient
 backward) on B copies, with no noise, mask, loss bookkeeping or p(target) measurements; no attribution can
 be faster with this network split, so it tells how much of the gap to the loop is left to win.
@@ -11,6 +13,7 @@ Runs alternate in one process so that both see the same machine state; medians a
 
     python benchmarks/bench_per_sample.py            # all three networks, 3 repeats
     python benchmarks/bench_per_sample.py --models resnet50 --repeats 5
+    python benchmarks/bench_per_sample.py --batched   # images/s for N = 1, 4, 16 images per run
 """
 from __future__ import annotations
 
@@ -21,16 +24,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from iba_core.bottleneck import kl_per_element, lambda_from_alpha, standardise  # noqa: E402
-from iba_core.models import load_model  # noqa: E402
-from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
-from iba_core.stats import FeatureStats, estimate_stats  # noqa: E402
+from iba_core.bottleneck import kl_per_element, lambda_from_alpha, standardise
+from iba_core.networks import load_network
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+from iba_core.precision import machine_id
+from iba_core.stats import FeatureStats, estimate_stats
 
 CASES = {"resnet50": "conv3_4", "vgg16": "conv4_1", "efficientnet_lite0": "block3_2"}
 
@@ -74,10 +75,10 @@ class PeakRSS:
         self.mb = (self.peak - self.base) / 2**20
 
 
-def naive_loop(model, layer_module, x, target, stats, s: BottleneckSettings) -> torch.Tensor:
-    """The plain implementation: whole network every step, parameter gradients on."""
+def naive_loop(model, layer_module, x, target, stats, s: BottleneckSettings, trainable: bool = True) -> torch.Tensor:
+    """The plain implementation: whole network every step, parameter gradients on (trainable) or off."""
     for p in model.parameters():
-        p.requires_grad_(True)
+        p.requires_grad_(trainable)
     mean, std = stats.mean[None], stats.floored_std()[None]
     alpha = None
     generator = torch.Generator().manual_seed(s.seed)
@@ -124,16 +125,20 @@ def floor_passes(prefix, suffix, x, s: BottleneckSettings) -> None:
 
 def _setup(key: str, device: torch.device):
     layer = CASES[key]
-    loaded = load_model(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
     mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
     stats = FeatureStats(mean.to(device), std.to(device), n)
     s = BottleneckSettings(steps=10, batch=10)
-    ours = PerSampleBottleneck.for_model(loaded, layer, stats, s)
+    ours = PerSampleBottleneck.for_network(loaded, layer, stats, s)
+    ours32 = PerSampleBottleneck.for_network(loaded, layer, stats, BottleneckSettings(steps=10, batch=10, precision="fp32"))
+    chosen = ours.attribute(x, 1).precision  # resolves "auto" once (measured), outside the timings
     module = loaded.hook_module(layer)
     prefix, suffix = loaded.fast_split(layer)
-    return layer, {
+    return layer, chosen, {
         "ours": lambda: ours.attribute(x, 1),
+        "ours_fp32": lambda: ours32.attribute(x, 1),
+        "frozen": lambda: naive_loop(loaded.model, module, x, 1, stats, s, trainable=False),
         "naive": lambda: naive_loop(loaded.model, module, x, 1, stats, s),
         "floor": lambda: floor_passes(prefix, suffix, x, s),
     }
@@ -141,7 +146,7 @@ def _setup(key: str, device: torch.device):
 
 def bench_time(key: str, repeats: int, device: torch.device) -> dict:
     """Median seconds of alternating runs in this process."""
-    layer, run = _setup(key, device)
+    layer, chosen, run = _setup(key, device)
     for fn in run.values():  # warm-up: allocator and oneDNN kernel caches
         fn()
     times = {name: [] for name in run}
@@ -153,13 +158,12 @@ def bench_time(key: str, repeats: int, device: torch.device) -> dict:
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(v) for name, v in times.items()}
-    return {"model": key, "layer": layer, "ours_s": med["ours"], "naive_s": med["naive"],
-            "speedup": med["naive"] / med["ours"], "floor_s": med["floor"], "floor_speedup": med["naive"] / med["floor"]}
+    return {"model": key, "layer": layer, "precision": chosen, **{f"{k}_s": v for k, v in med.items()}}
 
 
 def bench_memory(key: str, variant: str, device: torch.device) -> float:
     """Peak memory (MB) of one warm run of one variant, above what was in use before it."""
-    _, run = _setup(key, device)
+    _, _, run = _setup(key, device)
     run[variant]()
     with PeakRSS(device) as peak:
         run[variant]()
@@ -178,27 +182,60 @@ def _memory_in_child(key: str, variant: str, device: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def bench_batched(key: str, device: torch.device, sizes=(1, 4, 16), repeats: int = 2) -> list[tuple[int, float]]:
+    """(N, images per second) for attribute_batch on N different images (the chosen precision)."""
+    layer = CASES[key]
+    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    iba = PerSampleBottleneck.for_network(loaded, layer, FeatureStats(mean.to(device), std.to(device), n),
+                                          BottleneckSettings(steps=10, batch=10))
+    out = []
+    for size in sizes:
+        x = torch.randn(size, 3, 224, 224, generator=torch.Generator().manual_seed(size)).to(device)
+        iba.attribute_batch(x[:1])  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            iba.attribute_batch(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        out.append((size, size / statistics.median(times)))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batched", action="store_true", help="images/s of batched attribution (N = 1, 4, 16)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurements")
     parser.add_argument("--memory-of", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.memory_of:
         print(bench_memory(args.memory_of[0], args.memory_of[1], device))
         return
-    print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, B=10, T=10, "
-          f"{args.repeats} alternating repeats (medians); peak memory above baseline, one warm run each")
-    print(f"{'model':<20}{'layer':<10}{'ours s':>9}{'naive s':>9}{'speed-up':>10}{'ours MB':>10}{'naive MB':>10}"
-          f"{'floor s':>9}{'floor x':>9}")
-    for key in args.models.split(","):
-        key = key.strip()
+    print(f"machine: {machine_id(device)}; device {device}")
+    if args.batched:
+        print(f"{'model':<20}{'layer':<10}" + "".join(f"{f'N={n} img/s':>12}" for n in (1, 4, 16)))
+        for key in (k.strip() for k in args.models.split(",")):
+            rates = bench_batched(key, device)
+            print(f"{key:<20}{CASES[key]:<10}" + "".join(f"{r:>12.2f}" for _, r in rates), flush=True)
+        return
+    print(f"B=10, T=10, {args.repeats} alternating repeats (medians); peak memory above baseline, one warm run each")
+    print(f"{'model':<20}{'layer':<10}{'prec.':>6}{'ours s':>8}{'fp32 s':>8}{'frozen s':>9}{'train s':>9}"
+          f"{'vs frozen':>10}{'vs train':>10}{'floor s':>9}{'ours MB':>9}{'frozen MB':>10}{'train MB':>10}")
+    for key in (k.strip() for k in args.models.split(",")):
         r = bench_time(key, args.repeats, device)
-        mem = {v: _memory_in_child(key, v, args.device) for v in ("ours", "naive")}
-        print(f"{r['model']:<20}{r['layer']:<10}{r['ours_s']:>9.2f}{r['naive_s']:>9.2f}{r['speedup']:>9.2f}x"
-              f"{mem['ours']:>10.0f}{mem['naive']:>10.0f}{r['floor_s']:>9.2f}{r['floor_speedup']:>8.2f}x", flush=True)
+        mem = ({} if args.no_memory else
+               {v: _memory_in_child(key, v, args.device) for v in ("ours", "frozen", "naive")})
+        print(f"{r['model']:<20}{r['layer']:<10}{r['precision']:>6}{r['ours_s']:>8.2f}{r['ours_fp32_s']:>8.2f}"
+              f"{r['frozen_s']:>9.2f}{r['naive_s']:>9.2f}{r['frozen_s'] / r['ours_s']:>9.2f}x"
+              f"{r['naive_s'] / r['ours_s']:>9.2f}x{r['floor_s']:>9.2f}"
+              f"{mem.get('ours', float('nan')):>9.0f}{mem.get('frozen', float('nan')):>10.0f}"
+              f"{mem.get('naive', float('nan')):>10.0f}", flush=True)
 
 
 if __name__ == "__main__":

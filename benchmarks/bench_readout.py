@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from iba_core.fast import fold_batchnorms  # noqa: E402
-from iba_core.models import load_model  # noqa: E402
+from iba_core.networks import load_network  # noqa: E402
 from iba_core.readout import ReadoutBottleneck, default_checkpoint, load_readout  # noqa: E402
 
 
@@ -38,7 +35,7 @@ def _readout(loaded) -> tuple[ReadoutBottleneck, str]:
 
 
 def bench(key: str, repeats: int, device: torch.device, batch: int) -> dict:
-    loaded = load_model(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
     rb, source = _readout(loaded)
     folded = fold_batchnorms(nn.Sequential(*(m for _, m in loaded.stages())))
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)

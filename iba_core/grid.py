@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .models import LoadedModel, ModelSpec, check_layer
+from .networks import Network, NetworkSpec
+from .progress import ProgressFn
 from .per_sample import BottleneckSettings, PerSampleBottleneck
 from .stats import FeatureStats
 
@@ -19,7 +20,6 @@ DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
 LAYER_ROW_BETA = 10.0
 
-GridProgress = Callable[[int, int, str], None]
 
 
 @dataclass
@@ -48,13 +48,13 @@ def _spread(items: Sequence[str], count: int) -> list[str]:
     return [items[i] for i in idx]
 
 
-def depth_layers(spec: ModelSpec, count: int = 5, include: str | None = None) -> list[str]:
+def depth_layers(spec: NetworkSpec, count: int = 5, include: str | None = None) -> list[str]:
     """`count` layers spread over the network's depth, in depth order, always containing `include`.
 
     Prefers the last layer of each stage (for ResNet-50 this gives the paper's conv1, conv2_3,
     conv3_4, conv4_6, conv5_3); falls back to evenly spaced layers when there are too few stages.
     """
-    include = check_layer(spec, include or spec.default_layer)
+    include = spec.check_layer(include or spec.default_layer)
     layers = list(spec.layers)
     # A layer ends its stage when the next layer (if any) belongs to another stage.
     stage_ends = [name for name, nxt in zip(layers, layers[1:] + [""]) if _stage(nxt) != _stage(name)]
@@ -68,7 +68,7 @@ def depth_layers(spec: ModelSpec, count: int = 5, include: str | None = None) ->
 
 
 def beta_layer_grid(
-    loaded: LoadedModel,
+    loaded: Network,
     x: torch.Tensor,
     target: int | None,
     layer: str,
@@ -76,7 +76,7 @@ def beta_layer_grid(
     betas: Sequence[float] = DEFAULT_BETAS,
     layers: Sequence[str] | None = None,
     settings: BottleneckSettings | None = None,
-    progress: GridProgress | None = None,
+    progress: ProgressFn | None = None,
     on_cell: Callable[[GridCell], None] | None = None,
 ) -> list[GridCell]:
     """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10.
@@ -85,11 +85,11 @@ def beta_layer_grid(
     progress(done, total, label) is called after each cell, on_cell(cell) with each finished cell.
     Identical (β·k, layer) pairs are computed once.
     """
-    check_layer(loaded.spec, layer)
+    loaded.spec.check_layer(layer)
     base = settings or BottleneckSettings()
     layers = list(layers) if layers is not None else depth_layers(loaded.spec, include=layer)
     plan = [("beta", f"β·k = {b:g}", float(b), layer) for b in betas]
-    plan += [("layer", name, LAYER_ROW_BETA, check_layer(loaded.spec, name)) for name in layers]
+    plan += [("layer", name, LAYER_ROW_BETA, loaded.spec.check_layer(name)) for name in layers]
     if target is None:
         target = loaded.top_k(x, 1)[0][0]  # one class for every cell, so the maps are comparable
 
@@ -101,7 +101,7 @@ def beta_layer_grid(
         if key not in done:
             if name not in stats_cache:
                 stats_cache[name] = stats_for(name)
-            iba = PerSampleBottleneck.for_model(loaded, name, stats_cache[name], replace(base, beta_k=beta_k))
+            iba = PerSampleBottleneck.for_network(loaded, name, stats_cache[name], replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits)
         cell = replace(done[key], row=row, label=label)

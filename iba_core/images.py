@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from pathlib import Path
 from typing import IO, Union
 
 import numpy as np
@@ -317,3 +318,15 @@ def load_sample(name: str) -> Image.Image:
     if index is not None:
         arr = arr[index]
     return load_image(Image.fromarray(np.ascontiguousarray(arr)))
+
+
+#: File endings treated as images when a folder is searched.
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".jfif"})
+
+
+def find_images(folder: str | os.PathLike) -> list[Path]:
+    """All image files below `folder`, recursively, in a stable order."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"Image folder not found: {root}")
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,8 @@ from .bottleneck import (
     standardise,
 )
 from .model_state import frozen_eval, replaced_output
+from .precision import PRECISIONS, autocast
+from .precision import resolve as resolve_precision
 from .stats import FeatureStats
 
 
@@ -44,6 +46,19 @@ class BottleneckSettings:
     init_alpha: float = INIT_ALPHA  # α = 5 → λ ≈ 0.993
     min_std: float = MIN_STD
     seed: int | None = 0
+    #: Which λ the heatmap reads: "final" (after the last Adam update; this project's default) or
+    #: "last_step" (the KL of the last step's forward pass, before that update: the authors' code).
+    read_point: str = "final"
+    #: Mask units that were non-zero in at most this fraction of the statistics samples (in Z and in
+    #: the KL), as the authors' code does with 0.01; None (default): no masking. Needs statistics that
+    #: record activity (FeatureStats.active).
+    inactive_threshold: float | None = None
+    #: Precision of the network passes: "auto" (measured once per network, layer and machine: a lower
+    #: precision only where the hardware has it and it is faster), "fp32", "bf16" or "fp16"; see
+    #: iba_core.precision. λ, the KL, Adam and the heatmap are always fp32.
+    precision: str = "auto"
+
+    READ_POINTS = ("final", "last_step")
 
     def validate(self) -> "BottleneckSettings":
         """Raise ValueError with a readable message for settings that cannot work."""
@@ -55,6 +70,12 @@ class BottleneckSettings:
             raise ValueError(f"The learning rate must be positive, got {self.lr}.")
         if self.sigma < 0:
             raise ValueError(f"σ_s must be ≥ 0, got {self.sigma}.")
+        if self.read_point not in self.READ_POINTS:
+            raise ValueError(f"Unknown read point {self.read_point!r}; choose one of: {', '.join(self.READ_POINTS)}.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
+        if self.inactive_threshold is not None and not 0 <= self.inactive_threshold < 1:
+            raise ValueError(f"The inactive-unit threshold must lie in [0, 1), got {self.inactive_threshold}.")
         return self
 
 
@@ -70,6 +91,7 @@ class StepInfo:
     info: float  # L_I in nats
     beta_info: float  # β·L_I, the term that enters the loss
     p_target: float  # mean p(target) on the noisy batch
+    image: int = 0  # which image of a batched run (attribute_batch)
 
 
 @dataclass
@@ -87,6 +109,7 @@ class AttributionResult:
     seconds: float = 0.0
     settings: BottleneckSettings = field(default_factory=BottleneckSettings)
     feature_shape: tuple[int, int, int] = (0, 0, 0)
+    precision: str = "fp32"  # what the network passes ran in (settings.precision "auto" resolved)
 
     def summary(self) -> dict:
         """JSON-friendly summary without the arrays."""
@@ -97,6 +120,7 @@ class AttributionResult:
             "total_bits": self.total_bits,
             "seconds": self.seconds,
             "feature_shape": list(self.feature_shape),
+            "precision": self.precision,
             "settings": asdict(self.settings),
             "history": [
                 {"step": h.step, "ce": h.ce, "info_nats": h.info, "beta_info": h.beta_info, "p_target": h.p_target}
@@ -166,7 +190,9 @@ class _HookRunner:
             # which fails on channels-last strides.
             return _fast_format(z) if is_channels_last(out) else z.contiguous()
 
-        x = self._x.expand(z.shape[0], *self._x.shape[1:])
+        copies = z.shape[0] // self._x.shape[0]
+        x = (self._x.expand(z.shape[0], *self._x.shape[1:]) if self._x.shape[0] == 1
+             else self._x.repeat_interleave(copies, dim=0))
         with replaced_output(self.layer, swap):
             return self.model(x)
 
@@ -178,9 +204,9 @@ class PerSampleBottleneck:
     """Per-Sample Bottleneck attribution. One call: `attribute(x, target)`.
 
     Example:
-        >>> loaded = load_model("efficientnet_lite0")
+        >>> loaded = load_network("efficientnet_lite0")
         >>> stats = get_stats(loaded, "block3_2")
-        >>> iba = PerSampleBottleneck.for_model(loaded, "block3_2", stats)
+        >>> iba = PerSampleBottleneck.for_network(loaded, "block3_2", stats)
         >>> result = iba.attribute(loaded.preprocess(image), target=285)
         >>> result.heatmap.shape, result.total_bits
     """
@@ -197,13 +223,21 @@ class PerSampleBottleneck:
         self._make_runner = lambda: _HookRunner(model, module)
         self.stats = stats
         self.settings = (settings or BottleneckSettings()).validate()
+        self._memo, self._memo_key = {}, ("hook", id(model), id(module))
 
     @classmethod
-    def for_model(
-        cls, loaded, layer: str, stats: FeatureStats, settings: BottleneckSettings | None = None
+    def for_network(
+        cls, network, layer: str, stats: FeatureStats, settings: BottleneckSettings | None = None
     ) -> "PerSampleBottleneck":
-        """Fast split path for a registered network (a `LoadedModel`)."""
-        return cls.from_split(*loaded.fast_split(layer), stats, settings)
+        """For an `iba_core.networks.Network`: the fast split path where the network can be cut at
+        `layer` (registered stage lists), else the hook path on the layer's module."""
+        if network.can_split:
+            self = cls.from_split(*network.fast_split(layer), stats, settings)
+        else:
+            self = cls(network.model, network.hook_module(layer), stats, settings)
+        # "auto" precision is measured once per network, layer and machine, and remembered
+        self._memo, self._memo_key, self._persist = network.memo, (network.key, network.weights_id, layer), True
+        return self
 
     @classmethod
     def from_split(
@@ -214,7 +248,54 @@ class PerSampleBottleneck:
         self._make_runner = lambda: _SplitRunner(prefix, suffix)
         self.stats = stats
         self.settings = (settings or BottleneckSettings()).validate()
+        self._memo, self._memo_key = {}, ("split", id(prefix), id(suffix))
         return self
+
+    _persist = False
+
+    def precision_for(self, x: torch.Tensor) -> str:
+        """The concrete precision a run on x would use (measures once if the setting is "auto")."""
+        runner = self._make_runner()
+        with frozen_eval(*runner.modules):
+            try:
+                device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
+                return self.resolved_precision(runner, x.to(device), device, x.shape[0] * self.settings.batch)
+            finally:
+                runner.close()
+
+    def resolved_precision(self, runner, x: torch.Tensor, device: torch.device, copies: int) -> str:
+        """The precision the network passes run in: the setting, or for "auto" the measured faster one."""
+
+        def workload(precision: str):
+            z = self.stats.mean.to(device)[None].expand(copies, *self.stats.mean.shape)
+            z = _fast_format(z + 0.1 * torch.randn_like(z)).requires_grad_(True)
+
+            def run() -> None:
+                with autocast(precision, device):
+                    out = runner.logits(z.clone())  # clone: the suffix may start with an in-place ReLU
+                out.float().sum().backward()
+                z.grad = None
+
+            return run
+
+        if self.settings.precision == "auto" and isinstance(runner, _HookRunner):
+            with torch.no_grad():
+                runner.features(x)  # the hook path replays the whole network on the image
+        return resolve_precision(self.settings.precision, device, workload, memo=self._memo,
+                                 key=(*self._memo_key, tuple(self.stats.mean.shape), copies, str(device)),
+                                 persist=self._persist)
+
+    def _active_mask(self, r: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+        """1 for units that count, 0 for inactive ones (settings.inactive_threshold); None: no masking."""
+        threshold = self.settings.inactive_threshold
+        if threshold is None:
+            return None
+        if self.stats.active is None:
+            raise ValueError(
+                "These feature statistics do not record which units are active; estimate them again "
+                "(python -m iba_core stats --refresh) to mask inactive units."
+            )
+        return _fast_format((self.stats.active.to(device, r.dtype) > threshold).to(r.dtype)[None])
 
     def attribute(
         self,
@@ -227,19 +308,43 @@ class PerSampleBottleneck:
         target: class index; None explains the network's top-1 prediction.
         callback: called after every step with a StepInfo (for live views and progress bars).
         """
-        start = time.perf_counter()
-        s = self.settings
         if x.dim() == 3:
             x = x[None]
         if x.dim() != 4 or x.shape[0] != 1:
             raise ValueError(f"Expected one image shaped (1, 3, H, W), got {tuple(x.shape)}.")
+        return self.attribute_batch(x, None if target is None else [target], callback)[0]
+
+    def attribute_batch(
+        self,
+        x: torch.Tensor,
+        targets: Sequence[int | None] | None = None,
+        callback: StepCallback | None = None,
+    ) -> list[AttributionResult]:
+        """Fit one bottleneck per image for N images at once: N × B noisy copies per step, one α per image.
+
+        Each image's loss depends only on its own α, and Adam works element by element, so every image
+        gets the heatmap it would get alone with the same seed (up to float rounding of the larger
+        batches): its own noise generator, seeded like a single run. callback(StepInfo) is called for
+        each image after every step (StepInfo.image says which).
+        """
+        start = time.perf_counter()
+        s = self.settings
+        if x.dim() != 4 or x.shape[0] < 1:
+            raise ValueError(f"Expected images shaped (N, 3, H, W), got {tuple(x.shape)}.")
+        n_images = x.shape[0]
+        targets = [None] * n_images if targets is None else list(targets)
+        if len(targets) != n_images:
+            raise ValueError(f"{n_images} images but {len(targets)} targets.")
         runner = self._make_runner()
         with ExitStack() as stack:
             stack.enter_context(frozen_eval(*runner.modules))
             stack.callback(runner.close)
             device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
             x = x.to(device)
-            r = runner.features(x)
+            precision = self.resolved_precision(runner, x, device, n_images * s.batch)
+            network_pass = lambda: autocast(precision, device)  # noqa: E731 - λ, KL, Adam stay fp32
+            with network_pass():
+                r = runner.features(x).float()
             if r.shape[1:] != self.stats.mean.shape:
                 raise ValueError(
                     f"Statistics are for a layer shaped {tuple(self.stats.mean.shape)}, "
@@ -250,65 +355,91 @@ class PerSampleBottleneck:
             mean = _fast_format(self.stats.mean.to(device, r.dtype)[None])
             std = _fast_format(self.stats.std.to(device, r.dtype).clamp_min(s.min_std)[None])
             r_std = standardise(r, mean, std)
-            with torch.no_grad():
-                probs = runner.logits(r.clone()).softmax(dim=1)[0]  # clone: in-place ReLUs
-            if target is None:
-                target = int(probs.argmax())
-            p_without = float(probs[target])
+            active = self._active_mask(r, device)
+            with torch.no_grad(), network_pass():
+                probs = runner.logits(r.clone()).float().softmax(dim=1)  # clone: in-place ReLUs
+            targets = [int(probs[i].argmax()) if t is None else int(t) for i, t in enumerate(targets)]
+            p_without = [float(probs[i, t]) for i, t in enumerate(targets)]
 
             k = r[0].numel()
             beta = s.beta_k / k
             size = tuple(x.shape[-2:])
-            generator = torch.Generator(device=device)
-            generator.manual_seed(s.seed if s.seed is not None else int(torch.seed() % (2**63)))
+            seed = s.seed if s.seed is not None else int(torch.seed() % (2**63))
+            generators = []
+            for _ in range(n_images):  # every image draws the noise it would draw alone
+                generators.append(torch.Generator(device=device))
+                generators[-1].manual_seed(seed)
+
+            def noisy(lam: torch.Tensor, one_minus: torch.Tensor) -> torch.Tensor:
+                parts = [inject_noise(r[i : i + 1], lam[i : i + 1], one_minus[i : i + 1], mean, std, s.batch, g)
+                         for i, g in enumerate(generators)]
+                return parts[0] if n_images == 1 else torch.cat(parts)
+
             alpha = torch.full_like(r, s.init_alpha, requires_grad=True)
             optimiser = torch.optim.Adam([alpha], lr=s.lr)
-            labels = torch.full((s.batch,), target, device=device, dtype=torch.long)
-            history: list[StepInfo] = []
+            labels = [torch.full((s.batch,), t, device=device, dtype=torch.long) for t in targets]
+            history: list[list[StepInfo]] = [[] for _ in range(n_images)]
+            last_step = None
             for step in range(1, s.steps + 1):
                 optimiser.zero_grad(set_to_none=True)
                 lam, one_minus = lambda_from_alpha(alpha, s.sigma)
-                z = inject_noise(r, lam, one_minus, mean, std, s.batch, generator)
-                logits = runner.logits(z)
-                ce = F.cross_entropy(logits, labels)
+                z = noisy(lam, one_minus)
                 kl = kl_per_element(r_std, lam, one_minus)
-                info = kl.sum()
-                loss = ce + beta * info
+                if active is not None:
+                    z, kl = z * active, kl * active
+                with network_pass():
+                    logits = runner.logits(z).float()
+                per_image = logits.view(n_images, s.batch, -1)
+                ce = [F.cross_entropy(per_image[i], labels[i]) for i in range(n_images)]
+                info = [kl[i].sum() for i in range(n_images)]
+                loss = sum(c + beta * inf for c, inf in zip(ce, info))
                 loss.backward()
                 optimiser.step()
                 with torch.no_grad():
-                    info_step = StepInfo(
-                        step=step,
-                        steps=s.steps,
-                        lambda_mean=lam[0].mean(dim=0).cpu().numpy(),
-                        bits_per_pixel=resize_preserving_total(information_map_bits(kl.detach()), size).cpu().numpy(),
-                        ce=float(ce),
-                        info=float(info),
-                        beta_info=float(beta * info),
-                        p_target=float(logits.softmax(dim=1)[:, target].mean()),
-                    )
-                history.append(info_step)
-                if callback is not None:
-                    callback(info_step)
+                    for i in range(n_images):
+                        step_info = StepInfo(
+                            step=step,
+                            steps=s.steps,
+                            lambda_mean=lam[i].mean(dim=0).cpu().numpy(),
+                            bits_per_pixel=resize_preserving_total(information_map_bits(kl[i].detach()), size)
+                            .cpu().numpy(),
+                            ce=float(ce[i]),
+                            info=float(info[i]),
+                            beta_info=float(beta * info[i]),
+                            p_target=float(per_image[i].softmax(dim=1)[:, targets[i]].mean()),
+                            image=i,
+                        )
+                        history[i].append(step_info)
+                        if callback is not None:
+                            callback(step_info)
+                last_step = (lam.detach(), kl.detach())
 
             with torch.no_grad():
                 lam, one_minus = lambda_from_alpha(alpha, s.sigma)
                 kl = kl_per_element(r_std, lam, one_minus)
-                z = inject_noise(r, lam, one_minus, mean, std, s.batch, generator)
-                p_with = float(runner.logits(z).softmax(dim=1)[:, target].mean())
-                feature_bits = information_map_bits(kl)
-                heatmap = resize_preserving_total(feature_bits, size)
-                lambda_mean = lam[0].mean(dim=0)
-        return AttributionResult(
-            heatmap=heatmap.cpu().numpy(),
-            feature_bits=feature_bits.cpu().numpy(),
-            lambda_mean=lambda_mean.cpu().numpy(),
-            total_bits=float(feature_bits.sum()),
-            target=target,
-            p_without=p_without,
-            p_with=p_with,
-            history=history,
-            seconds=time.perf_counter() - start,
-            settings=s,
-            feature_shape=tuple(r.shape[1:]),
-        )
+                z = noisy(lam, one_minus)
+                if active is not None:
+                    z, kl = z * active, kl * active
+                with network_pass():
+                    probs_with = runner.logits(z).float().softmax(dim=1).view(n_images, s.batch, -1)
+                if s.read_point == "last_step" and last_step is not None:
+                    lam, kl = last_step  # the authors' read point: the last forward pass, before its update
+                results = []
+                seconds = time.perf_counter() - start
+                for i in range(n_images):
+                    feature_bits = information_map_bits(kl[i])
+                    results.append(AttributionResult(
+                        heatmap=resize_preserving_total(feature_bits, size).cpu().numpy(),
+                        feature_bits=feature_bits.cpu().numpy(),
+                        lambda_mean=lam[i].mean(dim=0).cpu().numpy(),
+                        total_bits=float(feature_bits.sum()),
+                        target=targets[i],
+                        p_without=p_without[i],
+                        p_with=float(probs_with[i, :, targets[i]].mean()),
+                        history=history[i],
+                        seconds=seconds / n_images,
+                        settings=s,
+                        feature_shape=tuple(r.shape[1:]),
+                        precision=precision,
+                    ))
+        return results

@@ -10,7 +10,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -18,20 +18,12 @@ from PIL import Image
 from torch import nn
 
 from .bottleneck import MIN_STD
-from .images import ImageError, load_image, load_sample, sample_image_names
+from .images import ImageError, find_images, load_image, load_sample, sample_image_names
+from .progress import ProgressFn
+from .settings import ASSETS_DIR, RECOMMENDED_SAMPLES, cache_dir
 
 #: Below this many samples the estimate is flagged as rough (the paper used ImageNet's training set).
-RECOMMENDED_SAMPLES = 1000
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".jfif"}
-
-ProgressFn = Callable[[int, int], None]
-SHIPPED_STATS_DIR = Path(__file__).resolve().parents[1] / "assets" / "stats"
-
-
-def cache_dir() -> Path:
-    """Where statistics and other small results are cached (IBA_CACHE_DIR overrides)."""
-    env = os.environ.get("IBA_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "iba-explorer"
+SHIPPED_STATS_DIR = ASSETS_DIR / "stats"
 
 
 @dataclass
@@ -46,6 +38,9 @@ class FeatureStats:
     layer: str = ""
     source: str = ""
     skipped: int = 0  # unreadable files met while estimating
+    #: Fraction of samples in which each element was non-zero (None: not recorded). The authors' code
+    #: masks "inactive" units (non-zero in ≤ 1 % of the samples); BottleneckSettings.inactive_threshold.
+    active: torch.Tensor | None = None
 
     @property
     def is_rough(self) -> bool:
@@ -68,7 +63,7 @@ class FeatureStats:
     def to(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> "FeatureStats":
         return FeatureStats(
             self.mean.to(device, dtype), self.std.to(device, dtype), self.n, self.model, self.weights,
-            self.layer, self.source, self.skipped,
+            self.layer, self.source, self.skipped, None if self.active is None else self.active.to(device, dtype),
         )
 
     # ---- persistence ---------------------------------------------------------------------
@@ -84,6 +79,7 @@ class FeatureStats:
             n=np.int64(self.n),
             skipped=np.int64(self.skipped),
             meta=np.array([self.model, self.weights, self.layer, self.source]),
+            **({} if self.active is None else {"active": self.active.cpu().numpy().astype(np.float16)}),
         )
         os.replace(tmp, path)
         return path
@@ -96,11 +92,15 @@ class FeatureStats:
                 mean, std = data["mean"], data["std"]
                 n, skipped = int(data["n"]), int(data["skipped"])
                 model, weights, layer, source = (str(s) for s in data["meta"])
+                active = data["active"].astype(np.float32) if "active" in data.files else None
         except Exception as err:
             raise ValueError(f"Corrupt statistics file {path}: {err}") from err
         if mean.shape != std.shape or not np.isfinite(mean).all() or not np.isfinite(std).all() or n <= 0:
             raise ValueError(f"Corrupt statistics file {path}: inconsistent contents")
-        return cls(torch.from_numpy(mean), torch.from_numpy(std), n, model, weights, layer, source, skipped)
+        if active is not None and active.shape != mean.shape:
+            raise ValueError(f"Corrupt statistics file {path}: inconsistent contents")
+        return cls(torch.from_numpy(mean), torch.from_numpy(std), n, model, weights, layer, source, skipped,
+                   None if active is None else torch.from_numpy(active))
 
 
 class _RunningMoments:
@@ -110,10 +110,13 @@ class _RunningMoments:
         self.n = 0
         self.mean: torch.Tensor | None = None
         self.m2: torch.Tensor | None = None
+        self.nonzero: torch.Tensor | None = None
 
     def update(self, batch: torch.Tensor) -> None:
         x = batch.detach().to(torch.float64)
         nb = x.shape[0]
+        nonzero = (x != 0).sum(dim=0, dtype=torch.float64)
+        self.nonzero = nonzero if self.nonzero is None else self.nonzero + nonzero
         mb = x.mean(dim=0)
         m2b = ((x - mb) ** 2).sum(dim=0)
         if self.mean is None:
@@ -132,6 +135,17 @@ class _RunningMoments:
         return self.mean, var.sqrt()
 
 
+def _moments(prefix: nn.Module, batches: Iterable[torch.Tensor], device, progress: ProgressFn | None,
+             total: int) -> _RunningMoments:
+    moments = _RunningMoments()
+    with torch.inference_mode():
+        for x in batches:
+            moments.update(prefix(x.to(device)))
+            if progress is not None:
+                progress(moments.n, total, "images")
+    return moments
+
+
 def estimate_stats(
     prefix: nn.Module,
     batches: Iterable[torch.Tensor],
@@ -141,25 +155,25 @@ def estimate_stats(
     total: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Run `prefix` over input batches; return (mean, std, n) of its output per element."""
-    moments = _RunningMoments()
-    with torch.inference_mode():
-        for x in batches:
-            moments.update(prefix(x.to(device)))
-            if progress is not None:
-                progress(moments.n, total)
+    mean, std, n, _ = estimate_stats_and_activity(prefix, batches, device=device, progress=progress, total=total)
+    return mean, std, n
+
+
+def estimate_stats_and_activity(
+    prefix: nn.Module,
+    batches: Iterable[torch.Tensor],
+    *,
+    device: torch.device | str = "cpu",
+    progress: ProgressFn | None = None,
+    total: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+    """(mean, std, n, active): `estimate_stats` plus the fraction of samples in which each element is non-zero."""
+    moments = _moments(prefix, batches, device, progress, total)
     mean, std = moments.result()
-    return mean.float().cpu(), std.float().cpu(), moments.n
+    return mean.float().cpu(), std.float().cpu(), moments.n, (moments.nonzero / moments.n).float().cpu()
 
 
 # ---- image sources ----------------------------------------------------------------------
-
-
-def find_images(folder: str | os.PathLike) -> list[Path]:
-    """All image files below `folder`, recursively, in a stable order."""
-    root = Path(folder).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"Image folder not found: {root}")
-    return sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def _random_resized_crop(img: Image.Image, size: int, rng: random.Random) -> Image.Image:
@@ -204,7 +218,7 @@ def sample_photo_batches(
         done += k
 
 
-class _FolderBatches:
+class FolderBatches:
     """Batches from an image folder; unreadable files are skipped and counted, not fatal."""
 
     def __init__(self, files: list[Path], preprocess, batch_size: int):
@@ -242,22 +256,24 @@ def compute_stats(
     progress: ProgressFn | None = None,
     seed: int = 0,
 ) -> FeatureStats:
-    """Estimate statistics for `loaded` (a LoadedModel) at `layer` from a folder or the sample photos."""
+    """Estimate statistics for `loaded` (a Network) at `layer` from a folder or the sample photos."""
     prefix = loaded.prefix(layer)
     if images is not None:
         files = find_images(images)[:n]
         if not files:
             raise FileNotFoundError(f"No images (jpg, png, …) found below {images}.")
-        batches = _FolderBatches(files, loaded.preprocess, batch_size)
-        mean, std, count = estimate_stats(prefix, batches, device=loaded.device, progress=progress, total=len(files))
+        batches = FolderBatches(files, loaded.preprocess, batch_size)
+        mean, std, count, active = estimate_stats_and_activity(prefix, batches, device=loaded.device,
+                                                               progress=progress, total=len(files))
         source, skipped = f"folder {Path(images).expanduser().resolve()}", batches.skipped
         if count == 0:
             raise ValueError(f"None of the {len(files)} files below {images} could be read as an image.")
     else:
         batches = sample_photo_batches(loaded.preprocess, n, batch_size, seed)
-        mean, std, count = estimate_stats(prefix, batches, device=loaded.device, progress=progress, total=n)
+        mean, std, count, active = estimate_stats_and_activity(prefix, batches, device=loaded.device,
+                                                               progress=progress, total=n)
         source, skipped = "augmented crops of the offline sample photos", 0
-    return FeatureStats(mean, std, count, loaded.key, loaded.weights_id, layer, source, skipped)
+    return FeatureStats(mean, std, count, loaded.key, loaded.weights_id, layer, source, skipped, active)
 
 
 def get_stats(

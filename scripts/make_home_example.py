@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a plain script without installing the package
 
-from iba_core import plots  # noqa: E402
-from iba_core.app_support import DEFAULT_THRESHOLD, choose_stats  # noqa: E402
+from iba_core.app.choices import DEFAULT_THRESHOLD  # noqa: E402
+from iba_core.app.statistics import choose_stats  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
-from iba_core.models import DEFAULT_MODEL, load_model  # noqa: E402
+from iba_core.networks import DEFAULT_NETWORK, load_network  # noqa: E402
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
-from iba_core.report import run_report  # noqa: E402
+from iba_core.render import overlays  # noqa: E402
+from iba_core.render.report import run_report  # noqa: E402
 
 MAX_BYTES = 200_000
 
@@ -44,30 +43,30 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "assets")
     args = parser.parse_args()
 
-    loaded = load_model(DEFAULT_MODEL)
+    loaded = load_network(DEFAULT_NETWORK)
     layer = loaded.spec.default_layer
     cropped = loaded.preprocess.crop(load_sample("chelsea"))
-    stats = choose_stats(loaded, layer, n=args.samples, progress=lambda d, t: print(f"\rstatistics {d}/{t}", end=""))
+    stats = choose_stats(loaded, layer, n=args.samples, progress=lambda d, t, _label: print(f"\rstatistics {d}/{t}", end=""))
     print()
     settings = BottleneckSettings()
-    iba = PerSampleBottleneck.for_model(loaded, layer, stats, settings)
+    iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
     result = iba.attribute(loaded.preprocess.normalise(cropped))
 
     picture = strip(
         cropped,
-        plots.overlay_image(cropped, result.heatmap, opacity=0.7),
-        plots.not_needed_outline(cropped, result.heatmap, DEFAULT_THRESHOLD),
+        overlays.overlay_image(cropped, result.heatmap, opacity=0.7),
+        overlays.not_needed_outline(cropped, result.heatmap, DEFAULT_THRESHOLD),
     )
     args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / "home_example.png"
-    data = plots.png_bytes(picture)
+    data = overlays.png_bytes(picture)
     if len(data) > MAX_BYTES:  # a 256-colour palette keeps photos and heatmaps crisp at a third of the size
-        data = plots.png_bytes(picture.quantize(256, method=Image.Quantize.MEDIANCUT).convert("RGB").quantize(256))
+        data = overlays.png_bytes(picture.quantize(256, method=Image.Quantize.MEDIANCUT).convert("RGB").quantize(256))
     png.write_bytes(data)
     report = run_report(settings, result, loaded.key, layer, "chelsea", loaded.categories[result.target],
                         stats_description=stats.describe())
     report["threshold_bits"] = DEFAULT_THRESHOLD
-    report["not_needed_fraction"] = plots.not_needed_fraction(result.heatmap, DEFAULT_THRESHOLD)
+    report["not_needed_fraction"] = overlays.not_needed_fraction(result.heatmap, DEFAULT_THRESHOLD)
     (args.out / "home_example.json").write_text(json.dumps(report, indent=2))
     print(f"{png} ({len(data) / 1000:.0f} kB): {result.total_bits:,.0f} bits, "
           f"p {result.p_without:.2f} → {result.p_with:.2f}")

@@ -3,7 +3,7 @@
 The offline network (EfficientNet-Lite0, its packaged ImageNet weights) with the paper's readout
 design: bottleneck at block2_2, reading block2_2, block3_2, block5_3, head and the logits, β = 1/k
 (see below), σ_s = 1, Adam. Data: random resized crops (scale 0.25–1, flips) of the real photos available offline
-(`readout_training.offline_photos(extended=True)`: the app's 8 sample photos plus 5 more that
+(`iba_core.readout.offline_photos(extended=True)`: the app's 8 sample photos plus 5 more that
 scikit-image and matplotlib ship), labelled with the network's own top-1 on each crop.
 
 Deviations from the paper (Appendix, "Hyperparameters for the Readout Bottleneck"), forced by a CPU
@@ -40,10 +40,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from iba_core.readout import ASSETS_DIR, export_for_inference, load_checkpoint  # noqa: E402
-from iba_core.readout_training import TrainConfig, train_readout  # noqa: E402
+from iba_core.readout import TrainConfig, export_for_inference, load_checkpoint, train_readout  # noqa: E402
+from iba_core.settings import ASSETS_DIR  # noqa: E402
 
 MODEL = "efficientnet_lite0"
 LR = 3e-4

@@ -2,16 +2,11 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 # Statistics used across the suite are small so it stays fast; tests that need accuracy ask for more.
 TEST_STATS_SAMPLES = 96
@@ -75,9 +70,9 @@ def tiny_stats(tiny_net):
 @pytest.fixture(scope="session")
 def offline_model():
     """The real pretrained offline network (EfficientNet-Lite0)."""
-    from iba_core.models import load_model
+    from iba_core.networks import load_network
 
-    return load_model("efficientnet_lite0")
+    return load_network("efficientnet_lite0")
 
 
 @pytest.fixture(scope="session")

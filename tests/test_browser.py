@@ -1,11 +1,13 @@
-"""End to end in a real browser: `streamlit run app.py`, then Chromium (via Playwright) does a
-Per-Sample run on a sample photo and watches the live step counter and the final heatmap.
+"""End to end in a real browser: `streamlit run app.py`, then Chromium (via Playwright) opens the
+Per-Sample page straight from its URL on the fresh server, checks that the sidebar lists exactly the pages
+app.py defines, does a Per-Sample run on a sample photo and watches the live step counter and the final heatmap.
 
 Set IBA_SAVE_SCREENSHOT=1 to write assets/screenshot.png (for the README); otherwise the screenshot
 goes to the test's tmp dir.
 """
 from __future__ import annotations
 
+import ast
 import io
 import os
 import socket
@@ -43,6 +45,19 @@ WATCH_STEPS = """
   }).observe(document.body, {subtree: true, childList: true, characterData: true});
 }
 """
+
+
+def app_page_titles(app: Path = ROOT / "app.py") -> list[str]:
+    """The titles of the st.Page entries in app.py's PAGES list, in order (read from the source, not run)."""
+    for node in ast.walk(ast.parse(app.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PAGES" for t in node.targets):
+            return [kw.value.value for call in node.value.elts for kw in call.keywords if kw.arg == "title"]
+    raise AssertionError("app.py defines no PAGES list")
+
+
+def test_app_page_titles_reads_the_pages_list() -> None:
+    titles = app_page_titles()
+    assert titles[0] == "Home" and "Per-Sample Bottleneck" in titles and len(titles) == len(set(titles))
 
 
 def free_port() -> int:
@@ -131,8 +146,13 @@ def test_per_sample_run_in_chromium(server: str, tmp_path: Path) -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1560})
             page.set_default_timeout(120_000)
             expect.set_options(timeout=120_000)  # model loading and a cold run take a while on 2 cores
-            page.goto(f"{server}/per_sample")
+            page.goto(f"{server}/per_sample")  # straight to a page of a fresh server: app.py must still run
             expect(page.get_by_text("Top prediction")).to_be_visible()  # model loaded, image classified
+            nav = page.locator('[data-testid="stSidebarNavLink"] [data-testid="stMarkdownContainer"]')
+            titles = app_page_titles()
+            expect(nav).to_have_count(len(titles))
+            assert nav.all_inner_texts() == titles, "the sidebar must list exactly the pages of app.py's PAGES"
+            assert page.title() == "IBA Explorer"  # app.py's st.set_page_config ran
             run = page.get_by_role("button", name="Run")
             expect(run).to_be_enabled()
 

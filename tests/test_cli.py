@@ -76,7 +76,7 @@ def test_stats_command(capsys):
 @pytest.mark.parametrize("argv, words", [
     (["attribute", "missing.jpg"], "not found"),
     (["attribute", "{bad}", "--layer", "conv3_4"], "no layer"),
-    (["attribute", "{img}", "--target", "no such class"], "No ImageNet class"),
+    (["attribute", "{img}", "--target", "no such class"], "No class named"),
 ])
 def test_user_errors_are_one_line_not_a_traceback(argv, words, chelsea_jpg, tmp_path, capsys):
     bad = tmp_path / "bad.png"
@@ -95,13 +95,13 @@ def test_corrupt_image_is_refused(tmp_path, capsys):
 
 
 def test_offline_network_without_weights_explains(tmp_path, monkeypatch, chelsea_jpg, capsys):
-    from iba_core import models
+    from iba_core.networks import weights
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    monkeypatch.setattr(models, "_reachable", lambda url, timeout=3.0: False)
+    monkeypatch.setattr(weights, "_reachable", lambda url, timeout=3.0: False)
     assert main(["attribute", str(chelsea_jpg), "--model", "resnet50"]) == 1
     err = capsys.readouterr().err
-    assert "resnet50-0676ba61.pth" in err and "efficientnet_lite0" in err
+    assert "resnet50-0676ba61.pth" in err and "EfficientNet-Lite0" in err and "--weights FILE" in err
 
 
 def test_attribute_with_the_shipped_readout(chelsea_jpg, capsys):

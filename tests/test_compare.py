@@ -1,7 +1,6 @@
-"""compare(), grid_png() and the `compare` command line."""
+"""compare() and the `compare` command line (the grid PNG: tests/render/test_render_grid.py)."""
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -9,8 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from iba_core.baselines.base import AttributionMap
-from iba_core.compare import colour_limits, compare, grid_png, resolve_methods
+from iba_core.compare import compare, resolve_methods
 
 CHEAP = ["random", "gradient", "grad_cam"]
 
@@ -22,10 +20,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-def _map(key, values, signed, unit="", seconds=0.5):
-    return AttributionMap(key, key.title(), np.asarray(values, dtype=np.float32), signed, unit, seconds)
 
 
 def test_compare_runs_methods_in_order_with_progress(offline_model, chelsea_x):
@@ -55,36 +49,8 @@ def test_resolve_methods():
         resolve_methods("")
 
 
-def test_colour_limits():
-    signed = _map("gradient", [[-1.0, 0.5], [2.0, 0.0]], True)
-    low, high = colour_limits(signed)
-    assert low == -high and high > 0
-    bits = _map("iba_10", [[0.0, 0.2], [3.0, 1.0]], False, "bits/pixel")
-    assert colour_limits(bits) == (0.0, 3.0)  # true range for maps with a unit
-    assert colour_limits(_map("grad_cam", np.zeros((2, 2)), False)) == (0.0, 1.0)  # flat maps still draw
-
-
-def test_grid_png_is_a_valid_png():
-    rng = np.random.default_rng(0)
-    maps = [
-        _map("gradient", rng.normal(size=(32, 32)), True),
-        _map("saliency", rng.random((32, 32)), False),
-        _map("iba_10", rng.random((32, 32)) * 2, False, "bits/pixel", seconds=75.0),
-    ]
-    image = Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8))
-    data = grid_png(maps, image, title="test")
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    png = Image.open(io.BytesIO(data))
-    png.load()
-    assert png.format == "PNG" and png.size[0] > 300 and png.size[1] > 100
-    # many maps wrap into rows; no image is fine too
-    assert Image.open(io.BytesIO(grid_png(maps * 4))).size[1] > png.size[1]
-    with pytest.raises(ValueError):
-        grid_png([])
-
-
 def test_cli_writes_maps_grid_and_summary(tmp_path, capsys):
-    from iba_core.cli_compare import main
+    from iba_core.cli import main
     from iba_core.images import load_sample
 
     image = tmp_path / "cat.png"
@@ -104,7 +70,7 @@ def test_cli_writes_maps_grid_and_summary(tmp_path, capsys):
 
 
 def test_cli_rejects_unknown_methods_and_layers(tmp_path, capsys):
-    from iba_core.cli_compare import main
+    from iba_core.cli import main
 
     assert main(["compare", str(tmp_path / "x.png"), "--methods", "nope", "--out", str(tmp_path)]) == 1
     assert "Unknown attribution method" in capsys.readouterr().err
@@ -115,10 +81,10 @@ def test_cli_rejects_unknown_methods_and_layers(tmp_path, capsys):
 def test_add_compare_parser_registers_the_subcommand():
     import argparse
 
-    from iba_core.cli_compare import add_compare_parser, cmd_compare
+    from iba_core.cli import compare
 
     parser = argparse.ArgumentParser()
-    add_compare_parser(parser.add_subparsers(dest="command"))
+    compare.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["compare", "img.png", "--model", "resnet50", "--out", "d", "--methods", "saliency"])
-    assert args.func is cmd_compare and args.model == "resnet50" and args.methods == "saliency"
+    assert args.func is compare.run and args.model == "resnet50" and args.methods == "saliency"
     assert args.layer is None and args.target is None

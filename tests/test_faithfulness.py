@@ -14,7 +14,7 @@ FRACTION = 0.2
 def test_removing_high_bit_tiles_hurts_more_than_low_bit_tiles(offline_model, offline_stats, photo, target):
     x = offline_model.preprocess(load_sample(photo))
     layer = offline_model.spec.default_layer
-    res = PerSampleBottleneck.for_model(offline_model, layer, offline_stats).attribute(x, target)
+    res = PerSampleBottleneck.for_network(offline_model, layer, offline_stats).attribute(x, target)
     n = int(FRACTION * (224 // TILE) ** 2)
     most = remove_tiles(x, tile_order(res.heatmap, TILE, True)[:n], TILE)
     least = remove_tiles(x, tile_order(res.heatmap, TILE, False)[:n], TILE)

@@ -7,7 +7,7 @@ import torch
 
 from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, beta_layer_grid, depth_layers
 from iba_core.images import load_sample
-from iba_core.models import REGISTRY, UnknownModelError, get_spec, load_model
+from iba_core.networks import REGISTRY, UnknownModelError, get_spec, load_network
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from iba_core.stats import get_stats
 
@@ -44,7 +44,7 @@ def loaded():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield load_model("efficientnet_lite0")
+        yield load_network("efficientnet_lite0")
     finally:
         torch.set_num_threads(threads)
 

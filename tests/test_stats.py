@@ -75,7 +75,7 @@ def test_cache_hit_and_corrupt_cache_recomputed(offline_model, tmp_path, monkeyp
 
 def test_sample_photo_source_with_progress(offline_model):
     seen = []
-    s = get_stats(offline_model, "stem", n=40, progress=lambda done, total: seen.append((done, total)))
+    s = get_stats(offline_model, "stem", n=40, progress=lambda done, total, label: seen.append((done, total)))
     assert s.n == 40 and "sample photos" in s.source
     assert seen[-1] == (40, 40)
 

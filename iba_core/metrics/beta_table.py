@@ -67,6 +67,9 @@ def per_sample_row(prefix: nn.Module, suffix: nn.Module, stats, x: torch.Tensor,
 
     settings = settings or BottleneckSettings()
     settings = replace(settings, steps=0) if beta_k is None else replace(settings, beta_k=float(beta_k))
+    if settings.precision == "auto":  # measured on the plain suffix, so the recorder sees only the real passes
+        precision = PerSampleBottleneck.from_split(prefix, suffix, stats, settings).precision_for(x)
+        settings = replace(settings, precision=precision)
     recorder = _LogitRecorder(suffix)
     result = PerSampleBottleneck.from_split(prefix, recorder, stats, settings).attribute(x, int(label))
     k = int(np.prod(result.feature_shape))

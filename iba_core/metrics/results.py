@@ -20,6 +20,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..jsonable import jsonable
+
 KEY_FIELDS = ("metric", "image", "method", "setting")
 Key = tuple[str, str, str, str]
 
@@ -27,24 +29,6 @@ Key = tuple[str, str, str, str]
 def record_key(record: dict) -> Key:
     """The identity of a record: a rerun skips a key it finds already written."""
     return tuple(str(record.get(f, "")) for f in KEY_FIELDS)  # type: ignore[return-value]
-
-
-def _plain(value):
-    """JSON-friendly copy: numpy scalars/arrays to Python, NaN/inf to null."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +99,7 @@ class ResultsWriter:
         missing = [f for f in KEY_FIELDS if f not in record]
         if missing:
             raise ValueError(f"A result record needs the fields {missing}.")
-        self._fh.write(json.dumps(_plain(record), separators=(",", ":")) + "\n")
+        self._fh.write(json.dumps(jsonable(record), separators=(",", ":")) + "\n")
         self._fh.flush()
         if self.fsync:
             os.fsync(self._fh.fileno())
@@ -185,7 +169,7 @@ def merge_results(out: str | os.PathLike) -> list[dict]:
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two ranks may merge at once
     with tmp.open("w", encoding="utf-8") as fh:
         for record in records:
-            fh.write(json.dumps(_plain(record), separators=(",", ":")) + "\n")
+            fh.write(json.dumps(jsonable(record), separators=(",", ":")) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, out)

@@ -7,7 +7,7 @@ win_size=5, data_range=1) after normalising both maps: clamp to their 1st/99th p
 rescale to [0, 1]. Methods whose maps flip sign under randomisation (LRP, per the paper) are scored
 with max(SSIM(h_o, h_r), SSIM(h_o, −h_r)).
 
-Groups: for a registered network (anything with `.stages()`, e.g. a LoadedModel), one group per
+Groups: for a registered network (anything with `.stages()`, e.g. a Network), one group per
 stage, in reverse — "logits" (the classifier head) first, then e.g. conv5_3, conv5_2, … for ResNet-50.
 For a plain nn.Module, one group per module that owns parameters, in reverse registration order.
 Re-initialisation uses each module's own `reset_parameters` (BatchNorm: weight 1, bias 0, running
@@ -29,7 +29,7 @@ from .common import group_records, method_label, stable_seed
 METRIC = "sanity"
 SSIM_WINDOW = 5
 
-#: attribute(model_like, x, target) → (H, W) map; model_like is a LoadedModel copy or an nn.Module copy.
+#: attribute(model_like, x, target) → (H, W) map; model_like is a Network copy or an nn.Module copy.
 ModelAttributionFn = Callable[[object, torch.Tensor, int], np.ndarray]
 
 
@@ -104,7 +104,7 @@ def reinitialise(modules: Sequence[nn.Module], seed: int) -> None:
 def cascading_randomisation(model_like, seed: int = 0) -> Iterator[tuple[str, object]]:
     """Yield (group name, randomised copy) for each cascade level, each more random than the last.
 
-    model_like: a LoadedModel (anything with `.model`, optionally `.stages()`) or a plain nn.Module. The copy
+    model_like: a Network (anything with `.model`, optionally `.stages()`) or a plain nn.Module. The copy
     is made once and randomised cumulatively; each yielded object is only valid until the next one.
     """
     is_wrapper = isinstance(getattr(model_like, "model", None), nn.Module) and not isinstance(model_like, nn.Module)
@@ -125,21 +125,21 @@ def cascading_randomisation(model_like, seed: int = 0) -> Iterator[tuple[str, ob
 
 
 def _with_model(loaded, model: nn.Module, weights_id: str):
-    """A LoadedModel sharing everything with `loaded` but the network (and its caches)."""
+    """A Network sharing everything with `loaded` but the network (and its caches)."""
     if dataclasses.is_dataclass(loaded):
         changes = {"model": model}
         names = {f.name for f in dataclasses.fields(loaded)}
         if "weights_id" in names:
             changes["weights_id"] = weights_id
-        if "_fast" in names:
-            changes["_fast"] = {}
+        if "memo" in names:
+            changes["memo"] = {}
         return dataclasses.replace(loaded, **changes)
     clone = copy.copy(loaded)
     clone.model = model
     if hasattr(clone, "weights_id"):
         clone.weights_id = weights_id
-    if hasattr(clone, "_fast"):
-        clone._fast = {}
+    if hasattr(clone, "memo"):
+        clone.memo = {}
     return clone
 
 

@@ -71,10 +71,11 @@ class TinyPreprocess:
 
 
 class StubLoaded:
-    """The parts of a LoadedModel the evaluation loop uses."""
+    """The parts of a Network the evaluation loop uses."""
 
     def __init__(self, model: nn.Module, key: str = "stub"):
         self.model, self.key, self.weights_id = model, key, "w0"
+        self.categories = ["zero", "one", "two"]  # SmallConvNet's classes: methods need not probe the network
         self.device = torch.device("cpu")
         self.preprocess = TinyPreprocess()
 

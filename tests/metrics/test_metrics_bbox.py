@@ -12,7 +12,7 @@ from iba_core.metrics.bbox import (
     format_table,
     parse_voc,
 )
-from iba_core.models import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from iba_core.networks.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 VOC = """<annotation>
   <folder>val</folder><filename>ILSVRC2012_val_00000001</filename>

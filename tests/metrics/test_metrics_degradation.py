@@ -55,11 +55,11 @@ def test_batched_images_match_remove_tiles_step_by_step(small_net):
     curves = degradation_curves(small_net, x, attr, target=1, tile=TILE, batch_size=5)
     with torch.no_grad():
         expected = small_net(batch).softmax(1)[:, 1].double().numpy()
-    np.testing.assert_allclose(curves.morf, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(curves.morf, expected, rtol=1e-4, atol=1e-6)
     lerf_order = tile_order(attr, TILE, False)
     with torch.no_grad():
         lerf = [small_net(remove_tiles(x, lerf_order[:k], TILE)).softmax(1)[0, 1].item() for k in range(N_TILES + 1)]
-    np.testing.assert_allclose(curves.lerf, lerf, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(curves.lerf, lerf, rtol=1e-4, atol=1e-6)
 
 
 def test_steps_are_batched_and_endpoints_run_once(small_net):
@@ -76,8 +76,8 @@ def test_fewer_points_sample_the_same_curve(small_net):
     full = degradation_curves(small_net, x, attr, 2, TILE)
     coarse = degradation_curves(small_net, x, attr, 2, TILE, points=5)
     assert coarse.removed.tolist() == [0, 4, 8, 12, 16] == removal_steps(16, 5).tolist()
-    np.testing.assert_allclose(coarse.morf, full.morf[coarse.removed], rtol=1e-6)
-    np.testing.assert_allclose(coarse.lerf, full.lerf[coarse.removed], rtol=1e-6)
+    np.testing.assert_allclose(coarse.morf, full.morf[coarse.removed], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(coarse.lerf, full.lerf[coarse.removed], rtol=1e-4, atol=1e-6)
 
 
 def test_set_scaling_uses_set_means_and_records_round_trip():

@@ -2,10 +2,11 @@
 import collections
 import json
 
-import numpy as np
 import pytest
 
-from iba_core.cli_evaluate import EvalOptions, RandomMethod, finish, resolve_methods, run_evaluation
+from iba_core.cli import main
+from iba_core.methods import Method, get_method, resolve_methods
+from iba_core.metrics.runner import EvalOptions, finish, run_evaluation
 from iba_core.metrics.dataset import list_items
 from iba_core.metrics.results import read_records, table_path
 from metric_helpers import SIZE, TILE, Counting, SmallConvNet, StubLoaded, write_images
@@ -18,15 +19,16 @@ class Interrupted(RuntimeError):
     pass
 
 
-class FlakyMethod:
+class FlakyMethod(Method):
     """Gradient-free stand-in that 'crashes the run' on the image after `fail_after` images."""
 
     key, name, signed, unit = "flaky", "Flaky", False, ""
 
     def __init__(self, fail_after=None):
+        super().__init__()
         self.fail_after, self.calls = fail_after, 0
 
-    def attribute(self, loaded, x, target):
+    def _compute(self, loaded, x, target):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise Interrupted("simulated crash")
         self.calls += 1
@@ -43,14 +45,14 @@ def test_interrupted_evaluation_resumes_without_redoing_or_losing(tmp_path):
     model = Counting(SmallConvNet())
     loaded = StubLoaded(model)
     with pytest.raises(Interrupted):
-        run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod(FAIL_AT)},
+        run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod(FAIL_AT)},
                        out, options())
     first = read_records(out)
     # Images 0..FAIL_AT-1 complete, and image FAIL_AT's 'random' record was kept too.
     assert len(first) == 2 * FAIL_AT + 1
 
     model.images = 0
-    written = run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod()},
+    written = run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod()},
                              out, options())
     records = read_records(out)
     lines = out.read_text().splitlines()
@@ -63,7 +65,7 @@ def test_interrupted_evaluation_resumes_without_redoing_or_losing(tmp_path):
 
     # A third run has nothing left to do and runs the model not at all.
     model.images = 0
-    assert run_evaluation("degradation", loaded, items, {"random": RandomMethod(), "flaky": FlakyMethod()},
+    assert run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod()},
                           out, options()) == 0
     assert model.images == 0
     text = finish(out, 0, 1, print_table=False)
@@ -75,7 +77,7 @@ def test_ranks_shard_the_images_and_the_last_one_merges(tmp_path, monkeypatch):
     items = list_items(write_images(tmp_path / "imgs", 5)[0].parent)
     out = tmp_path / "results.jsonl"
     loaded = StubLoaded(SmallConvNet())
-    methods = {"random": RandomMethod()}
+    methods = {"random": get_method("random")}
     run_evaluation("degradation", loaded, items, methods, out, options(), rank=0, world=2)
     assert finish(out, 0, 2, print_table=False) is None and not out.exists()  # rank 1 not done yet
     run_evaluation("degradation", loaded, items, methods, out, options(), rank=1, world=2)
@@ -86,7 +88,7 @@ def test_ranks_shard_the_images_and_the_last_one_merges(tmp_path, monkeypatch):
 
 
 def test_every_metric_runs_through_the_loop(tmp_path, tiny_stats):
-    """bbox, sensitivity-n and sanity on the stub network (beta-table needs a LoadedModel: smoke-tested below)."""
+    """bbox, sensitivity-n and sanity on the stub network (beta-table needs a Network: smoke-tested below)."""
     folder = write_images(tmp_path / "imgs", 2)[0].parent
     items = list_items(folder)
     boxes = tmp_path / "boxes"
@@ -97,7 +99,7 @@ def test_every_metric_runs_through_the_loop(tmp_path, tiny_stats):
     (boxes / "img01.xml").write_text(box.format(0, 32))  # 1/4 of the image … with height 8: 25 %
     (boxes / "img01.xml").write_text(box.format(0, 32).replace("<ymax>8", "<ymax>16"))  # 50 %: skipped
     loaded = StubLoaded(SmallConvNet())
-    methods = {"random": RandomMethod()}
+    methods = {"random": get_method("random")}
     out = tmp_path / "all.jsonl"
     opts = EvalOptions(tiles=[TILE], progress=False, boxes=boxes, sets=8, n_count=3)
     for metric in ("bbox", "sensitivity-n", "sanity"):
@@ -113,7 +115,6 @@ def test_every_metric_runs_through_the_loop(tmp_path, tiny_stats):
 
 
 def test_cli_smoke_on_the_offline_model(tmp_path, capsys):
-    from iba_core.cli_evaluate import main
     from iba_core.images import load_sample
 
     folder = tmp_path / "photos"
@@ -122,7 +123,7 @@ def test_cli_smoke_on_the_offline_model(tmp_path, capsys):
         load_sample(name).save(folder / f"{i}_{name}.jpg")
     methods = ["random"]
     try:  # prefer a cheap method from the baselines registry when it exists
-        from iba_core.baselines import method_keys
+        from iba_core.methods import method_keys
 
         methods += [k for k in ("saliency", "gradient") if k in method_keys()][:1]
     except ImportError:
@@ -147,7 +148,6 @@ def test_unknown_method_is_a_clear_error():
 
 
 def test_cli_beta_table_smoke_on_a_labelled_folder(tmp_path, capsys):
-    from iba_core.cli_evaluate import main
     from iba_core.images import load_sample
 
     (tmp_path / "val" / "285").mkdir(parents=True)
@@ -164,7 +164,6 @@ def test_cli_beta_table_smoke_on_a_labelled_folder(tmp_path, capsys):
 
 
 def test_beta_table_refuses_unlabelled_images(tmp_path):
-    from iba_core.cli_evaluate import main
 
     write_images(tmp_path / "imgs", 1)
     assert main(["evaluate", "beta-table", "--images", str(tmp_path / "imgs"), "--out",

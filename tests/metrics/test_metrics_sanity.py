@@ -89,7 +89,7 @@ def test_sanity_check_separates_model_dependent_from_model_independent_maps():
 class _Loaded:
     model: nn.Module
     weights_id: str = "pretrained.pth"
-    _fast: dict = dataclasses.field(default_factory=dict)
+    memo: dict = dataclasses.field(default_factory=dict)
 
     def stages(self):
         m = self.model
@@ -97,14 +97,14 @@ class _Loaded:
 
 
 def test_cascade_over_registered_stages_renames_the_weights():
-    loaded = _Loaded(SmallConvNet(), _fast={"cached": 1})
+    loaded = _Loaded(SmallConvNet(), memo={"cached": 1})
     levels = []
     for name, randomised in cascading_randomisation(loaded):
-        assert randomised.model is not loaded.model and randomised._fast == {}
+        assert randomised.model is not loaded.model and randomised.memo == {}
         levels.append((name, randomised.weights_id))
     assert [n for n, _ in levels] == ["logits", "conv2", "conv1"]
     assert len({w for _, w in levels}) == 3 and all(w.startswith("pretrained.pth+cascade") for _, w in levels)
-    assert loaded._fast == {"cached": 1} and loaded.weights_id == "pretrained.pth"
+    assert loaded.memo == {"cached": 1} and loaded.weights_id == "pretrained.pth"
 
 
 def test_table():
@@ -124,4 +124,4 @@ def test_cascade_on_the_registered_offline_network(offline_model):
     name, second = next(cascade)
     assert name == "head" and not torch.equal(second.model._conv_head.weight, offline_model.model._conv_head.weight)
     assert first.weights_id != second.weights_id != offline_model.weights_id
-    assert second.split("block3_2")[1] is not None  # a working LoadedModel
+    assert second.split("block3_2")[1] is not None  # a working Network

@@ -45,11 +45,11 @@ def test_linear_model_with_gradient_times_input_correlates_at_every_n():
     x = torch.randn(1, 3, SIZE, SIZE)
     attr = (model[1].weight[2].view(3, SIZE, SIZE) * x[0]).sum(0).detach().numpy()
     _, corr = sensitivity_n_correlations(model, x, attr, 2, TILE, n_count=5, sets=30)
-    np.testing.assert_allclose(corr, 1.0, atol=1e-6)
+    np.testing.assert_allclose(corr, 1.0, atol=1e-5)
     # Pixel tiles (tile = 1) too.
     ns, corr1 = sensitivity_n_correlations(model, x, attr, 2, 1, n_count=4, sets=20)
     assert ns[-1] == round(0.8 * SIZE * SIZE)
-    np.testing.assert_allclose(corr1, 1.0, atol=1e-6)
+    np.testing.assert_allclose(corr1, 1.0, atol=1e-5)
 
 
 def test_drops_are_shared_by_maps_batched_and_reproducible(small_net):
@@ -58,7 +58,7 @@ def test_drops_are_shared_by_maps_batched_and_reproducible(small_net):
     drops = logit_drops(counting, x, 0, TILE, ns=[1, 4], sets=10, seed=3, batch_size=8)
     assert counting.images == 1 + 2 * 10 and counting.calls == 3  # 21 images in batches of 8
     again = logit_drops(small_net, x, 0, TILE, ns=[1, 4], sets=10, seed=3)
-    np.testing.assert_allclose(drops.drops, again.drops, rtol=1e-6)
+    np.testing.assert_allclose(drops.drops, again.drops, rtol=1e-4, atol=1e-6)
     assert np.array_equal(drops.tile_sets(1), again.tile_sets(1)) and drops.tile_sets(1).shape == (10, 4)
     assert all(len(set(row)) == 4 for row in drops.tile_sets(1))  # distinct tiles per set
     # Many maps, no further model calls.
@@ -80,3 +80,38 @@ def test_n_values_pearson_and_table():
     table = format_table(recs)
     assert "| 64 | 128 |" in table.replace("  ", " ") or ("64" in table and "128" in table)
     assert "0.75" in table and "0.50" in table
+
+
+def test_occlusion_8_with_the_zero_occluder_is_perfect_at_n_1_on_the_offline_network(offline_model, chelsea_x):
+    """Paper §4.3: "Occlusion-8×8 performs perfectly for small n" — with zeros as occluder, as the metric masks.
+
+    At 64 px (64 tiles of 8×8) to keep the 64 occlusion passes quick; the network is the real one.
+    """
+    import torch.nn.functional as F
+
+    from iba_core.methods import get_method
+
+    x = F.interpolate(chelsea_x, size=(64, 64), mode="bilinear", align_corners=False)
+    occlusion = get_method("occlusion_8").with_settings(occluder="zero")
+    values = occlusion.attribute(offline_model, x, 285).values
+    drops = logit_drops(offline_model.model, x, 285, 8, ns=[1, 4], sets=60, seed=0)
+    corr = correlations(drops, values)
+    assert corr[0] >= 0.99
+    mean_colour = get_method("occlusion_8").attribute(offline_model, x, 285).values
+    assert correlations(drops, mean_colour)[0] < corr[0]  # the mean-colour occluder measures something else
+
+
+def test_the_runner_occludes_with_zeros_for_sensitivity_n(tmp_path, small_net):
+    from iba_core.methods import get_method
+    from iba_core.metrics.dataset import list_items
+    from iba_core.metrics.results import read_records
+    from iba_core.metrics.runner import EvalOptions, run_evaluation
+    from metric_helpers import StubLoaded, write_images
+
+    items = list_items(write_images(tmp_path / "imgs", 1)[0].parent)
+    out = tmp_path / "r.jsonl"
+    methods = {"occlusion_8": get_method("occlusion_8")}  # 8 × 8 tiles, like the metric here (TILE)
+    run_evaluation("sensitivity-n", StubLoaded(small_net), items, methods, out,
+                   EvalOptions(tiles=[TILE], sets=30, n_count=3, progress=False))
+    (record,) = read_records(out)
+    assert record["n"][0] == 1 and record["corr"][0] == pytest.approx(1.0, abs=1e-4)

@@ -40,10 +40,10 @@ def app() -> AppTest:
 
 @pytest.fixture
 def open_page(app: AppTest) -> Callable[[str], AppTest]:
-    """Switch to app_pages/<name>.py and run it; fails on any exception shown in the app."""
+    """Switch to pages/<name>.py and run it; fails on any exception shown in the app."""
 
     def go(name: str) -> AppTest:
-        app.switch_page(f"app_pages/{name}.py").run()
+        app.switch_page(f"pages/{name}.py").run()
         assert_clean(app)
         return app
 

@@ -1,59 +1,81 @@
 """Compare page, driven through Streamlit's AppTest."""
 from __future__ import annotations
 
+import pytest
+
 from page_helpers import assert_clean, timed_run
 
-import iba_core.page_support as ps
+from iba_core.app.choices import DEFAULT_COMPARE_METHODS, READOUT_METHOD
+from iba_core.methods.base import Method
 
 CHEAP = ["saliency", "grad_cam"]
 
 
-def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, monkeypatch) -> None:
-    calls: list[str] = []
-    real = ps.run_method
+@pytest.fixture
+def calls(monkeypatch) -> list[tuple[str, dict]]:
+    """(key, settings) of every map the app computes; the maps themselves are real."""
+    seen: list[tuple[str, dict]] = []
+    real = Method.attribute
 
-    def counting(method, loaded, x, target):
-        calls.append(method.key)
-        return real(method, loaded, x, target)
+    def counting(self, network, x, target):
+        seen.append((self.key, dict(self.settings)))
+        return real(self, network, x, target)
 
-    monkeypatch.setattr(ps, "run_method", counting)
+    monkeypatch.setattr(Method, "attribute", counting)
+    return seen
 
+
+def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls) -> None:
     at = open_page("compare")
-    assert set(at.multiselect(key="cmp_methods").value) == set(ps.DEFAULT_COMPARE_METHODS)
+    assert set(at.multiselect(key="cmp_methods").value) == set(DEFAULT_COMPARE_METHODS)
     at.multiselect(key="cmp_methods").set_value(CHEAP)
     at, seconds = timed_run(at.button(key="cmp_run_button").click())
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    assert [c for c in calls if c != "readout"] == CHEAP
-    assert calls.count("readout") == 1  # the shipped offline readout fills its column
+    # The shipped offline readout fills the last cell, through the registered method with its checkpoint.
+    assert [k for k, _ in calls] == [*CHEAP, READOUT_METHOD]
+    assert calls[-1][1]["checkpoint"].endswith("readout_efficientnet_lite0.pt")
 
     cache = at.session_state["map_cache"]
     last = at.session_state["cmp_last"]
-    assert [k[4] for k in last["keys"]] == CHEAP
-    assert len(cache.entries) == 2 and cache.computed == 2
-    # Input plus one image per map, and the Readout cell (a map or the placeholder that explains it).
-    assert len(at.image) >= 1 + 1 + len(CHEAP)
+    assert [k[4] for k in last["keys"]] == [*CHEAP, READOUT_METHOD]
+    assert len(cache.entries) == 3 and cache.computed == 3
+    assert last["readout"]
+    # Input plus one image per map.
+    assert len(at.image) >= 1 + len(CHEAP) + 1
     captions = " ".join(c.value for c in at.caption)
     assert "Saliency" in captions and "Grad-CAM" in captions
     assert "signed" in captions
-    assert last["readout"] is not None  # assets/readout_efficientnet_lite0.pt ships with the app
-    assert "Readout" in captions
+    assert "Readout (trained on" in captions  # the cell is named by its checkpoint
     assert [b.label for b in at.get("download_button")] == ["Download grid (PNG)"]
     assert seconds < 60, f"two cheap maps took {seconds:.0f} s"
 
-    # One more method: only that one is computed, the others come from the session's cache.
+    # One more method: only that one is computed, the others (the readout too) come from the session's cache.
     at.multiselect(key="cmp_methods").set_value([*CHEAP, "gradient"])
     at.button(key="cmp_run_button").click().run()
     assert_clean(at)
-    assert [c for c in calls if c != "readout"] == [*CHEAP, "gradient"]
-    assert at.session_state["map_cache"].computed == 3
-    assert [k[4] for k in at.session_state["cmp_last"]["keys"]] == [*CHEAP, "gradient"]
+    assert [k for k, _ in calls] == [*CHEAP, READOUT_METHOD, "gradient"]
+    assert at.session_state["map_cache"].computed == 4
+    assert [k[4] for k in at.session_state["cmp_last"]["keys"]] == [*CHEAP, "gradient", READOUT_METHOD]
 
 
-def test_select_all_picks_every_method(open_page) -> None:
+def test_without_a_readout_its_cell_explains_why(open_page, calls) -> None:
+    at = open_page("compare")
+    at.multiselect(key="cmp_methods").set_value(["saliency"])
+    at.selectbox(key="cmp_readout_efficientnet_lite0").set_value("—")
+    at.button(key="cmp_run_button").click().run()
+    assert_clean(at)
+    assert [k for k, _ in calls] == ["saliency"]
+    assert not at.session_state["cmp_last"]["readout"]
+    assert any("needs a trained checkpoint" in i.value for i in at.info)
+
+
+def test_select_all_picks_every_method_the_network_can_run(open_page, offline_model) -> None:
+    from iba_core.app.choices import compare_choices
+
     at = open_page("compare")
     at.button(key="cmp_all").click().run()
     assert_clean(at)
-    from iba_core.baselines import method_keys
-
-    assert at.multiselect(key="cmp_methods").value == method_keys()
+    offered = compare_choices(offline_model).keys
+    assert at.multiselect(key="cmp_methods").value == offered
+    assert READOUT_METHOD not in offered  # it has its own checkpoint choice

@@ -70,3 +70,10 @@ def test_sanity_strip_with_a_cheap_method(open_page) -> None:
     chart = specs(at)["ev_ssim_chart"]
     assert chart["data"][0]["y"][0] == 1.0 and len(chart["data"][0]["y"]) == 3
     assert seconds < 60, f"sanity check took {seconds:.0f} s"
+
+
+def test_sanity_check_offers_fast_methods_only(open_page) -> None:
+    at = open_page("evaluate")
+    options = at.selectbox(key="ev_san_method").options
+    assert "Saliency" in options and "Grad-CAM" in options
+    assert not any("IBA" in o or "Occlusion" in o or "Integrated" in o or "SmoothGrad" in o for o in options)

@@ -111,7 +111,7 @@ def test_unknown_class_name_shows_error(open_page) -> None:
     at.text_input(key="ps_other").input("definitely not an imagenet class")
     run_button(at).click().run()
     assert_clean(at)
-    assert at.error and "No ImageNet class" in at.error[0].value
+    assert at.error and "No class named" in at.error[0].value
     assert "ps_run" not in at.session_state
 
     # A unique part of a name is enough; the run explains that class.
@@ -124,7 +124,7 @@ def test_unknown_class_name_shows_error(open_page) -> None:
 
 
 def test_missing_weights_show_error_and_app_keeps_working(open_page) -> None:
-    from iba_core.models import find_weights, get_spec
+    from iba_core.networks import find_weights, get_spec
 
     if find_weights(get_spec("resnet50")) is not None:
         import pytest
@@ -141,7 +141,7 @@ def test_missing_weights_show_error_and_app_keeps_working(open_page) -> None:
 
 
 def test_huge_upload_is_refused_with_a_message(open_page) -> None:
-    from iba_core.app_support import MAX_UPLOAD_MB
+    from iba_core.app.inputs import MAX_UPLOAD_MB
 
     at = use_upload(open_page("per_sample"))
     too_big = b"\x89PNG\r\n\x1a\n" + bytes(MAX_UPLOAD_MB * 1024 * 1024)

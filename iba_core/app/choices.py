@@ -1,0 +1,107 @@
+"""The choices and defaults the pages offer: β·k, thresholds, sample photo, and which methods, per network."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from ..methods import Method, get_method, method_keys
+from .maps import MapRequest
+
+if TYPE_CHECKING:
+    from .checkpoints import ReadoutCheckpoint
+
+#: β·k on a log scale, 1-2-5 steps from 0.01 to 1000 (paper default 10).
+BETA_K_CHOICES: tuple[float, ...] = tuple(
+    round(m * 10.0**e, 6) for e in range(-2, 3) for m in (1, 2, 5)
+) + (1000.0,)
+DEFAULT_BETA_K = 10.0
+
+#: Thresholds for the "not needed" view, in bits per pixel.
+THRESHOLD_CHOICES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+DEFAULT_THRESHOLD = 0.05
+
+#: The sample photo shown first.
+DEFAULT_SAMPLE = "chelsea"
+
+#: Quick first look on a CPU: a few network passes each, plus one Per-Sample Bottleneck.
+DEFAULT_COMPARE_METHODS = ("saliency", "grad_cam", "occlusion_14", "iba_10")
+#: The registered method the Compare page offers through its own checkpoint choice, not in its method list.
+READOUT_METHOD = "readout"
+#: Evaluation runs every metric per method: keep the default cheap.
+DEFAULT_EVALUATE_METHODS = ("saliency", "grad_cam")
+#: Sanity check default method: one backward pass per cascade level.
+DEFAULT_SANITY_METHOD = "saliency"
+#: Degradation tile sizes (paper: 8 × 8 and 14 × 14) and the default number of points per curve.
+DEGRADATION_TILES = (8, 14)
+DEFAULT_POINTS = 17
+#: Default object box in crop pixels: ~31 % of the crop, under the paper's 33 % limit.
+DEFAULT_BOX = (50, 40, 170, 170)
+
+
+@dataclass
+class MethodChoices:
+    """Methods a page offers for a network: those that can run on it, in display order, and the others with
+    the reason they cannot."""
+
+    keys: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # key → reason
+
+    def defaults(self, wanted: Iterable[str]) -> list[str]:
+        """The keys of `wanted` that are offered, in the order given (a previous selection, or a page default)."""
+        return [k for k in wanted if k in self.keys]
+
+
+def method_choices(loaded, *, exclude: Iterable[str] = (),
+                   keep: Callable[[Method], bool] | None = None) -> MethodChoices:
+    """Registered methods (minus `exclude`, and those `keep` rejects) split by `available_for(loaded)`."""
+    skip = set(exclude)
+    out = MethodChoices()
+    for key in method_keys():
+        if key in skip:
+            continue
+        method = get_method(key)
+        if keep is not None and not keep(method):
+            continue
+        reason = method.available_for(loaded)
+        if reason:
+            out.unavailable[key] = reason
+        else:
+            out.keys.append(key)
+    return out
+
+
+def compare_choices(loaded) -> MethodChoices:
+    """The Compare page's method list: every method but the Readout (chosen by its checkpoint there)."""
+    return method_choices(loaded, exclude=[READOUT_METHOD])
+
+
+def sanity_choices(loaded) -> MethodChoices:
+    """Methods for the sanity check, which recomputes the map after each randomisation step: fast ones only."""
+    return method_choices(loaded, keep=lambda m: m.cost == "fast" and m.sanity_checkable)
+
+
+def default_sanity_method(choices: MethodChoices) -> int:
+    """Index of the preselected sanity-check method among `choices.keys`."""
+    return choices.keys.index(DEFAULT_SANITY_METHOD) if DEFAULT_SANITY_METHOD in choices.keys else 0
+
+
+def unavailable_text(choices: MethodChoices, names: dict[str, str]) -> str:
+    """'Not available for this network: A (reason); B (reason).' or '' when every method is."""
+    if not choices.unavailable:
+        return ""
+    parts = [f"{names.get(k, k)} ({reason.rstrip('.')})" for k, reason in choices.unavailable.items()]
+    return "Not available for this network: " + "; ".join(parts) + "."
+
+
+
+def compare_request(methods: Iterable[str], names: dict[str, str],
+                    readout: "ReadoutCheckpoint | None") -> MapRequest:
+    """The Compare page's maps: the chosen methods, then the Readout from the chosen checkpoint (named by it)."""
+    request = MapRequest(list(methods), {}, dict(names))
+    if readout is not None:
+        request.keys.append(READOUT_METHOD)
+        request.settings[READOUT_METHOD] = readout.method_settings()
+        request.names[READOUT_METHOD] = readout.label
+    if not request.keys:
+        raise ValueError("Choose at least one method.")
+    return request

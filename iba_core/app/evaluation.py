@@ -1,0 +1,105 @@
+"""The Evaluate page's checks of the maps for one image (paper §4): degradation curves, the sanity check
+(cascading randomisation) and the bounding-box ratio, as the `iba_core.metrics` functions compute them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..progress import ProgressFn
+from ..methods import AttributionMap, get_method
+
+#: The paper skips boxes larger than this share of the crop: the ratio says little for them.
+LARGE_BOX_SHARE = 0.33
+
+
+# ---- degradation -------------------------------------------------------------------------------
+
+
+def degradation_for(loaded, x: torch.Tensor, maps: dict[str, AttributionMap], target: int, tile: int,
+                    points: int | None, progress: ProgressFn | None = None) -> dict:
+    """{method key: DegradationCurves} for maps already computed."""
+    from ..metrics.degradation import degradation_curves
+
+    out = {}
+    for i, (key, amap) in enumerate(maps.items()):
+        if progress is not None:
+            progress(i, len(maps), amap.name)
+        out[key] = degradation_curves(loaded.model, x, amap.values, target, tile=tile, points=points)
+    if progress is not None:
+        progress(len(maps), len(maps), "done")
+    return out
+
+
+def degradation_rows(curves: dict, names: dict[str, str]) -> list[dict]:
+    """One table row per method: area between LeRF and MoRF, and the raw end points."""
+    return [
+        {"Method": names.get(k, k), "Area (LeRF − MoRF)": round(c.area(), 4),
+         "p(target) original": round(float(c.morf[0]), 4), "p(target) all removed": round(c.p_full, 4),
+         "points": len(c.removed)}
+        for k, c in curves.items()
+    ]
+
+
+# ---- sanity check ------------------------------------------------------------------------------
+
+
+@dataclass
+class SanityStrip:
+    """A method's map before and after each cascade step, and each one's SSIM to the original."""
+
+    method: str
+    original: np.ndarray
+    levels: list[str]
+    heatmaps: list[np.ndarray]
+    ssim: list[float]
+
+
+def sanity_levels(loaded) -> list[str]:
+    """Cascade level names (logits first) for a registered network, without copying it."""
+    from ..metrics.sanity import randomisation_groups
+
+    return [name for name, _ in randomisation_groups(loaded)]
+
+
+def sanity_strip(loaded, x: torch.Tensor, target: int, method_key: str, max_levels: int,
+                 progress: ProgressFn | None = None, seed: int = 0) -> SanityStrip:
+    """Heatmap after each of the first `max_levels` cascade steps and its SSIM to the original map."""
+    from ..metrics.sanity import cascading_randomisation, heatmap_ssim, uses_max_over_sign
+
+    method = get_method(method_key)
+    sign = uses_max_over_sign(method)
+    if progress is not None:
+        progress(0, max_levels + 1, "original")
+    original = np.asarray(method.attribute(loaded, x, target).values, dtype=np.float64)
+    levels, maps, scores = [], [], []
+    for name, randomised in cascading_randomisation(loaded, seed):
+        if len(levels) >= max_levels:
+            break
+        if progress is not None:
+            progress(len(levels) + 1, max_levels + 1, f"randomised down to {name}")
+        h = np.asarray(method.attribute(randomised, x, target).values, dtype=np.float64)
+        levels.append(name)
+        maps.append(h)
+        scores.append(heatmap_ssim(original, h, sign))
+    if progress is not None:
+        progress(max_levels + 1, max_levels + 1, "done")
+    return SanityStrip(method.name, original, levels, maps, scores)
+
+
+# ---- bounding box ------------------------------------------------------------------------------
+
+
+def bbox_rows(maps: dict[str, AttributionMap], mask: np.ndarray) -> list[dict]:
+    """Ratio of the top-n pixels inside the box, per method (n = the box's pixel count)."""
+    from ..metrics.bbox import bbox_ratio
+
+    share = float(np.asarray(mask, bool).mean())
+    return [{"Method": m.name, "bbox ratio": round(bbox_ratio(m.values, mask), 4),
+             "random ≈": round(share, 4)} for m in maps.values()]
+
+
+def large_box(mask: np.ndarray) -> bool:
+    """Whether the box covers more of the crop than the paper allows (`LARGE_BOX_SHARE`)."""
+    return float(np.asarray(mask, bool).mean()) > LARGE_BOX_SHARE

@@ -1,0 +1,100 @@
+"""Checks of what users give the app: images (uploads and sample photos) and object boxes.
+
+Each check raises an error with a message written for users (ImageError or ValueError).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from ..images import ImageError, load_image, load_sample
+
+#: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
+MAX_UPLOAD_MB = 25
+#: Side of the centre crop the networks see, in pixels; boxes are given in its coordinates.
+CROP = 224
+
+
+# ---- images ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageInput:
+    """An image chosen by the user: its display name, the decoded picture and a content digest."""
+
+    name: str
+    image: Image.Image
+    digest: str  # identifies the content for caches (same bytes → same digest)
+
+
+def image_digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+def upload_input(name: str, data: bytes, max_mb: int = MAX_UPLOAD_MB) -> ImageInput:
+    """Validate and decode uploaded bytes; raises ImageError with a user-facing message."""
+    if len(data) > max_mb * 1024 * 1024:
+        raise ImageError(
+            f"The file {name!r} is {len(data) / 2**20:.1f} MB; uploads are limited to {max_mb} MB. "
+            "Please resize or re-compress it."
+        )
+    return ImageInput(name=name, image=load_image(data), digest=image_digest(data))
+
+
+def sample_input(name: str) -> ImageInput:
+    """One of the offline sample photos."""
+    return ImageInput(name=name, image=load_sample(name), digest=f"sample:{name}")
+
+
+# ---- object boxes ------------------------------------------------------------------------------
+
+Box = tuple[float, float, float, float]
+
+
+def parse_box(text: str, size: int = CROP) -> tuple[int, int, int, int]:
+    """'x0, y0, x1, y1' (pixels of the crop) → ints; ValueError with a readable message otherwise."""
+    parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
+    if len(parts) != 4:
+        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (got {text!r}).")
+    try:
+        x0, y0, x1, y1 = (int(round(float(p))) for p in parts)
+    except ValueError:
+        raise ValueError(f"The box must be four numbers x0, y0, x1, y1 (got {text!r}).") from None
+    x0, x1 = sorted((max(0, min(size, x0)), max(0, min(size, x1))))
+    y0, y1 = sorted((max(0, min(size, y0)), max(0, min(size, y1))))
+    if x1 - x0 < 1 or y1 - y0 < 1:
+        raise ValueError(f"The box is empty inside the {size} × {size} crop; give x1 > x0 and y1 > y0.")
+    return x0, y0, x1, y1
+
+
+def crop_box_mask(box: Box, size: int = CROP) -> np.ndarray:
+    """Mask of the crop pixels whose centres lie inside a box given in crop coordinates."""
+    from ..metrics.bbox import Annotation, Box as BBox, box_mask
+
+    return box_mask(Annotation(size, size, [BBox("box", *box)]), resize=size, crop=size)
+
+
+def voc_boxes(xml: str | bytes, size: int = CROP) -> tuple[np.ndarray, list[Box]]:
+    """(union mask in the crop, boxes in crop coordinates) from a Pascal-VOC annotation of the original image."""
+    from ..metrics.bbox import box_mask, box_to_crop, parse_voc
+
+    text = xml.decode("utf-8", errors="replace") if isinstance(xml, bytes) else xml
+    if not text.lstrip().startswith("<"):
+        raise ValueError("The annotation is not XML.")
+    ann = parse_voc(text)
+    if not ann.boxes:
+        raise ValueError("The annotation holds no <object> with a <bndbox>.")
+    boxes = [box_to_crop(b, ann.width, ann.height, crop=size) for b in ann.boxes]
+    return box_mask(ann, crop=size), boxes
+
+
+def box_input(text: str, xml: str | bytes | None = None, size: int = CROP) -> tuple[np.ndarray, list[Box]]:
+    """(mask in the crop, boxes) from a Pascal-VOC annotation if one is given, else from the typed box."""
+    if xml is not None:
+        return voc_boxes(xml, size)
+    box = parse_box(text, size)
+    return crop_box_mask(box, size), [box]

@@ -1,0 +1,96 @@
+"""`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample or Readout) as one JSON line."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..per_sample import BottleneckSettings
+from ..precision import PRECISIONS
+from ..settings import RECOMMENDED_SAMPLES
+from .common import add_network_args
+
+
+def add_parser(sub) -> None:
+    d = BottleneckSettings()
+    p = sub.add_parser("attribute", help="Per-Sample (or Readout) Bottleneck heatmap for one image")
+    p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff)")
+    add_network_args(p)
+    p.add_argument("--method", choices=("per-sample", "readout"), default="per-sample",
+                   help="Per-Sample Bottleneck (default) or a trained Readout Bottleneck")
+    p.add_argument("--readout", default=None, help="readout checkpoint (default: the one shipped for the network)")
+    p.add_argument("--beta-k", type=float, default=d.beta_k, help="β·k, paper default 10 (β = 10/k)")
+    p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--sigma", type=float, default=d.sigma, help="σ_s of the mask smoothing")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                   help="network passes in fp32, bf16 or fp16; auto (default): a lower precision only where the "
+                   "hardware has it and one measurement shows it is faster")
+    p.add_argument("--read-point", choices=BottleneckSettings.READ_POINTS, default=d.read_point,
+                   help="heatmap from the final λ (default) or the last step's forward pass (the authors' code)")
+    p.add_argument("--inactive-threshold", type=float, default=d.inactive_threshold, metavar="FRACTION",
+                   help="mask units non-zero in at most this fraction of the statistics samples "
+                   "(the authors' code: 0.01; default: no masking)")
+    p.add_argument("--stats-images", default=None, help="image folder for the feature statistics")
+    p.add_argument("--n", type=int, default=RECOMMENDED_SAMPLES, help="samples for the feature statistics")
+    p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy)")
+    p.add_argument("--png", type=Path, default=None, help="save an overlay image (.png)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..images import load_image
+    from ..per_sample import PerSampleBottleneck
+    from ..stats import get_stats
+    from .common import load_from_args, print_json, progress_bar
+
+    image = load_image(args.image)
+    network = load_from_args(args)
+    layer = network.spec.check_layer(args.layer or network.spec.default_layer)
+    target = None if args.target is None else network.class_index(args.target)
+    cropped = network.preprocess.crop(image)
+    x = network.preprocess.normalise(cropped)
+    if args.method == "readout":
+        from ..readout import readout_attribute
+
+        # The readout's bottleneck layer and statistics come from its checkpoint.
+        result = readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)
+        layer, stats_samples = result.readout["layer"], None
+    else:
+        progress, close = progress_bar(f"statistics {network.key}/{layer}")
+        try:
+            stats = get_stats(network, layer, images=args.stats_images, n=args.n, progress=progress)
+        finally:
+            close()
+        settings = BottleneckSettings(
+            beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
+            read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
+        )
+        result = PerSampleBottleneck.for_network(network, layer, stats, settings).attribute(x, target)
+        stats_samples = stats.n
+    if args.out:
+        np.save(args.out, result.heatmap)
+    if args.png:
+        from ..render import overlay_image
+
+        overlay_image(cropped, result.heatmap).save(args.png)
+    print_json({
+        "image": str(args.image),
+        "method": args.method,
+        "model": network.key,
+        "layer": layer,
+        "target": result.target,
+        "class_name": network.class_name(result.target),
+        "p_without": round(result.p_without, 6),
+        "p_with": round(result.p_with, 6),
+        "total_bits": round(result.total_bits, 3),
+        "beta_k": result.settings.beta_k,
+        "stats_samples": stats_samples,
+        "precision": getattr(result, "precision", "fp32"),
+        "seconds": round(result.seconds, 3),
+    })
+    return 0

@@ -1,0 +1,84 @@
+"""What every CLI command shares: network arguments, loading, progress bars, error handling, JSON output."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from ..errors import USER_ERRORS
+from ..networks import DEFAULT_NETWORK, REGISTRY
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_default: str | None = DEFAULT_NETWORK,
+                     device_default: str | None = "cpu") -> None:
+    """--model, --layer, --weights, --random-weights, --device."""
+    p.add_argument("--model", default=model_default, choices=list(REGISTRY),
+                   help=f"network (default: {DEFAULT_NETWORK})")
+    if layer:
+        p.add_argument("--layer", default=None, help="layer name (default: the network's default layer)")
+    p.add_argument("--weights", default=None, help="local weights file (state dict)")
+    p.add_argument("--random-weights", action="store_true", help="untrained weights (for structure/speed tests)")
+    p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
+
+
+def weights_arg(args: argparse.Namespace) -> str:
+    return args.weights or ("random" if args.random_weights else "pretrained")
+
+
+def load_from_args(args: argparse.Namespace, device: str | None = None):
+    """The network the arguments name (iba_core.networks.load_network)."""
+    from ..networks import load_network
+
+    return load_network(args.model, weights=weights_arg(args), device=device or args.device)
+
+
+def progress_bar(desc: str, unit: str = "img") -> tuple[Callable[..., None], Callable[[], None]]:
+    """A tqdm bar on stderr driven by progress(done, total[, label]) callbacks; returns (callback, close).
+
+    The bar appears on the first callback only, so work that turns out to be cached prints nothing.
+    """
+    from tqdm import tqdm
+
+    bars: list = []
+
+    def update(done: int, total: int, label: str | None = None) -> None:
+        if not bars:
+            bars.append(tqdm(total=total or None, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True))
+        bar = bars[0]
+        if total and bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+        if label:
+            bar.set_postfix_str(label, refresh=True)
+
+    def close() -> None:
+        for bar in bars:
+            bar.close()
+
+    return update, close
+
+
+def print_json(record: dict[str, Any]) -> None:
+    """One JSON line on stdout."""
+    from ..jsonable import jsonable
+
+    print(json.dumps(jsonable(record)), flush=True)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand; user errors become one line on stderr, no traceback."""
+    try:
+        return args.func(args)
+    except USER_ERRORS as err:
+        from ..networks import WeightsUnavailableError
+
+        hint = " On the command line, --weights FILE names the file directly." if isinstance(
+            err, WeightsUnavailableError) else ""
+        print(f"error: {err}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted (a results file resumes when the same command runs again)", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,132 @@
+"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table} …`.
+
+Runs one of the paper's evaluation metrics over an image folder for several attribution methods,
+appending one JSON line per finished (image, method, setting) to `--out` (flushed at once). A rerun
+with the same `--out` skips every key already there, so an interrupted evaluation resumes where it
+stopped. At the end a paper-style table is printed and saved next to the results (results.table.md).
+
+Under torchrun (RANK / WORLD_SIZE set) the images are sharded across ranks: rank r takes every
+WORLD_SIZE-th image, writes `results.rank{r}.jsonl` and, when done, `results.rank{r}.done`. With a
+torch.distributed rendezvous (torchrun's MASTER_ADDR) the ranks meet at a barrier and rank 0 merges
+the rank files into `--out` and writes the table; without one, whichever rank finishes last does.
+`--merge-only` merges and tabulates existing rank files by hand.
+
+The loop lives in iba_core.metrics.runner; this module only parses and prints.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..metrics import results as res
+from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
+from .common import add_network_args
+
+
+# --------------------------------------------------------------------------------------------
+# Argument parsing.
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="run a paper metric (degradation, bbox, sensitivity-n, sanity, beta-table) over an image folder",
+        description=(
+            "Evaluate attribution methods with the metrics of Schulz et al. (ICLR 2020). Results are appended "
+            "to --out as JSON lines (one per image, method and setting); rerunning with the same --out resumes. "
+            "A paper-style table is printed and saved next to --out (NAME.table.md)."
+        ),
+    )
+    p.add_argument("metric", choices=list(RUNNERS))
+    add_network_args(p)
+    p.add_argument("--images", type=Path, default=None, help="image folder (recursive)")
+    p.add_argument("--labels", type=Path, default=None,
+                   help="label file: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a synset list "
+                        "(default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in --images)")
+    p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox metric)")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="attribution method keys (default: all registered methods)")
+    p.add_argument("--tile", type=_positive_int, nargs="+", default=None,
+                   help="tile size(s): degradation default 8 14, sensitivity-n default 8 (1 = pixels)")
+    p.add_argument("--out", type=Path, required=True, help="results file (.jsonl), appended to and resumed")
+    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N images (sorted by path)")
+    p.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
+    p.add_argument("--points", type=_positive_int, default=None,
+                   help="degradation: measure each curve at N evenly spaced steps instead of after every tile")
+    p.add_argument("--sets", type=_positive_int, default=100, help="sensitivity-n: random tile sets per n")
+    p.add_argument("--n-count", type=_positive_int, default=16, help="sensitivity-n: number of log-spaced n")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-box-fraction", type=float, default=0.33, help="bbox: skip larger boxes")
+    p.add_argument("--beta-k", type=float, nargs="+", default=[0.01, 0.1, 1.0, 10.0, 100.0],
+                   help="beta-table: β·k values (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="beta-table: optimisation steps")
+    p.add_argument("--stats-images", default=None, help="beta-table: image folder for the feature statistics")
+    p.add_argument("--stats-n", type=_positive_int, default=None, help="beta-table: samples for the statistics (default: IBA_STATS_SAMPLES or 1000)")
+    p.add_argument("--readout", nargs="+", default=None, metavar="CKPT",
+                   help="beta-table: Readout Bottleneck checkpoints, one per β (default: the shipped one, if any)")
+    p.add_argument("--levels", nargs="+", default=None,
+                   help="sanity: only these cascade levels (e.g. logits conv5_3 …); default: all")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--merge-only", action="store_true",
+                   help="merge existing rank files into --out and print the table; evaluate nothing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rank, world = res.dist_info()
+    if args.merge_only:
+        records = res.merge_results(args.out) if res.rank_files(args.out) else res.read_records(args.out)
+        if not records:
+            raise FileNotFoundError(f"No results in {args.out} or its rank files.")
+        text, path = res.write_table(records, args.out)
+        print(text)
+        print(f"table saved to {path}", file=sys.stderr)
+        return 0
+    if args.images is None:
+        raise ValueError("--images DIR is required (a folder of images, searched recursively).")
+    from ..metrics.dataset import list_items
+    from ..methods import resolve_methods
+    from .common import load_from_args
+
+    methods = {} if args.metric == "beta-table" else {m.key: m for m in resolve_methods(args.methods)}
+    device = args.device
+    if world > 1 and device == "cuda" and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"  # one GPU per rank under torchrun
+    loaded = load_from_args(args, device=device)
+    if args.methods is None:  # the default: every registered method that can run on this network
+        methods = {k: m for k, m in methods.items() if m.available_for(loaded) is None}
+    items = list_items(args.images, args.labels, loaded.class_index, args.limit)
+    if not items:
+        raise FileNotFoundError(f"No images (jpg, png, …) found below {args.images}.")
+    if args.metric == "beta-table":
+        unlabelled = sum(item.label is None for item in items)
+        if unlabelled == len(items):
+            raise ValueError(
+                "beta-table needs labelled images: class folders named by index (e.g. 285/), WordNet-id folders "
+                "with a wnid mapping file, or a labels.txt/labels.csv with '<image>,<class>' rows (see --labels)."
+            )
+        if unlabelled:
+            print(f"note: {unlabelled} unlabelled image(s) are skipped", file=sys.stderr)
+    if args.metric == "bbox" and args.boxes is None:
+        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    options = EvalOptions(
+        tiles=args.tile, points=args.points, batch_size=args.batch_size, sets=args.sets, n_count=args.n_count,
+        seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,
+        beta_ks=args.beta_k, steps=args.steps, stats_images=args.stats_images, stats_n=args.stats_n,
+        sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress,
+    )
+    if world > 1:
+        res.done_marker(args.out, rank).unlink(missing_ok=True)
+    written = run_evaluation(args.metric, loaded, items, methods, args.out, options, rank, world)
+    print(f"{written} new result(s) written", file=sys.stderr)
+    finish(args.out, rank, world)
+    return 0

@@ -1,0 +1,245 @@
+"""Labels of image folders: one resolver for evaluation and for readout training.
+
+A *label* is the name of an image's class folder or an entry of a label file. `LabelResolver` turns
+one into a class index, with the same rules everywhere:
+
+- a **class index** (``285``), checked against the number of classes;
+- a **WordNet id** (``n02123045``) through a wnid → index table. No such table ships offline, so it
+  comes from a file (`read_label_file`: ImageNet's ``LOC_synset_mapping.txt`` / ``synsets.txt`` or
+  any text file with one wnid per line in class-index order, ``<wnid>,<index>`` rows, or Keras'
+  ``imagenet_class_index.json``), or, for a tree holding a folder for every class, from the sorted
+  order of the folders (the ILSVRC-2012 convention torchvision's ImageFolder also follows);
+- a **class name** as the network lists it (``tabby``, case-insensitive, or a part of a name that
+  fits exactly one class: `iba_core.classes.resolve_class`); a name that two classes share
+  (ImageNet has two ``crane``s) is ambiguous and resolves to nothing.
+
+An image's class folder is the top-level folder below the image root (`class_folder`), so images in
+sub-folders of a class folder belong to that class; images directly in the root have none.
+
+Two policies use the resolver:
+- readout training (`folder_labels`) is strict: every class folder must resolve, else a `DataError`
+  says how to name it; unlabelled images (or ``mode="top1"``) get -1, the network's own top-1;
+- evaluation (`iba_core.metrics.dataset.list_items`) is lenient: a label that does not resolve is
+  None, and a label file's rows for single images come first.
+
+Label files: separators may be commas, tabs or spaces; blank lines and lines starting with '#' are
+ignored. A row is ``<image>,<label>`` (the image's path relative to the root, its file name or its
+stem) or ``<wnid>,<index>``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .classes import resolve_class
+
+WNID = re.compile(r"^n\d{8}$")
+#: Label files found in an image root when none is named (evaluation).
+LABEL_FILES = ("labels.txt", "labels.csv", "LOC_synset_mapping.txt", "synsets.txt")
+
+
+class DataError(ValueError):
+    """Images or labels that cannot be used (no images, class folders whose class cannot be told)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Label files.
+
+
+@dataclass
+class LabelMap:
+    images: dict[str, str]  # image path / name / stem → label text
+    wnids: dict[str, int]  # WordNet id → class index
+
+    @classmethod
+    def empty(cls) -> "LabelMap":
+        return cls({}, {})
+
+
+def _split(line: str) -> list[str]:
+    """Split at the first tab, else after a leading wnid + space, else at the first comma or space."""
+    if "\t" in line:
+        return [p.strip() for p in line.split("\t", 1)]
+    head = line.split(None, 1)
+    if WNID.match(head[0]):
+        return head
+    if "," in line:
+        return [p.strip() for p in line.split(",", 1)]
+    return head
+
+
+def _read_class_index_json(path: Path, text: str) -> LabelMap:
+    """Keras' imagenet_class_index.json: {"0": [wnid, name], …}."""
+    try:
+        data = json.loads(text)
+        wnids = {str(v[0]): int(k) for k, v in data.items()}
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
+        raise DataError(f"{path} is not an imagenet_class_index.json-style map ({{\"0\": [wnid, name]}}).") from err
+    return LabelMap({}, wnids)
+
+
+def read_label_file(path: str | os.PathLike) -> LabelMap:
+    """Parse a label / wnid-mapping file (see the module docstring); OSError if it cannot be read."""
+    path = Path(path).expanduser()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".json":
+        return _read_class_index_json(path, text)
+    rows = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            rows.append(_split(line))
+    labels = LabelMap.empty()
+    wnid_rows = [r for r in rows if WNID.match(r[0])]
+    synset_list = bool(rows) and len(wnid_rows) == len(rows) and not any(
+        len(r) > 1 and r[1].strip().isdigit() for r in rows
+    )
+    if synset_list:  # one wnid per line, in class-index order
+        labels.wnids = {r[0]: i for i, r in enumerate(rows)}
+        return labels
+    for r in rows:
+        if len(r) < 2:
+            continue
+        key, value = r[0], r[1].strip()
+        if WNID.match(key) and value.isdigit():
+            labels.wnids[key] = int(value)
+        else:
+            labels.images[key] = value
+    return labels
+
+
+def read_class_map(path: str | os.PathLike) -> dict[str, int]:
+    """wnid → class index from a class map (any file `read_label_file` reads); DataError if it has none."""
+    path = Path(path).expanduser()
+    try:
+        table = read_label_file(path).wnids
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"Cannot read the class map {path}: {err}") from err
+    if not table:
+        raise DataError(f"{path} does not list WordNet ids (e.g. n01440764).")
+    return table
+
+
+def find_label_file(root: str | os.PathLike) -> Path | None:
+    """The first of LABEL_FILES present in `root`, if any."""
+    root = Path(root)
+    return next((root / n for n in LABEL_FILES if (root / n).is_file()), None)
+
+
+# --------------------------------------------------------------------------------------------
+# The resolver.
+
+
+class LabelResolver:
+    """Class index for a label (a folder name or a label file's text); see the module docstring.
+
+    categories: the network's class names in index order (empty: indices are not range-checked and
+    names do not resolve). class_index: resolves indices and names instead of `resolve_class` (e.g.
+    `Network.class_index`, or a test's table). wnids: the wnid → index table.
+    """
+
+    def __init__(
+        self,
+        categories: Sequence[str] = (),
+        wnids: Mapping[str, int] | None = None,
+        class_index: Callable[[str], int] | None = None,
+    ):
+        self.categories = list(categories)
+        self.wnids = dict(wnids or {})
+        self.class_index = class_index
+
+    def __call__(self, label: str) -> int:
+        """The class index of `label`; DataError with the reason when there is none."""
+        text = str(label).strip()
+        if WNID.match(text):
+            if text in self.wnids:
+                return self.wnids[text]
+            raise DataError(f"No class index is known for the WordNet id {text} (no wnid → index table has it).")
+        try:
+            if self.class_index is not None:
+                return int(self.class_index(text))
+            same = [i for i, name in enumerate(self.categories) if name.lower() == text.lower()]
+            if len(same) > 1:
+                raise DataError(f"The class name {text!r} is ambiguous (indices {same}); give its index.")
+            return resolve_class(self.categories, text)
+        except DataError:
+            raise
+        except (ValueError, KeyError) as err:
+            raise DataError(str(err).strip("'\"")) from err
+
+    def get(self, label: str) -> int | None:
+        """The class index of `label`, or None when it does not resolve."""
+        try:
+            return self(label)
+        except DataError:
+            return None
+
+
+def class_folder(root: str | os.PathLike, path: str | os.PathLike) -> str | None:
+    """The class folder of an image: the top-level folder below `root` (None directly in root)."""
+    parts = Path(path).relative_to(root).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def folder_labels(
+    root: str | os.PathLike,
+    files: Sequence[Path],
+    categories: Sequence[str],
+    mode: str = "auto",
+    class_map: str | os.PathLike | None = None,
+) -> tuple[list[int], str]:
+    """A class index per file (-1: use the network's top-1) and a sentence saying where labels came from.
+
+    mode: "auto" (class folders if there are any, else top-1), "folders" (class folders required) or
+    "top1" (ignore folders). class_map: a wnid → index file for WordNet-id folders.
+    """
+    root = Path(root).expanduser()
+    if mode == "top1":
+        return [-1] * len(files), "the network's own top-1 on each crop (labels=top1)"
+    top = [class_folder(root, p) for p in files]
+    folders = sorted({t for t in top if t is not None})
+    if not folders:
+        if mode == "folders":
+            raise DataError(f"No class folders below {root}; put images in folders named by class, or use labels=top1.")
+        return [-1] * len(files), "the network's own top-1 on each crop (unlabelled folder)"
+    n = len(categories)
+    wnids = [f for f in folders if WNID.match(f)]
+    table: dict[str, int] = {}
+    how = "class folders (index or class name)"
+    if wnids:
+        if len(wnids) != len(folders):
+            raise DataError(f"Class folders below {root} mix WordNet ids with other names: {folders[:5]} …")
+        if class_map is not None:
+            table = read_class_map(class_map)
+            unknown = [w for w in wnids if w not in table]
+            if unknown:
+                raise DataError(f"The class map {class_map} has no entry for {', '.join(unknown[:5])}.")
+            how = f"WordNet-id folders via {class_map}"
+        elif len(wnids) == n:
+            table, how = {w: i for i, w in enumerate(sorted(wnids))}, "WordNet-id folders in sorted order (all 1000)"
+        else:
+            raise DataError(
+                f"The class folders below {root} are named by WordNet id, but only {len(wnids)} of the {n} classes "
+                "are present and no offline wnid → index table exists. Pass a class map (--class-map "
+                "LOC_synset_mapping.txt or imagenet_class_index.json), rename the folders to class indices "
+                "(0…999) or class names, or use --labels top1."
+            )
+    resolve = LabelResolver(categories, table)
+    mapping: dict[str, int] = {}
+    for f in folders:
+        try:
+            mapping[f] = resolve(f)
+        except DataError as err:
+            raise DataError(
+                f"Cannot tell the class of folder {f!r} below {root}: {err} Name class folders by index "
+                f"(0…{n - 1}), by class name or by WordNet id, or use --labels top1."
+            ) from err
+    labels = [-1 if t is None else mapping[t] for t in top]
+    unlabelled = labels.count(-1)
+    if unlabelled:
+        how += f"; {unlabelled} images outside class folders use the network's top-1"
+    return labels, how

@@ -1,0 +1,120 @@
+"""Attribution methods behind one interface: the paper's baselines (§4.1, Table 2) and the two bottlenecks.
+
+    >>> from iba_core.methods import get_method
+    >>> amap = get_method("integrated_gradients", steps=8).attribute(network, x, target)
+    >>> amap.values, amap.seconds, amap.signed, amap.unit
+
+Every method returns a finite float32 (H, W) map for one preprocessed image, explains the target
+class's logit (the bottlenecks: its cross-entropy), leaves no hooks, gradients or flag changes on the
+user's network (also after an error) and says, via `available_for(network)`, when it cannot run.
+
+Adding a method: one module in this folder with a `base.Method` subclass, and one `register` line
+below (or `register_method` from any module, e.g. a plug-in or a test).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Iterable, Sequence
+
+from .base import AttributionMap, Method
+from .bottlenecks import PerSampleIBA, ReadoutMethod
+from .cam import GradCam, GuidedGradCam
+from .gradients import GuidedBackprop, Gradient, IntegratedGradients, Saliency, SmoothGrad
+from .lrp import LRP
+from .occlusion import Occlusion
+from .pattern import PatternAttribution
+from .random_map import RandomMap
+
+MethodFactory = Callable[..., Method]
+
+#: key → factory(**settings) returning a method. Order is the display order of comparison grids.
+METHODS: dict[str, MethodFactory] = {}
+
+
+class UnknownMethodError(ValueError):
+    """A method key the registry does not know."""
+
+
+def register_method(key: str, factory: MethodFactory) -> None:
+    """Add a method to the registry (after the built-ins); it then appears in the CLI and on the pages."""
+    if key in METHODS:
+        raise ValueError(f"A method {key!r} is registered already.")
+    METHODS[key] = factory
+
+
+def unregister_method(key: str) -> None:
+    METHODS.pop(key, None)
+
+
+for _key, _factory in (
+    ("random", RandomMap),
+    ("occlusion_8", partial(Occlusion, 8)),
+    ("occlusion_14", partial(Occlusion, 14)),
+    ("gradient", Gradient),
+    ("saliency", Saliency),
+    ("integrated_gradients", IntegratedGradients),
+    ("smoothgrad", SmoothGrad),
+    ("guided_backprop", GuidedBackprop),
+    ("grad_cam", GradCam),
+    ("guided_grad_cam", GuidedGradCam),
+    ("lrp_alpha1beta0", partial(LRP, "alpha1beta0")),
+    ("lrp_epsilon", partial(LRP, "epsilon")),
+    ("lrp_alpha0beta1eps5", partial(LRP, "alpha0beta1")),
+    ("pattern_attribution", PatternAttribution),
+    ("iba_1", partial(PerSampleIBA, 1.0)),
+    ("iba_10", partial(PerSampleIBA, 10.0)),
+    ("iba_100", partial(PerSampleIBA, 100.0)),
+    ("readout", ReadoutMethod),
+):
+    register_method(_key, _factory)
+
+
+def method_keys() -> list[str]:
+    """All registered method keys, in display order."""
+    return list(METHODS)
+
+
+def get_method(key: str, **settings) -> Method:
+    """A fresh method instance; `settings` override its defaults (e.g. steps=8)."""
+    try:
+        factory = METHODS[key]
+    except KeyError:
+        raise UnknownMethodError(f"Unknown attribution method {key!r}; choose from: {', '.join(METHODS)}.") from None
+    try:
+        return factory(**settings)
+    except TypeError as err:  # e.g. a setting the key already fixes (occlusion_8 with size=14)
+        raise ValueError(f"Invalid settings for {key!r}: {err}") from None
+
+
+def display_names() -> dict[str, str]:
+    """key → display name with default settings, e.g. {"occlusion_8": "Occlusion-8×8", …}."""
+    return {key: get_method(key).name for key in METHODS}
+
+
+def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dict] | None = None,
+                    default: Iterable[str] | None = None) -> list[Method]:
+    """Method instances from 'all', 'a,b,…' or a list of keys (None: `default`, else all).
+
+    Unknown keys fail here, before any slow work; `settings` maps a key to its settings.
+    """
+    settings = settings or {}
+    if methods is None:
+        keys = list(default) if default is not None else method_keys()
+    elif isinstance(methods, str):
+        keys = method_keys() if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
+    else:
+        keys = list(methods)  # keys and/or Method instances
+    if not keys:
+        raise ValueError("Choose at least one method.")
+    unknown = [k for k in keys if isinstance(k, str) and k not in METHODS]
+    if unknown:
+        raise UnknownMethodError(
+            f"Unknown attribution method {', '.join(map(repr, unknown))}; choose from: {', '.join(METHODS)}."
+        )
+    return [get_method(k, **settings.get(k, {})) if isinstance(k, str) else k for k in dict.fromkeys(keys)]
+
+
+__all__ = [
+    "AttributionMap", "METHODS", "Method", "MethodFactory", "UnknownMethodError", "display_names",
+    "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",
+]

@@ -1,0 +1,92 @@
+"""Grad-CAM and Guided Grad-CAM (Selvaraju et al. 2017).
+
+Grad-CAM: at the last convolutional block's (rectified) output A, weights α_k = spatial mean of
+∂ logit_target / ∂A_k, map = ReLU(Σ_k α_k A_k), bilinearly upsampled to the image size (captum's
+`LayerGradCam` + `LayerAttribution.interpolate`).
+
+The layer comes from the network's spec (`NetworkSpec.cam_layer`: module path, and whether it is the
+module's input); each spec says why it chose its layer. A network whose spec knows none (a derived spec)
+needs the setting `layer`; without it the method says it is unavailable.
+
+Guided Grad-CAM: Guided Backprop (per channel, on a private copy, see `gradients.guided_copy`) times the
+upsampled Grad-CAM, summed over colour channels.
+
+Other networks: pass `layer="dotted.module.path"` (and `layer_input=True` to use that module's input).
+"""
+from __future__ import annotations
+
+import torch
+from captum.attr import LayerAttribution, LayerGradCam
+
+from .base import Method, spec_of, sum_channels
+from .gradients import guided_gradient
+
+
+def cam_layer(loaded, layer: str | None = None, layer_input: bool | None = None) -> tuple[str, bool]:
+    """(module path, use the module's input) for Grad-CAM on `loaded`."""
+    if layer is not None:
+        return layer, bool(layer_input)
+    reason = no_cam_layer(loaded, layer)
+    if reason:
+        raise ValueError(reason)
+    path, is_input = spec_of(loaded).cam_layer
+    return path, is_input if layer_input is None else bool(layer_input)
+
+
+def no_cam_layer(loaded, layer: str | None) -> str | None:
+    """Why Grad-CAM cannot pick its layer on `loaded` (None when it can)."""
+    if layer is not None:
+        return None
+    spec = spec_of(loaded)
+    if spec is None or spec.cam_layer is None:
+        title = spec.title if spec is not None else type(loaded.model).__name__
+        return f"no Grad-CAM layer is known for {title}; give the setting layer='module.path'."
+    return None
+
+
+def grad_cam(loaded, x: torch.Tensor, target: int, layer: str | None = None, layer_input: bool | None = None):
+    """(1, 1, H, W) upsampled Grad-CAM map (≥ 0)."""
+    path, is_input = cam_layer(loaded, layer, layer_input)
+    try:
+        module = loaded.model.get_submodule(path)
+    except AttributeError as err:
+        raise ValueError(f"The network has no module {path!r} for Grad-CAM.") from err
+    cam = LayerGradCam(loaded.model, module).attribute(
+        x, target=target, attribute_to_layer_input=is_input, relu_attributions=True
+    )
+    if isinstance(cam, tuple):
+        cam = cam[0]
+    if cam.dim() != 4:
+        raise ValueError(f"Grad-CAM needs a convolutional layer (N, C, h, w); {path!r} gives {tuple(cam.shape)}.")
+    return LayerAttribution.interpolate(cam.detach(), tuple(x.shape[-2:]), interpolate_mode="bilinear")
+
+
+class GradCam(Method):
+    key = "grad_cam"
+    name = "Grad-CAM"
+    signed = False
+    description = "Last conv block's activations weighted by their mean gradient, rectified and upsampled."
+
+    @classmethod
+    def default_settings(cls) -> dict:
+        return {"layer": None, "layer_input": None}
+
+    def available_for(self, network) -> str | None:
+        return no_cam_layer(network, self.settings["layer"])
+
+    def cam(self, loaded, x, target) -> torch.Tensor:
+        """(1, 1, H, W) upsampled Grad-CAM at this method's layer."""
+        return grad_cam(loaded, x, target, self.settings["layer"], self.settings["layer_input"])
+
+    def _compute(self, loaded, x, target):
+        return self.cam(loaded, x, target)[0, 0]
+
+
+class GuidedGradCam(GradCam):
+    key = "guided_grad_cam"
+    name = "Guided Grad-CAM"
+    signed = True
+    description = "Guided Backprop times the upsampled Grad-CAM map, summed over colour channels."
+
+    def _compute(self, loaded, x, target):
+        return sum_channels(guided_gradient(loaded.model, x, target) * self.cam(loaded, x, target))

@@ -1,0 +1,397 @@
+"""The evaluation loop behind `python -m iba_core evaluate`: resume, shard, merge, tabulate.
+
+`run_evaluation(metric, network, items, methods, out, options)` runs one metric over image items for
+several attribution methods, appending one JSON line per finished (image, method, setting) to `out`
+(flushed at once). Keys already in `out` (or its rank files) are skipped, so an interrupted evaluation
+resumes where it stopped. Under torchrun (RANK / WORLD_SIZE set) rank r takes every WORLD_SIZE-th image
+and writes `results.rank{r}.jsonl`; `finish` merges the rank files (at a torch.distributed barrier when
+there is a rendezvous, else when the last rank is done) and writes the paper-style table.
+
+Adding a metric: its module in this package (the measurement, METRIC and format_table), one runner
+function below and its line in RUNNERS.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..settings import stats_samples
+from . import results as res
+from .common import stable_seed
+
+#: Default tile sizes per metric.
+DEFAULT_TILES = {"degradation": (8, 14), "sensitivity-n": (8,)}
+
+
+@dataclass
+class EvalOptions:
+    tiles: Sequence[int] | None = None
+    points: int | None = None  # degradation: measurement points per curve (None: every tile)
+    batch_size: int = 64
+    sets: int = 100  # sensitivity-n: random tile sets per n
+    n_count: int = 16  # sensitivity-n: number of log-spaced n values
+    seed: int = 0
+    boxes: Path | None = None
+    max_box_fraction: float = 0.33
+    layer: str | None = None  # beta-table
+    beta_ks: Sequence[float] = (0.01, 0.1, 1.0, 10.0, 100.0)
+    steps: int = 10
+    stats_images: str | None = None
+    stats_n: int | None = None
+    sanity_levels: Sequence[str] | None = None
+    readouts: Sequence[str] | None = None  # beta-table: readout checkpoints (None: the shipped one)
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+class _Context:
+    """Per-run state shared by the metric loops: the model, the writer, the done keys, the counters."""
+
+    def __init__(self, metric: str, loaded, writer: res.ResultsWriter, done: set, options: EvalOptions):
+        self.metric, self.loaded, self.writer, self.done, self.options = metric, loaded, writer, done, options
+        self.stats = _stats_getter(loaded, options)
+        self.model_id = f"{loaded.key}/{getattr(loaded, 'weights_id', '')}"
+        self.written = 0
+        self._scoring = None
+        self.bar = None
+
+    def note(self, text: str) -> None:
+        """Show what is being worked on next to the progress bar."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+
+    @property
+    def scoring(self):
+        """The (BatchNorm-folded) network the degradation / sensitivity passes run on."""
+        if self._scoring is None:
+            from .common import scoring_model
+
+            self._scoring = scoring_model(self.loaded)
+        return self._scoring
+
+    def key(self, item, method: str, setting: str) -> tuple:
+        return (self.metric, item.key, method, setting)
+
+    def is_done(self, item, method: str, setting: str) -> bool:
+        return self.key(item, method, setting) in self.done
+
+    def prepare(self, item) -> tuple[torch.Tensor, int]:
+        """(preprocessed image on the model's device, target): the label, else the top-1 class."""
+        from ..images import load_image
+
+        x = self.loaded.preprocess(load_image(item.path)).to(getattr(self.loaded, "device", "cpu"))
+        if item.label is not None:
+            return x, int(item.label)
+        from ..model_state import frozen_eval
+
+        with frozen_eval(self.loaded.model), torch.no_grad():
+            return x, int(self.loaded.model(x).argmax(dim=1)[0])
+
+    def write(self, item, method_key: str, method, setting: str, target: int, **data) -> None:
+        record = {
+            "metric": self.metric,
+            "image": item.key,
+            "method": method_key,
+            "setting": setting,
+            "method_name": getattr(method, "name", method_key),
+            "model": self.loaded.key,
+            "weights": getattr(self.loaded, "weights_id", ""),
+            "target": int(target),
+            "label": item.label,
+            **data,
+        }
+        self.writer.write(record)
+        self.done.add(res.record_key(record))
+        self.written += 1
+
+
+def _timed_map(method, loaded, x: torch.Tensor, target: int, ctx: "_Context | None" = None) -> tuple[np.ndarray, float]:
+    if ctx is not None:
+        ctx.note(getattr(method, "name", ""))
+    amap = method.attribute(loaded, x, target)
+    return np.asarray(amap.values, dtype=np.float64), amap.seconds
+
+
+def _run_degradation(ctx: _Context, item, methods: dict) -> None:
+    from .degradation import degradation_curves
+
+    o = ctx.options
+    tiles = list(o.tiles or DEFAULT_TILES["degradation"])
+
+    def setting(t: int) -> str:
+        return f"{ctx.model_id}|tile={t}" + (f"|points={o.points}" if o.points else "")
+
+    pending = {k: [t for t in tiles if not ctx.is_done(item, k, setting(t))] for k in methods}
+    if not any(pending.values()):
+        return
+    x, target = ctx.prepare(item)
+    for key, method in methods.items():
+        if not pending[key]:
+            continue
+        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        for t in pending[key]:
+            curves = degradation_curves(ctx.scoring, x, values, target, t, points=o.points,
+                                        batch_size=o.batch_size).to_record()
+            curves.pop("target")
+            ctx.write(item, key, method, setting(t), target, points=o.points, attribution_seconds=seconds, **curves)
+
+
+def _run_bbox(ctx: _Context, item, methods: dict) -> None:
+    from .bbox import bbox_ratio, box_mask, find_annotation, parse_voc
+
+    o = ctx.options
+    if o.boxes is None:
+        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
+    if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
+        return
+    crop = ctx.loaded.preprocess.crop_size if hasattr(ctx.loaded.preprocess, "crop_size") else 224
+    resize = getattr(ctx.loaded.preprocess, "resize", 256)
+    xml = find_annotation(o.boxes, item.key)
+    reason, mask = None, None
+    if xml is None:
+        reason = "no annotation"
+    else:
+        mask = box_mask(parse_voc(xml), resize, crop)
+        share = float(mask.mean())
+        if mask.sum() == 0:
+            reason = "box outside the crop"
+        elif share > o.max_box_fraction:
+            reason = f"box covers {share:.0%} of the crop"
+    if reason is not None:
+        ctx.write(item, "*", None, setting, -1, skipped=reason)
+        return
+    x, target = ctx.prepare(item)
+    for key, method in methods.items():
+        if ctx.is_done(item, key, setting):
+            continue
+        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        ratio = bbox_ratio(values, mask, seed=stable_seed(item.key))
+        ctx.write(item, key, method, setting, target, ratio=ratio, box_pixels=int(mask.sum()),
+                  attribution_seconds=seconds)
+
+
+def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
+    from .sensitivity_n import correlations, logit_drops
+
+    o = ctx.options
+    tiles = list(o.tiles or DEFAULT_TILES["sensitivity-n"])
+
+    def setting(t: int) -> str:
+        return f"{ctx.model_id}|tile={t}|sets={o.sets}|n_count={o.n_count}|seed={o.seed}"
+
+    pending = {k: [t for t in tiles if not ctx.is_done(item, k, setting(t))] for k in methods}
+    if not any(pending.values()):
+        return
+    x, target = ctx.prepare(item)
+    drops = {}
+    for key, method in methods.items():
+        if not pending[key]:
+            continue
+        if "occluder" in method.settings:
+            # Occlude as the metric masks, with zeros (the paper's code did so): at n = 1 the removed
+            # attribution then is the logit drop itself.
+            method = method.with_settings(occluder="zero")
+        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        for t in pending[key]:
+            if t not in drops:  # the random sets and logit drops are shared by all methods
+                drops[t] = logit_drops(ctx.scoring, x, target, t, n_count=o.n_count, sets=o.sets,
+                                       seed=stable_seed(o.seed, item.key, t), batch_size=o.batch_size)
+            corr = correlations(drops[t], values)
+            ctx.write(item, key, method, setting(t), target, tile=t, sets=o.sets, n=drops[t].ns.tolist(),
+                      pixels=(drops[t].ns * t * t).tolist(), corr=corr.tolist(), attribution_seconds=seconds)
+
+
+def _run_sanity(ctx: _Context, item, methods: dict) -> None:
+    from .sanity import cascading_randomisation, heatmap_ssim, uses_max_over_sign
+
+    o = ctx.options
+    setting = f"{ctx.model_id}|seed={o.seed}" + (f"|levels={','.join(o.sanity_levels)}" if o.sanity_levels else "")
+    # methods fitted to the weights (readout, patterns) would need refitting at every level: left out
+    pending = {k: m for k, m in methods.items() if getattr(m, "sanity_checkable", True) and not ctx.is_done(item, k, setting)}
+    if not pending:
+        return
+    x, target = ctx.prepare(item)
+    originals = {k: _timed_map(m, ctx.loaded, x, target, ctx)[0] for k, m in pending.items()}
+    levels: list[str] = []
+    scores: dict[str, list[float]] = {k: [] for k in pending}
+    wanted = set(o.sanity_levels) if o.sanity_levels else None
+    for name, randomised in cascading_randomisation(ctx.loaded, seed=o.seed):
+        if wanted is not None and name not in wanted:
+            continue
+        levels.append(name)
+        ctx.note(f"randomised down to {name}")
+        for k, m in pending.items():
+            h = np.asarray(m.attribute(randomised, x, target).values, dtype=np.float64)
+            scores[k].append(heatmap_ssim(originals[k], h, uses_max_over_sign(m)))
+        if wanted is not None and wanted <= set(levels):
+            break
+    for k, m in pending.items():
+        ctx.write(item, k, m, setting, target, levels=levels, ssim=scores[k], max_over_sign=uses_max_over_sign(m))
+
+
+def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
+    from .beta_table import INITIAL, ORIG, column_name, per_sample_row, readout_row
+    from ..per_sample import BottleneckSettings, PerSampleBottleneck
+
+    o = ctx.options
+    layer = o.layer or ctx.loaded.spec.default_layer
+    if item.label is None:
+        return  # counted and reported by the caller
+    columns = [ORIG, INITIAL, *(column_name(float(b)) for b in o.beta_ks)]
+
+    def setting(column: str) -> str:
+        return f"{ctx.model_id}|{layer}|steps={o.steps}|seed={o.seed}|{column}"
+
+    todo = [c for c in columns if not ctx.is_done(item, "per_sample", setting(c))]
+    readouts = [(ckpt, f"{ctx.model_id}|readout={Path(ckpt).name}|seed={o.seed}") for ckpt in _readout_checkpoints(ctx)]
+    readout_todo = [(ckpt, s) for ckpt, s in readouts if not ctx.is_done(item, "readout", s)]
+    if not todo and not readout_todo:
+        return
+    x, label = ctx.prepare(item)
+    per_sample = type("PerSample", (), {"name": "Per-Sample"})()
+    if todo:
+        stats = ctx.stats(layer)
+        prefix, suffix = ctx.loaded.fast_split(layer)
+        base = BottleneckSettings(steps=o.steps, seed=o.seed)
+        # "auto" measured once per network and layer (kept with the network), not once per row
+        base = replace(base, precision=PerSampleBottleneck.for_network(ctx.loaded, layer, stats, base).precision_for(x))
+    if ORIG in todo or INITIAL in todo:
+        row = per_sample_row(prefix, suffix, stats, x, label, None, base)
+        if ORIG in todo:
+            ctx.write(item, "per_sample", per_sample, setting(ORIG), label, column=ORIG, layer=layer,
+                      top1=row["orig_top1"], top5=row["orig_top5"], info_per_k=None, p_without=row["p_without"])
+        if INITIAL in todo:
+            ctx.write(item, "per_sample", per_sample, setting(INITIAL), label, column=INITIAL, layer=layer, **row)
+    for b in o.beta_ks:
+        c = column_name(float(b))
+        if c in todo:
+            row = per_sample_row(prefix, suffix, stats, x, label, float(b), base)
+            ctx.write(item, "per_sample", per_sample, setting(c), label, column=c, layer=layer, beta_k=float(b), **row)
+    readout = type("Readout", (), {"name": "Readout"})()
+    for ckpt, s in readout_todo:
+        row = readout_row(ctx.loaded, x, label, ckpt, seed=o.seed)
+        if row is not None:
+            ctx.write(item, "readout", readout, s, label, column=column_name(row["beta_k"]), **row)
+
+
+def _readout_checkpoints(ctx: _Context) -> list[str]:
+    """Readout checkpoints for the β table: --readout, else the shipped one for the network (if any)."""
+    if ctx.options.readouts is not None:
+        return [str(c) for c in ctx.options.readouts]
+    from ..readout import default_checkpoint
+
+    path = default_checkpoint(ctx.loaded.key)
+    return [str(path)] if path is not None else []
+
+
+#: metric name → runner(ctx, item, methods): measures one image, writes its records.
+RUNNERS = {
+    "degradation": _run_degradation,
+    "bbox": _run_bbox,
+    "sensitivity-n": _run_sensitivity,
+    "sanity": _run_sanity,
+    "beta-table": _run_beta_table,
+}
+
+
+def run_evaluation(
+    metric: str,
+    loaded,
+    items: Sequence,
+    methods: dict[str, object],
+    out: str | Path,
+    options: EvalOptions | None = None,
+    rank: int = 0,
+    world: int = 1,
+) -> int:
+    """Evaluate `items` (this rank's shard is taken here) and append records; returns how many were written.
+
+    loaded: a Network, or any object with `.model`, `.preprocess`, `.key` (and `.device`).
+    Keys already present in `out` or its rank files are skipped.
+    """
+    if metric not in RUNNERS:
+        raise ValueError(f"Unknown metric {metric!r}; choose one of: {', '.join(RUNNERS)}.")
+    options = options or EvalOptions()
+    out = Path(out)
+    done = res.done_keys([out, *res.rank_files(out)])
+    path = out if world == 1 else res.rank_path(out, rank)
+    mine = res.shard(list(items), rank, world)
+    from tqdm import tqdm
+
+    with res.ResultsWriter(path) as writer:
+        ctx = _Context(metric, loaded, writer, done, options)
+        bar = tqdm(mine, desc=f"{metric}" + (f" rank {rank}/{world}" if world > 1 else ""), unit="img",
+                   file=sys.stderr, dynamic_ncols=True, disable=not options.progress)
+        ctx.bar = bar if options.progress else None
+        for item in bar:
+            RUNNERS[metric](ctx, item, methods)
+        bar.close()
+        return ctx.written
+
+
+def _stats_getter(loaded, options: EvalOptions):
+    cache = {}
+
+    def get(layer: str):
+        if layer not in cache:
+            from ..stats import get_stats
+
+            cache[layer] = get_stats(loaded, layer, images=options.stats_images, n=options.stats_n or stats_samples())
+        return cache[layer]
+
+    return get
+
+
+# --------------------------------------------------------------------------------------------
+# Ranks, merging, tables.
+
+
+def _barrier(world: int) -> bool:
+    """Meet the other ranks if torch.distributed can rendezvous (torchrun); False if it cannot."""
+    if world <= 1:
+        return False
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    if not dist.is_available():
+        return False
+    created = False
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            return False
+        import datetime
+
+        # Joining the group is itself a rendezvous of all ranks; ranks finish at different times.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+        created = True
+    dist.barrier()
+    if created:
+        dist.destroy_process_group()
+    return True
+
+
+def finish(out: str | Path, rank: int, world: int, print_table: bool = True) -> str | None:
+    """After this rank's shard: merge (if it falls to this rank) and write/print the table."""
+    out = Path(out)
+    if world > 1:
+        res.done_marker(out, rank).touch()
+        met = _barrier(world)
+        if (met and rank != 0) or (not met and not res.all_ranks_done(out, world)):
+            print(f"rank {rank}: shard finished; rank files are merged when all ranks are done", file=sys.stderr)
+            return None
+        records = res.merge_results(out)
+    else:
+        records = res.read_records([out, *res.rank_files(out)])
+    text, path = res.write_table(records, out)
+    if print_table:
+        print(text)
+        print(f"table saved to {path}", file=sys.stderr)
+    return text

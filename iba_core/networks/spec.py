@@ -1,0 +1,310 @@
+"""What the library knows about one network (`NetworkSpec`) and a network ready to use (`Network`).
+
+A spec holds everything that is specific to a network family: how to build it and where its weights
+are, its preprocessing and class names, its named layers (the paper's names) and default layer, and
+the choices attribution methods need (Grad-CAM's layer, LRP's canonizers, the Readout's reads).
+Methods and the readout ask the spec; they keep no per-network tables.
+
+Registered networks are described as an ordered list of *stages*: running them in order reproduces
+the network, so splitting it at a layer into prefix and suffix is a slice of that list. A spec can
+also be *derived* for any `nn.Module` (`derive_spec`): its layers are found by one dry forward pass,
+it has no stages (the bottleneck then uses a forward hook), and choices nobody knows (CAM layer,
+canonizers) are None, so the methods that need them say they are unavailable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from PIL import Image
+from torch import nn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: Paper §4.1 uses torchvision's standard evaluation crop: resize the short side to 256, centre-crop 224.
+RESIZE, CROP = 256, 224
+#: Name of the network's output (the logits) where a list of layers may include it (readout reads).
+LOGITS = "fc"
+
+Stages = list[tuple[str | None, nn.Module]]
+
+
+class WeightsUnavailableError(RuntimeError):
+    """The pretrained weights for a network are not on this machine and cannot be downloaded."""
+
+
+class UnknownModelError(KeyError):
+    """A network key or layer name that the registry does not know."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; ours is a sentence
+        return str(self.args[0])
+
+
+class Flatten(nn.Module):
+    """torch.flatten(x, 1) as a module, for the classifier stage of a stage list."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(x, 1)
+
+
+@dataclass(frozen=True)
+class WeightsSource:
+    """Where a network's pretrained weights come from."""
+
+    file: str  # file name a user can place in IBA_WEIGHTS_DIR or torch's hub cache
+    url: str | None = None  # download address (torchvision's), None for packaged weights
+    packaged: Callable[[], Path | None] | None = None  # a file shipped by a Python package
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Everything specific to one network. See the module docstring."""
+
+    key: str
+    title: str
+    build: Callable[[dict | None], nn.Module]  # state dict (None: random init) → model
+    layers: tuple[str, ...]
+    default_layer: str
+    weights: WeightsSource | None = None
+    categories: Callable[[], list[str]] | None = None  # class names in index order
+    stages: Callable[[nn.Module], Stages] | None = None  # None: no split, the hook path is used
+    hook_modules: dict[str, str] = field(default_factory=dict)  # layer → module path (hook path)
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    resize: int = RESIZE
+    crop: int = CROP
+    #: Grad-CAM: (module path, use the module's input); None: unknown, Grad-CAM is unavailable.
+    cam_layer: tuple[str, bool] | None = None
+    #: LRP: canonizers for a private copy of the model; None: unknown, LRP is unavailable.
+    canonizers: Callable[[nn.Module], list] | None = None
+    #: Readout Bottleneck: its bottleneck layer and the layers it reads (last: LOGITS).
+    readout_layer: str | None = None
+    readout_reads: tuple[str, ...] | None = None
+    note: str = ""
+
+    def check_layer(self, layer: str) -> str:
+        """`layer` if the network has it, else a clear error listing the valid names."""
+        if layer not in self.layers:
+            raise UnknownModelError(f"{self.title} has no layer {layer!r}; choose one of: {', '.join(self.layers)}.")
+        return layer
+
+    def reads(self) -> tuple[str, ...]:
+        """The readout's read layers: the spec's own, else the readout layer, three later layers and the logits."""
+        if self.readout_reads:
+            return self.readout_reads
+        layer = self.readout_layer or self.default_layer
+        later = list(self.layers[self.layers.index(layer) + 1 :])
+        picks = [later[round(i * (len(later) - 1) / 2)] for i in range(3)] if len(later) >= 3 else later
+        return (layer, *dict.fromkeys(picks), LOGITS)
+
+
+class Preprocess:
+    """Resize, centre-crop, normalise; the crop is exposed for display."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], resize: int = RESIZE, crop: int = CROP):
+        self.mean, self.std, self.resize, self.crop_size = mean, std, resize, crop
+
+    @classmethod
+    def of(cls, spec: NetworkSpec) -> "Preprocess":
+        return cls(spec.mean, spec.std, spec.resize, spec.crop)
+
+    def crop(self, image: Image.Image) -> Image.Image:
+        """The RGB image the network sees (before normalisation)."""
+        import torchvision.transforms.functional as TF
+
+        image = TF.resize(image.convert("RGB"), self.resize, antialias=True)
+        return TF.center_crop(image, self.crop_size)
+
+    def normalise(self, cropped: Image.Image) -> torch.Tensor:
+        """A (1, 3, crop, crop) float tensor from an already cropped image."""
+        import torchvision.transforms.functional as TF
+
+        return TF.normalize(TF.to_tensor(cropped), self.mean, self.std)[None]
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        return self.normalise(self.crop(image))
+
+
+@dataclass
+class Network:
+    """A network ready to use: eval mode, on `device`, with its spec and metadata."""
+
+    spec: NetworkSpec
+    model: nn.Module
+    weights_id: str  # "random" or the weights file's name: part of the statistics cache key
+    device: torch.device
+    preprocess: Preprocess
+    categories: list[str]
+    #: Objects derived from this network and kept with it (folded splits, readout passes, loaded
+    #: readouts): they live and die with the network, so nothing is cached in module globals.
+    memo: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def can_split(self) -> bool:
+        """Whether the network can be cut into prefix and suffix (registered stage lists)."""
+        return self.spec.stages is not None
+
+    def stages(self) -> Stages:
+        if self.spec.stages is None:
+            raise ValueError(f"{self.spec.title} has no stage list; use the hook path.")
+        return self.spec.stages(self.model)
+
+    def split(self, layer: str) -> tuple[nn.Sequential, nn.Sequential]:
+        """(prefix, suffix): prefix(x) is the layer's output, suffix(prefix(x)) the logits."""
+        self.spec.check_layer(layer)
+        stages = self.stages()
+        idx = next(i for i, (name, _) in enumerate(stages) if name == layer)
+        prefix = nn.Sequential(*(m for _, m in stages[: idx + 1]))
+        suffix = nn.Sequential(*(m for _, m in stages[idx + 1 :]))
+        return prefix, suffix
+
+    def fast_split(self, layer: str) -> tuple[nn.Module, nn.Module]:
+        """Like `split`, with BatchNorms folded into convolutions (same function, faster).
+
+        Built once per layer and kept: the Per-Sample Bottleneck runs the suffix many times.
+        """
+        key = ("fast_split", layer)
+        if key not in self.memo:
+            from ..fast import fold_batchnorms
+
+            prefix, suffix = self.split(layer)
+            self.memo[key] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
+        return self.memo[key]
+
+    def prefix(self, layer: str) -> nn.Module:
+        """The network up to and including `layer` (BatchNorms folded where it can be split)."""
+        if self.can_split:
+            return self.fast_split(layer)[0]
+        return _HookPrefix(self.model, self.hook_module(layer))
+
+    def hook_module(self, layer: str) -> nn.Module:
+        """The module whose output is `layer` (for the generic hook path)."""
+        self.spec.check_layer(layer)
+        return self.model.get_submodule(self.spec.hook_modules.get(layer, layer))
+
+    def top_k(self, x: torch.Tensor, k: int = 5) -> list[tuple[int, str, float]]:
+        """The k most probable classes for a preprocessed image: (index, name, probability)."""
+        from ..model_state import frozen_eval
+
+        with frozen_eval(self.model), torch.no_grad():
+            probs = self.model(x.to(self.device)).softmax(dim=1)[0]
+        values, indices = probs.topk(min(k, probs.numel()))
+        return [(int(i), self.class_name(int(i)), float(v)) for v, i in zip(values, indices)]
+
+    def class_name(self, index: int) -> str:
+        return self.categories[index] if 0 <= index < len(self.categories) else f"class {index}"
+
+    def class_index(self, target: int | str) -> int:
+        """Class index from an int, a digit string, a (case-insensitive) class name or a unique part of one."""
+        from ..classes import resolve_class
+
+        return resolve_class(self.categories, target)
+
+
+class _HookPrefix(nn.Module):
+    """input → the output of one module, by running the whole network and stopping there."""
+
+    class _Stop(Exception):
+        pass
+
+    def __init__(self, model: nn.Module, module: nn.Module):
+        super().__init__()
+        self.model, self.module = model, module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        captured: list[torch.Tensor] = []
+
+        def grab(_m, _inp, out):
+            captured.append(out)
+            raise self._Stop
+
+        handle = self.module.register_forward_hook(grab)
+        try:
+            self.model(x)
+        except self._Stop:
+            pass
+        finally:
+            handle.remove()
+        if not captured:
+            raise RuntimeError("The chosen layer did not run during the forward pass.")
+        return captured[0]
+
+
+def derive_spec(
+    model: nn.Module,
+    key: str,
+    title: str | None = None,
+    *,
+    input_size: int = CROP,
+    min_default_size: int = 28,
+) -> NetworkSpec:
+    """A spec for any `nn.Module` classifier: layers found by one dry forward pass.
+
+    Layers are the modules (dotted names, in execution order) whose output is a feature map
+    (N, C, H, W) and that run exactly once per forward pass. Default layer: the last such map whose
+    spatial size is at least `min_default_size` (else the first map). No stages, CAM layer,
+    canonizers or readout reads are known: the methods that need them say so.
+    """
+    layers = discover_layers(model, input_size)
+    usable = [name for name, shape, runs in layers if runs == 1]
+    if not usable:
+        raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map; nothing to attribute.")
+    big = [name for name, shape, runs in layers if runs == 1 and min(shape[-2:]) >= min_default_size]
+    default = big[-1] if big else usable[0]
+    model_ref = model
+
+    return NetworkSpec(
+        key=key,
+        title=title or key,
+        build=lambda state: _load_into(model_ref, state),
+        layers=tuple(usable),
+        default_layer=default,
+        hook_modules={n: n for n in usable},
+        note="Layers discovered by a dry forward pass.",
+    )
+
+
+def _load_into(model: nn.Module, state: dict | None) -> nn.Module:
+    if state is not None:
+        model.load_state_dict(state)
+    return model
+
+
+def discover_layers(model: nn.Module, input_size: int = CROP) -> list[tuple[str, tuple[int, ...], int]]:
+    """(dotted name, output shape, times run) of every module with a (N, C, H, W) output, in execution order."""
+    order: list[str] = []
+    shapes: dict[str, tuple[int, ...]] = {}
+    runs: dict[str, int] = {}
+    handles = []
+
+    def hook(name):
+        def record(_m, _inp, out):
+            if isinstance(out, torch.Tensor) and out.dim() == 4:
+                if name not in runs:
+                    order.append(name)
+                    shapes[name] = tuple(out.shape)
+                runs[name] = runs.get(name, 0) + 1
+
+        return record
+
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(hook(name)))
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, 3, input_size, input_size, device=device))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return [(n, shapes[n], runs[n]) for n in order]

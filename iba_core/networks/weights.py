@@ -1,0 +1,87 @@
+"""Finding and loading a network's pretrained weights: explicit file, IBA_WEIGHTS_DIR, packaged, hub cache, download."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from ..settings import weights_dir
+from .spec import NetworkSpec, WeightsUnavailableError
+
+
+def hub_checkpoint_dir() -> Path:
+    """torch hub's checkpoint cache, where torchvision keeps downloaded weights."""
+    return Path(torch.hub.get_dir()) / "checkpoints"
+
+
+def find_weights(spec: NetworkSpec, weights_file: str | os.PathLike | None = None) -> Path | None:
+    """Locate a weights file: explicit path, then IBA_WEIGHTS_DIR, then the packaged or cached file."""
+    if weights_file is not None:
+        path = Path(weights_file).expanduser()
+        if not path.is_file():
+            raise WeightsUnavailableError(f"Weights file not found: {path}")
+        return path
+    source = spec.weights
+    if source is None:
+        return None
+    candidates = []
+    if (d := weights_dir()) is not None:
+        candidates.append(d / source.file)
+    if source.packaged is not None and (p := source.packaged()) is not None:
+        candidates.append(p)
+    candidates.append(hub_checkpoint_dir() / source.file)
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def weights_status(spec: NetworkSpec) -> str:
+    """One sentence a user can act on: where the weights come from, or how to get them."""
+    path = find_weights(spec)
+    if path is not None:
+        return f"weights found: {path}"
+    return missing_weights_message(spec)
+
+
+def missing_weights_message(spec: NetworkSpec) -> str:
+    from . import DEFAULT_NETWORK, get_spec
+
+    target = weights_dir() or hub_checkpoint_dir()
+    source = spec.weights
+    where = f"; it is available from {source.url}" if source and source.url else ""
+    return (
+        f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded "
+        f"(offline?). Place the file {source.file if source else 'with its weights'} in {target} "
+        f"(or set IBA_WEIGHTS_DIR to its folder){where}. Meanwhile, {get_spec(DEFAULT_NETWORK).title} "
+        "works without a download."
+    )
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """A quick connection test, so an offline machine gets an answer in seconds, not a hang."""
+    host = urlparse(url).hostname
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def load_state_dict(spec: NetworkSpec, weights_file: str | os.PathLike | None) -> tuple[dict, str]:
+    """(state dict, weights id) from a local file or torchvision's download; never unpickles objects."""
+    path = find_weights(spec, weights_file)
+    if path is None:
+        url = spec.weights.url if spec.weights else None
+        if url is None or not _reachable(url):
+            raise WeightsUnavailableError(missing_weights_message(spec))
+        try:
+            state = torch.hub.load_state_dict_from_url(url, progress=True, map_location="cpu", weights_only=True)
+        except Exception as err:  # network errors come in many types; all mean "not available"
+            raise WeightsUnavailableError(missing_weights_message(spec)) from err
+        return state, spec.weights.file
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise WeightsUnavailableError(f"Could not read weights file {path}: {err}") from err
+    return state, path.name

@@ -1,0 +1,245 @@
+"""Plotly figures for the interactive views, with no Streamlit.
+
+Heatmaps in bits per pixel with a colour bar, the bottleneck's λ, the optimisation curves, the β × layer
+grid, the degradation curves and the sanity check's SSIM. Colours match the PNG overlays (`overlays`).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .arrays import downsample as pooled
+
+if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
+    from ..grid import GridCell
+    from ..per_sample import StepInfo
+
+
+def _colorscale(cmap: str, n: int = 11) -> list[list]:
+    """A Plotly colour scale sampled from a matplotlib colour map, as rgb() strings.
+
+    Same colours as the PNG overlays; rgb() rather than hex because Streamlit's chart frontend
+    rewrites some hex colours (inferno's #000004 turned lavender).
+    """
+    import matplotlib
+
+    cm = matplotlib.colormaps[cmap]
+    stops = np.linspace(0.0, 1.0, n)
+    return [[float(t), "rgb({},{},{})".format(*(int(round(255 * c)) for c in cm(t)[:3]))] for t in stops]
+
+
+#: Sequential colour scale for information maps; dark = few bits, bright = many.
+BITS_COLORSCALE = _colorscale("inferno")
+LAMBDA_COLORSCALE = _colorscale("viridis")
+BITS_UNIT = "bits / pixel"
+
+_FONT = dict(family='"Source Sans Pro", "Source Sans 3", "Helvetica Neue", Arial, sans-serif', size=12, color="#31333F")
+#: A plain white look that does not depend on the host's chart theme (Streamlit's would recolour the maps).
+_TEMPLATE = "plotly_white"
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def _image_axes(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
+    """Square pixels, y pointing down like an image, no tick labels."""
+    kw = {} if row is None else dict(row=row, col=col)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, constrain="domain", **kw)
+    fig.update_yaxes(
+        showticklabels=False, showgrid=False, zeroline=False, autorange="reversed",
+        scaleanchor="x" if row is None else None, constrain="domain", **kw,
+    )
+
+
+def _map_figure(
+    values: np.ndarray,
+    title: str,
+    colorbar_title: str,
+    *,
+    zmin: float = 0.0,
+    zmax: float | None = None,
+    colorscale: list | str = BITS_COLORSCALE,
+    hover_unit: str = "",
+    height: int = 360,
+    downsample: int = 1,
+) -> go.Figure:
+    z = pooled(values, downsample)
+    if zmax is None:
+        zmax = float(z.max()) if z.size and z.max() > zmin else zmin + 1e-6
+    f = max(downsample, 1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            # Pooled cells keep the original pixel coordinates, so hover positions stay comparable.
+            x0=(f - 1) / 2, dx=f, y0=(f - 1) / 2, dy=f,
+            zmin=zmin,
+            zmax=zmax,
+            colorscale=colorscale,
+            colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=12, outlinewidth=0),
+            hovertemplate=f"x=%{{x}}, y=%{{y}}<br>%{{z:.4g}} {hover_unit}<extra></extra>",
+        )
+    )
+    _image_axes(fig)
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
+        margin=dict(l=0, r=0, t=36 if title else 4, b=0),
+        height=height,
+        font=_FONT,
+        template=_TEMPLATE,
+    )
+    return fig
+
+
+# ---- heatmaps -----------------------------------------------------------------------------
+
+
+def heatmap_figure(
+    bits: np.ndarray, title: str, zmax: float | None = None, *, height: int = 360, downsample: int = 1
+) -> go.Figure:
+    """Bits-per-pixel map with a colour bar in bits; zmax fixes the top of the scale (default: max).
+
+    downsample > 1 mean-pools the map (still bits per original pixel) for a lighter live view.
+    """
+    return _map_figure(bits, title, BITS_UNIT, zmax=zmax, hover_unit=BITS_UNIT, height=height, downsample=downsample)
+
+
+def lambda_figure(lambda_mean: np.ndarray, title: str = "λ (mean over channels)", *, height: int = 360) -> go.Figure:
+    """The bottleneck's mask λ per feature-map cell: 1 lets the feature through, 0 replaces it by noise."""
+    return _map_figure(lambda_mean, title, "λ", zmin=0.0, zmax=1.0, colorscale=LAMBDA_COLORSCALE, height=height)
+
+
+def curves_figure(history: Sequence["StepInfo"], title: str = "Optimisation", *, height: int = 360) -> go.Figure:
+    """L_CE and β·L_I (nats, left axis) and p(target) (right axis, 0–1) over the steps."""
+    steps = [h.step for h in history]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=steps, y=[h.ce for h in history], name="L_CE", mode="lines+markers"))
+    fig.add_trace(go.Scatter(x=steps, y=[h.beta_info for h in history], name="β·L_I", mode="lines+markers"))
+    fig.add_trace(
+        go.Scatter(
+            x=steps, y=[h.p_target for h in history], name="p(target)", mode="lines+markers",
+            line=dict(dash="dot"),
+        ),
+        secondary_y=True,
+    )
+    total = history[-1].steps if history else 1
+    fig.update_xaxes(title_text="step", range=[0.5, max(total, 1) + 0.5], dtick=max(1, math.ceil(total / 10)))
+    fig.update_yaxes(title_text="loss (nats)", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="p(target)", range=[0, 1.02], tickvals=[0, 0.25, 0.5, 0.75, 1.0],
+                     secondary_y=True, showgrid=False)
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)),
+        margin=dict(l=10, r=10, t=60, b=10),
+        height=height,
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0, font=dict(size=11)),
+        font=_FONT,
+        template=_TEMPLATE,
+    )
+    return fig
+
+
+# ---- β × layer grid ---------------------------------------------------------------------------
+
+
+def grid_figure(
+    cells: Sequence["GridCell"],
+    title: str = "",
+    rows: Sequence[str] = ("beta", "layer"),
+    downsample: int = 2,
+    *,
+    height: int | None = None,
+) -> go.Figure:
+    """One heatmap per cell, a row per cell.row; each map on its own scale (titles give p and bits).
+
+    Cells not yet computed may be missing: their slot stays empty, so the figure can fill live.
+    """
+    by_row = {r: [c for c in cells if c.row == r] for r in rows}
+    ncols = max([len(v) for v in by_row.values()] + [1])
+    titles: list[str] = []
+    for r in rows:
+        row_cells = by_row[r]
+        titles += [_cell_title(c) for c in row_cells] + [""] * (ncols - len(row_cells))
+    fig = make_subplots(
+        rows=len(rows), cols=ncols, subplot_titles=titles, horizontal_spacing=0.015, vertical_spacing=0.12
+    )
+    for i, r in enumerate(rows, start=1):
+        for j, cell in enumerate(by_row[r], start=1):
+            z = pooled(cell.heatmap, downsample)
+            fig.add_trace(
+                go.Heatmap(
+                    z=z, zmin=0.0, zmax=max(float(z.max()), 1e-6), colorscale=BITS_COLORSCALE,
+                    showscale=False,
+                    hovertemplate=f"{cell.label}<br>%{{z:.3g}} {BITS_UNIT}<extra></extra>",
+                ),
+                row=i, col=j,
+            )
+        for j in range(1, ncols + 1):
+            _image_axes(fig, row=i, col=j)
+        fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=12), row=i, col=1)
+    # Square cells: anchor every y axis to its own x axis.
+    for k in range(1, len(rows) * ncols + 1):
+        suffix = "" if k == 1 else str(k)
+        fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
+    fig.update_annotations(font=dict(size=11))
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
+        height=height or 230 * len(rows) + 60,
+        margin=dict(l=10, r=10, t=60 if title else 40, b=10),
+        font=_FONT,
+        template=_TEMPLATE,
+    )
+    return fig
+
+
+def _cell_title(cell: "GridCell") -> str:
+    return f"{cell.label}<br>p = {cell.p_with:.2f} · {cell.total_bits:,.0f} bits"
+
+
+def _row_title(row_cells: Sequence["GridCell"]) -> str:
+    """What is held fixed along a row: the layer for the β row, β·k for the layer row."""
+    if not row_cells:
+        return ""
+    first = row_cells[0]
+    return f"layer {first.layer}" if first.row == "beta" else f"β·k = {first.beta_k:g}"
+
+
+# ---- evaluation -------------------------------------------------------------------------------
+
+
+def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380) -> go.Figure:
+    """Scaled MoRF (solid) and LeRF (dashed) per method, one colour per method.
+
+    curves: {method key: DegradationCurves}; names: method key → display name.
+    """
+    import plotly.colors
+
+    palette = plotly.colors.qualitative.Plotly
+    fig = go.Figure()
+    for i, (key, c) in enumerate(curves.items()):
+        morf, lerf = c.scaled()
+        colour = palette[i % len(palette)]
+        name = names.get(key, key)
+        fig.add_scatter(x=c.fraction, y=morf, mode="lines", name=f"{name} · MoRF", line=dict(color=colour),
+                        legendgroup=key)
+        fig.add_scatter(x=c.fraction, y=lerf, mode="lines", name=f"{name} · LeRF",
+                        line=dict(color=colour, dash="dash"), legendgroup=key)
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=40),
+                      xaxis_title="fraction of tiles removed", yaxis_title="scaled p(target)",
+                      legend=dict(font=dict(size=11)))
+    return fig
+
+
+def ssim_figure(strip, *, height: int = 300) -> go.Figure:
+    """SSIM of each randomised map to the original one, along the cascade (the original scores 1).
+
+    strip: the sanity check's result (`iba_core.app.evaluation.SanityStrip`: .method, .levels, .ssim).
+    """
+    fig = go.Figure(go.Scatter(x=["original", *strip.levels], y=[1.0, *strip.ssim], mode="lines+markers",
+                               name=strip.method))
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=60),
+                      yaxis=dict(title="SSIM to the original map", range=[-0.1, 1.05]),
+                      xaxis_title="randomised from the logits down to …")
+    return fig

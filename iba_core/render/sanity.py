@@ -1,0 +1,31 @@
+"""The sanity check's strip as one PNG: the original map and the map after each randomisation step."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+
+def sanity_strip_png(strip, dpi: int = 90) -> bytes:
+    """Original and randomised heatmaps in one row, each normalised like the SSIM sees it, titled with its SSIM.
+
+    strip: the sanity check's result (`iba_core.app.evaluation.SanityStrip`: .original, .levels, .heatmaps, .ssim).
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, safe in a server thread
+
+    from ..metrics.sanity import normalise_heatmap
+
+    panels = [("original", strip.original, None)]
+    panels += [(f"→ {name}", h, s) for name, h, s in zip(strip.levels, strip.heatmaps, strip.ssim)]
+    cols = len(panels)
+    fig = Figure(figsize=(cols * 1.8, 2.1), dpi=dpi)
+    axes = fig.subplots(1, cols, squeeze=False).ravel()
+    for ax, (title, values, score) in zip(axes, panels):
+        ax.imshow(normalise_heatmap(values).astype(np.float32), cmap="inferno", vmin=0, vmax=1,
+                  interpolation="nearest")
+        ax.set_axis_off()
+        ax.set_title(title if score is None else f"{title}\nSSIM {score:.2f}", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()

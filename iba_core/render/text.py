@@ -1,0 +1,23 @@
+"""Numbers as the short texts the pages and figures show."""
+from __future__ import annotations
+
+
+def format_probability(p: float) -> str:
+    """0.355 → '35.5 %'; tiny values keep two significant digits."""
+    pct = 100.0 * p
+    return f"{pct:.1f} %" if pct >= 0.1 else f"{pct:.2g} %"
+
+
+def format_beta(beta_k: float) -> str:
+    """β·k as typed: 10.0 → '10', 0.01 → '0.01'."""
+    return f"{beta_k:g}"
+
+
+def format_seconds(seconds: float) -> str:
+    """0.25 → '250 ms', 12.3 → '12.3 s', 90 → '1.5 min'."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+

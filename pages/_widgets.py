@@ -1,0 +1,339 @@
+"""Streamlit widgets and glue shared by the pages (not a page itself: app.py lists the pages).
+
+Image and network inputs, target choice, bottleneck settings, method lists, statistics with a progress
+bar, error display, and the session's caches. The logic lives in `iba_core.app`, the drawing in
+`iba_core.render`; this module only gathers inputs and shows progress.
+"""
+from __future__ import annotations
+
+import logging
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import streamlit as st
+import torch
+from PIL import Image
+from streamlit.delta_generator import DeltaGenerator
+
+from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, DEFAULT_SAMPLE, MethodChoices, unavailable_text
+from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, upload_input
+from iba_core.app.maps import MapCache
+from iba_core.app.state import SharedModel, load_shared
+from iba_core.app.statistics import choose_stats, stats_for_methods, stats_status
+from iba_core.errors import USER_ERRORS, user_message
+from iba_core.images import SUPPORTED_UPLOAD_TYPES, ImageError, sample_image_names
+from iba_core.networks import DEFAULT_NETWORK, REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec
+from iba_core.per_sample import BottleneckSettings
+from iba_core.render.text import format_beta, format_probability
+from iba_core.settings import stats_samples
+from iba_core.stats import FeatureStats
+
+log = logging.getLogger("iba_explorer")
+
+SOURCES = ("Sample photo", "Upload")
+#: The entry script, which lists the pages.
+APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
+#: Set by app.py just before it runs the chosen page (see `through_app`).
+VIA_APP_KEY = "_via_app"
+
+
+# ---- entry -------------------------------------------------------------------------------------
+
+
+def through_app() -> None:
+    """Make sure this run goes through app.py's st.navigation; every page calls it first.
+
+    Until st.navigation is first called in a process, Streamlit treats a `pages/` folder next to the entry
+    script as an old-style multipage app: on a fresh server (and in every AppTest run), a link straight to a
+    page (e.g. /per_sample) runs that file alone, without app.py, with every file of the folder in the
+    sidebar. Then this runs app.py in place: its st.navigation switches that mode off for good and runs the
+    same page (same URL path) inside it; this outer run then stops. Widget values and button clicks of the
+    run are kept (a rerun would drop the clicks).
+    """
+    if st.session_state.pop(VIA_APP_KEY, False):
+        return
+    runpy.run_path(str(APP_SCRIPT), run_name="__main__")
+    st.stop()
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+def show_error(err: BaseException) -> None:
+    """A readable st.error instead of a traceback; unexpected errors are logged on the server."""
+    if not isinstance(err, USER_ERRORS):
+        log.exception("Unexpected error in IBA Explorer", exc_info=err)
+    st.error(user_message(err), icon=":material/error:")
+
+
+# ---- models ------------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner="Loading the network…", max_entries=3)
+def shared_model(key: str) -> SharedModel:
+    """One model (and its lock) per network for all sessions; failures are not cached, so placing
+    the weights file and rerunning is enough."""
+    return load_shared(key)
+
+
+# ---- widget state that survives page switches ---------------------------------------------------
+
+
+def _restore(key: str, default: Any) -> None:
+    """Give the widget the last choice made on any page (called before the widget is created).
+
+    Widget state belongs to the page that showed the widget; our own copy carries it across pages.
+    """
+    st.session_state[key] = st.session_state.get(f"_keep_{key}", st.session_state.get(key, default))
+
+
+def _remember(key: str) -> None:
+    st.session_state[f"_keep_{key}"] = st.session_state[key]
+
+
+def _forget_cleared_upload() -> None:
+    if st.session_state.get("upload") is None:
+        st.session_state.pop("_keep_upload", None)
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Inputs:
+    """What both pages need before a run: the image, the network and its top-5 for that image."""
+
+    image: ImageInput
+    shared: SharedModel
+    cropped: Image.Image  # 224×224 RGB the network sees
+    x: torch.Tensor  # (1, 3, 224, 224) normalised
+    top5: list[tuple[int, str, float]]
+    controls: DeltaGenerator  # where the page puts its settings form (right of the inputs)
+
+    @property
+    def loaded(self) -> Network:
+        return self.shared.loaded
+
+
+def image_picker() -> ImageInput | None:
+    """Sample photo or upload; a refused upload shows st.error and returns None."""
+    _restore("image_source", SOURCES[0])
+    source = st.radio(
+        "Image", SOURCES, key="image_source", horizontal=True, on_change=_remember, args=("image_source",)
+    )
+    if source == SOURCES[0]:
+        _restore("sample_name", DEFAULT_SAMPLE)
+        name = st.selectbox(
+            "Sample photo", sample_image_names(), key="sample_name", on_change=_remember, args=("sample_name",),
+            help="Photos bundled with scikit-image; they work offline.",
+        )
+        try:
+            return sample_input(name)
+        except ImageError as err:
+            show_error(err)
+            return None
+
+    uploaded = st.file_uploader(
+        "Upload an image", type=list(SUPPORTED_UPLOAD_TYPES), key="upload", max_upload_size=MAX_UPLOAD_MB,
+        on_change=_forget_cleared_upload,
+        help=f"PNG, JPEG, WebP, BMP or TIFF, up to {MAX_UPLOAD_MB} MB. "
+        "It is resized to 256 px and centre-cropped to 224 px.",
+    )
+    if uploaded is not None:
+        data = uploaded.getvalue()
+        try:
+            chosen = upload_input(uploaded.name, data)
+        except ImageError as err:
+            show_error(err)
+            return None
+        st.session_state["_keep_upload"] = (uploaded.name, data)  # so the other page can reuse it
+        return chosen
+    kept = st.session_state.get("_keep_upload")
+    if kept is not None:
+        st.caption(f"Using **{kept[0]}**, uploaded earlier.")
+        return upload_input(*kept)
+    st.info("Choose an image file to upload, or pick a sample photo.", icon=":material/upload:")
+    return None
+
+
+def network_picker() -> SharedModel | None:
+    """Network choice with its weights status; missing weights show st.error and return None."""
+    _restore("network", DEFAULT_NETWORK)
+    key = st.selectbox(
+        "Network", list(REGISTRY), key="network", format_func=lambda k: REGISTRY[k].title,
+        on_change=_remember, args=("network",),
+    )
+    spec = get_spec(key)
+    path = find_weights(spec)
+    st.caption(f"{spec.note} Weights: `{path.name}`." if path else spec.note)
+    try:
+        return shared_model(key)
+    except WeightsUnavailableError as err:
+        show_error(err)
+        return None
+
+
+def input_section() -> Inputs | None:
+    """Image and network on the left, the page's controls on the right (Inputs.controls).
+
+    Returns None when the image or the network is unavailable; the reason is shown as st.error.
+    """
+    left, right = st.columns([2, 3], gap="large")
+    with left:
+        image = image_picker()
+        shared = network_picker()
+    if image is None or shared is None:
+        right.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
+        return None
+    loaded = shared.loaded
+    cropped = loaded.preprocess.crop(image.image)
+    x = loaded.preprocess.normalise(cropped)
+    with shared.busy():
+        top5 = loaded.top_k(x, 5)
+    with left:
+        best = top5[0]
+        st.image(cropped, width=224, caption=(
+            f"The 224 × 224 centre crop the network sees. Top prediction: {best[1]} ({format_probability(best[2])})"
+        ))
+    return Inputs(image, shared, cropped, x, top5, right)
+
+
+# ---- form widgets (call inside st.form) ----------------------------------------------------------
+
+
+def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
+    spec = inputs.loaded.spec
+    return st.selectbox(
+        label, spec.layers, index=spec.layers.index(spec.default_layer), key=f"{prefix}_layer_{spec.key}",
+        help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} (paper, Appendix).",
+    )
+
+
+def beta_picker(prefix: str) -> float:
+    return st.select_slider(
+        "β·k (information penalty)", options=BETA_K_CHOICES, value=DEFAULT_BETA_K, format_func=format_beta,
+        key=f"{prefix}_beta",
+        help="The loss is L_CE + β·L_I with β = (β·k)/k, k = number of feature elements. "
+        "Larger β lets fewer bits through. Paper default: β·k = 10.",
+    )
+
+
+def target_picker(inputs: Inputs, prefix: str) -> int | str:
+    """A top-5 class (radio), unless a class name or index is typed below (returned as typed)."""
+    top = inputs.top5
+    key_suffix = f"{inputs.loaded.key}_{inputs.image.digest}"  # new image → back to its top-1
+    chosen = st.radio(
+        "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
+        format_func=lambda i: next(f"{n} · {format_probability(p)}" for j, n, p in top if j == i),
+        help="The network's five most probable classes for this image, with their probabilities.",
+    )
+    other = st.text_input(
+        "…or any ImageNet class (overrides the choice above)", key=f"{prefix}_other",
+        placeholder="class name or index, e.g. tabby or 281",
+        help="Any of the 1000 ImageNet class names (case-insensitive; a unique part of a name is enough) "
+        "or a class index 0–999.",
+    )
+    return other.strip() or chosen
+
+
+def advanced_settings(prefix: str) -> BottleneckSettings:
+    """Steps, batch, learning rate, σ_s and seed (paper defaults) inside an expander."""
+    d = BottleneckSettings()
+    with st.expander("Advanced", icon=":material/tune:"):
+        c1, c2 = st.columns(2)
+        steps = c1.number_input("Steps T", 1, 200, d.steps, key=f"{prefix}_steps", help="Adam iterations.")
+        batch = c2.number_input("Batch B", 1, 64, d.batch, key=f"{prefix}_batch", help="Noisy copies per step.")
+        lr = c1.number_input("Learning rate η", 0.001, 10.0, d.lr, step=0.1, format="%.3f", key=f"{prefix}_lr")
+        sigma = c2.number_input("Smoothing σ_s", 0.0, 10.0, d.sigma, step=0.5, key=f"{prefix}_sigma",
+                                help="Gaussian smoothing of the mask, in feature-map cells.")
+        seed = c1.number_input("Seed", 0, 2**31 - 1, d.seed or 0, key=f"{prefix}_seed")
+    return BottleneckSettings(steps=int(steps), batch=int(batch), lr=float(lr), sigma=float(sigma), seed=int(seed))
+
+
+def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None, int]:
+    """Optional image folder and sample count for the layer statistics μ_R, σ_R."""
+    with st.expander("Feature statistics", icon=":material/bar_chart:"):
+        st.caption(
+            "The bottleneck replaces features by noise with the layer's mean and standard deviation, "
+            f"estimated over many images. {stats_status(inputs.loaded, layer)}"
+        )
+        folder = st.text_input(
+            "Image folder for better statistics (optional)", key=f"{prefix}_folder",
+            placeholder="/path/to/imagenet/val", help="Any folder of natural photos; searched recursively.",
+        )
+        n = st.number_input("Samples", 1, 100_000, stats_samples(), step=100, key=f"{prefix}_n",
+                            help="Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended.")
+    return (folder.strip() or None), int(n)
+
+
+def settings_row(inputs: Inputs, prefix: str, layer: str) -> tuple[BottleneckSettings, str | None, int]:
+    """The two expanders side by side: optimisation settings and feature statistics."""
+    left, right = st.columns(2)
+    with left:
+        settings = advanced_settings(prefix)
+    with right:
+        folder, n = stats_settings(inputs, prefix, layer)
+    return settings, folder, n
+
+
+def resolve_target(inputs: Inputs, target: int | str) -> int:
+    """Class index for the target widget's value; raises ValueError for an unknown or ambiguous class name."""
+    return inputs.loaded.class_index(target)
+
+
+def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str, str], defaults: Iterable[str],
+                  help: str) -> list[str]:
+    """A multiselect of the methods that can run on this network; the others are listed with their reason.
+
+    A selection kept from another network drops the methods this one cannot run.
+    """
+    st.session_state[key] = choices.defaults(st.session_state.get(key, defaults))
+    methods = st.multiselect(label, choices.keys, key=key, format_func=lambda k: names[k], help=help)
+    note = unavailable_text(choices, names)
+    if note:
+        st.caption(note)
+    return methods
+
+
+# ---- statistics with a progress bar ------------------------------------------------------------
+
+
+def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int) -> FeatureStats:
+    """Statistics for `layer`, showing a progress bar while they are estimated (cached afterwards)."""
+    holder = st.empty()
+
+    def progress(done: int, total: int, label: str = "") -> None:
+        text = f"Estimating feature statistics for {layer}: {done} / {total} images"
+        holder.progress(min(done / max(total, 1), 1.0), text=text)
+
+    with inputs.shared.busy():
+        stats = choose_stats(inputs.loaded, layer, folder=folder, n=n, progress=progress)
+    holder.empty()
+    return stats
+
+
+def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
+    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar."""
+    holder = st.empty()
+    layer = inputs.loaded.spec.default_layer
+
+    def progress(done: int, total: int, label: str = "") -> None:
+        holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
+
+    with inputs.shared.busy() as loaded:
+        stats_for_methods(loaded, methods, progress=progress)
+    holder.empty()
+
+
+# ---- results kept across reruns ----------------------------------------------------------------
+
+
+#: One attribution-map cache per browser session, shared by the Compare and Evaluate pages, so a map
+#: computed on one page is reused on the other.
+MAP_CACHE_KEY = "map_cache"
+
+
+def map_cache() -> MapCache:
+    return st.session_state.setdefault(MAP_CACHE_KEY, MapCache())

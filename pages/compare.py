@@ -1,0 +1,162 @@
+"""Compare page: several attribution methods on one image, side by side (paper Fig. 4 for the user's image)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from iba_core.app.checkpoints import ReadoutCheckpoint, readout_checkpoints, readout_dirs
+from iba_core.app.choices import (
+    DEFAULT_COMPARE_METHODS,
+    READOUT_METHOD,
+    MethodChoices,
+    compare_choices,
+    compare_request,
+)
+from iba_core.app.maps import CachedMap, map_key
+from iba_core.errors import user_message
+from iba_core.methods import display_names
+from iba_core.render.grid import grid_png, limits_text
+from iba_core.render.text import format_seconds
+from pages import _widgets as ui
+
+LAST_KEY = "cmp_last"
+READOUT_NONE = "—"
+COLUMNS = 4
+
+ui.through_app()
+st.title("Compare methods")
+st.markdown(
+    "The same image and class explained by several attribution methods. **Signed** maps (gradients, LRP ε) use a "
+    "diverging scale symmetric around 0 — blue negative, white 0, red positive; **unsigned** maps a sequential one "
+    "(dark = low). The bottleneck maps are in **bits per pixel**, with a colour bar. Maps already computed for this "
+    "image, network and class are reused, so adding a method only computes that one."
+)
+
+
+def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
+         checkpoints: list[ReadoutCheckpoint]) -> tuple | None:
+    """Returns (methods, target, readout checkpoint or None) when Compare was pressed."""
+    with st.form("cmp_form"):
+        if st.session_state.pop("_cmp_select_all", False):
+            st.session_state["cmp_methods"] = list(choices.keys)
+        methods = ui.method_picker(
+            "Methods", "cmp_methods", choices, names, DEFAULT_COMPARE_METHODS,
+            help="The default is quick on a CPU. Integrated Gradients, SmoothGrad, Occlusion-8 and the "
+            "bottlenecks take longer (seconds to a minute each).",
+        )
+        c1, c2 = st.columns(2)
+        with c1:
+            usable = [c for c in checkpoints if not c.error]
+            readout = st.selectbox(
+                "Readout Bottleneck", [READOUT_NONE, *range(len(usable))], key=f"cmp_readout_{inputs.loaded.key}",
+                index=1 if usable else 0,
+                format_func=lambda i: "none" if i == READOUT_NONE else usable[i].label,
+                help="A trained readout network predicts the bottleneck mask in one pass (paper §3.3). "
+                "Checkpoints: the one shipped with the app, and those found in "
+                + ", ".join(f"`{d}`" for d in readout_dirs()) + ".",
+            )
+        with c2:
+            target = ui.target_picker(inputs, "cmp")
+        submitted = st.form_submit_button("Compare", type="primary", icon=":material/compare:", key="cmp_run_button")
+    if st.button("Select all methods", key="cmp_all", icon=":material/select_all:",
+                 help="All methods that can run on this network (slow on a CPU: a few minutes)."):
+        st.session_state["_cmp_select_all"] = True
+        st.rerun()
+    chosen = None if readout == READOUT_NONE else usable[readout]
+    return (methods, target, chosen) if submitted else None
+
+
+def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: ReadoutCheckpoint | None,
+            names: dict[str, str]) -> None:
+    """Fill the grid cell by cell; cached cells appear at once. The Readout, if chosen, is the last cell."""
+    try:
+        request = compare_request(methods, names, readout)
+        keys, settings, labels = request.keys, request.settings, request.names
+        target_idx = ui.resolve_target(inputs, target)
+        cache = ui.map_cache()
+        ui.stats_for_methods_with_progress(
+            inputs, cache.missing(inputs.loaded, inputs.image.digest, target_idx, keys, settings))
+        live = st.empty()
+        with live.container():
+            bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
+            rows = -(-(len(keys) + 1) // COLUMNS)
+            slots = iter([c.empty() for _ in range(rows) for c in st.columns(COLUMNS)])
+            next(slots).image(inputs.cropped, caption="Input", width="stretch")
+        failed: list[str] = []
+        count = {"n": 0}
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.progress(count["n"] / max(len(keys), 1), text=f"{count['n']} / {len(keys)} maps · computing {label}…")
+
+        def on_map(key: str, entry: CachedMap, cached: bool) -> None:
+            count["n"] += 1
+            next(slots).image(entry.png, width="stretch")
+
+        def on_error(key: str, err: BaseException) -> None:
+            failed.append(f"{labels[key]}: {user_message(err)}")
+
+        with inputs.shared.busy() as loaded:
+            maps = cache.maps(loaded, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
+                              names=labels, progress=progress, on_map=on_map, on_error=on_error)
+        live.empty()  # the finished grid is drawn below
+        st.session_state[LAST_KEY] = dict(
+            keys=[map_key(inputs.image.digest, inputs.loaded, target_idx, m, settings.get(m)) for m in maps],
+            readout=READOUT_METHOD in maps, image=inputs.image.name, cropped=inputs.cropped,
+            model=inputs.loaded.spec.title, class_name=inputs.loaded.categories[target_idx], target=target_idx,
+            failed=failed,
+        )
+    except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
+        ui.show_error(err)
+
+
+def readout_note(checkpoints: list[ReadoutCheckpoint], model_key: str) -> None:
+    with st.expander("Readout Bottleneck checkpoints", icon=":material/inventory_2:"):
+        if not checkpoints:
+            st.markdown(
+                f"No readout checkpoint for this network yet. The app looks for the shipped "
+                f"`assets/readout_{model_key}.pt` and for `*.pt` files in "
+                + ", ".join(f"`{d}`" for d in readout_dirs())
+                + f". Train one with `python -m iba_core train-readout --model {model_key} --images DIR`."
+            )
+        for c in checkpoints:
+            line = f"- **{c.label}** — `{c.path}`" + (f" ({c.state})" if c.state else "")
+            st.markdown(line + (f" — not usable: {c.error}" if c.error else ""))
+
+
+def show(last: dict) -> None:
+    cache = ui.map_cache()
+    entries = [e for e in (cache.get(k) for k in last["keys"]) if e is not None]
+    st.divider()
+    st.subheader("Maps")
+    st.caption(f"{last['image']} · {last['model']} · explaining **{last['class_name']}** (#{last['target']})")
+    for line in last["failed"]:
+        st.warning(line, icon=":material/warning:")
+    cols = st.columns(COLUMNS)
+    cols[0].image(last["cropped"], caption="Input", width="stretch")
+    for i, entry in enumerate(entries, start=1):
+        with cols[i % COLUMNS]:
+            st.image(entry.png, width="stretch")
+            a = entry.amap
+            st.caption(f"{a.name} · {format_seconds(a.seconds)} · {'signed' if a.signed else 'unsigned'} · "
+                       f"scale {limits_text(a)}")
+    if not last["readout"]:
+        with cols[(len(entries) + 1) % COLUMNS]:
+            st.info("**Readout Bottleneck** — needs a trained checkpoint for this network (none chosen or found). "
+                    "See *Readout Bottleneck checkpoints* above.", icon=":material/hourglass_empty:")
+    png = grid_png([e.amap for e in entries], last["cropped"],
+                   title=f"{last['image']} · {last['model']} · {last['class_name']}")
+    st.download_button("Download grid (PNG)", png, f"compare_{last['image'].rsplit('.', 1)[0]}.png", "image/png",
+                       on_click="ignore", icon=":material/download:", key="cmp_download")
+
+
+names = display_names()
+inputs = ui.input_section()
+if inputs is not None:
+    with inputs.controls:
+        checkpoints = readout_checkpoints(inputs.loaded.key)
+        submitted = form(inputs, names, compare_choices(inputs.loaded), checkpoints)
+        readout_note(checkpoints, inputs.loaded.key)
+        if submitted is not None:
+            execute(inputs, *submitted, names)
+last = st.session_state.get(LAST_KEY)
+if last is not None:
+    show(last)

@@ -1,0 +1,69 @@
+"""Home page: what IBA shows, one precomputed example, links to the tools."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from iba_core.render.text import format_probability
+from iba_core.settings import ASSETS_DIR
+from pages import _widgets as ui
+
+ui.through_app()
+st.title("IBA Explorer")
+st.markdown(
+    """
+**How many bits of information does each image region give the network?**
+IBA (*Information Bottleneck Attribution*, Schulz et al., ICLR 2020) answers this by inserting a
+bottleneck into an ImageNet network: at one layer, every feature is partly replaced by noise. The
+bottleneck is trained, for a single image, to let through as little information as possible while the
+network still recognises the class. What passes is measured in **bits**, an absolute unit you can
+compare across images, regions and networks.
+
+The information that flows through the bottleneck is an upper bound on what the network can use. So
+**regions scored with zero bits are guaranteed not to be needed** for the prediction made through the
+bottleneck — a guarantee that gradient- or perturbation-based heatmaps cannot give.
+"""
+)
+
+
+def example() -> None:
+    png, report_file = ASSETS_DIR / "home_example.png", ASSETS_DIR / "home_example.json"
+    if not png.is_file() or not report_file.is_file():
+        st.info("Run `python scripts/make_home_example.py` to add the example picture.")
+        return
+    report = json.loads(report_file.read_text())
+    res = report["results"]
+    st.subheader("Example")
+    st.image(
+        str(png),
+        caption=(
+            f"{report['image']} → “{report['target']['name']}”: the photo, the bits per pixel over it, and the "
+            f"regions below {report['threshold_bits']:g} bits / pixel (greyed, outlined) that are not needed."
+        ),
+        width="stretch",
+    )
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Information used", f"{res['total_bits']:,.0f} bits")
+    c2.metric("p(target) without bottleneck", format_probability(res["p_target_without_bottleneck"]))
+    c3.metric("p(target) with bottleneck", format_probability(res["p_target_with_bottleneck"]))
+    st.caption(
+        f"{report['model']} at layer {report['layer']}, β·k = {report['settings']['beta_k']:g}, "
+        f"{report['settings']['steps']} steps; statistics from {report['statistics']}."
+    )
+
+
+def links() -> None:
+    st.subheader("Explore")
+    c1, c2 = st.columns(2)
+    with c1.container(border=True):
+        st.page_link("pages/per_sample.py", label="**Per-Sample Bottleneck**", icon=":material/blur_on:")
+        st.caption("Your image (or a sample photo): watch the heatmap form step by step, read off the bits, "
+                   "see which regions are not needed, download the results.")
+    with c2.container(border=True):
+        st.page_link("pages/beta_layer.py", label="**β × layer**", icon=":material/grid_view:")
+        st.caption("The paper's Figure 3 for your image: how the penalty β and the bottleneck's depth change the map.")
+
+
+links()
+example()

@@ -1,0 +1,40 @@
+"""Made-up results to draw: a bump of bits, a noisy photo, training steps, a run, attribution maps."""
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from iba_core.methods import AttributionMap
+from iba_core.per_sample import AttributionResult, BottleneckSettings, StepInfo
+
+
+def blob(size: int = 224, centre: tuple[int, int] = (80, 150)) -> np.ndarray:
+    """A Gaussian bump of bits: many bits at `centre` (row, col), ~0 far away."""
+    yy, xx = np.mgrid[:size, :size]
+    return (2.0 * np.exp(-((yy - centre[0]) ** 2 + (xx - centre[1]) ** 2) / (2 * 20.0**2))).astype(np.float32)
+
+
+def photo(size: int = 224) -> Image.Image:
+    rng = np.random.default_rng(0)
+    return Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8), mode="RGB")
+
+
+def history(steps: int = 4) -> list[StepInfo]:
+    return [
+        StepInfo(step=i, steps=steps, lambda_mean=np.full((28, 28), 0.5), bits_per_pixel=blob(),
+                 ce=1.0 / i, info=100.0 / i, beta_info=0.2 / i, p_target=0.5 + 0.1 * i)
+        for i in range(1, steps + 1)
+    ]
+
+
+def result() -> AttributionResult:
+    heat = blob()
+    return AttributionResult(
+        heatmap=heat, feature_bits=np.ones((28, 28)), lambda_mean=np.full((28, 28), 0.5),
+        total_bits=float(heat.sum()), target=285, p_without=0.35, p_with=np.float32(0.6), history=history(),
+        seconds=1.5, settings=BottleneckSettings(beta_k=10.0, steps=4), feature_shape=(40, 28, 28),
+    )
+
+
+def amap(key, values, signed, unit="", seconds=0.5) -> AttributionMap:
+    return AttributionMap(key, key.title(), np.asarray(values, dtype=np.float32), signed, unit, seconds)

@@ -1,0 +1,41 @@
+"""iba_core.render.report: the JSON report and the heatmap as .npy."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from iba_core.render.report import heatmap_npy_bytes, run_report
+from render_helpers import blob, result
+
+
+def test_run_report_is_json_and_complete() -> None:
+    res = result()
+    report = run_report(res.settings, res, "efficientnet_lite0", "block3_2", "chelsea", "Egyptian cat",
+                        stats_description="32 samples")
+    text = json.dumps(report, allow_nan=False)  # numpy scalars and NaN would fail here
+    back = json.loads(text)
+    assert back["target"] == {"index": 285, "name": "Egyptian cat"}
+    assert back["settings"]["beta_k"] == 10.0 and back["settings"]["steps"] == 4
+    assert back["results"]["total_bits"] == pytest.approx(res.total_bits)
+    assert back["results"]["p_target_with_bottleneck"] == pytest.approx(0.6)
+    assert back["results"]["heatmap_shape"] == [224, 224]
+    assert len(back["history"]) == 4 and back["statistics"] == "32 samples"
+    assert not any(isinstance(v, list) and len(v) > 100 for v in back["results"].values())  # no arrays
+
+
+def test_run_report_replaces_nan_by_null() -> None:
+    res = result()
+    res.p_with = float("nan")
+    report = run_report(res.settings, res, "m", "l", "i", "c")
+    assert report["results"]["p_target_with_bottleneck"] is None
+    json.dumps(report, allow_nan=False)
+
+
+def test_heatmap_npy_round_trip() -> None:
+    heat = blob().astype(np.float64)
+    back = np.load(io.BytesIO(heatmap_npy_bytes(heat)), allow_pickle=False)
+    assert back.dtype == np.float32 and back.shape == (224, 224)
+    assert np.allclose(back, heat, atol=1e-6)

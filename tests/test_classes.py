@@ -1,0 +1,27 @@
+"""iba_core.classes: one resolver for class names and indices."""
+from __future__ import annotations
+
+import pytest
+
+from iba_core.classes import resolve_class
+
+CATEGORIES = ["tabby", "tiger cat", "Egyptian cat", "tiger"]
+
+
+def test_resolve_class_accepts_index_name_and_unique_part() -> None:
+    assert resolve_class(CATEGORIES, 2) == 2
+    assert resolve_class(CATEGORIES, "3") == 3
+    assert resolve_class(CATEGORIES, "TIGER") == 3  # exact name wins over partial matches
+    assert resolve_class(CATEGORIES, "egypt") == 2
+
+
+def test_resolve_class_explains_what_does_not_fit() -> None:
+    with pytest.raises(ValueError, match="fits 2 classes: tiger cat, Egyptian cat") as err:
+        resolve_class(CATEGORIES, "cat")  # ambiguous: the candidates are listed
+    assert "tabby" not in str(err.value)
+    with pytest.raises(ValueError, match="No class named 'zebra'"):
+        resolve_class(CATEGORIES, "zebra")
+    with pytest.raises(ValueError, match="out of range 0…3"):
+        resolve_class(CATEGORIES, 4)
+    with pytest.raises(ValueError):
+        resolve_class(CATEGORIES, "  ")
