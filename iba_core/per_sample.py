@@ -111,12 +111,18 @@ class AttributionResult:
     feature_shape: tuple[int, int, int] = (0, 0, 0)
     precision: str = "fp32"  # what the network passes ran in (settings.precision "auto" resolved)
 
+    @property
+    def lost_class(self) -> bool:
+        """True when the bottleneck kept too little for the class (see `bottleneck_lost_class`)."""
+        return bottleneck_lost_class(self.p_without, self.p_with)
+
     def summary(self) -> dict:
         """JSON-friendly summary without the arrays."""
         return {
             "target": self.target,
             "p_without": self.p_without,
             "p_with": self.p_with,
+            "bottleneck_lost_class": self.lost_class,
             "total_bits": self.total_bits,
             "seconds": self.seconds,
             "feature_shape": list(self.feature_shape),
@@ -130,6 +136,18 @@ class AttributionResult:
 
 
 StepCallback = Callable[[StepInfo], None]
+
+#: p(target) with the bottleneck below this, or below LOST_CLASS_RATIO × p(target) without it, means the
+#: bottleneck discarded the class: the map then shows what survived, not what the class needs (paper §4.1:
+#: large β such as 1000/k discard all information).
+LOST_CLASS_P = 0.01
+LOST_CLASS_RATIO = 0.1
+LOST_CLASS_MESSAGE = "the bottleneck discarded the class; the map shows what survived, not what the class needs"
+
+
+def bottleneck_lost_class(p_without: float, p_with: float) -> bool:
+    """Whether a fitted bottleneck kept too little for the class: p_with < 1 % or < p_without / 10."""
+    return p_with < LOST_CLASS_P or p_with < LOST_CLASS_RATIO * p_without
 
 
 def _fast_format(z: torch.Tensor) -> torch.Tensor:

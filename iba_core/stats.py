@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -21,6 +22,9 @@ from .bottleneck import MIN_STD
 from .images import ImageError, find_images, load_image, load_sample, sample_image_names
 from .progress import ProgressFn
 from .settings import ASSETS_DIR, RECOMMENDED_SAMPLES, cache_dir
+
+#: Fewer distinct photos than this behind crop-based statistics makes them rough (see FeatureStats.is_rough).
+RECOMMENDED_PHOTOS = 100
 
 #: Below this many samples the estimate is flagged as rough (the paper used ImageNet's training set).
 SHIPPED_STATS_DIR = ASSETS_DIR / "stats"
@@ -41,19 +45,31 @@ class FeatureStats:
     #: Fraction of samples in which each element was non-zero (None: not recorded). The authors' code
     #: masks "inactive" units (non-zero in ≤ 1 % of the samples); BottleneckSettings.inactive_threshold.
     active: torch.Tensor | None = None
+    #: Names of the offline photos whose augmented crops were the samples (empty for an image folder).
+    photos: tuple[str, ...] = ()
 
     @property
     def is_rough(self) -> bool:
-        """True when fewer than RECOMMENDED_SAMPLES images back the estimate."""
-        return self.n < RECOMMENDED_SAMPLES
+        """True when fewer than RECOMMENDED_SAMPLES samples, or crops of fewer than RECOMMENDED_PHOTOS
+        distinct photos, back the estimate (crops of one photo are far from independent samples)."""
+        return self.n < RECOMMENDED_SAMPLES or (bool(self.photos) and len(self.photos) < RECOMMENDED_PHOTOS)
+
+    def includes(self, photo: str) -> bool:
+        """Whether crops of the offline photo `photo` are among the samples (μ, σ then know that image)."""
+        return photo in self.photos
 
     def describe(self) -> str:
         """A sentence for users: how many samples, from where, and whether that is enough."""
-        text = f"{self.n} samples from {self.source or 'unknown source'}"
+        if self.photos:
+            text = f"{self.n} crops of {len(self.photos)} photos (the offline photos: {', '.join(self.photos)})"
+        else:
+            text = f"{self.n} samples from {self.source or 'unknown source'}"
         if self.skipped:
             text += f" ({self.skipped} unreadable files skipped)"
         if self.is_rough:
-            text += f"; fewer than {RECOMMENDED_SAMPLES}, so μ and σ are rough — point to an image folder for better ones"
+            few = (f"fewer than {RECOMMENDED_SAMPLES} samples" if self.n < RECOMMENDED_SAMPLES
+                   else f"only {len(self.photos)} distinct photos")
+            text += f"; {few}, so μ and σ are rough — point to an image folder for better ones"
         return text
 
     def floored_std(self, min_std: float = MIN_STD) -> torch.Tensor:
@@ -64,21 +80,28 @@ class FeatureStats:
         return FeatureStats(
             self.mean.to(device, dtype), self.std.to(device, dtype), self.n, self.model, self.weights,
             self.layer, self.source, self.skipped, None if self.active is None else self.active.to(device, dtype),
+            self.photos,
         )
 
     # ---- persistence ---------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write an .npz atomically (a crash mid-write never leaves a half file behind)."""
+    def save(self, path: str | os.PathLike, compact: bool = False) -> Path:
+        """Write an .npz atomically (a crash mid-write never leaves a half file behind).
+
+        compact: μ and σ as float16 (for the statistics that ship in assets/; relative error ≤ 5e-4, far
+        below the estimate's own sampling error).
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.npz")
+        dtype = np.float16 if compact else np.float32
         np.savez_compressed(
             tmp,
-            mean=self.mean.cpu().numpy().astype(np.float32),
-            std=self.std.cpu().numpy().astype(np.float32),
+            mean=self.mean.cpu().numpy().astype(dtype),
+            std=self.std.cpu().numpy().astype(dtype),
             n=np.int64(self.n),
             skipped=np.int64(self.skipped),
             meta=np.array([self.model, self.weights, self.layer, self.source]),
+            photos=np.array(self.photos, dtype=str),
             **({} if self.active is None else {"active": self.active.cpu().numpy().astype(np.float16)}),
         )
         os.replace(tmp, path)
@@ -89,10 +112,11 @@ class FeatureStats:
         """Read an .npz written by `save`; raises ValueError if it is corrupt."""
         try:
             with np.load(path, allow_pickle=False) as data:
-                mean, std = data["mean"], data["std"]
+                mean, std = data["mean"].astype(np.float32), data["std"].astype(np.float32)
                 n, skipped = int(data["n"]), int(data["skipped"])
                 model, weights, layer, source = (str(s) for s in data["meta"])
                 active = data["active"].astype(np.float32) if "active" in data.files else None
+                photos = tuple(str(p) for p in data["photos"]) if "photos" in data.files else ()
         except Exception as err:
             raise ValueError(f"Corrupt statistics file {path}: {err}") from err
         if mean.shape != std.shape or not np.isfinite(mean).all() or not np.isfinite(std).all() or n <= 0:
@@ -100,7 +124,7 @@ class FeatureStats:
         if active is not None and active.shape != mean.shape:
             raise ValueError(f"Corrupt statistics file {path}: inconsistent contents")
         return cls(torch.from_numpy(mean), torch.from_numpy(std), n, model, weights, layer, source, skipped,
-                   None if active is None else torch.from_numpy(active))
+                   None if active is None else torch.from_numpy(active), photos)
 
 
 class _RunningMoments:
@@ -176,6 +200,36 @@ def estimate_stats_and_activity(
 # ---- image sources ----------------------------------------------------------------------
 
 
+def offline_photos(extended: bool = False) -> dict[str, "Image.Image"]:
+    """The real photos this machine has without a download, by name.
+
+    Always the app's colour sample photos (`images.sample_image_names`). extended=True adds the other
+    real photographs that ship inside installed packages: scikit-image's right view of the stereo
+    motorcycle pair and its grey-scale photos `camera`, `clock`, `coins` (as RGB), and matplotlib's
+    `grace_hopper.jpg` (skipped where matplotlib is missing).
+    """
+    photos: dict[str, Image.Image] = {name: load_sample(name) for name in sample_image_names()}
+    if not extended:
+        return photos
+    import skimage.data
+
+    try:
+        right = np.ascontiguousarray(skimage.data.stereo_motorcycle()[1])
+        photos["motorcycle_right"] = load_image(Image.fromarray(right))
+        for name in ("camera", "clock", "coins"):
+            photos[name] = load_image(Image.fromarray(np.ascontiguousarray(getattr(skimage.data, name)())))
+    except Exception as err:  # noqa: BLE001 - an older scikit-image may lack one: fewer photos, not a failure
+        warnings.warn(f"Some scikit-image photos are unavailable ({err}).", stacklevel=2)
+    try:
+        from matplotlib import cbook
+
+        with cbook.get_sample_data("grace_hopper.jpg") as f:
+            photos["grace_hopper"] = load_image(f.read())
+    except Exception:  # noqa: BLE001 - matplotlib is optional
+        pass
+    return photos
+
+
 def _random_resized_crop(img: Image.Image, size: int, rng: random.Random) -> Image.Image:
     """Augmentation for the few offline photos: scale (0.25–1) and aspect (3/4–4/3) crop, random flip."""
     import torchvision.transforms.functional as TF
@@ -201,15 +255,23 @@ def _shrink(img: Image.Image, short_side: int) -> Image.Image:
     return img.resize((round(img.width * scale), round(img.height * scale)), Image.Resampling.LANCZOS)
 
 
+def photo_pool(exclude: Iterable[str] = ()) -> list[str]:
+    """Names of the offline photos statistics are estimated from: all of `offline_photos(extended=True)`."""
+    skip = set(exclude)
+    return [name for name in offline_photos(extended=True) if name not in skip]
+
+
 def sample_photo_batches(
-    preprocess, n: int, batch_size: int = 32, seed: int = 0
+    preprocess, n: int, batch_size: int = 32, seed: int = 0, photos: Iterable[str] | None = None
 ) -> Iterator[torch.Tensor]:
-    """n augmented crops of the offline sample photos, normalised like the network expects."""
+    """n augmented crops of the offline photos (`photo_pool()` unless named), normalised for the network."""
     import torchvision.transforms.functional as TF
 
     rng = random.Random(seed)
+    pool = offline_photos(extended=True)
+    names = list(photos) if photos is not None else photo_pool()
     # Shrink once: cropping the full-size photos (up to 1411 px) for every sample dominated the time.
-    photos = [_shrink(load_sample(name), int(preprocess.crop_size * 1.5)) for name in sample_image_names()]
+    photos = [_shrink(pool[name], int(preprocess.crop_size * 1.5)) for name in names]
     done = 0
     while done < n:
         k = min(batch_size, n - done)
@@ -246,38 +308,109 @@ def stats_cache_path(model: str, weights: str, layer: str, source_key: str) -> P
     return cache_dir() / "stats" / f"{model}__{weights}__{layer}__{digest}.npz"
 
 
-def compute_stats(
-    loaded,
-    layer: str,
+#: Part of the cache key of statistics estimated from the offline photos: bump when the pool changes.
+PHOTO_SOURCE = "offline-photos-13"
+
+
+def stats_source_key(images: str | os.PathLike | None, n: int) -> str:
+    return f"folder:{Path(images).expanduser().resolve()}:{n}" if images else f"{PHOTO_SOURCE}:{n}"
+
+
+def layer_outputs(network, layers: Iterable[str]):
+    """A module mapping an image batch to {layer: output} for several layers in one forward pass.
+
+    Split networks run their (BatchNorm-folded) stages in order, stopping after the last layer asked for;
+    others run once with forward hooks on the layers' modules.
+    """
+    wanted = list(dict.fromkeys(layers))
+    for layer in wanted:
+        network.spec.check_layer(layer)
+    if network.can_split:
+        key = ("folded_stages",)
+        if key not in network.memo:
+            from .fast import fold_batchnorms
+
+            network.memo[key] = [(name, fold_batchnorms(module)) for name, module in network.stages()]
+        stages = network.memo[key]
+        last = max(i for i, (name, _) in enumerate(stages) if name in wanted)
+
+        def run(x: torch.Tensor) -> dict[str, torch.Tensor]:
+            out, h = {}, x.contiguous(memory_format=torch.channels_last)
+            for name, module in stages[: last + 1]:
+                h = module(h)
+                if name in wanted:
+                    out[name] = h
+            return out
+
+        return run
+
+    modules = {layer: network.hook_module(layer) for layer in wanted}
+
+    def run_hooked(x: torch.Tensor) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        handles = [m.register_forward_hook(lambda _m, _i, o, name=name: out.setdefault(name, o.detach().clone()))
+                   for name, m in modules.items()]
+        try:
+            network.model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return out
+
+    return run_hooked
+
+
+def compute_all_stats(
+    network,
+    layers: Iterable[str] | None = None,
     *,
     images: str | os.PathLike | None = None,
     n: int = RECOMMENDED_SAMPLES,
     batch_size: int = 32,
     progress: ProgressFn | None = None,
     seed: int = 0,
-) -> FeatureStats:
-    """Estimate statistics for `loaded` (a Network) at `layer` from a folder or the sample photos."""
-    prefix = loaded.prefix(layer)
+) -> dict[str, FeatureStats]:
+    """Statistics of several layers (default: all) from ONE pass over a folder's images or the offline photos."""
+    layers = list(layers or network.spec.layers)
+    photos: tuple[str, ...] = ()
     if images is not None:
         files = find_images(images)[:n]
         if not files:
             raise FileNotFoundError(f"No images (jpg, png, …) found below {images}.")
-        batches = FolderBatches(files, loaded.preprocess, batch_size)
-        mean, std, count, active = estimate_stats_and_activity(prefix, batches, device=loaded.device,
-                                                               progress=progress, total=len(files))
-        source, skipped = f"folder {Path(images).expanduser().resolve()}", batches.skipped
-        if count == 0:
-            raise ValueError(f"None of the {len(files)} files below {images} could be read as an image.")
+        batches: Iterable[torch.Tensor] = FolderBatches(files, network.preprocess, batch_size)
+        total, source = len(files), f"folder {Path(images).expanduser().resolve()}"
     else:
-        batches = sample_photo_batches(loaded.preprocess, n, batch_size, seed)
-        mean, std, count, active = estimate_stats_and_activity(prefix, batches, device=loaded.device,
-                                                               progress=progress, total=n)
-        source, skipped = "augmented crops of the offline sample photos", 0
-    return FeatureStats(mean, std, count, loaded.key, loaded.weights_id, layer, source, skipped, active)
+        photos = tuple(photo_pool())
+        batches = sample_photo_batches(network.preprocess, n, batch_size, seed, photos)
+        total, source = n, f"augmented crops of {len(photos)} offline photos"
+    run = layer_outputs(network, layers)
+    moments = {layer: _RunningMoments() for layer in layers}
+    seen = 0
+    with torch.inference_mode():
+        for x in batches:
+            for layer, out in run(x.to(network.device)).items():
+                moments[layer].update(out)
+            seen += x.shape[0]
+            if progress is not None:
+                progress(seen, total, "images")
+    skipped = getattr(batches, "skipped", 0)
+    if seen == 0:
+        raise ValueError(f"None of the {total} files below {images} could be read as an image.")
+    out = {}
+    for layer, m in moments.items():
+        mean, std = m.result()
+        out[layer] = FeatureStats(mean.float().cpu(), std.float().cpu(), m.n, network.key, network.weights_id, layer,
+                                  source, skipped, (m.nonzero / m.n).float().cpu(), photos)
+    return out
+
+
+def compute_stats(network, layer: str, **kwargs) -> FeatureStats:
+    """Statistics for one layer (`compute_all_stats` for just that layer)."""
+    return compute_all_stats(network, [layer], **kwargs)[layer]
 
 
 def get_stats(
-    loaded,
+    network,
     layer: str,
     *,
     images: str | os.PathLike | None = None,
@@ -287,30 +420,49 @@ def get_stats(
 ) -> FeatureStats:
     """Cached statistics for (network, weights, layer, source); computed and saved on first use.
 
-    A corrupt cache file is recomputed rather than raised.
+    On a miss, every layer of the network is estimated in the same pass and cached, so the next layer
+    asked for costs nothing. Shipped statistics (assets/stats) count as cached. A corrupt cache file
+    is recomputed rather than raised.
     """
-    source_key = f"folder:{Path(images).expanduser().resolve()}:{n}" if images else f"samples:{n}"
-    path = stats_cache_path(loaded.key, loaded.weights_id, layer, source_key)
-    if path.is_file() and not refresh:
+    network.spec.check_layer(layer)
+    source_key = stats_source_key(images, n)
+    if not refresh:
+        found = _stored(network, layer, source_key)
+        if found is not None:
+            return found
+    missing = [name for name in network.spec.layers
+               if name == layer or refresh or _stored(network, name, source_key) is None]
+    fresh = compute_all_stats(network, missing, images=images, n=n, progress=progress)
+    for name, stats in fresh.items():
         try:
-            return FeatureStats.load(path)
-        except ValueError:
-            pass  # fall through: recompute and overwrite
-    shipped = SHIPPED_STATS_DIR / path.name
-    if shipped.is_file() and not refresh:
-        # Statistics for the default network and layer ship with the app for a fast first result.
-        try:
-            stats = FeatureStats.load(shipped)
-            stats.save(path)
+            stats.save(stats_cache_path(network.key, network.weights_id, name, source_key))
+        except OSError:
+            pass  # a read-only cache must not stop the user from getting a result
+    return fresh[layer]
+
+
+def stored_stats(network, layer: str, *, images: str | os.PathLike | None = None,
+                 n: int = RECOMMENDED_SAMPLES) -> FeatureStats | None:
+    """The statistics `get_stats` would return without estimating anything, or None."""
+    return _stored(network, layer, stats_source_key(images, n))
+
+
+def _stored(network, layer: str, source_key: str) -> FeatureStats | None:
+    """From the cache, else from the shipped statistics (copied into the cache), else None."""
+    path = stats_cache_path(network.key, network.weights_id, layer, source_key)
+    for candidate in (path, SHIPPED_STATS_DIR / path.name):
+        if candidate.is_file():
+            try:
+                stats = FeatureStats.load(candidate)
+            except (ValueError, OSError):
+                continue
+            if candidate != path:
+                try:
+                    stats.save(path)
+                except OSError:
+                    pass
             return stats
-        except (ValueError, OSError):
-            pass
-    stats = compute_stats(loaded, layer, images=images, n=n, progress=progress)
-    try:
-        stats.save(path)
-    except OSError:
-        pass  # a read-only cache must not stop the user from getting a result
-    return stats
+    return None
 
 
 def cached_stats(loaded, layer: str) -> list[FeatureStats]:

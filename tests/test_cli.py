@@ -119,3 +119,16 @@ def test_mismatched_readout_checkpoint_is_a_clear_error(chelsea_jpg, capsys):
                  "--model", "resnet50", "--random-weights"]) == 1
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+
+
+def test_every_offline_layer_runs_without_estimating_statistics(chelsea_jpg, monkeypatch, capsys):
+    """Fresh cache: the shipped statistics cover every layer, so no `attribute --layer L` estimates any."""
+    from iba_core import stats as stats_mod
+    from iba_core.networks import get_spec
+
+    monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: pytest.fail("estimated statistics"))
+    for layer in get_spec("efficientnet_lite0").layers:
+        assert main(["attribute", str(chelsea_jpg), "--layer", layer, "--steps", "1", "--batch", "2",
+                     "--precision", "fp32"]) == 0
+        record = json.loads(capsys.readouterr().out.strip())
+        assert record["layer"] == layer and record["stats_samples"] == 1000

@@ -291,3 +291,21 @@ def test_batched_attribution_on_the_offline_network(offline_model, offline_stats
         assert np.corrcoef(res.heatmap.ravel(), alone.heatmap.ravel())[0, 1] > 0.999
         assert res.total_bits == pytest.approx(alone.total_bits, rel=5e-3)
     assert [r.target for r in both] == [285, 967]
+
+
+def test_lost_class_rule():
+    from iba_core.per_sample import bottleneck_lost_class
+
+    assert bottleneck_lost_class(0.6, 0.005)  # under 1 %
+    assert bottleneck_lost_class(0.9, 0.05)  # under a tenth of p without the bottleneck
+    assert not bottleneck_lost_class(0.3, 0.2) and not bottleneck_lost_class(0.05, 0.02)
+
+
+def test_beta_1000_loses_the_class_on_the_offline_network(offline_model, offline_stats, chelsea_x):
+    """Paper §4.1: β ≥ 1000/k discards all information; the result says so."""
+    layer = offline_model.spec.default_layer
+    run = lambda beta_k: PerSampleBottleneck.for_network(  # noqa: E731
+        offline_model, layer, offline_stats, BottleneckSettings(beta_k=beta_k, precision="fp32")).attribute(chelsea_x, 285)
+    lost, kept = run(1000.0), run(10.0)
+    assert lost.lost_class and lost.summary()["bottleneck_lost_class"] is True
+    assert not kept.lost_class

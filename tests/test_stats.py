@@ -63,8 +63,8 @@ def test_cache_hit_and_corrupt_cache_recomputed(offline_model, tmp_path, monkeyp
                             f"folder:{folder.resolve()}:1000")
     assert path.is_file()
     calls = []
-    real = stats_mod.compute_stats
-    monkeypatch.setattr(stats_mod, "compute_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = stats_mod.compute_all_stats
+    monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
     again = get_stats(offline_model, "block1_1", images=folder)
     assert not calls and torch.equal(again.mean, first.mean) and again.n == first.n
     path.write_bytes(b"corrupt")
@@ -76,7 +76,8 @@ def test_cache_hit_and_corrupt_cache_recomputed(offline_model, tmp_path, monkeyp
 def test_sample_photo_source_with_progress(offline_model):
     seen = []
     s = get_stats(offline_model, "stem", n=40, progress=lambda done, total, label: seen.append((done, total)))
-    assert s.n == 40 and "sample photos" in s.source
+    assert s.n == 40 and "13 offline photos" in s.source and len(s.photos) == 13
+    assert "40 crops of 13 photos" in s.describe() and s.includes("chelsea") and not s.includes("cat.jpg")
     assert seen[-1] == (40, 40)
 
 
@@ -91,10 +92,37 @@ def test_save_load_roundtrip(tmp_path):
     assert torch.equal(t.mean, s.mean) and (t.n, t.layer, t.skipped) == (12, "l", 2)
 
 
-def test_shipped_default_statistics_seed_the_cache(offline_model, monkeypatch):
-    """The default network/layer ships 1000-sample statistics, so the first run needs no estimate."""
-    monkeypatch.setattr(stats_mod, "compute_stats", lambda *a, **k: pytest.fail("should not recompute"))
-    s = get_stats(offline_model, offline_model.spec.default_layer)
-    assert s.n == 1000 and not s.is_rough and s.mean.shape == (40, 28, 28)
-    assert stats_cache_path(offline_model.key, offline_model.weights_id, offline_model.spec.default_layer,
-                            "samples:1000").is_file()
+@pytest.mark.parametrize("layer", ["stem", "block3_2", "block6_4", "head"])
+def test_shipped_statistics_seed_the_cache_for_every_layer(offline_model, monkeypatch, layer):
+    """Every layer of the offline network ships 1000-crop statistics, so no first run needs an estimate."""
+    monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: pytest.fail("should not estimate"))
+    s = get_stats(offline_model, layer)
+    assert s.n == 1000 and len(s.photos) == 13 and s.is_rough  # 13 distinct photos are few: rough, and said so
+    assert "1000 crops of 13 photos" in s.describe() and "only 13 distinct photos" in s.describe()
+    assert stats_cache_path(offline_model.key, offline_model.weights_id, layer,
+                            stats_mod.stats_source_key(None, 1000)).is_file()
+
+
+def test_shipped_statistics_cover_every_layer_and_stay_small():
+    files = list(stats_mod.SHIPPED_STATS_DIR.glob("efficientnet_lite0__*.npz"))
+    from iba_core.networks import get_spec
+
+    assert {f.name.split("__")[2] for f in files} == set(get_spec("efficientnet_lite0").layers)
+    assert sum(f.stat().st_size for f in files) <= 6 * 2**20
+
+
+def test_one_pass_estimates_every_layer_and_matches_one_layer_alone(monkeypatch):
+    """get_stats on a miss estimates all layers at once (cached), equal to estimating a layer alone."""
+    from iba_core.networks import load_network
+
+    net = load_network("resnet50", weights="random")
+    calls = []
+    real = stats_mod.compute_all_stats
+    monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    first = get_stats(net, "conv2_1", n=6)
+    later = get_stats(net, "conv5_3", n=6)  # from the same pass: nothing estimated
+    assert len(calls) == 1 and set(calls[0]) == set(net.spec.layers)
+    alone = real(net, ["conv5_3"], n=6)["conv5_3"]
+    torch.testing.assert_close(later.mean, alone.mean, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(later.std, alone.std, rtol=1e-4, atol=1e-5)
+    assert first.mean.shape == (256, 56, 56) and later.active is not None

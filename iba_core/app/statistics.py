@@ -8,7 +8,8 @@ from typing import Iterable
 from ..methods import get_method
 from ..networks import Network
 from ..settings import stats_samples
-from ..stats import FeatureStats, ProgressFn, cached_stats, get_stats
+from ..progress import ProgressFn
+from ..stats import FeatureStats, cached_stats, get_stats, photo_pool, stored_stats
 
 
 def choose_stats(
@@ -37,11 +38,13 @@ def stats_status(loaded: Network, layer: str) -> str:
     """One line on the statistics a run at `layer` would use now."""
     n = stats_samples()
     best = next(iter(cached_stats(loaded, layer)), None)
+    if best is None or best.n < n:
+        best = stored_stats(loaded, layer, n=n)
     if best is not None and best.n >= n:
-        return f"Cached: {best.describe()}."
+        return f"Ready: {best.describe()}."
     return (
-        f"Not cached yet for {layer}: the first run estimates μ and σ of the layer from {n} augmented crops "
-        "of the sample photos (or takes the statistics shipped in assets/stats, if any) and caches them on disk."
+        f"Not estimated yet for {layer}: the first run estimates μ and σ of every layer of this network at once "
+        f"from {n} augmented crops of the {len(photo_pool())} offline photos, and keeps them on disk."
     )
 
 

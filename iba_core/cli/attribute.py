@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         "class_name": network.class_name(result.target),
         "p_without": round(result.p_without, 6),
         "p_with": round(result.p_with, 6),
+        "bottleneck_lost_class": result.lost_class,
         "total_bits": round(result.total_bits, 3),
         "beta_k": result.settings.beta_k,
         "stats_samples": stats_samples,

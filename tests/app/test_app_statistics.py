@@ -19,13 +19,13 @@ def test_choose_stats_prefers_folder_then_best_cached(tmp_path, random_net, monk
     monkeypatch.setenv("IBA_STATS_SAMPLES", "1000")
     with pytest.raises(FileNotFoundError, match="not found"):
         statistics.choose_stats(random_net, "stem", folder=tmp_path / "missing")
-    assert "Not cached yet for stem" in statistics.stats_status(random_net, "stem")
+    assert "Not estimated yet for stem" in statistics.stats_status(random_net, "stem")
 
     calls = []
     fresh = statistics.choose_stats(random_net, "stem", n=4, progress=lambda d, t, label: calls.append((d, t)))
     assert fresh.n == 4 and calls[-1] == (4, 4)
     monkeypatch.setenv("IBA_STATS_SAMPLES", "4")
-    assert statistics.stats_status(random_net, "stem").startswith("Cached:")
+    assert statistics.stats_status(random_net, "stem").startswith("Ready:")
 
     folder = tmp_path / "photos"
     folder.mkdir()

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from ...datasets import DataError, folder_labels, read_class_map
 from .config import RESUME_OVERRIDABLE, TrainConfig
-from .data import ImageFolderDataset, SamplePhotoDataset, SkipSampler, build_dataset, offline_photos
+from ...stats import offline_photos
+from .data import ImageFolderDataset, SamplePhotoDataset, SkipSampler, build_dataset
 from .distributed import DistInfo, setup_distributed
 from .loop import train_readout
 from .preview import PREVIEW_SAMPLE, save_preview

@@ -12,20 +12,15 @@ import itertools
 import random
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
 from ...datasets import DataError, folder_labels
-from ...images import ImageError, find_images, load_image, load_sample, sample_image_names
-from ...stats import _random_resized_crop
+from ...images import ImageError, find_images, load_image, sample_image_names
+from ...stats import _random_resized_crop, offline_photos
 from .config import TrainConfig
-
-if TYPE_CHECKING:
-    from PIL import Image
-
 
 def _item_rng(seed: int, epoch: int, index: int) -> random.Random:
     """An RNG for one item of one epoch: the same crop whatever worker or rank draws it."""
@@ -90,37 +85,6 @@ class ImageFolderDataset(_EpochDataset):
                 continue
             return self._tensor(img, index), self.labels[i]
         raise DataError(f"None of the images below {self.root} could be read.")
-
-
-def offline_photos(extended: bool = False) -> dict[str, "Image.Image"]:
-    """The real photos this machine has without a download, by name.
-
-    Always the app's colour sample photos (`images.sample_image_names`). extended=True adds the other
-    real photographs that ship inside installed packages: scikit-image's right view of the stereo
-    motorcycle pair and its grey-scale photos `camera`, `clock`, `coins` (as RGB), and matplotlib's
-    `grace_hopper.jpg` (skipped where matplotlib is missing).
-    """
-    photos = {name: load_sample(name) for name in sample_image_names()}
-    if not extended:
-        return photos
-    import skimage.data
-    from PIL import Image
-
-    try:
-        right = np.ascontiguousarray(skimage.data.stereo_motorcycle()[1])
-        photos["motorcycle_right"] = load_image(Image.fromarray(right))
-        for name in ("camera", "clock", "coins"):
-            photos[name] = load_image(Image.fromarray(np.ascontiguousarray(getattr(skimage.data, name)())))
-    except Exception as err:  # noqa: BLE001 - an older scikit-image may lack one: fewer photos, not a failure
-        warnings.warn(f"Some scikit-image photos are unavailable ({err}).", stacklevel=2)
-    try:
-        from matplotlib import cbook
-
-        with cbook.get_sample_data("grace_hopper.jpg") as f:
-            photos["grace_hopper"] = load_image(f.read())
-    except Exception:  # noqa: BLE001 - matplotlib is optional
-        pass
-    return photos
 
 
 class SamplePhotoDataset(_EpochDataset):
