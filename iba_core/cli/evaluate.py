@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..metrics import results as res
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
+from ..precision import PRECISIONS
 from .common import add_network_args
 
 
@@ -75,6 +76,9 @@ def add_parser(sub) -> None:
                    help="beta-table: Readout Bottleneck checkpoints, one per β (default: the shipped one, if any)")
     p.add_argument("--levels", nargs="+", default=None,
                    help="sanity: only these cascade levels (e.g. logits conv5_3 …); default: all")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="precision of the metric's forward passes (degradation, sensitivity-n); auto (default): a "
+                   "lower precision only where the hardware has it and one measurement shows it is faster")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--merge-only", action="store_true",
                    help="merge existing rank files into --out and print the table; evaluate nothing")
@@ -122,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         tiles=args.tile, points=args.points, batch_size=args.batch_size, sets=args.sets, n_count=args.n_count,
         seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,
         beta_ks=args.beta_k, steps=args.steps, stats_images=args.stats_images, stats_n=args.stats_n,
-        sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress,
+        sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress, precision=args.precision,
     )
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)

@@ -33,6 +33,7 @@ DEFAULT_TILES = {"degradation": (8, 14), "sensitivity-n": (8,)}
 class EvalOptions:
     tiles: Sequence[int] | None = None
     points: int | None = None  # degradation: measurement points per curve (None: every tile)
+    precision: str = "auto"  # degradation / sensitivity-n forward passes (iba_core.precision)
     batch_size: int = 64
     sets: int = 100  # sensitivity-n: random tile sets per n
     n_count: int = 16  # sensitivity-n: number of log-spaced n values
@@ -72,7 +73,7 @@ class _Context:
         if self._scoring is None:
             from .common import scoring_model
 
-            self._scoring = scoring_model(self.loaded)
+            self._scoring = scoring_model(self.loaded, self.options.precision)
         return self._scoring
 
     def key(self, item, method: str, setting: str) -> tuple:
@@ -106,6 +107,8 @@ class _Context:
             "label": item.label,
             **data,
         }
+        if self._scoring is not None:  # the precision of the metric's own forward passes
+            record["precision"] = getattr(self._scoring, "precision", "fp32")
         self.writer.write(record)
         self.done.add(res.record_key(record))
         self.written += 1

@@ -95,3 +95,17 @@ def test_set_scaling_uses_set_means_and_records_round_trip():
             dict(a.to_record(), metric="degradation", image="a", method="other", setting="s")]
     summary = summarise(recs)
     assert summary[("other", "s")].t1 == pytest.approx(0.8) and summary[("m", "s")].area == pytest.approx(s.area)
+
+
+def test_scoring_model_in_bf16_keeps_the_logits(offline_model, chelsea_x):
+    """The metric's forward passes may run in bf16 (precision auto); logits stay close to fp32."""
+    from iba_core.metrics.common import scoring_model
+    from iba_core.precision import unsupported
+
+    if unsupported("bf16", "cpu"):
+        pytest.skip(f"bf16 cannot run here: {unsupported('bf16', 'cpu')}")
+    with torch.no_grad():
+        fp32 = scoring_model(offline_model, "fp32")(chelsea_x)
+        bf16 = scoring_model(offline_model, "bf16")(chelsea_x)
+    assert bf16.dtype == torch.float32 and int(bf16.argmax()) == int(fp32.argmax()) == 285
+    assert float((bf16 - fp32).abs().max()) < 0.05 * float(fp32.abs().max())
