@@ -4,6 +4,11 @@ Two ways to run the network, with identical results for the same seed:
 - split path (registered models): the prefix runs once; each step runs only the suffix, without
   parameter gradients;
 - hook path (any nn.Module): a forward hook replaces the layer's output by Z; the whole network runs.
+
+Fidelity to the authors' code (README, "Fidelity to the paper"): the heatmap reads the final λ, after the
+last Adam update (the authors read the last step's forward pass: `read_point="last_step"`; +8.9 % total
+bits with the final λ on chelsea); inactive units are not masked unless `inactive_threshold` is set (the
+authors: 0.01; no effect at the default layer).
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
         help="train a Readout Bottleneck (paper §3.3) for a network",
         description="Train the readout network that predicts the bottleneck mask in one pass. "
         "Runs under torchrun (--nproc_per_node N) with DistributedDataParallel. "
-        "Options left out take the paper's values (Adam, lr 1e-5, β = 10/k, batch 16, 10 epochs, σ_s = 1).",
+        "Options left out take the paper's values (Adam, lr 1e-5, β = 10/k, batch 16, 20 epochs, σ_s = 1).",
     )
     # Defaults are None here so that, when resuming, only options given explicitly override the checkpoint.
     add_network_args(p, layer=False, model_default=None, device_default=None)
@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
     p.add_argument("--read-layers", type=_names, default=None, help="comma-separated layers to read, 'fc' for "
                    "the logits (default: the network's, from its spec)")
     p.add_argument("--hidden", type=_widths, default=None, help="widths of the two hidden 1×1 convs (default 128,64)")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (default 10)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs (default 20, paper §4.1)")
     p.add_argument("--batch-size", type=int, default=None, help="images per step and process (default 16)")
     p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default 1e-5)")
     p.add_argument("--beta-k", type=float, default=None, help="β·k (default 10, i.e. β = 10/k)")

@@ -118,3 +118,15 @@ def test_guided_backprop_needs_relus():
     net = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
     with pytest.raises(ValueError, match="ReLU"):
         get_method("guided_backprop").attribute(wrap(net), torch.zeros(1, 3, 2, 2), 0).values
+
+
+def test_smoothgrad_reduction_as_in_the_papers_code():
+    """reduce="mean": the signed channel mean of the averaged gradient (the IBA paper's code); default max |·|."""
+    net = TinyConvNet()
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(4))
+    mean = get_method("smoothgrad", samples=3, noise=0.0, reduce="mean")
+    assert mean.signed and not get_method("smoothgrad").signed
+    gradient = get_method("gradient").attribute(wrap(net), x, 2).values  # signed channel sum
+    np.testing.assert_allclose(mean.attribute(wrap(net), x, 2).values, gradient / 3, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="reduction"):
+        get_method("smoothgrad", reduce="median")

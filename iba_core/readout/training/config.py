@@ -30,7 +30,7 @@ class TrainConfig:
     layer: str | None = None  # bottleneck layer (default: the network's readout layer)
     reads: tuple[str, ...] | None = None  # read-out layers (default: the network spec's, spec.reads())
     hidden: tuple[int, int] = DEFAULT_HIDDEN
-    epochs: int = 10  # paper: 10 (table; the text says 20)
+    epochs: int = 20  # paper §4.1: E = 20 (its appendix table says 10)
     batch_size: int = 16  # paper: 16
     lr: float = 1e-5  # paper: 1e-5
     beta_k: float = 10.0  # paper: β = 10/k
