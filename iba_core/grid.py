@@ -13,13 +13,12 @@ import torch
 
 from .networks import Network, NetworkSpec
 from .progress import ProgressFn
-from .per_sample import BottleneckSettings, PerSampleBottleneck
+from .per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
 from .stats import FeatureStats
 
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
 LAYER_ROW_BETA = 10.0
-
 
 
 @dataclass
@@ -33,6 +32,35 @@ class GridCell:
     heatmap: np.ndarray  # (224, 224) bits per pixel
     p_with: float  # p(target) with the bottleneck
     total_bits: float
+    p_without: float = float("nan")  # p(target) without the bottleneck
+    #: the bottleneck discarded the class (`per_sample.bottleneck_lost_class`): the map shows what survived,
+    #: not what the class needs (paper §4.1: β ≥ 1000/k discards all information)
+    lost_class: bool = False
+
+    @property
+    def name(self) -> str:
+        """Both settings of the cell: "β·k = 1000 at block3_2"."""
+        return f"β·k = {self.beta_k:g} at {self.layer}"
+
+
+def lost_class_cells(cells: Sequence[GridCell]) -> list[GridCell]:
+    """The cells whose bottleneck discarded the class, each (β·k, layer) once, in grid order."""
+    seen: set[tuple[float, str]] = set()
+    out = []
+    for c in cells:
+        if c.lost_class and (c.beta_k, c.layer) not in seen:
+            seen.add((c.beta_k, c.layer))
+            out.append(c)
+    return out
+
+
+def lost_class_warning(cells: Sequence[GridCell]) -> str:
+    """A sentence naming the cells where the bottleneck discarded the class, or "" when there are none."""
+    lost = lost_class_cells(cells)
+    if not lost:
+        return ""
+    names = "; ".join(f"{c.name} (p = {c.p_with:.2f}, without the bottleneck {c.p_without:.2f})" for c in lost)
+    return f"{names}: {LOST_CLASS_MESSAGE}."
 
 
 def _stage(layer: str) -> str:
@@ -103,7 +131,8 @@ def beta_layer_grid(
                 stats_cache[name] = stats_for(name)
             iba = PerSampleBottleneck.for_network(loaded, name, stats_cache[name], replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
-            done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits)
+            done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
+                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with))
         cell = replace(done[key], row=row, label=label)
         cells.append(cell)
         if on_cell is not None:

@@ -22,6 +22,8 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 __all__ = [
+    "FORMAT_INFO",
+    "FRAMES_INFO",
     "ImageError",
     "MAX_PIXELS",
     "SUPPORTED_UPLOAD_TYPES",
@@ -43,15 +45,22 @@ class ImageError(ValueError):
 MAX_PIXELS: int = 40_000_000
 
 # File extensions offered to the upload widget (without dots, as Streamlit wants).
-SUPPORTED_UPLOAD_TYPES: tuple[str, ...] = ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff")
+SUPPORTED_UPLOAD_TYPES: tuple[str, ...] = ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff", "gif")
 
 # The PIL decoders we let run on untrusted input. Restricting them keeps exotic
 # plugins out of reach (EPS, for instance, shells out to Ghostscript). The JPEG
 # decoder also opens multi-picture JPEGs (MPO), which many phones write; DIB is
-# BMP's header-less sibling that PIL may report for .bmp files.
-_PIL_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "BMP", "DIB", "TIFF")
+# BMP's header-less sibling that PIL may report for .bmp files. GIF: the first
+# frame of an animation is used (see `frame_count`).
+_PIL_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "BMP", "DIB", "TIFF", "GIF")
 
-_SUPPORTED_HUMAN = "PNG, JPEG, WebP, BMP, TIFF"
+_SUPPORTED_HUMAN = "PNG, JPEG, WebP, BMP, TIFF, GIF"
+
+#: Key in a loaded image's `info`: how many frames the file held (an animated GIF or WebP, or a
+#: multi-page TIFF, has several; only the first is used).
+FRAMES_INFO = "iba_frames"
+#: Key in a loaded image's `info`: the file's format as PIL names it ("PNG", "GIF", "MPO", …).
+FORMAT_INFO = "iba_format"
 
 # Modes PIL can turn into RGB directly without losing information we care about.
 _DIRECT_TO_RGB = {"1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"}
@@ -130,10 +139,7 @@ def _decode(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
         try:
             img = Image.open(fp, formats=_PIL_FORMATS)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise ImageError(
-                f"The image is too large to process safely ({exc}). "
-                f"Please resize it to at most {max_pixels:,} pixels and try again."
-            ) from exc
+            raise ImageError(_too_large_message(_effective_limit(max_pixels))) from exc
         except UnidentifiedImageError as exc:
             raise ImageError(
                 f"The file is not a readable image (supported: {_SUPPORTED_HUMAN})."
@@ -149,16 +155,14 @@ def _decode(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
             # Check the declared size BEFORE decoding pixels: this is what makes
             # the bomb guard cheap.
             _check_size(img.size, max_pixels=max_pixels)
+            frames, fmt = frame_count(img), img.format
             try:
                 # Force the full decode now, while the file is open, so a
                 # truncated file fails here (LOAD_TRUNCATED_IMAGES stays False)
                 # instead of yielding a half-grey image later.
                 img.load()
             except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-                raise ImageError(
-                    f"The image is too large to process safely ({exc}). "
-                    f"Please resize it to at most {max_pixels:,} pixels and try again."
-                ) from exc
+                raise ImageError(_too_large_message(_effective_limit(max_pixels))) from exc
             except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
                 raise ImageError(
                     "The image file is truncated or corrupt and could not be fully decoded; "
@@ -166,7 +170,17 @@ def _decode(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
                 ) from exc
             # Everything produced below is a new image, so nothing refers back
             # to the file once the `with` closes it.
-            return _normalise(img)
+            out = _normalise(img)
+            out.info[FRAMES_INFO], out.info[FORMAT_INFO] = frames, fmt
+            return out
+
+
+def frame_count(img: Image.Image) -> int:
+    """Frames in an opened image file (1 for a still image); the decoder stays on the first frame."""
+    try:
+        return max(int(getattr(img, "n_frames", 1)), 1)
+    except (OSError, ValueError, EOFError):  # a damaged later frame: the first one still counts
+        return 1
 
 
 def _from_pil(img: Image.Image, *, max_pixels: int) -> Image.Image:
@@ -189,10 +203,20 @@ def _check_size(size: tuple[int, int], *, max_pixels: int) -> None:
         raise ImageError(f"The image has no pixels ({width}x{height}); please choose a non-empty image.")
     pixels = width * height
     if pixels > max_pixels:
-        raise ImageError(
-            f"The image is too large: {width}x{height} = {pixels:,} pixels, "
-            f"more than the limit of {max_pixels:,} pixels. Please resize it and try again."
-        )
+        raise ImageError(_too_large_message(max_pixels, width, height))
+
+
+def _effective_limit(max_pixels: int) -> int:
+    """Our limit, or PIL's process-wide one where that is lower (PIL refuses above it too)."""
+    pil = Image.MAX_IMAGE_PIXELS
+    return min(max_pixels, int(pil)) if pil else max_pixels
+
+
+def _too_large_message(max_pixels: int, width: int | None = None, height: int | None = None) -> str:
+    """One sentence for a decompression bomb or a merely huge photo."""
+    size = f" ({width} × {height} = {width * height:,} pixels)" if width and height else ""
+    return (f"The image is too large{size}: images may have at most {max_pixels:,} pixels, "
+            "so please scale it down and upload it again.")
 
 
 def _normalise(img: Image.Image) -> Image.Image:

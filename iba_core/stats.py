@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +306,8 @@ class FolderBatches:
 def stats_cache_path(model: str, weights: str, layer: str, source_key: str) -> Path:
     """Cache file keyed by model, weights, layer and where the samples came from."""
     digest = hashlib.sha1(source_key.encode()).hexdigest()[:10]
-    return cache_dir() / "stats" / f"{model}__{weights}__{layer}__{digest}.npz"
+    safe = lambda text: re.sub(r"[^\w.+-]", "_", text)  # noqa: E731 - "card:x", "torchvision:y" keys → file names
+    return cache_dir() / "stats" / f"{safe(model)}__{safe(weights)}__{safe(layer)}__{digest}.npz"
 
 
 #: Part of the cache key of statistics estimated from the offline photos: bump when the pool changes.
@@ -469,7 +471,7 @@ def cached_stats(loaded, layer: str) -> list[FeatureStats]:
     """All readable cached statistics for (network, weights, layer), most samples first."""
     folder = cache_dir() / "stats"
     found = []
-    for path in folder.glob(f"{loaded.key}__{loaded.weights_id}__{layer}__*.npz"):
+    for path in folder.glob(stats_cache_path(loaded.key, loaded.weights_id, layer, "").name.rsplit("__", 1)[0] + "__*.npz"):
         try:
             found.append(FeatureStats.load(path))
         except ValueError:

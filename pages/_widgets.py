@@ -6,11 +6,15 @@ bar, error display, and the session's caches. The logic lives in `iba_core.app`,
 """
 from __future__ import annotations
 
+import json
 import logging
+import re
 import runpy
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import streamlit as st
 import torch
@@ -18,13 +22,15 @@ from PIL import Image
 from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, DEFAULT_SAMPLE, MethodChoices, unavailable_text
-from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, upload_input
+from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, size_warnings, upload_input
 from iba_core.app.maps import MapCache
 from iba_core.app.state import SharedModel, load_shared
 from iba_core.app.statistics import choose_stats, stats_for_methods, stats_status
 from iba_core.errors import USER_ERRORS, user_message
-from iba_core.images import SUPPORTED_UPLOAD_TYPES, ImageError, sample_image_names
-from iba_core.networks import DEFAULT_NETWORK, REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec
+from iba_core.images import ImageError, sample_image_names
+from iba_core.networks import (
+    DEFAULT_NETWORK, REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec, missing_weights_message,
+)
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_probability
 from iba_core.settings import stats_samples
@@ -33,6 +39,8 @@ from iba_core.stats import FeatureStats
 log = logging.getLogger("iba_explorer")
 
 SOURCES = ("Sample photo", "Upload")
+#: The upload types (iba_core.images.SUPPORTED_UPLOAD_TYPES) in words, for help texts and messages.
+UPLOAD_TYPES_TEXT = "PNG, JPEG, WebP, BMP, TIFF or GIF"
 #: The entry script, which lists the pages.
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
 #: Set by app.py just before it runs the chosen page (see `through_app`).
@@ -62,10 +70,93 @@ def through_app() -> None:
 
 
 def show_error(err: BaseException) -> None:
-    """A readable st.error instead of a traceback; unexpected errors are logged on the server."""
+    """A readable st.error, in the app's words, instead of a traceback; unexpected errors are logged."""
     if not isinstance(err, USER_ERRORS):
         log.exception("Unexpected error in IBA Explorer", exc_info=err)
-    st.error(user_message(err), icon=":material/error:")
+    st.error(app_wording(user_message(err)), icon=":material/error:")
+
+
+#: A command-line instruction inside a message: `python -m iba_core …` or an option such as --weights.
+_CLI = re.compile(r"python -m iba_core|(?<![\w-])--[a-z][\w-]*")
+_CLI_PARENTHESIS = re.compile(r"\s*\([^()]*(?:python -m iba_core|(?<![\w-])--[a-z])[^()]*\)")
+_CLI_ALTERNATIVE = re.compile(r",?\s+or (?:use|pass|give) [^;]*?--[a-z]")
+
+
+def short_title(key: str) -> str:
+    """A network's title without its note in brackets: 'ResNet-50', 'EfficientNet-Lite0'."""
+    return REGISTRY[key].title.split(" (")[0]
+
+
+def app_wording(message: str) -> str:
+    """A library message in the app's words: network titles instead of registry keys ('resnet50' →
+    ResNet-50), and without the command-line hints meant for the CLI (python -m iba_core …, --weights FILE)."""
+    text = _CLI_PARENTHESIS.sub("", message)
+    sentences = []
+    for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
+        if _CLI.search(sentence):
+            kept = [c for c in sentence.split("; ") if not _CLI.search(c)]
+            if kept:  # drop the clauses that tell a CLI user what to type
+                sentence = "; ".join(kept)
+            elif (alt := _CLI_ALTERNATIVE.search(sentence)) is not None:
+                sentence = sentence[:alt.start()]
+            else:  # the whole sentence is a command-line instruction
+                continue
+            sentence = sentence.rstrip(" ,;.") + "."
+        sentences.append(sentence)
+    text = " ".join(sentences) if sentences else message
+    for key in REGISTRY:
+        title = short_title(key)
+        text = re.sub(rf"(['\"]){re.escape(key)}\1", title, text)
+        text = re.sub(rf"(?<![\w/.-]){re.escape(key)}(?![\w-]|\.\w)", title, text)
+    return text
+
+
+# ---- page position -----------------------------------------------------------------------------
+
+
+def bring_into_view(key: str, top_share: float = 0.4) -> None:
+    """Scroll the page so that the container made with `key` (st.container(key=…)) starts near the top of
+    the window, unless its top is in view already (within the upper `top_share` of the window).
+
+    For views that appear above the control that started them (a live run above its Run button).
+    Runs a line of JavaScript in the page (st.html); it takes no space.
+    """
+    selector = json.dumps(f".st-key-{key}")
+    st.html(
+        "<script>(() => {"
+        f"const el = document.querySelector({selector}); if (!el) return;"
+        "const top = el.getBoundingClientRect().top;"
+        f"if (top < 56 || top > window.innerHeight * {top_share:g}) {{"
+        "el.style.scrollMarginTop = '4rem'; el.scrollIntoView({block: 'start'}); }"
+        "})();</script>",
+        unsafe_allow_javascript=True,
+    )
+
+
+# ---- waiting for the network -------------------------------------------------------------------
+
+#: Shown while another session's run holds the shared network (updated every WAIT_POLL_S seconds).
+WAIT_MESSAGE = "Waiting for another run to finish ({seconds:.0f} s)…"
+
+
+@contextmanager
+def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Network]:
+    """`shared.busy()`, saying "Waiting for another run to finish (N s)" while another session holds
+    the network (the message updates while it waits, and disappears once the turn comes).
+
+    timing, if given, gets the seconds waited added to timing["wait"].
+    """
+    holder = st.empty()
+
+    def on_wait(seconds: float) -> None:
+        holder.info(WAIT_MESSAGE.format(seconds=seconds), icon=":material/hourglass_top:")
+
+    start = time.monotonic()
+    with shared.busy(on_wait=on_wait) as loaded:
+        holder.empty()
+        if timing is not None:
+            timing["wait"] = timing.get("wait", 0.0) + time.monotonic() - start
+        yield loaded
 
 
 # ---- models ------------------------------------------------------------------------------------
@@ -135,10 +226,12 @@ def image_picker() -> ImageInput | None:
             show_error(err)
             return None
 
+    # Any file type is taken here and checked by the loader, so that a refused file gets its real reason
+    # as st.error (a type list would make the widget refuse it silently, in a tooltip).
     uploaded = st.file_uploader(
-        "Upload an image", type=list(SUPPORTED_UPLOAD_TYPES), key="upload", max_upload_size=MAX_UPLOAD_MB,
+        "Upload an image", type=None, key="upload", max_upload_size=MAX_UPLOAD_MB,
         on_change=_forget_cleared_upload,
-        help=f"PNG, JPEG, WebP, BMP or TIFF, up to {MAX_UPLOAD_MB} MB. "
+        help=f"{UPLOAD_TYPES_TEXT}, up to {MAX_UPLOAD_MB} MB (of a GIF, the first frame). "
         "It is resized to 256 px and centre-cropped to 224 px.",
     )
     if uploaded is not None:
@@ -149,13 +242,23 @@ def image_picker() -> ImageInput | None:
             show_error(err)
             return None
         st.session_state["_keep_upload"] = (uploaded.name, data)  # so the other page can reuse it
+        _format_caption(chosen)
         return chosen
     kept = st.session_state.get("_keep_upload")
     if kept is not None:
         st.caption(f"Using **{kept[0]}**, uploaded earlier.")
-        return upload_input(*kept)
-    st.info("Choose an image file to upload, or pick a sample photo.", icon=":material/upload:")
+        chosen = upload_input(*kept)
+        _format_caption(chosen)
+        return chosen
+    st.info(f"Choose an image file to upload ({UPLOAD_TYPES_TEXT}), or pick a sample photo.",
+            icon=":material/upload:")
     return None
+
+
+def _format_caption(chosen: ImageInput) -> None:
+    note = chosen.format_note
+    if note:
+        st.caption(note)
 
 
 def network_picker() -> SharedModel | None:
@@ -171,16 +274,21 @@ def network_picker() -> SharedModel | None:
     try:
         return shared_model(key)
     except WeightsUnavailableError as err:
-        show_error(err)
+        if find_weights(spec) is None:  # not here and not downloadable: say what to do, in the app's words
+            st.error(missing_weights_message(spec, app=True), icon=":material/error:")
+        else:
+            show_error(err)
         return None
 
 
-def input_section() -> Inputs | None:
+def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     """Image and network on the left, the page's controls on the right (Inputs.controls).
 
-    Returns None when the image or the network is unavailable; the reason is shown as st.error.
+    widths: relative widths of the two columns. Returns None when the image or the network is
+    unavailable; the reason is shown as st.error. Images that preprocessing blows up or crops hard
+    get a warning under the crop.
     """
-    left, right = st.columns([2, 3], gap="large")
+    left, right = st.columns(list(widths), gap="large")
     with left:
         image = image_picker()
         shared = network_picker()
@@ -190,13 +298,15 @@ def input_section() -> Inputs | None:
     loaded = shared.loaded
     cropped = loaded.preprocess.crop(image.image)
     x = loaded.preprocess.normalise(cropped)
-    with shared.busy():
+    with right, network_turn(shared):
         top5 = loaded.top_k(x, 5)
     with left:
         best = top5[0]
         st.image(cropped, width=224, caption=(
             f"The 224 × 224 centre crop the network sees. Top prediction: {best[1]} ({format_probability(best[2])})"
         ))
+        for warning in size_warnings(image.image.size, loaded.preprocess.resize, loaded.preprocess.crop_size):
+            st.warning(warning, icon=":material/crop:")
     return Inputs(image, shared, cropped, x, top5, right)
 
 
@@ -229,11 +339,12 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
         format_func=lambda i: next(f"{n} · {format_probability(p)}" for j, n, p in top if j == i),
         help="The network's five most probable classes for this image, with their probabilities.",
     )
+    n = len(inputs.loaded.categories)
     other = st.text_input(
         "…or any ImageNet class (overrides the choice above)", key=f"{prefix}_other",
         placeholder="class name or index, e.g. tabby or 281",
-        help="Any of the 1000 ImageNet class names (case-insensitive; a unique part of a name is enough) "
-        "or a class index 0–999.",
+        help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
+        "a single class. A part that fits several classes is refused with the candidates listed.",
     )
     return other.strip() or chosen
 
@@ -300,16 +411,24 @@ def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str,
 # ---- statistics with a progress bar ------------------------------------------------------------
 
 
-def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int) -> FeatureStats:
-    """Statistics for `layer`, showing a progress bar while they are estimated (cached afterwards)."""
+def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
+                        timing: dict | None = None) -> FeatureStats:
+    """Statistics for `layer`, showing a progress bar while they are estimated (cached afterwards).
+
+    timing, if given, gets timing["stats"] (seconds, without waiting for another session) and the
+    seconds waited added to timing["wait"].
+    """
     holder = st.empty()
 
     def progress(done: int, total: int, label: str = "") -> None:
         text = f"Estimating feature statistics for {layer}: {done} / {total} images"
         holder.progress(min(done / max(total, 1), 1.0), text=text)
 
-    with inputs.shared.busy():
+    with network_turn(inputs.shared, timing):
+        start = time.perf_counter()
         stats = choose_stats(inputs.loaded, layer, folder=folder, n=n, progress=progress)
+        if timing is not None:
+            timing["stats"] = time.perf_counter() - start
     holder.empty()
     return stats
 
@@ -322,7 +441,7 @@ def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
     def progress(done: int, total: int, label: str = "") -> None:
         holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
 
-    with inputs.shared.busy() as loaded:
+    with network_turn(inputs.shared) as loaded:
         stats_for_methods(loaded, methods, progress=progress)
     holder.empty()
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import streamlit as st
 
 from iba_core.app.maps import grid_key, keep
-from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers
+from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers, lost_class_warning
 from iba_core.networks import get_spec
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import grid_figure
 from pages import _widgets as ui
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
+PER_MAP_KEY = "bl_per_map"  # the checkbox: each map on its own colour scale (off: one scale per row)
 MAX_KEPT = 6  # grids kept per session (each ~2 MB of heatmaps)
 MAP_CONFIG = {"displayModeBar": False}  # the tool bar would cover the cell titles
 
@@ -20,7 +21,8 @@ st.markdown(
     "How the two main choices shape the heatmap, for your image (the paper's Figure 3). "
     f"**Top row:** β·k from {DEFAULT_BETAS[0]:g} to {DEFAULT_BETAS[-1]:g} at one layer — larger β lets fewer bits "
     f"through and p(target) drops. **Bottom row:** layers across the network's depth at β·k = {LAYER_ROW_BETA:g} — "
-    "early layers give sharp, detailed maps, deep layers coarse ones."
+    "early layers give sharp, detailed maps, deep layers coarse ones. Bits are absolute: the maps of a row share "
+    "one colour scale in bits per pixel, so a map that lets few bits through looks dark."
 )
 
 
@@ -35,8 +37,8 @@ def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSett
 
     def on_cell(cell: GridCell) -> None:
         cells.append(cell)
-        figure.plotly_chart(grid_figure(cells, height=330), key=f"bl_live_{len(cells)}", theme=None,
-                            config=MAP_CONFIG)
+        figure.plotly_chart(grid_figure(cells, height=330, shared_scale=not st.session_state.get(PER_MAP_KEY)),
+                            key=f"bl_live_{len(cells)}", theme=None, config=MAP_CONFIG)
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total, text=f"{done} / {total} cells · last: {label}")
@@ -98,10 +100,27 @@ def show(entry: dict) -> None:
         f"{entry['image']} · {get_spec(entry['model']).title} · explaining **{entry['class_name']}** "
         f"(#{entry['target']}) · {entry['settings'].steps} steps × batch {entry['settings'].batch}"
     )
-    st.plotly_chart(grid_figure(entry["cells"]), key="bl_grid", theme=None, config=MAP_CONFIG)
+    per_map = st.checkbox(
+        "Scale each map on its own", key=PER_MAP_KEY,
+        help="Off (default): the maps of a row share one colour scale in bits per pixel (bits are absolute), so "
+        "brightness compares across the row. On: each map runs from 0 to its own maximum, which shows its shape "
+        "but not how many bits it let through.",
+    )
+    lost = lost_class_warning(entry["cells"])
+    if lost:
+        st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
+                   icon=":material/warning:")
+    st.plotly_chart(grid_figure(entry["cells"], shared_scale=not per_map), key="bl_grid", theme=None,
+                    config=MAP_CONFIG)
+    if per_map:
+        scale = ("Each map has its own colour scale (dark = 0 bits / pixel, bright = that map's maximum, given in its "
+                 "title): shapes compare, brightness does not.")
+    else:
+        scale = ("One colour scale per row, in bits per pixel (dark = 0, bright = the row's largest value; colour "
+                 "bars on the right): brightness compares across the row.")
     st.caption(
-        "Each map has its own colour scale (dark = 0 bits / pixel, bright = that map's maximum; hover for values). "
-        "Titles: p = p(target) with the bottleneck, and the total bits that pass it."
+        f"{scale} Hover for values. Titles: p = p(target) with the bottleneck, and the total bits that pass it; "
+        "⚠ class lost marks a cell where the bottleneck discarded the class."
     )
 
 

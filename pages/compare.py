@@ -11,14 +11,16 @@ from iba_core.app.choices import (
     compare_choices,
     compare_request,
 )
-from iba_core.app.maps import CachedMap, map_key
+from iba_core.app.maps import CachedMap, cell_pictures, map_key
 from iba_core.errors import user_message
 from iba_core.methods import display_names
-from iba_core.render.grid import grid_png, limits_text
+from iba_core.networks import get_spec
+from iba_core.render.grid import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
 from pages import _widgets as ui
 
 LAST_KEY = "cmp_last"
+PER_MAP_KEY = "cmp_per_map"
 READOUT_NONE = "—"
 COLUMNS = 4
 
@@ -27,8 +29,9 @@ st.title("Compare methods")
 st.markdown(
     "The same image and class explained by several attribution methods. **Signed** maps (gradients, LRP ε) use a "
     "diverging scale symmetric around 0 — blue negative, white 0, red positive; **unsigned** maps a sequential one "
-    "(dark = low). The bottleneck maps are in **bits per pixel**, with a colour bar. Maps already computed for this "
-    "image, network and class are reused, so adding a method only computes that one."
+    "(dark = low). The bottleneck maps (Per-Sample IBA, Readout) are in **bits per pixel**, an absolute unit: they "
+    "share one colour scale, with a colour bar, so a darker map let fewer bits through. Maps already computed for "
+    "this image, network and class are reused, so adding a method only computes that one."
 )
 
 
@@ -52,7 +55,8 @@ def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
                 format_func=lambda i: "none" if i == READOUT_NONE else usable[i].label,
                 help="A trained readout network predicts the bottleneck mask in one pass (paper §3.3). "
                 "Checkpoints: the one shipped with the app, and those found in "
-                + ", ".join(f"`{d}`" for d in readout_dirs()) + ".",
+                + ", ".join(f"`{d}`" for d in readout_dirs()) + ". "
+                + " ".join(f"**{c.label}**: {c.details}" for c in usable),
             )
         with c2:
             target = ui.target_picker(inputs, "cmp")
@@ -80,7 +84,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
             bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
             rows = -(-(len(keys) + 1) // COLUMNS)
             slots = iter([c.empty() for _ in range(rows) for c in st.columns(COLUMNS)])
-            next(slots).image(inputs.cropped, caption="Input", width="stretch")
+            next(slots).image(image_cell_png(inputs.cropped), caption="Input", width="stretch")
         failed: list[str] = []
         count = {"n": 0}
 
@@ -89,7 +93,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
 
         def on_map(key: str, entry: CachedMap, cached: bool) -> None:
             count["n"] += 1
-            next(slots).image(entry.png, width="stretch")
+            next(slots).image(entry.png, caption=entry.amap.name, width="stretch")
 
         def on_error(key: str, err: BaseException) -> None:
             failed.append(f"{labels[key]}: {user_message(err)}")
@@ -100,7 +104,8 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = dict(
             keys=[map_key(inputs.image.digest, inputs.loaded, target_idx, m, settings.get(m)) for m in maps],
-            readout=READOUT_METHOD in maps, image=inputs.image.name, cropped=inputs.cropped,
+            readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",
+            image=inputs.image.name, cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
             model=inputs.loaded.spec.title, class_name=inputs.loaded.categories[target_idx], target=target_idx,
             failed=failed,
         )
@@ -112,37 +117,46 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], model_key: str) -> None:
     with st.expander("Readout Bottleneck checkpoints", icon=":material/inventory_2:"):
         if not checkpoints:
             st.markdown(
-                f"No readout checkpoint for this network yet. The app looks for the shipped "
-                f"`assets/readout_{model_key}.pt` and for `*.pt` files in "
+                f"No Readout Bottleneck checkpoint for {get_spec(model_key).title} yet. The app ships one for "
+                "the offline network only and looks for trained checkpoints (`.pt` files) in "
                 + ", ".join(f"`{d}`" for d in readout_dirs())
-                + f". Train one with `python -m iba_core train-readout --model {model_key} --images DIR`."
+                + ". Training a readout needs a folder of photos and runs outside the app (see the README, "
+                "*Readout Bottleneck*); put the checkpoint it writes into one of these folders."
             )
         for c in checkpoints:
-            line = f"- **{c.label}** — `{c.path}`" + (f" ({c.state})" if c.state else "")
-            st.markdown(line + (f" — not usable: {c.error}" if c.error else ""))
+            st.markdown(f"- **{c.label}** — {c.details}" + (f" Not usable: {c.error}" if c.error else ""))
 
 
 def show(last: dict) -> None:
     cache = ui.map_cache()
-    entries = [e for e in (cache.get(k) for k in last["keys"]) if e is not None]
+    found = [(k[4], e) for k, e in ((k, cache.get(k)) for k in last["keys"]) if e is not None]
+    entries = [e for _, e in found]
     st.divider()
     st.subheader("Maps")
     st.caption(f"{last['image']} · {last['model']} · explaining **{last['class_name']}** (#{last['target']})")
+    per_map = st.checkbox(
+        "Scale each bottleneck map on its own", key=PER_MAP_KEY,
+        help="Off (default): every map in bits per pixel (Per-Sample IBA, Readout) uses one colour scale, from 0 "
+        "to the largest value among them — bits are absolute, so a darker map let fewer bits through. On: each "
+        "map runs from 0 to its own maximum, which shows its shape but not how many bits it let through.",
+    )
     for line in last["failed"]:
         st.warning(line, icon=":material/warning:")
     cols = st.columns(COLUMNS)
-    cols[0].image(last["cropped"], caption="Input", width="stretch")
-    for i, entry in enumerate(entries, start=1):
+    cols[0].image(last["input_png"], width="stretch")
+    cols[0].caption("**Input** · the 224 × 224 crop the network sees")
+    for i, ((key, entry), (png, limits)) in enumerate(zip(found, cell_pictures(entries, not per_map)), start=1):
         with cols[i % COLUMNS]:
-            st.image(entry.png, width="stretch")
+            st.image(png, width="stretch")
             a = entry.amap
-            st.caption(f"{a.name} · {format_seconds(a.seconds)} · {'signed' if a.signed else 'unsigned'} · "
-                       f"scale {limits_text(a)}")
+            st.caption(f"**{a.name}** · {format_seconds(a.seconds)} · {'signed' if a.signed else 'unsigned'} · "
+                       f"scale {limits_text(a, limits)}",
+                       help=(last["readout_details"] or None) if key == READOUT_METHOD else None)
     if not last["readout"]:
         with cols[(len(entries) + 1) % COLUMNS]:
             st.info("**Readout Bottleneck** — needs a trained checkpoint for this network (none chosen or found). "
                     "See *Readout Bottleneck checkpoints* above.", icon=":material/hourglass_empty:")
-    png = grid_png([e.amap for e in entries], last["cropped"],
+    png = grid_png([e.amap for e in entries], last["cropped"], shared_scale=not per_map,
                    title=f"{last['image']} · {last['model']} · {last['class_name']}")
     st.download_button("Download grid (PNG)", png, f"compare_{last['image'].rsplit('.', 1)[0]}.png", "image/png",
                        on_click="ignore", icon=":material/download:", key="cmp_download")

@@ -12,7 +12,15 @@ from iba_core.app.choices import (
     method_choices,
     sanity_choices,
 )
-from iba_core.app.evaluation import bbox_rows, degradation_for, degradation_rows, large_box, sanity_levels, sanity_strip
+from iba_core.app.evaluation import (
+    bbox_rows,
+    degradation_for,
+    degradation_rows,
+    large_box,
+    sanity_levels,
+    sanity_strip,
+    table_columns,
+)
 from iba_core.app.inputs import box_input
 from iba_core.methods import display_names
 from iba_core.render.figures import degradation_figure, ssim_figure
@@ -22,6 +30,13 @@ from pages import _widgets as ui
 
 DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
 PLOT_CONFIG = {"displayModeBar": False}
+
+
+def table(rows: list[dict], key: str) -> None:
+    """A results table whose columns are wide enough for their headers and values (none clipped)."""
+    config = {name: st.column_config.Column(name, width=c["width"], help=c["help"])
+              for name, c in table_columns(rows).items()}
+    st.dataframe(rows, hide_index=True, key=key, column_config=config, width="content")
 
 ui.through_app()
 st.title("Evaluate")
@@ -110,16 +125,14 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
     entry = st.session_state.get(DEG_KEY)
     if entry is not None:
         caption(entry)
-        left, right = st.columns([3, 2])
-        left.plotly_chart(degradation_figure(entry["curves"], names), key="ev_deg_chart", theme=None,
-                          config=PLOT_CONFIG)
-        with right:
-            st.dataframe(degradation_rows(entry["curves"], names), hide_index=True, key="ev_deg_table")
-            st.caption(
-                f"{entry['tile']} × {entry['tile']} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
-                "top-1 probability t₁ and p(target) with every tile removed b. Area: LeRF − MoRF, higher is better; "
-                "≈ 0 for a random ranking."
-            )
+        st.plotly_chart(degradation_figure(entry["curves"], names), key="ev_deg_chart", theme=None,
+                        config=PLOT_CONFIG)
+        table(degradation_rows(entry["curves"], names), "ev_deg_table")
+        st.caption(
+            f"{entry['tile']} × {entry['tile']} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
+            "top-1 probability t₁ and p(target) with every tile removed b. Area: LeRF − MoRF, higher is better; "
+            "≈ 0 for a random ranking."
+        )
 
 
 # ---- sanity check ------------------------------------------------------------------------------
@@ -193,7 +206,7 @@ def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> No
         left, right = st.columns([1, 2])
         left.image(entry["picture"], caption="The box on the crop", width=224)
         with right:
-            st.dataframe(entry["rows"], hide_index=True, key="ev_box_table")
+            table(entry["rows"], "ev_box_table")
             st.caption(
                 f"bbox ratio: share of the map's n highest pixels inside the box, n = the box's size "
                 f"({entry['share']:.0%} of the crop, which is also what a random map scores). Higher is better. "

@@ -20,9 +20,11 @@ bottleneck is trained, for a single image, to let through as little information 
 network still recognises the class. What passes is measured in **bits**, an absolute unit you can
 compare across images, regions and networks.
 
-The information that flows through the bottleneck is an upper bound on what the network can use. So
-**regions scored with zero bits are guaranteed not to be needed** for the prediction made through the
-bottleneck — a guarantee that gradient- or perturbation-based heatmaps cannot give.
+The bits that pass the bottleneck are an upper bound on what the network can use from a region when it
+predicts through the noisy bottleneck. So **a region with zero bits is guaranteed not to be needed for the
+prediction made through the bottleneck** — a guarantee that gradient- or perturbation-based heatmaps cannot
+give. It covers exactly zero bits and only that prediction: a region with a few bits is not covered, and
+without the noise the network may still use any region.
 """
 )
 
@@ -39,7 +41,8 @@ def example() -> None:
         str(png),
         caption=(
             f"{report['image']} → “{report['target']['name']}”: the photo, the bits per pixel over it, and the "
-            f"regions below {report['threshold_bits']:g} bits / pixel (greyed, outlined) that are not needed."
+            f"regions below {report['threshold_bits']:g} bits / pixel (greyed, outlined): few bits, not zero, so "
+            "the guarantee does not cover them."
         ),
         width="stretch",
     )
@@ -58,8 +61,8 @@ def links() -> None:
     c1, c2 = st.columns(2)
     with c1.container(border=True):
         st.page_link("pages/per_sample.py", label="**Per-Sample Bottleneck**", icon=":material/blur_on:")
-        st.caption("Your image (or a sample photo): watch the heatmap form step by step, read off the bits, "
-                   "see which regions are not needed, download the results.")
+        st.caption("Your image (or a sample photo): watch the heatmap form step by step and replay it, read off "
+                   "the bits, see which regions pass only a few, download the results.")
     with c2.container(border=True):
         st.page_link("pages/beta_layer.py", label="**β × layer**", icon=":material/grid_view:")
         st.caption("The paper's Figure 3 for your image: how the penalty β and the bottleneck's depth change the map.")

@@ -1,34 +1,72 @@
-"""Per-Sample Bottleneck page: fit the bottleneck for one image and show where the bits come from."""
+"""Per-Sample Bottleneck page: fit the bottleneck for one image and show where the bits come from.
+
+Layout: the inputs on the left; on the right a panel — the live view while the bottleneck is fitted,
+then the replay of the last run (step slider) — above the settings form, so the steps are watched
+next to the image and the result is in view when the run ends. Below: numbers, the three views of the
+final map and the downloads.
+"""
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
+import numpy as np
 import streamlit as st
+from PIL import Image
+from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.state import RunRecord
 from iba_core.networks import get_spec
-from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck, StepInfo
+from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
-from iba_core.render.overlays import not_needed_fraction, not_needed_outline, overlay_image, png_bytes
+from iba_core.render.animation import ColourScale, animation_gif, bits_panel, curves_image, lambda_panel, step_text
+from iba_core.render.overlays import (
+    bits_below, centre_crop_box, full_resolution_overlay, not_needed_fraction, not_needed_outline, overlay_image,
+    png_bytes,
+)
 from iba_core.render.report import heatmap_npy_bytes
-from iba_core.render.text import format_probability
+from iba_core.render.text import format_probability, format_seconds
 from pages import _widgets as ui
 
 RESULT_KEY = "ps_run"
-LIVE_HEIGHT = 260  # px; the live charts sit next to the image, under the form
 #: Maps are read, not explored: no Plotly tool bar over their titles.
 MAP_CONFIG = {"displayModeBar": False}
+#: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
+PANEL_SIDE, PANEL_FONT = 224, 17
+CURVES_SIZE = (640, 230)
+#: Widget keys of the colour-scale controls (read by the live run, set in the replay panel).
+SCALE_AUTO_KEY, SCALE_TOP_KEY = "ps_scale_auto", "ps_scale_top"
 
 ui.through_app()
 st.title("Per-Sample Bottleneck")
-st.markdown(
-    "The bottleneck adds noise to a layer's feature map and learns, for this one image, how much of each "
-    "feature may pass while the network still recognises the class. The result is measured in **bits**: "
-    "how much information each image region gives the network. Regions with ~0 bits are provably "
-    "not needed for the prediction made through the bottleneck."
+st.caption(
+    "Noise replaces part of a layer's features; for this one image the bottleneck learns how much of each feature "
+    "may pass while the network still recognises the class. What passes is measured in **bits**. Regions with "
+    "zero bits are not needed for the prediction made through the bottleneck (the paper's guarantee); regions "
+    "with a few bits are not covered by it."
 )
+
+
+# ---- colour scale ------------------------------------------------------------------------------
+
+
+def colour_scale() -> ColourScale:
+    """The scale the controls in the replay panel ask for (default: one scale, the first step's maximum)."""
+    top = st.session_state.get(SCALE_TOP_KEY)
+    return ColourScale(auto=bool(st.session_state.get(SCALE_AUTO_KEY, False)),
+                       top=float(top) if top else None)
+
+
+def scale_controls() -> None:
+    c1, c2 = st.columns([1, 1.2], vertical_alignment="bottom")
+    c1.toggle("Auto-scale each step", key=SCALE_AUTO_KEY,
+              help="Off (default): all steps share one colour scale, so you see the bits drain away. "
+              "On: each step is scaled to its own maximum; shapes stay visible, amounts are not comparable.")
+    c2.number_input("Scale top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
+                    key=SCALE_TOP_KEY, placeholder="first step's maximum", disabled=bool(
+                        st.session_state.get(SCALE_AUTO_KEY, False)),
+                    help="The top of the shared colour scale. Empty: the first step's maximum.")
 
 
 # ---- run ---------------------------------------------------------------------------------------
@@ -48,15 +86,30 @@ def form(inputs: ui.Inputs) -> tuple | None:
     return (layer, replace(settings, beta_k=float(beta_k)), target, folder, n) if submitted else None
 
 
+def _blank_like(picture: Image.Image) -> Image.Image:
+    """A light-grey stand-in of the same size, so the live view does not jump when the first step arrives."""
+    return Image.new("RGB", picture.size, (240, 242, 246))
+
+
 def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int,
-             folder: str | None, n: int) -> RunRecord:
-    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves."""
-    live = st.empty()
-    with live.container(border=True):
-        stats = ui.stats_with_progress(inputs, layer, folder, n)
-        bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · starting…")
+             folder: str | None, n: int, panel: DeltaGenerator) -> RunRecord:
+    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`.
+
+    Every picture has its own placeholder and is replaced in place each step (an image swaps without a
+    blank frame; a chart would be mounted anew), on one colour scale (`colour_scale`).
+    """
+    scale = colour_scale()
+    timing: dict = {}
+    with panel.container(border=True, key="ps_live"):
+        ui.bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
+        stats = ui.stats_with_progress(inputs, layer, folder, n, timing=timing)
+        bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network (a first run on this "
+                                    "machine also measures which precision is fastest)…")
         c1, c2 = st.columns(2, gap="small")
         heat, lam, curves = c1.empty(), c2.empty(), st.empty()
+        blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
+        heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
+        lam.image(blank, width="stretch", alt="λ: waiting for the first step")
         history: list[StepInfo] = []
 
         def on_step(info: StepInfo) -> None:
@@ -65,49 +118,93 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
                 f"**Step {info.step} / {info.steps}** · p(target) = {info.p_target:.2f} · "
                 f"L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
-            # Distinct keys: each step puts a new chart element into the same placeholder.
-            # A 2× pooled map is a quarter of the data to send each step; the final map is full size.
-            heat.plotly_chart(figures.heatmap_figure(info.bits_per_pixel, "Bits per pixel", height=LIVE_HEIGHT,
-                                                   downsample=2),
-                              key=f"ps_live_heat_{info.step}", theme=None, config=MAP_CONFIG)
-            lam.plotly_chart(figures.lambda_figure(info.lambda_mean, "λ (mean over channels)", height=LIVE_HEIGHT),
-                             key=f"ps_live_lambda_{info.step}", theme=None, config=MAP_CONFIG)
-            curves.plotly_chart(figures.curves_figure(history, "Losses and p(target)", height=220),
-                                key=f"ps_live_curves_{info.step}", theme=None, config=MAP_CONFIG)
+            top = scale.top_for(history[0].bits_per_pixel, info.bits_per_pixel)
+            where = f"step {info.step} of {info.steps}"
+            heat.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
+                       alt=f"Bits per pixel at {where}")
+            lam.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
+                      alt=f"λ at {where}")
+            curves.image(curves_image(history, total_steps=info.steps, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
+                                      font_size=PANEL_FONT - 2),
+                         width="stretch", alt=f"Losses and p(target) up to {where}")
 
-        with inputs.shared.busy() as loaded:
+        with ui.network_turn(inputs.shared, timing) as loaded:
             iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
             result = iba.attribute(inputs.x, target=target, callback=on_step)
-    live.empty()  # the result section below shows the final state
+    pre = inputs.loaded.preprocess
     return RunRecord(
         image_name=inputs.image.name, model_key=inputs.loaded.key, layer=layer,
         class_name=inputs.loaded.categories[result.target], cropped=inputs.cropped, result=result,
-        stats_description=stats.describe(),
+        stats_description=stats.describe(), original=inputs.image.image,
+        crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
+        stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
     )
 
 
 def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str,
-            folder: str | None, n: int) -> None:
+            folder: str | None, n: int, panel: DeltaGenerator) -> None:
     """The live run; its record replaces the previous one only if it succeeds."""
     try:
-        record = run_live(inputs, layer, settings.validate(), ui.resolve_target(inputs, target), folder, n)
+        record = run_live(inputs, layer, settings.validate(), ui.resolve_target(inputs, target), folder, n, panel)
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
+        panel.empty()
         ui.show_error(err)
         return
     st.session_state[RESULT_KEY] = record
+
+
+# ---- replay (the panel after a run) -------------------------------------------------------------
+
+
+def lost_class_warning(record: RunRecord) -> None:
     r = record.result
-    st.success(
-        f"Done in {r.seconds:.1f} s: {r.total_bits:,.0f} bits, p(target) "
-        f"{format_probability(r.p_without)} → {format_probability(r.p_with)}. The full result is below.",
-        icon=":material/check_circle:",
+    if r.lost_class:
+        st.warning(
+            f"**Class lost:** {LOST_CLASS_MESSAGE} — p(target) is {format_probability(r.p_without)} without the "
+            f"bottleneck and {format_probability(r.p_with)} with it. A smaller β·k lets more bits through.",
+            icon=":material/warning:",
+        )
+
+
+def replay(record: RunRecord) -> None:
+    """The last run step by step: a slider over the steps, the maps and curves at the chosen step."""
+    r = record.result
+    history = r.history
+    st.markdown(
+        f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
+        f"{format_probability(r.p_with)} · [details below](#result)"
     )
+    lost_class_warning(record)
+    if not history:
+        st.info("This run had 0 steps: nothing to replay.", icon=":material/info:")
+        return
+    steps = len(history)
+    step = steps if steps == 1 else st.slider(
+        "Replay step", 1, steps, steps, key=f"ps_replay_{record.run_id}",
+        help="Shows the bits, λ and the curves as they were at this step of the optimisation.",
+    )
+    info = history[step - 1]
+    scale = colour_scale()
+    top = scale.top_for(history[0].bits_per_pixel, info.bits_per_pixel)
+    st.markdown(f"**{step_text(info)}**")
+    c1, c2 = st.columns(2, gap="small")
+    where = f"step {step} of {steps}"
+    c1.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
+             alt=f"Bits per pixel at {where}")
+    c2.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
+             alt=f"λ at {where}")
+    st.image(curves_image(history[:step], total_steps=steps, mark=step, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
+                          font_size=PANEL_FONT - 2), width="stretch", alt=f"Losses and p(target) up to {where}")
+    st.caption(f"Bits maps: {scale.describe(history[0].bits_per_pixel)}. λ = 1 lets a feature through, λ = 0 "
+               "replaces it by noise. The final map below is read after the last step.")
+    scale_controls()
 
 
 # ---- result ------------------------------------------------------------------------------------
 
 
 def results(record: RunRecord) -> None:
-    """Numbers, maps, the "not needed" view and downloads for the last finished run."""
+    """Numbers, maps, the "few bits" view and downloads for the last finished run."""
     r, s = record.result, record.result.settings
     st.divider()
     st.subheader("Result", anchor="result")
@@ -123,10 +220,15 @@ def results(record: RunRecord) -> None:
     m3.metric("p(target) with bottleneck", format_probability(r.p_with),
               delta=f"{100 * (r.p_with - r.p_without):+.1f} pp", delta_color="off",
               help="Mean over a fresh batch of noisy copies, with the fitted bottleneck in place.")
-    m4.metric("Time", f"{r.seconds:.1f} s", help="Optimisation including the live view.")
+    waited = f" Waiting {format_seconds(record.wait_seconds)} for another session's run is in neither." \
+        if record.wait_seconds >= 0.5 else ""
+    m4.metric("Optimisation time", format_seconds(r.seconds), delta=f"+ {format_seconds(record.stats_seconds)} "
+              "statistics", delta_color="off", delta_arrow="off",
+              help="Optimisation: the T steps, including drawing the live view. Statistics: estimating the layer's "
+              f"μ_R and σ_R (near 0 when they are cached).{waited}")
 
     # Three views of the same 224 × 224 map side by side: label on top, picture, then its control.
-    overlay_col, heat_col, needed_col = st.columns([1, 1.3, 1], gap="medium")
+    overlay_col, heat_col, few_col = st.columns([1, 1.3, 1], gap="medium")
     with overlay_col:
         st.markdown("**Bits over the image**")
         overlay_slot = st.empty()
@@ -134,67 +236,92 @@ def results(record: RunRecord) -> None:
         overlay_slot.image(overlay_image(record.cropped, r.heatmap, opacity=opacity), width="stretch")
         st.caption("Inferno colours: dark = 0 bits, bright = the map's maximum.")
     with heat_col:
-        st.markdown("**Bits per pixel**")
+        st.markdown("**Bits per pixel** (final map)")
+        lost_class_warning(record)
         st.plotly_chart(figures.heatmap_figure(r.heatmap, "", height=300), key="ps_heatmap", theme=None,
                         config=MAP_CONFIG)
-    with needed_col:
-        st.markdown("**Not needed for the prediction**")
-        not_needed(record)
+    with few_col:
+        st.markdown("**Few bits**")
+        few_bits(record)
 
-    lam_col, curves_col = st.columns(2, gap="large")
-    with lam_col:
-        st.plotly_chart(figures.lambda_figure(r.lambda_mean, "λ per feature cell (mean over channels)", height=320),
-                        key="ps_lambda", theme=None, config=MAP_CONFIG)
-        st.caption("λ = 1 lets a feature through, λ = 0 replaces it by noise.")
-    with curves_col:
-        st.plotly_chart(figures.curves_figure(r.history, "Optimisation", height=320), key="ps_curves", theme=None)
-        st.caption("L_CE and β·L_I in nats (left axis); p(target) on the noisy batch (right axis).")
-
-    downloads(record)
+    downloads(record, opacity)
     st.caption(f"Feature statistics: {record.stats_description}.")
 
 
-def not_needed(record: RunRecord) -> None:
-    """Regions below a threshold, greyed and outlined: what the prediction provably does not need."""
+def few_bits(record: RunRecord) -> None:
+    """Regions below a threshold, greyed and outlined, with the bits they still pass, and the guarantee
+    stated as the paper states it (zero bits only)."""
+    r = record.result
     slot = st.empty()
     threshold = st.select_slider(
         "Threshold (bits / pixel)", THRESHOLD_CHOICES, value=DEFAULT_THRESHOLD, key="ps_threshold",
         help="Regions with fewer bits per pixel than this are greyed out and outlined.",
     )
-    slot.image(not_needed_outline(record.cropped, record.result.heatmap, threshold), width="stretch")
-    share = not_needed_fraction(record.result.heatmap, threshold)
-    st.caption(f"{share:.0%} of the image carries less than {threshold:g} bits / pixel (greyed, outlined).")
-    with st.expander("Why is that region not needed?"):
+    slot.image(not_needed_outline(record.cropped, r.heatmap, threshold), width="stretch")
+    share = not_needed_fraction(r.heatmap, threshold)
+    passed = bits_below(r.heatmap, threshold)
+    st.caption(
+        f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} bits / pixel. Together these regions "
+        f"still pass **{passed:,.1f} bits** of the {r.total_bits:,.0f} — few, but not zero."
+    )
+    with st.expander("What does the guarantee cover?"):
         st.markdown(
-            "What passes the bottleneck is an upper bound on the information the network can use from a region. "
-            "A region scored **~0 bits** is therefore *not necessary* for the prediction made through the "
-            f"bottleneck (here p(target) = {format_probability(record.result.p_with)}). Without the noise the "
-            "network may still look at it: the guarantee is about necessity, not about what the plain network "
-            "happens to use."
+            "The bits that pass the noisy bottleneck bound what the network can use from a region *when it "
+            "predicts through that bottleneck*. The paper (§3.1) guarantees only this: **a region with zero "
+            "bits** is not necessary for the prediction made through the bottleneck (here p(target) = "
+            f"{format_probability(r.p_with)}). A region with a few bits — like the greyed ones, "
+            f"{passed:,.1f} bits in all — is not covered. And without the noise the network may still use "
+            "any region: the guarantee is about the prediction through the bottleneck, not about the plain "
+            "network."
         )
 
 
-def downloads(record: RunRecord) -> None:
+def downloads(record: RunRecord, opacity: float) -> None:
     r = record.result
     stem = record.file_stem
     report = record.report()
-    opacity = st.session_state.get("ps_opacity", 0.6)
-    c1, c2, c3, _ = st.columns([1, 1, 1, 2])
-    c1.download_button("Overlay PNG", png_bytes(overlay_image(record.cropped, r.heatmap, opacity)),
-                       f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:",
-                       width="stretch")
+    scale = colour_scale()
+    c1, c2, c3, c4, _ = st.columns([1, 1, 1, 1, 0.5])
+    if record.original is not None and record.crop_box is not None:
+        original, box = record.original, record.crop_box
+        width, height = original.size
+        c1.download_button(
+            "Overlay PNG",
+            lambda: png_bytes(full_resolution_overlay(original, r.heatmap, box, opacity), optimize=False),
+            f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:", width="stretch",
+            help=f"{width} × {height} px, the size of the image you gave. The heatmap covers the centre crop the "
+            "network saw (outlined); the rest of the photo, which the network never saw, is grey and dimmed.",
+        )
+    else:
+        c1.download_button("Overlay PNG", png_bytes(overlay_image(record.cropped, r.heatmap, opacity)),
+                           f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:",
+                           width="stretch", help="The 224 × 224 crop the network saw.")
     c2.download_button("Heatmap .npy", heatmap_npy_bytes(r.heatmap), f"{stem}_bits.npy", "application/octet-stream",
                        on_click="ignore", icon=":material/grid_on:", help="224 × 224 float32, bits per pixel.",
                        width="stretch")
     c3.download_button("JSON report", json.dumps(report, indent=2), f"{stem}.json", "application/json",
                        on_click="ignore", icon=":material/description:", width="stretch")
+    history = r.history
+    c4.download_button(
+        "Animation GIF", lambda: animation_gif(history, scale), f"{stem}_steps.gif", "image/gif", on_click="ignore",
+        icon=":material/animation:", width="stretch", disabled=not history,
+        help="One frame per step (bits and λ, with the step, the bits and p(target) written on each), on the "
+        "replay's colour scale.",
+    )
 
 
-inputs = ui.input_section()
+# ---- page --------------------------------------------------------------------------------------
+
+inputs = ui.input_section(widths=(1.55, 3))
 if inputs is not None:
-    with inputs.controls:  # the form, and the live run right under it, sit next to the image
+    with inputs.controls:  # the live view / replay, then the form, next to the image
+        panel = st.empty()
         submitted = form(inputs)
-        if submitted is not None:
-            execute(inputs, *submitted)
+    if submitted is not None:
+        with inputs.controls:
+            execute(inputs, *submitted, panel=panel)
+    if RESULT_KEY in st.session_state:
+        with panel.container(border=True, key="ps_replay"):
+            replay(st.session_state[RESULT_KEY])
 if RESULT_KEY in st.session_state:
     results(st.session_state[RESULT_KEY])

@@ -1,29 +1,59 @@
-"""Precompute the Home page's example: chelsea through the offline network, saved to assets/.
+"""The shipped examples, from the current code: the Home page's example and the README's CLI example.
 
-Writes assets/home_example.png (photo | overlay | "not needed" view, one strip, < 200 KB) and
-assets/home_example.json (the run report). Run from the repository root:
+One script, so that the numbers users read agree with what the code computes:
 
-    python scripts/make_home_example.py [--samples 1000]
+- assets/home_example.png: photo | overlay | "not needed" view, one strip (< 200 KB);
+- assets/home_example.json: the run report the Home page reads its numbers from, plus the heatmap mean-pooled
+  over 4 × 4 pixels (for tests/test_examples.py, which reruns the example and compares);
+- assets/cli_example.json: the line `python -m iba_core attribute chelsea.jpg --precision fp32` prints, for
+  scikit-image's chelsea saved as JPEG with quality 95 — and the README's example block (between
+  `<!-- cli-example -->` and `<!-- /cli-example -->`) set to that line.
+
+Both run the paper's defaults (β = 10/k, 10 steps, batch 10, seed 0) in fp32 ("auto" may pick bf16 on CPUs
+that have it) with 1000-sample statistics (the shipped ones), read from a fresh cache folder so that no
+earlier cached statistics leak in. fp32 results still differ across processes at the ~0.1 % level (kernel
+choices), so a rerun matches the shipped numbers closely, not bit for bit. From the repository root:
+
+    python scripts/make_home_example.py [--samples 1000] [--no-readme]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from iba_core.app.choices import DEFAULT_THRESHOLD  # noqa: E402
 from iba_core.app.statistics import choose_stats  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
 from iba_core.networks import DEFAULT_NETWORK, load_network  # noqa: E402
-from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
+from iba_core.per_sample import AttributionResult, BottleneckSettings, PerSampleBottleneck  # noqa: E402
 from iba_core.render import overlays  # noqa: E402
+from iba_core.render.arrays import downsample  # noqa: E402
 from iba_core.render.report import run_report  # noqa: E402
+from iba_core.settings import CACHE_DIR_ENV, RECOMMENDED_SAMPLES  # noqa: E402
 
 MAX_BYTES = 200_000
+SAMPLE = "chelsea"
+#: The README's CLI example: the sample saved as this file, with this JPEG quality.
+CLI_IMAGE, JPEG_QUALITY = "chelsea.jpg", 95
+CLI_ARGS = ("--precision", "fp32")
+#: The paper's defaults in fp32: reproducible up to the cross-process level.
+SETTINGS = BottleneckSettings(precision="fp32")
+#: The heatmap kept in home_example.json, mean-pooled over POOL × POOL pixels.
+POOL = 4
+README_START, README_END = "<!-- cli-example -->", "<!-- /cli-example -->"
 
 
 def strip(*images: Image.Image, gap: int = 6) -> Image.Image:
@@ -37,39 +67,105 @@ def strip(*images: Image.Image, gap: int = 6) -> Image.Image:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=1000, help="crops behind the layer statistics")
-    parser.add_argument("--out", type=Path, default=ROOT / "assets")
-    args = parser.parse_args()
-
+def home_run(samples: int = RECOMMENDED_SAMPLES, progress=None) -> tuple[dict, AttributionResult, Image.Image]:
+    """The Home example, computed now: (report, result, the 224 × 224 crop). The report is what
+    home_example.json holds."""
     loaded = load_network(DEFAULT_NETWORK)
     layer = loaded.spec.default_layer
-    cropped = loaded.preprocess.crop(load_sample("chelsea"))
-    stats = choose_stats(loaded, layer, n=args.samples, progress=lambda d, t, _label: print(f"\rstatistics {d}/{t}", end=""))
-    print()
-    settings = BottleneckSettings()
-    iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
-    result = iba.attribute(loaded.preprocess.normalise(cropped))
-
-    picture = strip(
-        cropped,
-        overlays.overlay_image(cropped, result.heatmap, opacity=0.7),
-        overlays.not_needed_outline(cropped, result.heatmap, DEFAULT_THRESHOLD),
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    png = args.out / "home_example.png"
-    data = overlays.png_bytes(picture)
-    if len(data) > MAX_BYTES:  # a 256-colour palette keeps photos and heatmaps crisp at a third of the size
-        data = overlays.png_bytes(picture.quantize(256, method=Image.Quantize.MEDIANCUT).convert("RGB").quantize(256))
-    png.write_bytes(data)
-    report = run_report(settings, result, loaded.key, layer, "chelsea", loaded.categories[result.target],
+    cropped = loaded.preprocess.crop(load_sample(SAMPLE))
+    stats = choose_stats(loaded, layer, n=samples, progress=progress)
+    result = PerSampleBottleneck.for_network(loaded, layer, stats, SETTINGS).attribute(
+        loaded.preprocess.normalise(cropped))
+    report = run_report(SETTINGS, result, loaded.key, layer, SAMPLE, loaded.categories[result.target],
                         stats_description=stats.describe())
     report["threshold_bits"] = DEFAULT_THRESHOLD
     report["not_needed_fraction"] = overlays.not_needed_fraction(result.heatmap, DEFAULT_THRESHOLD)
-    (args.out / "home_example.json").write_text(json.dumps(report, indent=2))
-    print(f"{png} ({len(data) / 1000:.0f} kB): {result.total_bits:,.0f} bits, "
-          f"p {result.p_without:.2f} → {result.p_with:.2f}")
+    pooled = downsample(np.asarray(result.heatmap, dtype=np.float32), POOL)
+    report["heatmap_pooled"] = {
+        "pool": POOL,
+        "unit": f"bits per input pixel, mean over {POOL} × {POOL} pixels",
+        "values": [[float(f"{v:.4g}") for v in row] for row in pooled.tolist()],
+    }
+    return report, result, cropped
+
+
+def report_text(report: dict) -> str:
+    """The report as indented JSON with every list of numbers on one line (the pooled heatmap: a row a line)."""
+    text = json.dumps(report, indent=2, ensure_ascii=False)
+    return re.sub(r"\[\s+([-+0-9.eE,\s]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
+def home_picture(cropped: Image.Image, heatmap: np.ndarray) -> bytes:
+    """Photo | overlay | "not needed" view as PNG bytes under MAX_BYTES."""
+    picture = strip(
+        cropped,
+        overlays.overlay_image(cropped, heatmap, opacity=0.7),
+        overlays.not_needed_outline(cropped, heatmap, DEFAULT_THRESHOLD),
+    )
+    data = overlays.png_bytes(picture)
+    if len(data) > MAX_BYTES:  # a 256-colour palette keeps photos and heatmaps crisp at a third of the size
+        data = overlays.png_bytes(picture.quantize(256, method=Image.Quantize.MEDIANCUT).convert("RGB").quantize(256))
+    return data
+
+
+def cli_line(workdir: Path, cache: Path | None = None) -> str:
+    """The JSON line `python -m iba_core attribute chelsea.jpg --precision fp32` prints for the sample saved as
+    JPEG (quality 95) in `workdir`, run there with this checkout's iba_core and the cache folder `cache`."""
+    import skimage.data
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.ascontiguousarray(skimage.data.chelsea())).save(workdir / CLI_IMAGE, quality=JPEG_QUALITY)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}  # this checkout's iba_core, whatever is installed
+    if cache is not None:
+        env[CACHE_DIR_ENV] = str(cache)
+    done = subprocess.run([sys.executable, "-m", "iba_core", "attribute", CLI_IMAGE, *CLI_ARGS], cwd=workdir,
+                          env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the CLI failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    json.loads(lines[-1])  # one JSON line
+    return lines[-1].strip()
+
+
+def readme_block(line: str) -> str:
+    """The README's example block for `line` (between the markers, markers included)."""
+    return f"{README_START}\n```json\n{line}\n```\n{README_END}"
+
+
+def update_readme(line: str, readme: Path = ROOT / "README.md") -> bool:
+    """Set the README's example block (between the markers) to `line`; False when the markers are missing."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return False
+    readme.write_text(text[:start] + readme_block(line) + text[end + len(README_END):], encoding="utf-8")
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=RECOMMENDED_SAMPLES, help="samples behind the statistics")
+    parser.add_argument("--out", type=Path, default=ROOT / "assets")
+    parser.add_argument("--no-readme", action="store_true", help="leave README.md's example block as it is")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="iba-example-") as tmp:
+        os.environ[CACHE_DIR_ENV] = str(Path(tmp) / "cache")  # fresh: the shipped statistics, nothing older
+        report, result, cropped = home_run(
+            args.samples, progress=lambda d, t, _label: print(f"\rstatistics {d}/{t}", end="", file=sys.stderr))
+        args.out.mkdir(parents=True, exist_ok=True)
+        png = home_picture(cropped, result.heatmap)
+        (args.out / "home_example.png").write_bytes(png)
+        (args.out / "home_example.json").write_text(report_text(report), encoding="utf-8")
+        print(f"home example: {len(png) / 1000:.0f} kB, {result.total_bits:,.0f} bits, "
+              f"p {result.p_without:.3f} → {result.p_with:.3f}")
+
+        line = cli_line(Path(tmp) / "cli", Path(tmp) / "cache")
+    (args.out / "cli_example.json").write_text(line + "\n")
+    print(f"CLI example: {line}")
+    if not args.no_readme:
+        print("README example block " + ("updated" if update_readme(line) else "not found (no markers)"))
 
 
 if __name__ == "__main__":

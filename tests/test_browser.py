@@ -1,6 +1,9 @@
 """End to end in a real browser: `streamlit run app.py`, then Chromium (via Playwright) opens the
 Per-Sample page straight from its URL on the fresh server, checks that the sidebar lists exactly the pages
 app.py defines, does a Per-Sample run on a sample photo and watches the live step counter and the final heatmap.
+A second test runs two sessions at once at 1280 × 800: the first (β·k = 1000) loses the class and says so,
+the second waits for it with a visible message; the live view and the replay fit beside the inputs; a GIF
+upload says that its first frame is used.
 
 Set IBA_SAVE_SCREENSHOT=1 to write assets/screenshot.png (for the README); otherwise the screenshot
 goes to the test's tmp dir.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -43,6 +47,37 @@ WATCH_STEPS = """
       if (node && node.textContent && node.textContent.includes('Step ')) seen(node.textContent);
     }
   }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}
+"""
+
+
+# Records every distinct "Waiting for another run to finish (N s)" the page shows.
+WATCH_WAITS = """
+() => {
+  window.__ibaWaits = [];
+  new MutationObserver(() => {
+    for (const m of document.body.innerText.matchAll(/Waiting for another run to finish \\(\\d+ s\\)/g)) {
+      if (!window.__ibaWaits.includes(m[0])) window.__ibaWaits.push(m[0]);
+    }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}
+"""
+
+# Lists the λ pictures taken out of the page (a chart mounted anew shows blank until it is drawn) and
+# the distinct λ pictures shown, by their alt text.
+WATCH_LAMBDA = """
+() => {
+  window.__ibaLambdaRemoved = []; window.__ibaLambdaShown = [];
+  const lambdas = (n) => n.nodeType !== 1 ? []
+    : (n.matches('img[alt^="λ"]') ? [n] : [...n.querySelectorAll('img[alt^="λ"]')]);
+  new MutationObserver((records) => {
+    for (const r of records) {
+      for (const n of r.removedNodes) for (const img of lambdas(n)) window.__ibaLambdaRemoved.push(img.alt);
+    }
+    for (const img of document.querySelectorAll('img[alt^="λ at"]')) {
+      if (!window.__ibaLambdaShown.includes(img.alt)) window.__ibaLambdaShown.push(img.alt);
+    }
+  }).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['alt', 'src']});
 }
 """
 
@@ -165,15 +200,121 @@ def test_per_sample_run_in_chromium(server: str, tmp_path: Path) -> None:
             assert len({s for s in steps if s != "Step 0 / 10"}) >= 2, f"the step counter did not update live: {steps}"
             heatmap = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="bits / pixel").first
             expect(heatmap).to_be_visible()
-            expect(page.get_by_text("Not needed for the prediction", exact=True)).to_be_visible()
+            expect(page.get_by_text("Few bits", exact=True)).to_be_visible()
             assert page.locator('[data-testid="stException"]').count() == 0
             assert page.locator('[data-testid="stAlertContentError"]').count() == 0
 
-            expect(page.get_by_text("Bits over the image", exact=True)).to_be_in_viewport()
+            # After the run its replay is where the live view was, in view.
+            expect(page.get_by_text("Last run:")).to_be_in_viewport()
+            expect(page.locator('img[alt="Bits per pixel at step 10 of 10"]')).to_be_in_viewport()
             page.wait_for_timeout(500)  # let Plotly finish drawing
             keep = os.environ.get("IBA_SAVE_SCREENSHOT") == "1"
             target = ROOT / "assets" / "screenshot.png" if keep else tmp_path / "screenshot.png"
             size = save_small_png(page.screenshot(), target)
             assert size <= SCREENSHOT_LIMIT
+        finally:
+            browser.close()
+
+
+def _in_view(page, selector: str) -> list[dict]:
+    """Bounding boxes of the elements matching `selector` (visible ones)."""
+    return [b for b in (el.bounding_box() for el in page.locator(selector).all()) if b]
+
+
+def _assert_fits(page, what: str, selector: str, height: int) -> None:
+    boxes = _in_view(page, selector)
+    assert boxes, f"{what}: nothing matches {selector}"
+    for box in boxes:
+        assert 0 <= box["y"] and box["y"] + box["height"] <= height, f"{what} below the fold: {box}"
+
+
+def _gif_of_chelsea(frames: int = 3) -> bytes:
+    import numpy as np
+    import skimage.data
+
+    photo = Image.fromarray(np.ascontiguousarray(skimage.data.chelsea()))
+    pictures = [photo.point(lambda v, k=k: int(v * (1 - 0.2 * k))) for k in range(frames)]
+    buf = io.BytesIO()
+    pictures[0].save(buf, format="GIF", save_all=True, append_images=pictures[1:], duration=200, loop=0)
+    return buf.getvalue()
+
+
+def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path) -> None:
+    """Session A (1280 × 800) runs with β·k = 1000: the class is lost, and a warning says so next to the maps.
+    Session B (1600 × 1000) presses Run meanwhile and shows "Waiting for another run to finish (N s)" until A
+    is done, then runs. The live view and the replay fit beside the inputs; a GIF upload names its first frame."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
+    from playwright.sync_api import expect, sync_playwright
+
+    from iba_core.per_sample import LOST_CLASS_MESSAGE
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-background-networking"]
+        )
+        try:
+            expect.set_options(timeout=120_000)
+            (a, height), (b, b_height) = ((browser.new_page(viewport={"width": w, "height": h}), h)
+                                          for w, h in ((1280, 800), (1600, 1000)))
+            for page in (a, b):
+                page.set_default_timeout(120_000)
+                page.goto(f"{server}/per_sample")
+                expect(page.get_by_text("Top prediction")).to_be_visible()
+
+            # B: one step, so that it finishes quickly once it has its turn.
+            b.get_by_text("Advanced", exact=True).click()
+            b.get_by_role("spinbutton", name="Steps T").fill("1")
+            # A: β·k = 1000, the end of the β slider.
+            beta = a.get_by_role("slider", name="β·k (information penalty)")
+            beta.focus()
+            beta.press("End")
+            expect(beta).to_have_attribute("aria-valuetext", "1000")
+
+            a.evaluate(WATCH_STEPS)
+            a.evaluate(WATCH_LAMBDA)
+            b.evaluate(WATCH_WAITS)
+            a.get_by_role("button", name="Run").click()
+            # A holds the network from its first step to its last: B asks for it meanwhile.
+            expect(a.get_by_text(re.compile(r"Step [1-4] / 10"))).to_be_visible(timeout=240_000)
+            b.get_by_role("button", name="Run").click()
+
+            # While A runs: its step counter, bits map and λ map fit beside the inputs.
+            _assert_fits(a, "the step counter", 'text=/Step \\d+ \\/ 10/', height)
+            _assert_fits(a, "the live bits map", 'img[alt^="Bits per pixel"]', height)
+            _assert_fits(a, "the live λ map", 'img[alt^="λ"]', height)
+
+            expect(a.get_by_text("Last run:")).to_be_visible(timeout=240_000)
+            # The class is lost at β·k = 1000, and the page says so beside the replayed maps.
+            warning = a.get_by_text(LOST_CLASS_MESSAGE).first
+            expect(warning).to_be_in_viewport()
+            _assert_fits(a, "the replayed bits map", 'img[alt="Bits per pixel at step 10 of 10"]', height)
+            _assert_fits(a, "the replayed λ map", 'img[alt="λ at step 10 of 10"]', height)
+            # The λ picture was updated in place every step, never taken out (no blank flash); only the last
+            # one gives way to the replay when the run ends.
+            shown = a.evaluate("window.__ibaLambdaShown")
+            assert len([s for s in shown if s.endswith("of 10")]) >= 5, shown
+            removed = a.evaluate("window.__ibaLambdaRemoved")
+            assert set(removed) <= {"λ at step 10 of 10"} and len(removed) <= 1, removed
+
+            # B waited visibly, then ran; its replay is in view too.
+            expect(b.get_by_text("Last run:")).to_be_visible(timeout=240_000)
+            _assert_fits(b, "B's replayed bits map", 'img[alt="Bits per pixel at step 1 of 1"]', b_height)
+            _assert_fits(b, "B's replayed λ map", 'img[alt="λ at step 1 of 1"]', b_height)
+            waits = b.evaluate("window.__ibaWaits")
+            assert waits and all(re.fullmatch(r"Waiting for another run to finish \(\d+ s\)", w) for w in waits), waits
+            expect(b.get_by_text("Waiting for another run to finish")).to_have_count(0)
+            for page in (a, b):
+                assert page.locator('[data-testid="stException"]').count() == 0
+                assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+
+            # A GIF upload is taken, and the page says which frame the network sees.
+            b.get_by_text("Upload", exact=True).click()
+            b.locator('input[type="file"]').set_input_files(
+                files=[{"name": "cat.gif", "mimeType": "image/gif", "buffer": _gif_of_chelsea(3)}])
+            expect(b.get_by_text("GIF: the network sees the first frame of its 3 frames")).to_be_visible()
+            expect(b.get_by_text("Top prediction")).to_be_visible()
+            assert b.locator('[data-testid="stAlertContentError"]').count() == 0
+            a.screenshot(path=str(tmp_path / "lost_class_1280x800.png"))
         finally:
             browser.close()

@@ -5,10 +5,18 @@ import numpy as np
 import pytest
 import torch
 
-from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, beta_layer_grid, depth_layers
+from iba_core.grid import (
+    DEFAULT_BETAS,
+    LAYER_ROW_BETA,
+    GridCell,
+    beta_layer_grid,
+    depth_layers,
+    lost_class_cells,
+    lost_class_warning,
+)
 from iba_core.images import load_sample
 from iba_core.networks import REGISTRY, UnknownModelError, get_spec, load_network
-from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
 from iba_core.stats import get_stats
 
 
@@ -89,6 +97,7 @@ def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
         assert np.isfinite(c.heatmap).all() and (c.heatmap >= 0).all()
         assert 0.0 <= c.p_with <= 1.0
         assert c.total_bits == pytest.approx(float(c.heatmap.sum()), rel=1e-3)
+        assert 0.0 <= c.p_without <= 1.0 and c.lost_class == bottleneck_lost_class(c.p_without, c.p_with)
     assert [p[0] for p in progress] == list(range(1, 11)) and all(p[1] == 10 for p in progress)
 
     # target=None explains the top-1 class (285, Egyptian cat) in every cell.
@@ -113,3 +122,28 @@ def test_grid_rejects_unknown_layer(loaded, stats_for) -> None:
     x = torch.zeros(1, 3, 224, 224)
     with pytest.raises(UnknownModelError):
         beta_layer_grid(loaded, x, 0, "no_such_layer", stats_for)
+
+
+def test_beta_1000_cell_says_the_bottleneck_lost_the_class(loaded, stats_for) -> None:
+    """Paper §4.1: β ≥ 1000/k discards all information; the grid cell carries the flag."""
+    x = loaded.preprocess(load_sample("chelsea"))
+    cells = beta_layer_grid(loaded, x, 285, "block3_2", stats_for, betas=(10.0, 1000.0), layers=[],
+                            settings=BottleneckSettings(steps=5, batch=2, precision="fp32"))
+    kept, lost = cells
+    assert lost.lost_class and not kept.lost_class
+    assert lost.p_with < 0.1 * lost.p_without and lost.total_bits < kept.total_bits
+    assert lost_class_cells(cells) == [lost]
+    assert lost_class_warning(cells).startswith("β·k = 1000 at block3_2 (p = 0.")
+    assert lost_class_warning([kept]) == ""
+
+
+def test_lost_class_warning_names_each_lost_cell_once() -> None:
+    heat = np.zeros((4, 4), np.float32)
+    lost = GridCell("beta", "β·k = 10", 10.0, "stem", heat, 0.001, 3.0, 0.5, True)
+    cells = [lost, GridCell("beta", "β·k = 1", 1.0, "stem", heat, 0.4, 9.0, 0.5, False),
+             GridCell("layer", "stem", 10.0, "stem", heat, 0.001, 3.0, 0.5, True),  # the same run, other row
+             GridCell("layer", "head", 10.0, "head", heat, 0.002, 1.0, 0.5, True)]
+    assert [c.name for c in lost_class_cells(cells)] == ["β·k = 10 at stem", "β·k = 10 at head"]
+    text = lost_class_warning(cells)
+    assert text == ("β·k = 10 at stem (p = 0.00, without the bottleneck 0.50); "
+                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + LOST_CLASS_MESSAGE + ".")

@@ -11,6 +11,8 @@ import pytest
 from PIL import Image, ImageFile
 
 from iba_core.images import (
+    FORMAT_INFO,
+    FRAMES_INFO,
     MAX_PIXELS,
     SUPPORTED_UPLOAD_TYPES,
     ImageError,
@@ -284,9 +286,27 @@ def test_text_file_refused(tmp_path: Path) -> None:
 
 
 def test_unsupported_format_refused() -> None:
-    # GIF decodes fine in PIL, but it is not on our list of allowed decoders.
-    with pytest.raises(ImageError, match="not a readable image"):
-        load_image(encode(gradient_rgb(), "GIF"))
+    # ICO decodes fine in PIL, but it is not on our list of allowed decoders.
+    with pytest.raises(ImageError, match="not a readable image") as info:
+        load_image(encode(gradient_rgb(), "ICO"))
+    assert "GIF" in str(info.value)  # the message lists what is accepted
+
+
+def test_gif_gives_its_first_frame() -> None:
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    frames = [Image.new("RGB", (40, 30), c) for c in colours]
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    out = load_image(data)
+    assert_rgb(out, (40, 30))
+    assert out.getpixel((5, 5)) == colours[0]
+    assert out.info[FRAMES_INFO] == 3 and out.info[FORMAT_INFO] == "GIF"
+    still = load_image(encode(gradient_rgb(), "GIF"))
+    assert still.info[FRAMES_INFO] == 1 and still.mode == "RGB"
+    # A transparent GIF is composited on white, like a transparent PNG.
+    clear = Image.new("P", (8, 8), 0)
+    clear.putpalette([0, 0, 0] * 256)
+    assert load_image(encode(clear, "GIF", transparency=0)).getpixel((0, 0)) == (255, 255, 255)
+    assert load_image(encode(gradient_rgb(), "PNG")).info[FRAMES_INFO] == 1
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
@@ -306,6 +326,11 @@ def test_truncated_file_refused(fmt: str, tmp_path: Path) -> None:
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
 
 
+def assert_one_sentence(message: str) -> None:
+    """One clear sentence: a single full stop, at the end (thousands separators are commas)."""
+    assert message.endswith(".") and message.count(". ") == 0 and "(" not in message.split(":")[-1], message
+
+
 def test_bomb_refused_with_small_limit() -> None:
     data = encode(Image.new("1", (2000, 1000)), "PNG")
     assert len(data) < 10_000  # tiny file, big image
@@ -313,6 +338,7 @@ def test_bomb_refused_with_small_limit() -> None:
         load_image(data, max_pixels=1_000_000)
     msg = str(info.value)
     assert "2,000,000" in msg and "1,000,000" in msg
+    assert_one_sentence(msg)
     # Just under the limit is fine.
     assert load_image(data, max_pixels=2_000_000).size == (2000, 1000)
 
@@ -337,10 +363,14 @@ def test_huge_bomb_refused_without_touching_global_state() -> None:
     data = encode(Image.new("1", (20000, 20000)), "PNG")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no stray warnings either
-        with pytest.raises(ImageError, match="too large"):
+        with pytest.raises(ImageError, match="too large") as info:
             load_image(data)
-        with pytest.raises(ImageError, match="too large"):
+        assert_one_sentence(str(info.value))
+        assert "Decompression" not in str(info.value)  # PIL's own wording stays out of the message
+        with pytest.raises(ImageError, match="too large") as info:
             load_image(data, max_pixels=10**10)
+        # The limit named is the one that applied: PIL's, not the 10 billion asked for.
+        assert f"{Image.MAX_IMAGE_PIXELS:,}" in str(info.value)
     assert (Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES) == before
 
 
@@ -368,7 +398,7 @@ def test_image_error_is_value_error() -> None:
 
 
 def test_supported_upload_types() -> None:
-    assert SUPPORTED_UPLOAD_TYPES == ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff")
+    assert SUPPORTED_UPLOAD_TYPES == ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff", "gif")
 
 
 # ---------------------------------------------------------------------------

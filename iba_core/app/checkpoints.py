@@ -20,9 +20,18 @@ class ReadoutCheckpoint:
 
     @property
     def label(self) -> str:
+        """Short, for lists and cell titles: "Readout (shipped, rough)" or "Readout (<file>)"."""
+        return "Readout (shipped, rough)" if self.shipped else f"Readout ({self.path.name})"
+
+    @property
+    def details(self) -> str:
+        """The rest, for a tooltip or caption: what it was trained on, its state and file."""
+        text = f"Trained on {self.trained_on}."
         if self.shipped:
-            return f"Readout (trained on {self.trained_on} — rough, offline photos)"
-        return f"Readout ({self.path.name}, trained on {self.trained_on})"
+            text += " Shipped with the app: a rough readout trained offline on a few photos, not on ImageNet."
+        elif self.complete is not None:
+            text += " Training complete." if self.complete else " Training unfinished."
+        return f"{text} File: {self.path}."
 
     @property
     def state(self) -> str:

@@ -27,8 +27,9 @@ DEFAULT_SAMPLE = "chelsea"
 DEFAULT_COMPARE_METHODS = ("saliency", "grad_cam", "occlusion_14", "iba_10")
 #: The registered method the Compare page offers through its own checkpoint choice, not in its method list.
 READOUT_METHOD = "readout"
-#: Evaluation runs every metric per method: keep the default cheap.
-DEFAULT_EVALUATE_METHODS = ("saliency", "grad_cam")
+#: Evaluation runs every metric per method: two cheap baselines and the paper's Per-Sample Bottleneck
+#: (β = 10/k, the method the checks are about; seconds on a CPU).
+DEFAULT_EVALUATE_METHODS = ("saliency", "grad_cam", "iba_10")
 #: Sanity check default method: one backward pass per cascade level.
 DEFAULT_SANITY_METHOD = "saliency"
 #: Degradation tile sizes (paper: 8 × 8 and 14 × 14) and the default number of points per curve.
@@ -64,10 +65,20 @@ def method_choices(loaded, *, exclude: Iterable[str] = (),
             continue
         reason = method.available_for(loaded)
         if reason:
-            out.unavailable[key] = reason
+            out.unavailable[key] = app_reason(key, loaded, reason)
         else:
             out.keys.append(key)
     return out
+
+
+def app_reason(key: str, loaded, reason: str) -> str:
+    """Why a method cannot run, in the app's words: the methods' own reasons are written for the command line
+    (a missing readout checkpoint names the training command); the app points to its own controls instead."""
+    spec = getattr(loaded, "spec", None)
+    if key == READOUT_METHOD and spec is not None:
+        return (f"no Readout Bottleneck checkpoint for {spec.title} yet; the Compare page's “Readout Bottleneck "
+                "checkpoints” says where the app looks for one")
+    return reason
 
 
 def compare_choices(loaded) -> MethodChoices:

@@ -13,6 +13,35 @@ from ..methods import AttributionMap, get_method
 #: The paper skips boxes larger than this share of the crop: the ratio says little for them.
 LARGE_BOX_SHARE = 0.33
 
+#: What each table column means (the tables' tooltips).
+COLUMN_HELP = {
+    "Method": "The attribution method whose map is checked.",
+    "Area (LeRF − MoRF)": "Area between the scaled LeRF and MoRF curves; higher is better, ≈ 0 for a random map.",
+    "p(target) original": "p(target) of the intact image.",
+    "p(target) all removed": "p(target) with every tile removed (the curves' floor b).",
+    "points": "Measurements per curve.",
+    "bbox ratio": "Share of the map's n highest pixels inside the box (n = the box's size); higher is better.",
+    "random ≈": "What a random map scores: the box's share of the crop.",
+}
+#: Pixels per character of the table font (Source Sans at 14 px: at most ~6.4 in Chromium), and per column the
+#: room for padding and the sort arrow; generous, so that no header or value is cut off.
+TABLE_CHAR_PX, TABLE_PAD_PX = 7.0, 32
+
+
+def table_columns(rows: list[dict]) -> dict[str, dict]:
+    """{column: {"width": pixels, "help": text}} for a table of `rows`: each column wide enough for its
+    header and every value, so nothing is clipped (st.dataframe's column_config takes these)."""
+    out: dict[str, dict] = {}
+    for name in (rows[0] if rows else {}):
+        chars = max([len(name)] + [len(_cell_text(r.get(name))) for r in rows])
+        out[name] = {"width": int(round(chars * TABLE_CHAR_PX + TABLE_PAD_PX)), "help": COLUMN_HELP.get(name)}
+    return out
+
+
+def _cell_text(value) -> str:
+    """A value as the table shows it (floats with up to 4 decimals)."""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
 
 # ---- degradation -------------------------------------------------------------------------------
 

@@ -11,12 +11,16 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from ..images import ImageError, load_image, load_sample
+from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, load_image, load_sample
 
 #: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
 MAX_UPLOAD_MB = 25
 #: Side of the centre crop the networks see, in pixels; boxes are given in its coordinates.
 CROP = 224
+#: Images with a shorter side below this many pixels get a warning: the network sees a blown-up copy.
+MIN_SIDE = 32
+#: Images whose long side exceeds this many times the short side get a warning: most is cropped away.
+MAX_ASPECT = 4.0
 
 
 # ---- images ------------------------------------------------------------------------------------
@@ -30,6 +34,41 @@ class ImageInput:
     image: Image.Image
     digest: str  # identifies the content for caches (same bytes → same digest)
 
+    @property
+    def format_note(self) -> str | None:
+        """What was made of the file itself, for a caption: the first frame of a GIF or an animation."""
+        frames = int(self.image.info.get(FRAMES_INFO, 1) or 1)
+        fmt = self.image.info.get(FORMAT_INFO)
+        if fmt == "GIF":
+            more = f" of its {frames} frames" if frames > 1 else ""
+            return f"GIF: the network sees the first frame{more}, as an RGB photo."
+        if frames > 1 and fmt in ("WEBP", "TIFF"):  # (a phone's multi-picture JPEG needs no note)
+            return f"{fmt}: the file holds {frames} frames; the network sees the first."
+        return None
+
+
+def size_warnings(size: tuple[int, int], resize: int, crop: int = CROP) -> list[str]:
+    """Warnings about what preprocessing (short side → `resize`, centre `crop`) does to an image of `size`.
+
+    An image with a side under MIN_SIDE px is blown up many times (the network sees a blurry enlargement);
+    one with an aspect ratio above MAX_ASPECT:1 loses most of its area to the centre crop.
+    """
+    width, height = size
+    short, long = min(width, height), max(width, height)
+    out = []
+    if short < MIN_SIDE:
+        out.append(
+            f"The image is only {width} × {height} px: it was upscaled {resize / short:.0f}× (short side to "
+            f"{resize} px) before the {crop} × {crop} crop, so the network sees a blurry enlargement."
+        )
+    if short > 0 and long / short > MAX_ASPECT:
+        kept = min(crop / (resize * long / short), 1.0) * min(crop / resize, 1.0)
+        out.append(
+            f"The image is {width} × {height} px ({long / short:.1f} : 1): the network sees only the centre "
+            f"square, about {kept:.0%} of the picture; the rest was cropped away."
+        )
+    return out
+
 
 def image_digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:16]
@@ -42,7 +81,19 @@ def upload_input(name: str, data: bytes, max_mb: int = MAX_UPLOAD_MB) -> ImageIn
             f"The file {name!r} is {len(data) / 2**20:.1f} MB; uploads are limited to {max_mb} MB. "
             "Please resize or re-compress it."
         )
-    return ImageInput(name=name, image=load_image(data), digest=image_digest(data))
+    try:
+        image = load_image(data)
+    except ImageError as err:  # name the file: uploads of any type reach this check
+        raise ImageError(_named(str(err), name)) from err
+    return ImageInput(name=name, image=image, digest=image_digest(data))
+
+
+def _named(message: str, name: str) -> str:
+    """'The file is not …' → 'The file photo.heic is not …' (the loader's messages start like this)."""
+    for start in ("The image file ", "The file ", "The image "):
+        if message.startswith(start):
+            return f"{start}{name} {message[len(start):]}"
+    return f"{name}: {message}"
 
 
 def sample_input(name: str) -> ImageInput:

@@ -9,7 +9,7 @@ import torch
 
 from ..compare import ErrorFn, ProgressFn
 from ..methods import AttributionMap, get_method
-from ..render.grid import cell_png
+from ..render.grid import Limits, cell_png, colour_limits, map_limits
 
 
 def keep(entries: dict, key: Hashable, value, max_entries: int) -> None:
@@ -34,10 +34,29 @@ def map_key(image_digest: str, loaded, target: int, method: str, settings: dict 
 
 @dataclass
 class CachedMap:
-    """A computed map and its single-cell PNG (drawn once)."""
+    """A computed map and its single-cell PNG on the map's own colour scale (drawn once)."""
 
     amap: AttributionMap
     png: bytes
+    _redrawn: dict = field(default_factory=dict, repr=False, compare=False)  # the last other colour range
+
+    def png_for(self, limits: Limits | None = None) -> bytes:
+        """The cell drawn with colour range `limits` (None: its own); a range is drawn once and kept until
+        another one is asked for."""
+        if limits is None or tuple(limits) == colour_limits(self.amap):
+            return self.png
+        limits = (float(limits[0]), float(limits[1]))
+        if limits not in self._redrawn:
+            self._redrawn.clear()
+            self._redrawn[limits] = cell_png(self.amap, limits)
+        return self._redrawn[limits]
+
+
+def cell_pictures(entries: Sequence[CachedMap], shared_scale: bool = True) -> list[tuple[bytes, Limits]]:
+    """(cell PNG, colour range) per entry, as a grid of these maps draws them: the bits/pixel maps on one
+    scale (bits are absolute) unless shared_scale is False, then each map on its own."""
+    limits = map_limits([e.amap for e in entries], shared_scale)
+    return [(e.png_for(lim), lim) for e, lim in zip(entries, limits)]
 
 
 @dataclass

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from PIL import Image
@@ -26,16 +28,44 @@ class SharedModel:
     loaded: Network
     lock: threading.RLock = field(default_factory=threading.RLock)
 
+    #: Seconds between two on_wait calls while another session holds the network.
+    WAIT_POLL_S = 0.5
+
     @contextmanager
-    def busy(self) -> Iterator[Network]:
-        """Hold the lock and run torch with `settings.torch_threads()` threads; the count is restored after."""
-        with self.lock:
+    def busy(self, on_wait: Callable[[float], None] | None = None,
+             poll_s: float | None = None) -> Iterator[Network]:
+        """Hold the lock and run torch with `settings.torch_threads()` threads; the count is restored after.
+
+        While another thread (another browser session) holds the lock, `on_wait(seconds waited so far)`
+        is called at once and then every `poll_s` seconds (default WAIT_POLL_S), so a page can say that
+        it waits instead of hanging silently; it is not called when the lock is free. An exception from
+        on_wait (e.g. Streamlit stopping the run) ends the wait without taking the lock.
+        """
+        self.acquire(on_wait, poll_s)
+        try:
             before = torch.get_num_threads()
             torch.set_num_threads(torch_threads())
             try:
                 yield self.loaded
             finally:
                 torch.set_num_threads(before)
+        finally:
+            self.lock.release()
+
+    def acquire(self, on_wait: Callable[[float], None] | None = None, poll_s: float | None = None) -> float:
+        """Take the lock (see `busy`); returns the seconds spent waiting for it."""
+        if self.lock.acquire(blocking=False):
+            return 0.0
+        if on_wait is None:
+            start = time.monotonic()
+            self.lock.acquire()
+            return time.monotonic() - start
+        poll = self.WAIT_POLL_S if poll_s is None else poll_s
+        start = time.monotonic()
+        on_wait(0.0)
+        while not self.lock.acquire(timeout=poll):
+            on_wait(time.monotonic() - start)
+        return time.monotonic() - start
 
 
 def load_shared(key: str) -> SharedModel:
@@ -55,6 +85,16 @@ class RunRecord:
     cropped: Image.Image
     result: AttributionResult
     stats_description: str
+    #: The photo as uploaded (for the full-resolution overlay) and where the network's crop lies in it
+    #: (left, top, right, bottom; `iba_core.render.overlays.centre_crop_box`).
+    original: Image.Image | None = None
+    crop_box: tuple[int, int, int, int] | None = None
+    #: Seconds for the feature statistics (≈0 when cached) and spent waiting for another session's run;
+    #: the optimisation's own time is result.seconds.
+    stats_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    #: Tells runs apart (e.g. widgets that belong to one run, such as its replay slider).
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
     def file_stem(self) -> str:
@@ -67,4 +107,4 @@ class RunRecord:
 
         r = self.result
         return run_report(r.settings, r, self.model_key, self.layer, self.image_name, self.class_name,
-                          stats_description=self.stats_description)
+                          stats_description=self.stats_description, stats_seconds=self.stats_seconds)

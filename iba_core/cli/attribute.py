@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
         try:
-            stats = get_stats(network, layer, images=args.stats_images, n=args.n, progress=progress)
+            stats = get_stats(network, layer, images=args.stats_images or network.spec.stats_images, n=args.n,
+                              progress=progress)
         finally:
             close()
         settings = BottleneckSettings(

@@ -15,13 +15,27 @@ EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_default: str | None = DEFAULT_NETWORK,
                      device_default: str | None = "cpu") -> None:
     """--model, --layer, --weights, --random-weights, --device."""
-    p.add_argument("--model", default=model_default, choices=list(REGISTRY),
-                   help=f"network (default: {DEFAULT_NETWORK})")
+    p.add_argument("--model", default=model_default, type=model_arg, metavar="MODEL",
+                   help=f"network: a registered key ({', '.join(REGISTRY)}), torchvision:NAME (any torchvision "
+                   f"classifier) or a model card file (.toml) (default: {DEFAULT_NETWORK})")
     if layer:
         p.add_argument("--layer", default=None, help="layer name (default: the network's default layer)")
-    p.add_argument("--weights", default=None, help="local weights file (state dict)")
+    p.add_argument("--weights", default=None, help="local weights file (state dict: .pth, .pt or .safetensors)")
     p.add_argument("--random-weights", action="store_true", help="untrained weights (for structure/speed tests)")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="allow a weights file that is a pickled whole model (runs code from the file: only for "
+                   "files you made yourself; the app never does this)")
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
+
+
+def model_arg(text: str) -> str:
+    """--model's check: a registered key, torchvision:NAME or an existing .toml card (argparse error otherwise)."""
+    from ..networks import check_network_key
+
+    try:
+        return check_network_key(text)
+    except (KeyError, ValueError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def weights_arg(args: argparse.Namespace) -> str:
@@ -32,7 +46,8 @@ def load_from_args(args: argparse.Namespace, device: str | None = None):
     """The network the arguments name (iba_core.networks.load_network)."""
     from ..networks import load_network
 
-    return load_network(args.model, weights=weights_arg(args), device=device or args.device)
+    return load_network(args.model, weights=weights_arg(args), device=device or args.device,
+                        trust_pickle=getattr(args, "trust_pickle", False))
 
 
 def progress_bar(desc: str, unit: str = "img") -> tuple[Callable[..., None], Callable[[], None]]:

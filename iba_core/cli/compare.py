@@ -42,13 +42,14 @@ def run(args: argparse.Namespace) -> int:
     from ..images import load_image
     from ..jsonable import jsonable
     from ..methods import get_method, method_keys, resolve_methods
-    from ..networks import get_spec
+    from ..networks import REGISTRY, get_spec
     from ..render import grid_png
     from .common import load_from_args
 
     settings = {}
     if args.layer is not None:
-        get_spec(args.model).check_layer(args.layer)  # a typo fails before the network loads
+        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once loaded
+            get_spec(args.model).check_layer(args.layer)  # a typo fails before the network loads
         # the layer setting goes to every method that places a bottleneck on a layer
         settings = {key: {"layer": args.layer} for key in method_keys() if get_method(key).needs_stats}
     resolve_methods(args.methods, settings)  # unknown keys fail before any slow work

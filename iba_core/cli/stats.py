@@ -11,7 +11,8 @@ from .common import add_network_args
 def add_parser(sub) -> None:
     p = sub.add_parser("stats", help="estimate and cache a layer's feature statistics")
     add_network_args(p)
-    p.add_argument("--images", default=None, help="image folder (recursive); default: offline sample photos")
+    p.add_argument("--images", default=None,
+                   help="image folder (recursive); default: a model card's stats_images, else offline sample photos")
     p.add_argument("--n", type=int, default=RECOMMENDED_SAMPLES, help="number of samples (default: %(default)s)")
     p.add_argument("--refresh", action="store_true", help="recompute even if cached")
     p.set_defaults(func=run)
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     progress, close = progress_bar(f"statistics {network.key}/{layer}")
     try:
-        stats = get_stats(network, layer, images=args.images, n=args.n, progress=progress, refresh=args.refresh)
+        stats = get_stats(network, layer, images=args.images or network.spec.stats_images, n=args.n,
+                          progress=progress, refresh=args.refresh)
     finally:
         close()
     print_json({

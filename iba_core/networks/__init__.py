@@ -5,7 +5,10 @@
     >>> net.spec.layers, net.spec.default_layer, net.preprocess(image)
 
 Adding a network is one module in this folder that defines `SPEC` (see `spec.NetworkSpec`) and one
-line in `_FAMILIES` below. `network_from_module` wraps any other `nn.Module` with a derived spec.
+line in `_FAMILIES` below. Without code: `load_network("torchvision:NAME")` (any torchvision
+classifier, `torchvision_any.py`) or `load_network("path/to/card.toml")` (a model card: your
+architecture, weights and class list, `cards.py`; weights are read safely, `state_files.py`).
+`network_from_module` wraps any other `nn.Module` with a derived spec.
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ from .spec import (
     derive_spec,
     discover_layers,
 )
+from .cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, read_class_list
+from .state_files import UnsafeWeightsError, WeightsMismatchError
+from .torchvision_any import is_torchvision_key, load_torchvision, model_name
 from .weights import find_weights, missing_weights_message, weights_status
 
 #: Modules of this package that define a SPEC, in display order.
@@ -57,31 +63,75 @@ def _ready(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def load_network(
-    key: str = DEFAULT_NETWORK,
+    key: str | os.PathLike = DEFAULT_NETWORK,
     weights: str | os.PathLike | None = "pretrained",
     device: str | torch.device = "cpu",
+    *,
+    trust_pickle: bool = False,
 ) -> Network:
-    """Build a registered network in eval mode, parameters frozen, on `device`.
+    """Build a network in eval mode, parameters frozen, on `device`. The key's form picks the source:
 
-    weights: "pretrained" (local file, hub cache, then download), "random" (untrained, for structure
-    and speed tests), or a path to a state-dict file.
+    - a registered key (`REGISTRY`, e.g. "efficientnet_lite0");
+    - "torchvision:NAME": any torchvision classifier (`torchvision_any`);
+    - a model card, a path ending in .toml (`cards`): its network's key is "card:<name>".
+
+    weights: "pretrained" (local file, hub cache, then download; a card's own file), "random" (untrained,
+    for structure and speed tests), or a path to a state-dict file (.pth/.pt, or .safetensors for
+    torchvision and card networks). Files are read with weights_only=True: a pickled whole module is
+    refused unless `trust_pickle=True` (the CLI's --trust-pickle; the app never passes it).
     """
     from .weights import load_state_dict
 
-    spec = get_spec(key)
+    device = torch.device(device)
+    if is_card_key(key):
+        spec, model, weights_id, categories = load_card(key, weights, trust_pickle=trust_pickle)
+        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
+    if is_torchvision_key(key):
+        spec, model, weights_id = load_torchvision(key, weights, trust_pickle=trust_pickle)
+        categories = spec.categories() if spec.categories else []
+        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
+
+    spec = get_spec(check_network_key(key))
     if weights == "random":
         state, weights_id = None, "random"
     else:
-        state, weights_id = load_state_dict(spec, None if weights in (None, "pretrained") else weights)
+        state, weights_id = load_state_dict(spec, None if weights in (None, "pretrained") else weights,
+                                            trust_pickle=trust_pickle)
     if state is None:
         torch.manual_seed(0)  # random weights are reproducible so their statistics can be cached
     try:
         model = spec.build(state)
     except RuntimeError as err:  # mismatched state dict
         raise WeightsUnavailableError(f"The weights do not fit {spec.title}: {err}") from err
-    device = torch.device(device)
     categories = spec.categories() if spec.categories else []
     return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
+
+
+def network_kind(key: str | os.PathLike) -> str:
+    """"registered", "torchvision" or "card": which source `load_network` takes for `key` (no loading)."""
+    if is_card_key(key):
+        return "card"
+    return "torchvision" if is_torchvision_key(key) else "registered"
+
+
+def check_network_key(key: str) -> str:
+    """`key` if `load_network` accepts its form (a registered key, torchvision:NAME with a classifier
+    NAME, an existing .toml file), else a clear error saying what is accepted. Loads nothing."""
+    if key in REGISTRY:
+        return key
+    if is_torchvision_key(key):
+        model_name(key)
+        return key
+    if is_card_key(key):
+        if not os.path.isfile(os.path.expanduser(key)):
+            raise ModelCardError(f"Model card not found: {key}.")
+        return key
+    if isinstance(key, str) and key.startswith(CARD_PREFIX):
+        raise UnknownModelError(f"{key!r} is the key of a model card's network; load it from its file: "
+                                "give the path of the card (.toml).")
+    raise UnknownModelError(
+        f"Unknown network {key!r}; give a registered key ({', '.join(REGISTRY)}), torchvision:NAME "
+        "(any torchvision classifier, e.g. torchvision:resnet18) or a model card file (.toml).")
 
 
 def network_from_module(
@@ -105,8 +155,9 @@ def network_from_module(
 
 
 __all__ = [
-    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "Network", "NetworkSpec", "Preprocess", "Stages",
-    "UnknownModelError", "WeightsSource", "WeightsUnavailableError", "derive_spec", "discover_layers",
-    "find_weights", "get_spec", "load_network", "missing_weights_message", "network_from_module",
+    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "ModelCardError", "Network", "NetworkSpec", "Preprocess", "Stages",
+    "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError", "WeightsSource", "WeightsUnavailableError",
+    "check_network_key", "derive_spec", "discover_layers", "find_weights", "get_spec", "load_network",
+    "missing_weights_message", "network_from_module", "network_kind", "read_card", "read_class_list",
     "weights_status",
 ]

@@ -9,7 +9,8 @@ Registered networks are described as an ordered list of *stages*: running them i
 the network, so splitting it at a layer into prefix and suffix is a slice of that list. A spec can
 also be *derived* for any `nn.Module` (`derive_spec`): its layers are found by one dry forward pass,
 it has no stages (the bottleneck then uses a forward hook), and choices nobody knows (CAM layer,
-canonizers) are None, so the methods that need them say they are unavailable.
+canonizers) are None, so the methods that need them say they are unavailable; networks loaded from
+`torchvision:NAME` or a model card take the last feature map larger than 1×1 as their CAM layer.
 """
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ class NetworkSpec:
     readout_layer: str | None = None
     readout_reads: tuple[str, ...] | None = None
     note: str = ""
+    #: Image folder for the feature statistics (a model card's `stats_images`); None: the offline photos.
+    stats_images: str | None = None
 
     def check_layer(self, layer: str) -> str:
         """`layer` if the network has it, else a clear error listing the valid names."""
@@ -243,21 +246,39 @@ def derive_spec(
     *,
     input_size: int = CROP,
     min_default_size: int = 28,
+    default_layer: str | None = None,
+    guess_cam_layer: bool = False,
+    **fields,
 ) -> NetworkSpec:
     """A spec for any `nn.Module` classifier: layers found by one dry forward pass.
 
     Layers are the modules (dotted names, in execution order) whose output is a feature map
-    (N, C, H, W) and that run exactly once per forward pass. Default layer: the last such map whose
-    spatial size is at least `min_default_size` (else the first map). No stages, CAM layer,
-    canonizers or readout reads are known: the methods that need them say so.
+    (N, C, H, W) and that run exactly once per forward pass.
+
+    Default layer (unless `default_layer` names one): the last such map whose spatial size is at
+    least `min_default_size` (28 at 224 px: the analogue of ResNet-50's conv3_4), else the first map.
+    Grad-CAM layer: None (unknown: Grad-CAM asks for a layer setting), or with `guess_cam_layer` (networks
+    loaded from `torchvision:NAME` or a model card) the last such map larger than 1×1: the last
+    convolutional block's output (global pooling gives 1×1 maps and is skipped). No stages, canonizers
+    or readout reads are known: the methods that need them say so. `fields` go to `NetworkSpec` as they
+    are (class names, preprocessing, weights source, note, …).
     """
     layers = discover_layers(model, input_size)
     usable = [name for name, shape, runs in layers if runs == 1]
     if not usable:
         raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map; nothing to attribute.")
     big = [name for name, shape, runs in layers if runs == 1 and min(shape[-2:]) >= min_default_size]
+    spatial = [name for name, shape, runs in layers if runs == 1 and max(shape[-2:]) > 1]
     default = big[-1] if big else usable[0]
+    if default_layer is not None:
+        if default_layer not in usable:
+            raise UnknownModelError(
+                f"{title or key} has no layer {default_layer!r}; choose one of: {', '.join(usable)}.")
+        default = default_layer
     model_ref = model
+    fields.setdefault("note", "Layers discovered by a dry forward pass.")
+    if guess_cam_layer and spatial:
+        fields.setdefault("cam_layer", (spatial[-1], False))
 
     return NetworkSpec(
         key=key,
@@ -266,7 +287,7 @@ def derive_spec(
         layers=tuple(usable),
         default_layer=default,
         hook_modules={n: n for n in usable},
-        note="Layers discovered by a dry forward pass.",
+        **fields,
     )
 
 

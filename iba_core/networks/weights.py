@@ -44,16 +44,27 @@ def weights_status(spec: NetworkSpec) -> str:
     return missing_weights_message(spec)
 
 
-def missing_weights_message(spec: NetworkSpec) -> str:
+def missing_weights_message(spec: NetworkSpec, *, app: bool = False) -> str:
+    """What to do when `spec`'s weights are neither here nor downloadable, for the CLI (default; the CLI
+    adds its own --weights hint) or, with app=True, in the app's words: its network menu, no flags."""
     from . import DEFAULT_NETWORK, get_spec
 
     target = weights_dir() or hub_checkpoint_dir()
     source = spec.weights
     where = f"; it is available from {source.url}" if source and source.url else ""
+    file = source.file if source else "with its weights"
+    fallback = get_spec(DEFAULT_NETWORK).title
+    if app:
+        return (
+            f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded "
+            f"(offline?). To use it, place the file {file} in the folder {target}{where}, then choose "
+            f"{spec.title} in the Network menu again. Meanwhile, choose {fallback} there: it works without "
+            "a download."
+        )
     return (
         f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded "
-        f"(offline?). Place the file {source.file if source else 'with its weights'} in {target} "
-        f"(or set IBA_WEIGHTS_DIR to its folder){where}. Meanwhile, {get_spec(DEFAULT_NETWORK).title} "
+        f"(offline?). Place the file {file} in {target} "
+        f"(or set IBA_WEIGHTS_DIR to its folder){where}. Meanwhile, {fallback} "
         "works without a download."
     )
 
@@ -68,8 +79,11 @@ def _reachable(url: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def load_state_dict(spec: NetworkSpec, weights_file: str | os.PathLike | None) -> tuple[dict, str]:
-    """(state dict, weights id) from a local file or torchvision's download; never unpickles objects."""
+def load_state_dict(spec: NetworkSpec, weights_file: str | os.PathLike | None, *,
+                    trust_pickle: bool = False) -> tuple[dict, str]:
+    """(state dict, weights id) from a local file or torchvision's download; never unpickles objects
+    (a local file is read by `state_files.read_weights`: .pth/.pt or .safetensors, a pickled whole
+    module only with trust_pickle=True)."""
     path = find_weights(spec, weights_file)
     if path is None:
         url = spec.weights.url if spec.weights else None
@@ -80,8 +94,9 @@ def load_state_dict(spec: NetworkSpec, weights_file: str | os.PathLike | None) -
         except Exception as err:  # network errors come in many types; all mean "not available"
             raise WeightsUnavailableError(missing_weights_message(spec)) from err
         return state, spec.weights.file
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise WeightsUnavailableError(f"Could not read weights file {path}: {err}") from err
+    from .state_files import read_weights
+
+    state = read_weights(path, trust_pickle=trust_pickle)
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
     return state, path.name

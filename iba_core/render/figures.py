@@ -151,27 +151,37 @@ def grid_figure(
     downsample: int = 2,
     *,
     height: int | None = None,
+    shared_scale: bool = True,
 ) -> go.Figure:
-    """One heatmap per cell, a row per cell.row; each map on its own scale (titles give p and bits).
+    """One heatmap per cell, a row per cell.row; titles give p, the bits and whether the class was lost.
 
+    shared_scale (default): bits are absolute, so each row's maps share one colour scale from 0 to the row's
+    largest bits per pixel, with a colour bar in bits per pixel (a Plotly coloraxis per row): a map that lets
+    few bits through looks dark. False: each map on its own scale, 0 … its maximum (given in its title).
     Cells not yet computed may be missing: their slot stays empty, so the figure can fill live.
     """
     by_row = {r: [c for c in cells if c.row == r] for r in rows}
     ncols = max([len(v) for v in by_row.values()] + [1])
-    titles: list[str] = []
-    for r in rows:
-        row_cells = by_row[r]
-        titles += [_cell_title(c) for c in row_cells] + [""] * (ncols - len(row_cells))
+    maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets, and its maxima
+    tops = {key: max(float(z.max()) if z.size else 0.0, 1e-6) for key, z in maps.items()}
     fig = make_subplots(
-        rows=len(rows), cols=ncols, subplot_titles=titles, horizontal_spacing=0.015, vertical_spacing=0.12
+        rows=len(rows), cols=ncols, horizontal_spacing=0.015, vertical_spacing=0.12 if shared_scale else 0.16,
     )
     for i, r in enumerate(rows, start=1):
+        axis = "coloraxis" if i == 1 else f"coloraxis{i}"
         for j, cell in enumerate(by_row[r], start=1):
-            z = pooled(cell.heatmap, downsample)
+            # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
+            k = (i - 1) * ncols + j
+            fig.add_annotation(
+                text=_cell_title(cell, None if shared_scale else tops[id(cell)]), showarrow=False,
+                x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
+                y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
+            )
+            scale = dict(coloraxis=axis) if shared_scale else dict(
+                zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=False)
             fig.add_trace(
                 go.Heatmap(
-                    z=z, zmin=0.0, zmax=max(float(z.max()), 1e-6), colorscale=BITS_COLORSCALE,
-                    showscale=False,
+                    z=maps[id(cell)], **scale,
                     hovertemplate=f"{cell.label}<br>%{{z:.3g}} {BITS_UNIT}<extra></extra>",
                 ),
                 row=i, col=j,
@@ -179,6 +189,13 @@ def grid_figure(
         for j in range(1, ncols + 1):
             _image_axes(fig, row=i, col=j)
         fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=12), row=i, col=1)
+        if shared_scale and by_row[r]:
+            y0, y1 = fig.get_subplot(i, 1).yaxis.domain
+            fig.layout[axis] = dict(
+                cmin=0.0, cmax=max(tops[id(c)] for c in by_row[r]), colorscale=BITS_COLORSCALE,
+                colorbar=dict(title=dict(text=BITS_UNIT, side="right"), thickness=12, outlinewidth=0,
+                              len=(y1 - y0) * 0.9, y=(y0 + y1) / 2, yanchor="middle", x=1.0, xpad=8),
+            )
     # Square cells: anchor every y axis to its own x axis.
     for k in range(1, len(rows) * ncols + 1):
         suffix = "" if k == 1 else str(k)
@@ -186,16 +203,27 @@ def grid_figure(
     fig.update_annotations(font=dict(size=11))
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
-        height=height or 230 * len(rows) + 60,
-        margin=dict(l=10, r=10, t=60 if title else 40, b=10),
+        height=height or (230 if shared_scale else 245) * len(rows) + 60,
+        margin=dict(l=10, r=10, t=(60 if title else 40) + (0 if shared_scale else 14), b=10),
         font=_FONT,
         template=_TEMPLATE,
     )
     return fig
 
 
-def _cell_title(cell: "GridCell") -> str:
-    return f"{cell.label}<br>p = {cell.p_with:.2f} · {cell.total_bits:,.0f} bits"
+#: How a cell's title marks a bottleneck that discarded the class (`per_sample.bottleneck_lost_class`).
+LOST_CLASS_MARK = "⚠ class lost"
+
+
+def _cell_title(cell: "GridCell", top: float | None = None) -> str:
+    """Label (marked when the class was lost), p and total bits; with `top`, the map's own scale too."""
+    label = cell.label
+    if getattr(cell, "lost_class", False):
+        label += f' <span style="color:#c62828">{LOST_CLASS_MARK}</span>'
+    text = f"{label}<br>p = {cell.p_with:.2f} · {cell.total_bits:,.0f} bits"
+    if top is not None:
+        text += f"<br>scale 0 … {top:.3g} bits/px"  # short: a narrow cell must hold it
+    return text
 
 
 def _row_title(row_cells: Sequence["GridCell"]) -> str:

@@ -3,13 +3,21 @@
     >>> png = grid_png(maps, cropped_image, title="chelsea · EfficientNet-Lite0 · Egyptian cat")
 
 Signed maps on a diverging blue (negative) / white (0) / red (positive) scale symmetric around 0; unsigned
-maps on a sequential scale; maps with a unit (the bottlenecks' bits/pixel) get a colour bar. Matplotlib
-without pyplot: no global state, safe in a server thread.
+maps on a sequential scale; maps with a unit (the bottlenecks' bits/pixel) get a colour bar. Bits are
+absolute: by default the maps with a unit share one scale per unit (`shared_limits`), so a bottleneck that
+lets fewer bits through looks darker; `shared_scale=False` gives every map its own range.
+
+Every cell has the same geometry — a title band, a square map, a strip for the colour bar (empty for maps
+without a unit) — so all maps are drawn at one size, in the grid and as single cells (`cell_png`,
+`image_cell_png`: no title, larger text; the Compare page shows them side by side, captioned). Titles are
+wrapped (and, beyond two lines, shortened) to their cell. Matplotlib without pyplot: no global state, safe in a
+server thread.
 """
 from __future__ import annotations
 
 import io
 import math
+import textwrap
 from typing import Sequence
 
 import numpy as np
@@ -24,9 +32,21 @@ UNSIGNED_CMAP = "inferno"
 #: the rest (gradients are heavy-tailed); values beyond it saturate. Maps with a unit use their true range.
 ROBUST_PERCENTILE = 99.5
 
+Limits = tuple[float, float]
 
-def colour_limits(amap: AttributionMap) -> tuple[float, float]:
-    """(vmin, vmax) for a map: symmetric around 0 if signed, from 0 (or the minimum) if not."""
+# Cell geometry, in inches (the map's side is `cell_inches`); text and the room it needs grow with text_scale.
+_TITLE_BAND = 0.55  # two lines of name and one of time, 9 pt
+_BAR_GAP, _BAR_WIDTH = 0.08, 0.12
+_BAR_TEXT = 0.55  # tick labels and the unit label beside the colour bar
+_TICK_PT, _LABEL_PT = 7, 8
+_PAD = 0.15  # between cells
+_MARGIN = 0.1  # around the figure
+_TITLE_PT, _SUPTITLE_PT = 9, 10
+_CHAR_EM = 0.6  # a generous average character width (in ems) for wrapping
+
+
+def colour_limits(amap: AttributionMap) -> Limits:
+    """(vmin, vmax) of a map on its own: symmetric around 0 if signed, from 0 (or the minimum) if not."""
     values = np.asarray(amap.values, dtype=np.float64)
     finite = values[np.isfinite(values)]
     if finite.size == 0:
@@ -45,11 +65,130 @@ def colour_limits(amap: AttributionMap) -> tuple[float, float]:
     return low, high
 
 
-def limits_text(amap: AttributionMap) -> str:
-    """'−a … a' or '0 … b' with the unit: the colour range a grid cell uses."""
-    lo, hi = colour_limits(amap)
+def _shares_scale(amap: AttributionMap) -> bool:
+    """Maps in an absolute unit (bits/pixel) share a scale with the other maps in that unit."""
+    return bool(amap.unit) and not amap.signed
+
+
+def shared_limits(maps: Sequence[AttributionMap]) -> dict[str, Limits]:
+    """{unit: (vmin, vmax)} spanning every unsigned map in that unit: one scale for all bits/pixel maps."""
+    out: dict[str, Limits] = {}
+    for amap in maps:
+        if not _shares_scale(amap):
+            continue
+        lo, hi = colour_limits(amap)
+        if amap.unit in out:
+            lo, hi = min(lo, out[amap.unit][0]), max(hi, out[amap.unit][1])
+        out[amap.unit] = (lo, hi)
+    return out
+
+
+def map_limits(maps: Sequence[AttributionMap], shared_scale: bool = True) -> list[Limits]:
+    """The colour range of each map as the grid draws it: shared per unit (default) or each its own."""
+    shared = shared_limits(maps) if shared_scale else {}
+    return [shared.get(m.unit, colour_limits(m)) if _shares_scale(m) else colour_limits(m) for m in maps]
+
+
+def limits_text(amap: AttributionMap, limits: Limits | None = None) -> str:
+    """'−a … a' or '0 … b' with the unit: the colour range a grid cell uses (its own unless `limits`)."""
+    lo, hi = limits or colour_limits(amap)
     unit = f" {amap.unit}" if amap.unit else ""
     return f"{lo:.3g} … {hi:.3g}{unit}"
+
+
+def wrap_title(text: str, inches: float, points: float = _TITLE_PT, lines: int = 2) -> str:
+    """`text` wrapped to a width of `inches` at `points`, at most `lines` lines (then shortened with …)."""
+    chars = max(8, int(inches * 72 / (points * _CHAR_EM)))
+    wrapped = textwrap.wrap(text, width=chars, max_lines=lines, placeholder=" …", break_long_words=True)
+    return "\n".join(wrapped) or text[:chars]
+
+
+def _title(amap: AttributionMap, inches: float, points: float = _TITLE_PT) -> str:
+    return f"{wrap_title(amap.name, inches, points)}\n{format_seconds(amap.seconds)}"
+
+
+def grid_canvas(
+    maps: Sequence[AttributionMap],
+    cropped_image: Image.Image | np.ndarray | None = None,
+    *,
+    columns: int | None = None,
+    cell_inches: float = 2.4,
+    dpi: int = 100,
+    title: str | None = None,
+    shared_scale: bool = True,
+    limits: Sequence[Limits] | None = None,
+    image_title: str = "Input",
+    titles: bool = True,
+    text_scale: float = 1.0,
+):
+    """The grid as a matplotlib Figure (see `grid_png`); every cell has the same size and layout.
+
+    limits: the colour range of each map (default: `map_limits(maps, shared_scale)`). titles=False leaves out
+    the cells' titles (a page that captions them itself); text_scale enlarges all text (and the room for it),
+    for pictures that are shown smaller than drawn.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, safe in a server thread
+
+    panels = (1 if cropped_image is not None else 0) + len(maps)
+    if panels == 0:
+        raise ValueError("Nothing to draw: no maps and no image.")
+    cols = columns or min(panels, 5)
+    rows = math.ceil(panels / cols)
+    limits = list(limits) if limits is not None else map_limits(maps, shared_scale)
+    bar_strip = _BAR_GAP + _BAR_WIDTH + _BAR_TEXT * text_scale
+    title_band = _TITLE_BAND * text_scale if titles else 0.0
+    title_pt = _TITLE_PT * text_scale
+    cell_w = cell_inches + bar_strip
+    width = 2 * _MARGIN + cols * cell_w + (cols - 1) * _PAD
+    heading = ""
+    if title:
+        heading = wrap_title(title, width - 2 * _MARGIN, _SUPTITLE_PT, lines=2)
+    top = (0.22 * (heading.count("\n") + 1) + 0.1) if heading else 0.0
+    row_h = title_band + cell_inches + _PAD
+    height = _MARGIN + top + rows * row_h
+    fig = Figure(figsize=(width, height), dpi=dpi)
+
+    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+        """Inches from the top-left corner → matplotlib's figure fractions from the bottom-left."""
+        return [x / width, 1.0 - (y_top + h) / height, w / width, h / height]
+
+    def slot(i: int) -> tuple[float, float]:
+        r, c = divmod(i, cols)
+        return _MARGIN + c * (cell_w + _PAD), _MARGIN + top + r * row_h + title_band
+
+    panels_drawn = []
+    if cropped_image is not None:
+        panels_drawn.append(("image", cropped_image, None))
+    panels_drawn += [("map", m, lim) for m, lim in zip(maps, limits)]
+    for i, (kind, item, lim) in enumerate(panels_drawn):
+        x, y = slot(i)
+        ax = fig.add_axes(rect(x, y, cell_inches, cell_inches))
+        ax.set_axis_off()
+        if kind == "image":
+            ax.imshow(np.asarray(item), aspect="auto")
+            if titles:
+                ax.set_title(wrap_title(image_title, cell_inches, title_pt), fontsize=title_pt, pad=4)
+            continue
+        amap: AttributionMap = item
+        cmap = SIGNED_CMAP if amap.signed else UNSIGNED_CMAP
+        image = ax.imshow(amap.values, cmap=cmap, vmin=lim[0], vmax=lim[1], interpolation="nearest", aspect="auto")
+        if titles:
+            ax.set_title(_title(amap, cell_inches, title_pt), fontsize=title_pt, pad=4)
+        if amap.unit:
+            cax = fig.add_axes(rect(x + cell_inches + _BAR_GAP, y, _BAR_WIDTH, cell_inches))
+            bar = fig.colorbar(image, cax=cax)
+            bar.set_label(amap.unit, fontsize=_LABEL_PT * text_scale)
+            bar.ax.tick_params(labelsize=_TICK_PT * text_scale)
+            bar.outline.set_visible(False)
+    if heading:
+        fig.text(0.5, 1.0 - (_MARGIN + 0.02) / height, heading, ha="center", va="top", fontsize=_SUPTITLE_PT)
+    return fig
+
+
+def _png(fig, dpi: int) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
 
 
 def grid_png(
@@ -60,45 +199,34 @@ def grid_png(
     cell_inches: float = 2.4,
     dpi: int = 100,
     title: str | None = None,
+    shared_scale: bool = True,
 ) -> bytes:
-    """The input image and every map in one PNG (bytes).
+    """The input image and every map in one PNG (bytes), all cells of one size.
 
     Signed maps: "bwr" (blue < 0 < red), symmetric around 0. Unsigned: "inferno". Maps with a unit
-    (IBA: bits/pixel) get a colour bar labelled with it.
+    (IBA, Readout: bits/pixel) get a colour bar labelled with it; with shared_scale (default) they share
+    one range per unit (bits are absolute), else each map has its own.
     """
-    from matplotlib.figure import Figure  # no pyplot: no global state, safe in a server thread
-
-    panels = (1 if cropped_image is not None else 0) + len(maps)
-    if panels == 0:
-        raise ValueError("Nothing to draw: no maps and no image.")
-    cols = columns or min(panels, 5)
-    rows = math.ceil(panels / cols)
-    fig = Figure(figsize=(cols * cell_inches, rows * (cell_inches + 0.35) + (0.4 if title else 0)), dpi=dpi)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in axes:
-        ax.set_axis_off()
-    index = 0
-    if cropped_image is not None:
-        axes[0].imshow(np.asarray(cropped_image))
-        axes[0].set_title("Input", fontsize=9)
-        index = 1
-    for amap, ax in zip(maps, axes[index:]):
-        vmin, vmax = colour_limits(amap)
-        cmap = SIGNED_CMAP if amap.signed else UNSIGNED_CMAP
-        image = ax.imshow(amap.values, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
-        ax.set_title(f"{amap.name}\n{format_seconds(amap.seconds)}", fontsize=9)
-        if amap.unit:
-            bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-            bar.set_label(amap.unit, fontsize=8)
-            bar.ax.tick_params(labelsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    return buffer.getvalue()
+    fig = grid_canvas(maps, cropped_image, columns=columns, cell_inches=cell_inches, dpi=dpi, title=title,
+                      shared_scale=shared_scale)
+    return _png(fig, dpi)
 
 
-def cell_png(amap: AttributionMap) -> bytes:
-    """One grid cell on its own: the map titled with its name and time, in the grid's colours."""
-    return grid_png([amap], None, columns=1, cell_inches=2.8)
+#: A single cell (a page shows it about half size, captioned by the page): the map's side in inches at 100 dpi,
+#: and text twice the grid's size so that the colour bar stays readable when shown smaller.
+CELL_INCHES, CELL_TEXT_SCALE = 2.8, 2.0
+
+
+def cell_png(amap: AttributionMap, limits: Limits | None = None) -> bytes:
+    """One map on its own, in the grid's colours and cell layout (map and colour-bar strip), without a title
+    (the page captions it). limits: the colour range (default: the map's own). Every cell PNG (and
+    `image_cell_png`) has the same size, so a page's cells line up at one size."""
+    fig = grid_canvas([amap], None, columns=1, cell_inches=CELL_INCHES, limits=None if limits is None else [limits],
+                      shared_scale=False, titles=False, text_scale=CELL_TEXT_SCALE)
+    return _png(fig, 100)
+
+
+def image_cell_png(image: Image.Image | np.ndarray) -> bytes:
+    """The input image as a cell of the same size and layout as `cell_png`'s (the colour-bar strip empty)."""
+    return _png(grid_canvas([], image, columns=1, cell_inches=CELL_INCHES, titles=False,
+                            text_scale=CELL_TEXT_SCALE), 100)

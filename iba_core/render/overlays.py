@@ -1,7 +1,8 @@
 """PIL images of a map over the photo, for the pages and downloads, with no Streamlit.
 
-The heatmap blended over the image, the "not needed" view (regions below a threshold greyed and
-outlined), object boxes drawn on the crop, and PNG bytes of any of them.
+The heatmap blended over the image (the network's 224 × 224 crop, or the whole photo at its own
+resolution), the "few bits" view (regions below a threshold greyed and outlined, with the bits they
+still pass), object boxes drawn on the crop, and PNG bytes of any of them.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import io
 from typing import Sequence
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageEnhance
 
 from .arrays import as_map
 
@@ -24,6 +25,13 @@ def _heatmap_like(image: Image.Image, heatmap: np.ndarray) -> np.ndarray:
         resized = Image.fromarray(h, mode="F").resize(image.size, Image.Resampling.BILINEAR)
         h = np.asarray(resized, dtype=np.float32)
     return h
+
+
+def _lut(cmap: str) -> np.ndarray:
+    """(256, 3) uint8 colours of a matplotlib colour map."""
+    import matplotlib
+
+    return (matplotlib.colormaps[cmap](np.linspace(0.0, 1.0, 256))[:, :3] * 255).round().astype(np.uint8)
 
 
 def colorize(heatmap: np.ndarray, cmap: str = "inferno", vmax: float | None = None) -> np.ndarray:
@@ -49,8 +57,68 @@ def overlay_image(
     return Image.fromarray(blended.round().clip(0, 255).astype(np.uint8), mode="RGB")
 
 
+def centre_crop_box(size: tuple[int, int], resize: int, crop: int) -> tuple[int, int, int, int]:
+    """Where the network's crop lies in the original image: (left, top, right, bottom) in its pixels.
+
+    Mirrors the preprocessing (`Preprocess.crop`): the short side is resized to `resize` (the long side
+    to int(resize · long / short), as torchvision does), then a `crop` × `crop` square is cut from the
+    centre. The box is that square mapped back through the resize, rounded to whole pixels.
+    """
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise ValueError(f"The image has no pixels ({width} × {height}).")
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = resize, int(resize * long / short)
+    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
+    left, top = round((new_w - crop) / 2.0), round((new_h - crop) / 2.0)
+    sx, sy = width / new_w, height / new_h
+    box = (round(left * sx), round(top * sy), round((left + crop) * sx), round((top + crop) * sy))
+    x0, y0 = max(box[0], 0), max(box[1], 0)
+    return x0, y0, max(min(box[2], width), x0 + 1), max(min(box[3], height), y0 + 1)
+
+
+#: Brightness of the photo outside the network's crop in the full-resolution overlay (1 = unchanged);
+#: that part is also shown in grey, and the crop's border is outlined.
+OUTSIDE_BRIGHTNESS = 0.45
+
+
+def full_resolution_overlay(
+    original: Image.Image, heatmap: np.ndarray, box: tuple[int, int, int, int], opacity: float = 0.6,
+    cmap: str = "inferno", outside: float = OUTSIDE_BRIGHTNESS,
+) -> Image.Image:
+    """The heatmap over the whole original photo, at the photo's own size.
+
+    The heatmap covers the network's crop: it is resized (bilinear) onto `box` (see `centre_crop_box`)
+    and blended there like `overlay_image` (normalised to its max, same colours). The network never saw
+    the rest of the photo, so it has no bits: it is kept, in grey and dimmed to `outside` brightness,
+    and the crop's border is outlined (`OUTLINE_RGB`, about 1/300 of the short side thick).
+    """
+    if not 0.0 <= opacity <= 1.0:
+        raise ValueError(f"opacity must be in [0, 1], got {opacity}.")
+    photo = original.convert("RGB")
+    x0, y0, x1, y1 = box
+    if not (0 <= x0 < x1 <= photo.width and 0 <= y0 < y1 <= photo.height):
+        raise ValueError(f"The crop box {box} lies outside the {photo.width} × {photo.height} image.")
+    h = as_map(heatmap)
+    top = float(h.max())
+    # Colour levels 0–255 (+0.5: PIL's float → 8-bit conversion truncates), resized in float, then looked
+    # up in the colour map: all in PIL, cheap even for a 40-megapixel photo.
+    levels = (h * (255.0 / top) if top > 0 else np.zeros_like(h)) + 0.5
+    index = Image.fromarray(levels.astype(np.float32), mode="F").resize(
+        (x1 - x0, y1 - y0), Image.Resampling.BILINEAR).convert("L")
+    lut = _lut(cmap)
+    colours = Image.merge("RGB", [index.point(lut[:, c].tolist()) for c in range(3)])
+    inside = Image.blend(photo.crop(box), colours, opacity)
+    out = ImageEnhance.Brightness(photo.convert("L")).enhance(outside).convert("RGB")
+    out.paste(inside, (x0, y0))
+    width = max(1, round(min(photo.size) / 300))
+    ImageDraw.Draw(out).rectangle([x0 - width, y0 - width, x1 + width - 1, y1 + width - 1], outline=OUTLINE_RGB,
+                                  width=width)
+    return out
+
+
 def not_needed_mask(heatmap: np.ndarray, threshold_bits: float) -> np.ndarray:
-    """True where a pixel carries fewer than `threshold_bits` bits: the "not needed" regions."""
+    """True where a pixel carries fewer than `threshold_bits` bits: the "few bits" regions."""
     return as_map(heatmap) < threshold_bits
 
 
@@ -58,6 +126,16 @@ def not_needed_fraction(heatmap: np.ndarray, threshold_bits: float) -> float:
     """Share of the image (0–1) below the threshold."""
     mask = not_needed_mask(heatmap, threshold_bits)
     return float(mask.mean()) if mask.size else 0.0
+
+
+def bits_below(heatmap: np.ndarray, threshold_bits: float) -> float:
+    """Bits the regions below the threshold still pass: the heatmap summed over them (≥ 0).
+
+    Only a region with exactly zero bits is covered by the paper's guarantee; this number says how
+    far the greyed regions are from that.
+    """
+    h = as_map(heatmap)
+    return float(h[h < threshold_bits].astype(np.float64).sum())
 
 
 def _boundary(mask: np.ndarray, width: int = 1) -> np.ndarray:
@@ -72,10 +150,11 @@ def _boundary(mask: np.ndarray, width: int = 1) -> np.ndarray:
 
 
 def not_needed_outline(cropped: Image.Image, heatmap: np.ndarray, threshold_bits: float) -> Image.Image:
-    """The image with regions below `threshold_bits` greyed out and outlined.
+    """The image with regions below `threshold_bits` greyed out and outlined: the "few bits" view.
 
-    The paper's guarantee: a region scored ~0 bits passes no information through the bottleneck, so
-    the network's prediction (with the bottleneck in place) does not need it.
+    The paper's guarantee covers only regions with zero bits: they pass no information through the
+    noisy bottleneck, so the prediction made through the bottleneck does not need them. Regions with a
+    few bits are not covered; `bits_below` says how many bits the greyed regions still pass.
     """
     rgb = np.asarray(cropped.convert("RGB"), dtype=np.float32)
     mask = not_needed_mask(_heatmap_like(cropped, heatmap), threshold_bits)
@@ -87,10 +166,11 @@ def not_needed_outline(cropped: Image.Image, heatmap: np.ndarray, threshold_bits
     return Image.fromarray(out.round().clip(0, 255).astype(np.uint8), mode="RGB")
 
 
-def png_bytes(image: Image.Image) -> bytes:
-    """PNG-encoded bytes of a PIL image (for download buttons and files)."""
+def png_bytes(image: Image.Image, optimize: bool = True) -> bytes:
+    """PNG-encoded bytes of a PIL image (for download buttons and files); optimize=False is much faster
+    for big pictures (a full-resolution overlay) at a slightly larger file."""
     buf = io.BytesIO()
-    image.save(buf, format="PNG", optimize=True)
+    image.save(buf, format="PNG", optimize=optimize)
     return buf.getvalue()
 
 

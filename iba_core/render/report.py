@@ -25,8 +25,13 @@ def run_report(
     class_name: str,
     *,
     stats_description: str | None = None,
+    stats_seconds: float | None = None,
 ) -> dict:
-    """Everything needed to reproduce and cite a run, without the arrays (JSON-serialisable; NaN → null)."""
+    """Everything needed to reproduce and cite a run, without the arrays (JSON-serialisable; NaN → null).
+
+    results.seconds is the optimisation's time; results.statistics_seconds (when given) the time to get
+    the feature statistics. results.bottleneck_lost_class says whether the bottleneck discarded the class.
+    """
     heatmap = np.asarray(result.heatmap)
     return jsonable(
         {
@@ -43,6 +48,8 @@ def run_report(
                 "p_target_without_bottleneck": float(result.p_without),
                 "p_target_with_bottleneck": float(result.p_with),
                 "seconds": float(result.seconds),
+                "statistics_seconds": None if stats_seconds is None else float(stats_seconds),
+                "bottleneck_lost_class": bool(result.lost_class),
                 "feature_shape": [int(v) for v in result.feature_shape],
                 "heatmap_shape": [int(v) for v in heatmap.shape],
                 "max_bits_per_pixel": float(heatmap.max()) if heatmap.size else 0.0,

@@ -36,10 +36,11 @@ def test_readout_checkpoints_listing(tmp_path, no_shipped) -> None:
     good = save(tmp_path / "run" / "readout_best.pt", {"data": "12 images below /photos", "epoch": 3, "complete": True})
     found = checkpoints.readout_checkpoints("efficientnet_lite0", [tmp_path, tmp_path / "missing"])
     assert [f.path for f in found] == [good]
-    assert "12 images below /photos" in found[0].label and found[0].complete and found[0].state == "complete"
+    assert found[0].label == "Readout (readout_best.pt)" and "12 images below /photos" in found[0].details
+    assert found[0].complete and found[0].state == "complete"
     shipped = checkpoints.describe_readout(good, True)
-    assert shipped.label.startswith("Readout (trained on 12 images below /photos")
-    assert "rough, offline photos" in shipped.label and shipped.state == "shipped"
+    assert shipped.label == "Readout (shipped, rough)" and "Trained on 12 images below /photos" in shipped.details
+    assert shipped.state == "shipped"
     assert checkpoints.readout_checkpoints("resnet50", [tmp_path]) == []
 
 

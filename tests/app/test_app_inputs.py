@@ -23,8 +23,10 @@ def test_upload_input_refuses_too_large_and_corrupt_files() -> None:
     assert ok.digest == inputs.upload_input("y.png", buf.getvalue()).digest  # content, not name
     with pytest.raises(ImageError, match="limited to 1 MB"):
         inputs.upload_input("big.png", bytes(2 * 1024 * 1024), max_mb=1)
-    with pytest.raises(ImageError):
+    with pytest.raises(ImageError, match="^The file bad.png is not a readable image"):
         inputs.upload_input("bad.png", b"not an image")
+    with pytest.raises(ImageError, match="^The file empty.png is empty"):
+        inputs.upload_input("empty.png", b"")
 
 
 def test_sample_input_names_the_photo() -> None:
@@ -67,3 +69,34 @@ def test_box_input_prefers_the_annotation() -> None:
     assert len(xml_boxes) == 1 and np.array_equal(from_xml, inputs.voc_boxes(VOC)[0])
     with pytest.raises(ValueError):
         inputs.box_input("1, 2")
+
+
+def _gif(frames: int) -> bytes:
+    pictures = [Image.new("RGB", (60, 40), (40 * i, 100, 200)) for i in range(frames)]
+    buf = io.BytesIO()
+    pictures[0].save(buf, format="GIF", save_all=True, append_images=pictures[1:], duration=80, loop=0)
+    return buf.getvalue()
+
+
+def test_gif_upload_says_the_first_frame_is_used() -> None:
+    animated = inputs.upload_input("anim.gif", _gif(4))
+    assert animated.image.size == (60, 40) and animated.image.getpixel((1, 1)) == (0, 100, 200)
+    assert animated.format_note == "GIF: the network sees the first frame of its 4 frames, as an RGB photo."
+    assert "first frame" in inputs.upload_input("still.gif", _gif(1)).format_note
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(buf, format="PNG")
+    assert inputs.upload_input("x.png", buf.getvalue()).format_note is None
+    assert inputs.sample_input("chelsea").format_note is None
+
+
+def test_size_warnings_for_tiny_and_extreme_images() -> None:
+    assert inputs.size_warnings((451, 300), 256) == []
+    assert inputs.size_warnings((1000, 250), 256) == []  # 4 : 1 is still fine
+    tiny = inputs.size_warnings((20, 24), 256)
+    assert len(tiny) == 1 and "20 × 24" in tiny[0] and "upscaled 13×" in tiny[0]
+    wide = inputs.size_warnings((2000, 300), 256)
+    assert len(wide) == 1 and "6.7 : 1" in wide[0] and "cropped away" in wide[0]
+    # (224/256)² / 6.67 of the picture survives the crop
+    assert f"{(224 / 256) ** 2 / (2000 / 300):.0%}" in wide[0]
+    both = inputs.size_warnings((10, 200), 256)
+    assert len(both) == 2

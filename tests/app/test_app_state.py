@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
+import pytest
 import torch
 
 from iba_core.app.state import RunRecord, SharedModel
@@ -43,3 +45,88 @@ def test_run_record_names_its_files_and_reports() -> None:
     report = record.report()
     assert report["target"] == {"index": 285, "name": "Egyptian cat"} and report["statistics"] == "32 samples"
     assert report["layer"] == "block3_2" and report["settings"]["steps"] == 1
+
+
+def _hold_lock(shared: SharedModel, seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """Another session: a thread that holds the network for `seconds`; returns it and a 'holding' event."""
+    holding = threading.Event()
+
+    def run() -> None:
+        with shared.busy():
+            holding.set()
+            time.sleep(seconds)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert holding.wait(5)
+    return t, holding
+
+
+def test_busy_reports_the_wait_while_another_thread_holds_the_network() -> None:
+    shared = SharedModel(loaded=object())
+    other, _ = _hold_lock(shared, 0.5)
+    waits: list[float] = []
+    start = time.monotonic()
+    with shared.busy(on_wait=waits.append, poll_s=0.1) as loaded:
+        assert loaded is shared.loaded
+        waited = time.monotonic() - start
+    other.join()
+    assert waited >= 0.3
+    assert waits[0] == 0.0 and len(waits) >= 3, waits  # at once, then every poll
+    assert waits == sorted(waits) and waits[-1] <= waited
+    assert shared.lock.acquire(blocking=False)  # released again
+    shared.lock.release()
+
+
+def test_busy_does_not_report_a_free_network_or_its_own_lock() -> None:
+    shared = SharedModel(loaded=object())
+    waits: list[float] = []
+    with shared.busy(on_wait=waits.append):
+        with shared.busy(on_wait=waits.append):  # the same session's helper: re-entrant, no wait
+            pass
+    assert waits == []
+    assert shared.acquire() == 0.0
+    shared.lock.release()
+
+
+def test_an_error_in_on_wait_ends_the_wait_without_the_lock() -> None:
+    shared = SharedModel(loaded=object())
+    other, _ = _hold_lock(shared, 0.3)
+
+    class Stopped(Exception):
+        pass
+
+    def stop(seconds: float) -> None:
+        raise Stopped  # e.g. Streamlit stopping the script while it waits
+
+    try:
+        with pytest.raises(Stopped):
+            with shared.busy(on_wait=stop):
+                raise AssertionError("must not get the network")
+    finally:
+        other.join()
+    got = []
+    t = threading.Thread(target=lambda: got.append(shared.lock.acquire(timeout=1)))
+    t.start()
+    t.join()
+    assert got == [True], "the lock must not be left held"
+
+
+def test_run_record_keeps_timing_and_the_original() -> None:
+    from PIL import Image
+
+    heat = np.full((224, 224), 0.01, np.float32)
+    result = AttributionResult(
+        heatmap=heat, feature_bits=np.ones((7, 7)), lambda_mean=np.zeros((7, 7)), total_bits=float(heat.sum()),
+        target=285, p_without=0.35, p_with=0.001, history=[], seconds=2.5,
+        settings=BottleneckSettings(steps=0), feature_shape=(40, 7, 7),
+    )
+    original = Image.new("RGB", (451, 300))
+    record = RunRecord("chelsea", "efficientnet_lite0", "block3_2", "Egyptian cat", Image.new("RGB", (224, 224)),
+                       result, "32 samples", original=original, crop_box=(94, 19, 357, 281), stats_seconds=1.25)
+    assert record.original is original and record.crop_box == (94, 19, 357, 281)
+    other = RunRecord("chelsea", "efficientnet_lite0", "block3_2", "Egyptian cat", original, result, "32 samples")
+    assert record.run_id != other.run_id
+    results = record.report()["results"]
+    assert results["seconds"] == 2.5 and results["statistics_seconds"] == 1.25
+    assert results["bottleneck_lost_class"] is True

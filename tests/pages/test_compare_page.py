@@ -3,9 +3,15 @@ from __future__ import annotations
 
 import pytest
 
+import io
+
+from PIL import Image
+
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.choices import DEFAULT_COMPARE_METHODS, READOUT_METHOD
+from iba_core.app.maps import cell_pictures
+from iba_core.render.grid import limits_text, map_limits
 from iba_core.methods.base import Method
 
 CHEAP = ["saliency", "grad_cam"]
@@ -46,7 +52,7 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls)
     captions = " ".join(c.value for c in at.caption)
     assert "Saliency" in captions and "Grad-CAM" in captions
     assert "signed" in captions
-    assert "Readout (trained on" in captions  # the cell is named by its checkpoint
+    assert "**Readout (shipped, rough)** ·" in captions  # the cell is named by its checkpoint, briefly
     assert [b.label for b in at.get("download_button")] == ["Download grid (PNG)"]
     assert seconds < 60, f"two cheap maps took {seconds:.0f} s"
 
@@ -79,3 +85,43 @@ def test_select_all_picks_every_method_the_network_can_run(open_page, offline_mo
     offered = compare_choices(offline_model).keys
     assert at.multiselect(key="cmp_methods").value == offered
     assert READOUT_METHOD not in offered  # it has its own checkpoint choice
+
+
+def scales(at) -> dict[str, str]:
+    """Cell caption → the colour range it states, for the map cells of the page."""
+    return {c.value.split(" · ")[0].strip("*"): c.value.rsplit("scale ", 1)[1]
+            for c in at.caption if "· scale " in c.value}
+
+
+def test_bits_maps_share_one_scale_and_every_cell_has_one_size(open_page) -> None:
+    at = open_page("compare")
+    # The readout's short label in the list; what it was trained on goes into the tooltip.
+    readout = at.selectbox(key="cmp_readout_efficientnet_lite0")
+    assert readout.format_func(readout.value) == "Readout (shipped, rough)"
+    assert "Trained on" in readout.help and "Shipped with the app" in readout.help
+    at.multiselect(key="cmp_methods").set_value(["saliency", "iba_10"])
+    at.button(key="cmp_run_button").click().run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    ranges = scales(at)
+    iba, out = ranges["Per-Sample IBA β=10/k"], ranges["Readout (shipped, rough)"]
+    assert iba == out and iba.endswith("bits/pixel")  # Per-Sample IBA and Readout: one scale in bits/pixel
+    assert ranges["Saliency"] != iba
+    readout_caption = next(c for c in at.caption if c.value.startswith("**Readout (shipped, rough)**"))
+    assert "Trained on" in readout_caption.proto.help  # the details in a tooltip
+
+    # The cells the page shows (the input too) are PNGs of one size, drawn with the stated ranges.
+    last = at.session_state["cmp_last"]
+    entries = [at.session_state["map_cache"].get(k) for k in last["keys"]]
+    pictures = cell_pictures(entries)
+    sizes = {Image.open(io.BytesIO(png)).size for png in [last["input_png"], *(png for png, _ in pictures)]}
+    assert len(sizes) == 1
+    assert [limits_text(e.amap, lim) for e, (_, lim) in zip(entries, pictures)] == list(ranges.values())
+
+    # Per-map scales on request: each bottleneck map from 0 to its own maximum.
+    at.checkbox(key="cmp_per_map").check().run()
+    assert_clean(at)
+    own = scales(at)
+    assert own["Per-Sample IBA β=10/k"] != own["Readout (shipped, rough)"]
+    assert list(own.values()) == [limits_text(e.amap, lim)
+                                  for e, lim in zip(entries, map_limits([e.amap for e in entries], False))]

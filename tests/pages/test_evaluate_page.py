@@ -6,15 +6,35 @@ import json
 from page_helpers import assert_clean, timed_run
 
 CHEAP = ["saliency", "grad_cam"]
+#: The page's default: two cheap baselines and the paper's Per-Sample Bottleneck (β = 10/k).
+DEFAULT = [*CHEAP, "iba_10"]
+#: No table column may be narrower than its header or its longest value at this many pixels per character
+#: (Streamlit's table font, Source Sans at 14 px, measured at most ~6.4 px per character in Chromium;
+#: the rest is padding and the sort arrow).
+PX_PER_CHAR, PAD_PX = 6.5, 24
 
 
 def specs(at) -> dict[str, dict]:
     return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key}
 
 
+def assert_no_clipped_column(table) -> None:
+    """Every column of an st.dataframe has a width that holds its header and its longest value."""
+    config = json.loads(table.proto.columns)
+    frame = table.value
+    for name in frame.columns:
+        width = config[name].get("width")
+        assert isinstance(width, int), f"column {name!r} has no width in pixels: {config[name]}"
+        values = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in frame[name]]
+        chars = max([len(name)] + [len(v) for v in values])
+        assert width >= chars * PX_PER_CHAR + PAD_PX, (name, width, chars)
+        assert config[name].get("help"), f"column {name!r} has no tooltip"
+
+
 def test_degradation_curves_and_areas(open_page) -> None:
     at = open_page("evaluate")
-    assert at.multiselect(key="ev_methods").value == CHEAP
+    assert at.multiselect(key="ev_methods").value == DEFAULT
+    at.multiselect(key="ev_methods").set_value(CHEAP)  # the curves' logic is the same; the baselines are quick
     at.number_input(key="ev_points").set_value(5)
     at, seconds = timed_run(at.button(key="ev_deg_button").click())
     assert_clean(at)
@@ -31,6 +51,7 @@ def test_degradation_curves_and_areas(open_page) -> None:
     table = at.dataframe[0].value
     assert list(table["Method"]) == ["Saliency", "Grad-CAM"]
     assert table["Area (LeRF − MoRF)"].notna().all()
+    assert_no_clipped_column(at.dataframe[0])
     assert "ev_sanity" not in at.session_state and "ev_bbox" not in at.session_state  # sections run apart
     assert seconds < 60, f"degradation took {seconds:.0f} s"
 
@@ -38,11 +59,12 @@ def test_degradation_curves_and_areas(open_page) -> None:
 def test_bbox_ratios_for_a_typed_box(open_page) -> None:
     at = open_page("evaluate")
     at.text_input(key="ev_box").set_value("60, 40, 170, 200")
-    at.button(key="ev_box_button").click().run()
+    at.button(key="ev_box_button").click().run()  # the default methods, Per-Sample IBA β = 10/k among them
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     rows = at.session_state["ev_bbox"]["rows"]
-    assert [r["Method"] for r in rows] == ["Saliency", "Grad-CAM"]
+    assert [r["Method"] for r in rows] == ["Saliency", "Grad-CAM", "Per-Sample IBA β=10/k"]
+    assert_no_clipped_column(at.dataframe[0])
     assert all(0.0 <= r["bbox ratio"] <= 1.0 for r in rows)
     assert abs(rows[0]["random ≈"] - (110 * 160) / 224**2) < 1e-3
     assert any("box on the crop" in c for im in at.image for c in im.captions)
@@ -77,3 +99,17 @@ def test_sanity_check_offers_fast_methods_only(open_page) -> None:
     options = at.selectbox(key="ev_san_method").options
     assert "Saliency" in options and "Grad-CAM" in options
     assert not any("IBA" in o or "Occlusion" in o or "Integrated" in o or "SmoothGrad" in o for o in options)
+
+
+def test_reasons_a_method_is_missing_use_the_apps_words(offline_model, monkeypatch) -> None:
+    """A network without a readout checkpoint: the page says so without command lines or flags."""
+    import iba_core.readout as readout
+    from iba_core.app.choices import READOUT_METHOD, method_choices, unavailable_text
+    from iba_core.methods import display_names
+
+    monkeypatch.setattr(readout, "default_checkpoint", lambda key: None)
+    offered = method_choices(offline_model)
+    assert READOUT_METHOD in offered.unavailable
+    text = unavailable_text(offered, display_names())
+    assert "EfficientNet-Lite0" in text and "Readout Bottleneck checkpoints" in text
+    assert "python -m" not in text and "--" not in text and "efficientnet_lite0" not in text

@@ -15,6 +15,10 @@ def test_home_explains_bits_and_links_the_pages(app: AppTest) -> None:
     assert app.title[0].value == "IBA Explorer"
     text = " ".join(md.value for md in app.markdown)
     assert "bits" in text and "not to be needed" in text
+    # The guarantee as the paper gives it: zero bits only, only for the prediction through the bottleneck.
+    assert "zero bits" in text and "prediction made through the bottleneck" in text and "few bits" in text
+    captions = " ".join(c.value for c in app.caption)
+    assert "that are not needed" not in captions
     links = {link.proto.page for link in app.get("page_link")}
     assert any("per_sample" in p for p in links) and any("beta_layer" in p for p in links)
 
@@ -31,3 +35,17 @@ def test_every_page_renders_without_error(app: AppTest) -> None:
         app.switch_page(page).run()
         assert_clean(app)
         assert not app.error, (page, [e.value for e in app.error])
+
+
+def test_home_numbers_come_from_the_shipped_example(app: AppTest) -> None:
+    """The Home page shows the numbers of assets/home_example.json (written by scripts/make_home_example.py,
+    checked against a fresh run by tests/test_examples.py), not numbers of its own."""
+    import json
+
+    from iba_core.render.text import format_probability
+
+    res = json.loads((ASSETS / "home_example.json").read_text(encoding="utf-8"))["results"]
+    shown = [m.value for m in app.metric]
+    assert any(f"{res['total_bits']:,.0f}" in value for value in shown)
+    assert format_probability(res["p_target_without_bottleneck"]) in shown
+    assert format_probability(res["p_target_with_bottleneck"]) in shown

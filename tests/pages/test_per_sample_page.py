@@ -1,10 +1,13 @@
 """Per-Sample Bottleneck page, driven through Streamlit's AppTest."""
 from __future__ import annotations
 
+import io
 import json
 import re
 
 import numpy as np
+import pytest
+from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from page_helpers import assert_clean, timed_run
@@ -34,7 +37,62 @@ def run_button(at: AppTest):
     return at.button(key="ps_run_button")
 
 
-def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page) -> None:
+@pytest.fixture
+def downloads(monkeypatch) -> dict:
+    """What the download buttons hand out, by file name: a function giving the bytes (deferred ones are
+    produced on demand, as a click would)."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    files: dict = {}
+    add, add_deferred = MediaFileManager.add, MediaFileManager.add_deferred
+
+    def record_add(self, data, mimetype, coordinates, file_name=None, is_for_static_download=False):
+        if file_name:
+            files[file_name] = lambda: data
+        return add(self, data, mimetype, coordinates, file_name=file_name,
+                   is_for_static_download=is_for_static_download)
+
+    def record_deferred(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        if file_name:
+            files[file_name] = data_callable
+        return add_deferred(self, data_callable, mimetype, coordinates, file_name=file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add", record_add)
+    monkeypatch.setattr(MediaFileManager, "add_deferred", record_deferred)
+    return files
+
+
+def download(files: dict, suffix: str) -> bytes:
+    """The bytes of the one offered file whose name ends with `suffix`."""
+    names = [n for n in files if n.endswith(suffix)]
+    assert len(names) == 1, (suffix, list(files))
+    data = files[names[0]]()
+    return data.encode() if isinstance(data, str) else data
+
+
+def replay_slider(at: AppTest):
+    return next(s for s in at.slider if s.label == "Replay step")
+
+
+def shown_step(at: AppTest) -> str:
+    """The replay's 'Step t / T · … bits · p(target) = …' line."""
+    texts = [m.value for m in at.markdown if m.value.startswith("**Step ")]
+    assert len(texts) == 1, texts
+    return texts[0].strip("*")
+
+
+def gif_bytes(frames: int = 3) -> bytes:
+    """An animated GIF of chelsea (each frame a little darker), as a user would upload it."""
+    import skimage.data
+
+    photo = Image.fromarray(np.ascontiguousarray(skimage.data.chelsea()))
+    pictures = [photo.point(lambda v, k=k: int(v * (1 - 0.2 * k))) for k in range(frames)]
+    buf = io.BytesIO()
+    pictures[0].save(buf, format="GIF", save_all=True, append_images=pictures[1:], duration=200, loop=0)
+    return buf.getvalue()
+
+
+def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page, downloads) -> None:
     at = open_page("per_sample")
     assert at.selectbox(key="sample_name").value == "chelsea"
     assert at.selectbox(key="network").value == "efficientnet_lite0"
@@ -52,19 +110,30 @@ def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page) -> None:
         assert 0.0 <= percent(m[label]) <= 100.0
     assert abs(percent(m["p(target) without bottleneck"]) - 35.5) < 1.0  # chelsea → Egyptian cat
 
-    specs = plotly_specs(at)
-    assert {"ps_heatmap", "ps_lambda", "ps_curves"} <= set(specs)
-    heat = specs["ps_heatmap"]["data"][0]
-    assert heat["type"] == "heatmap"
-    assert "bits" in heat["colorbar"]["title"]["text"]
-
+    # Time: the optimisation, with the statistics' time beside it.
     record = at.session_state["ps_run"]
+    time_metric = next(x for x in at.metric if x.label == "Optimisation time")
+    assert time_metric.value == f"{record.result.seconds:.1f} s"
+    assert time_metric.proto.delta.endswith(" statistics")
+
+    heat = plotly_specs(at)["ps_heatmap"]["data"][0]
+    assert heat["type"] == "heatmap"
+    assert heat["colorbar"]["title"]["text"] == "bits / pixel"
+
     assert record.result.heatmap.shape == (224, 224)
     assert np.isclose(record.result.heatmap.sum(), total_bits, rtol=1e-3)
     assert len(record.result.history) == 10
-    assert len(at.image) >= 3  # crop preview, overlay, "not needed" view
-    assert {b.label for b in at.get("download_button")} >= {"Overlay PNG", "Heatmap .npy", "JSON report"}
+    # crop preview, overlay, few-bits view, and the replay's bits map, λ map and curves
+    assert len(at.image) >= 6
+    assert {b.label for b in at.get("download_button")} >= {"Overlay PNG", "Heatmap .npy", "JSON report",
+                                                            "Animation GIF"}
     assert seconds < 120, f"one Run took {seconds:.0f} s"
+
+    # The GIF of the 10 steps has 10 frames; the report splits the times too.
+    gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
+    assert gif.format == "GIF" and gif.n_frames == 10
+    report = json.loads(download(downloads, ".json"))
+    assert report["results"]["statistics_seconds"] is not None and report["results"]["seconds"] > 0
 
     # Moving a result slider reruns the script; the result must survive without recomputing.
     at.slider(key="ps_opacity").set_value(0.3).run()
@@ -73,9 +142,67 @@ def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page) -> None:
     assert metrics(at)["Information used"] == m["Information used"]
 
 
-def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes) -> None:
+def test_replay_slider_shows_the_chosen_step(open_page) -> None:
+    at = open_page("per_sample")
+    at.number_input(key="ps_steps").set_value(3)
+    run_button(at).click().run()
+    assert_clean(at)
+    history = at.session_state["ps_run"].result.history
+    slider = replay_slider(at)
+    assert (slider.min, slider.max, slider.value) == (1, 3, 3)
+    last = shown_step(at)
+    assert last.startswith("Step 3 / 3 · ") and f"p(target) = {history[2].p_target:.2f}" in last
+    pictures = [im.proto.imgs[0].url for im in at.image]
+
+    replay_slider(at).set_value(1).run()
+    assert_clean(at)
+    first = shown_step(at)
+    assert first.startswith("Step 1 / 3 · ") and f"{history[0].bits_per_pixel.sum():,.0f} bits" in first
+    assert [im.proto.imgs[0].url for im in at.image] != pictures, "the maps must change with the step"
+
+    # The colour scale: a value typed in replaces the first step's maximum; or each step on its own.
+    assert "first step's maximum" in " ".join(c.value for c in at.caption)
+    at.number_input(key="ps_scale_top").set_value(0.25).run()
+    assert_clean(at)
+    assert "0.25 bits / pixel (set by you)" in " ".join(c.value for c in at.caption)
+    at.toggle(key="ps_scale_auto").set_value(True).run()
+    assert_clean(at)
+    assert "own maximum" in " ".join(c.value for c in at.caption)
+
+
+def test_lost_class_warning_at_large_beta(open_page) -> None:
+    from iba_core.per_sample import LOST_CLASS_MESSAGE
+
+    at = open_page("per_sample")
+    at.select_slider(key="ps_beta").set_value(1000.0)
+    at.number_input(key="ps_steps").set_value(6)
+    run_button(at).click().run()
+    assert_clean(at)
+    record = at.session_state["ps_run"]
+    assert record.result.lost_class, (record.result.p_without, record.result.p_with)
+    warnings = [w.value for w in at.warning if LOST_CLASS_MESSAGE in w.value]
+    assert warnings, [w.value for w in at.warning]
+    assert "35." in warnings[0]  # p(target) without the bottleneck is named
+
+
+def test_few_bits_view_states_the_guarantee_honestly(open_page) -> None:
+    at = open_page("per_sample")
+    at.number_input(key="ps_steps").set_value(2)
+    run_button(at).click().run()
+    assert_clean(at)
+    heat = at.session_state["ps_run"].result.heatmap
+    caption = next(c.value for c in at.caption if c.value.startswith("Greyed and outlined"))
+    passed = float(heat[heat < 0.05].astype(np.float64).sum())
+    assert f"{passed:,.1f} bits" in caption
+    text = " ".join(m.value for m in at.markdown)
+    assert "zero bits" in text and "through the bottleneck" in text and "not covered" in text
+    assert "**Few bits**" in text and "Not needed" not in text and "provably" not in text.lower()
+
+
+def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes, downloads) -> None:
     at = use_upload(open_page("per_sample"))
-    assert any("image file to upload" in i.value for i in at.info), "an empty uploader should say what to do"
+    assert any("image file to upload" in i.value and "GIF" in i.value for i in at.info), \
+        "an empty uploader should say what to do, and which files it takes"
     at.file_uploader[0].set_value(("chelsea.png", chelsea_png, "image/png")).run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
@@ -88,6 +215,43 @@ def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes) -> None:
     record = at.session_state["ps_run"]
     assert record.image_name == "chelsea.png"
     assert len(record.result.history) == 3
+
+    # The overlay download has the uploaded image's resolution.
+    uploaded = Image.open(io.BytesIO(chelsea_png))
+    overlay = Image.open(io.BytesIO(download(downloads, "_overlay.png")))
+    assert overlay.size == uploaded.size == (451, 300)
+    button = next(b for b in at.get("download_button") if b.label == "Overlay PNG")
+    assert "451 × 300 px" in button.help and "dimmed" in button.help
+
+
+def test_gif_upload_uses_the_first_frame(open_page) -> None:
+    at = use_upload(open_page("per_sample"))
+    at.file_uploader[0].set_value(("cat.gif", gif_bytes(3), "image/gif")).run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("GIF: the network sees the first frame of its 3 frames" in c.value for c in at.caption)
+    assert any("Top prediction" in c for im in at.image for c in im.captions)
+    assert run_button(at) is not None
+
+
+def test_unsupported_file_is_refused_with_its_reason(open_page) -> None:
+    at = use_upload(open_page("per_sample"))
+    heic = b"\x00\x00\x00\x18ftypheic" + bytes(200)
+    at.file_uploader[0].set_value(("photo.heic", heic, "image/heic")).run()
+    assert_clean(at)
+    assert at.error, "the refused file must be named with the reason, not just the generic upload hint"
+    assert at.error[0].value == ("The file photo.heic is not a readable image "
+                                 "(supported: PNG, JPEG, WebP, BMP, TIFF, GIF).")
+
+
+def test_tiny_and_extreme_images_get_a_warning(open_page) -> None:
+    at = use_upload(open_page("per_sample"))
+    for name, size, words in (("tiny.png", (20, 16), "upscaled"), ("strip.png", (1500, 200), "cropped away")):
+        buf = io.BytesIO()
+        Image.new("RGB", size, (90, 120, 30)).save(buf, format="PNG")
+        at.file_uploader[0].set_value((name, buf.getvalue(), "image/png")).run()
+        assert_clean(at)
+        assert any(words in w.value for w in at.warning), [w.value for w in at.warning]
 
 
 def test_corrupt_upload_shows_error_and_keeps_previous_result(open_page) -> None:
@@ -114,7 +278,7 @@ def test_unknown_class_name_shows_error(open_page) -> None:
     assert at.error and "No class named" in at.error[0].value
     assert "ps_run" not in at.session_state
 
-    # A unique part of a name is enough; the run explains that class.
+    # A part of a name that fits one class is enough; the run explains that class.
     at.text_input(key="ps_other").input("tabby")
     at.number_input(key="ps_steps").set_value(2)
     run_button(at).click().run()
@@ -122,22 +286,53 @@ def test_unknown_class_name_shows_error(open_page) -> None:
     assert not at.error, [e.value for e in at.error]
     assert at.session_state["ps_run"].result.target == 281
 
+    # A part that fits several classes is refused, with the candidates: as the field's help says.
+    help_text = at.text_input(key="ps_other").help
+    assert "0–999" in help_text and "single class" in help_text and "candidates" in help_text
+    at.text_input(key="ps_other").input("terrier")
+    run_button(at).click().run()
+    assert_clean(at)
+    assert at.error and "classes:" in at.error[0].value and "Type more of the name" in at.error[0].value
+
 
 def test_missing_weights_show_error_and_app_keeps_working(open_page) -> None:
     from iba_core.networks import find_weights, get_spec
 
     if find_weights(get_spec("resnet50")) is not None:
-        import pytest
-
         pytest.skip("ResNet-50 weights are installed here; the missing-weights path cannot be shown")
     at = open_page("per_sample")
     at.selectbox(key="network").set_value("resnet50").run()
     assert_clean(at)
     assert at.error and "resnet50-0676ba61.pth" in at.error[0].value
+    message = at.error[0].value
+    assert "--" not in message and "'resnet50'" not in message and "Network menu" in message
     at.selectbox(key="network").set_value("efficientnet_lite0").run()
     assert_clean(at)
     assert not at.error
     assert run_button(at) is not None
+
+
+def test_messages_use_the_apps_words() -> None:
+    from iba_core.networks import get_spec, missing_weights_message
+    from pages._widgets import app_wording
+
+    cli = missing_weights_message(get_spec("resnet50"))
+    app = missing_weights_message(get_spec("resnet50"), app=True)
+    assert "resnet50-0676ba61.pth" in cli and "IBA_WEIGHTS_DIR" in cli  # the CLI's wording is kept
+    assert "resnet50-0676ba61.pth" in app and "Network menu" in app and "EfficientNet-Lite0" in app
+    assert "--" not in app and "IBA_WEIGHTS_DIR" not in app
+    readout = ("This readout checkpoint was trained for the network 'resnet50', but the loaded network is "
+               "'efficientnet_lite0'. Use a checkpoint made for efficientnet_lite0 (python -m iba_core "
+               "train-readout --model efficientnet_lite0 …).")
+    assert app_wording(readout) == (
+        "This readout checkpoint was trained for the network ResNet-50, but the loaded network is "
+        "EfficientNet-Lite0. Use a checkpoint made for EfficientNet-Lite0.")
+    no_readout = ("No readout checkpoint ships for vgg16; train one with `python -m iba_core train-readout "
+                  "--model vgg16 --images DIR` and pass --readout CKPT.")
+    assert app_wording(no_readout) == "No readout checkpoint ships for VGG-16."
+    hinted = "Place the file resnet50-0676ba61.pth in /w. On the command line, --weights FILE names the file directly."
+    assert app_wording(hinted) == "Place the file resnet50-0676ba61.pth in /w."
+    assert app_wording("No class named 'tabby cat'.") == "No class named 'tabby cat'."
 
 
 def test_huge_upload_is_refused_with_a_message(open_page) -> None:
@@ -151,8 +346,6 @@ def test_huge_upload_is_refused_with_a_message(open_page) -> None:
 
 
 def test_statistics_from_an_image_folder(open_page, tmp_path) -> None:
-    from PIL import Image
-
     at = open_page("per_sample")
     at.number_input(key="ps_steps").set_value(1)
     at.text_input(key="ps_folder").input(str(tmp_path / "no_such_folder"))

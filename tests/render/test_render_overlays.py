@@ -54,3 +54,71 @@ def test_png_bytes_round_trip() -> None:
 def test_draw_boxes_outlines_the_box() -> None:
     out = np.asarray(overlays.draw_boxes(Image.new("RGB", (224, 224)), [(10, 10, 50, 50)]))
     assert tuple(out[10, 30]) == overlays.OUTLINE_RGB and tuple(out[30, 30]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("size", [(451, 300), (300, 451), (1000, 200), (20, 10), (224, 224), (641, 480)])
+def test_centre_crop_box_is_where_the_network_looks(size) -> None:
+    """Cropping the original at the box and resizing to 224 gives what preprocessing gives."""
+    from iba_core.networks.spec import Preprocess
+
+    rng = np.random.default_rng(1)
+    # Smooth content, so resampling differences stay small and the comparison tests position.
+    small = rng.integers(0, 256, (max(size[1] // 8, 2), max(size[0] // 8, 2), 3), dtype=np.uint8)
+    original = Image.fromarray(small).resize(size, Image.Resampling.BICUBIC)
+    pre = Preprocess((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    box = overlays.centre_crop_box(size, pre.resize, pre.crop_size)
+    assert 0 <= box[0] < box[2] <= size[0] and 0 <= box[1] < box[3] <= size[1]
+    ours = np.asarray(original.crop(box).resize((224, 224), Image.Resampling.BILINEAR), dtype=float)
+    theirs = np.asarray(pre.crop(original), dtype=float)
+    assert np.abs(ours - theirs).mean() < 12, np.abs(ours - theirs).mean()
+    shifted = np.asarray(original.crop((box[0] + (box[2] - box[0]) // 4, box[1], box[2], box[3]))
+                         .resize((224, 224)), dtype=float)
+    if size[0] >= 224:  # a wrong box is clearly worse
+        assert np.abs(shifted - theirs).mean() > np.abs(ours - theirs).mean()
+
+
+def test_full_resolution_overlay_has_the_original_size() -> None:
+    original = Image.new("RGB", (900, 500), (200, 30, 30))
+    box = overlays.centre_crop_box(original.size, 256, 224)
+    # 900 × 500 → 460 × 256, crop (118, 16)–(342, 240), back × 500/256: a 438-pixel square in the middle
+    assert box == (231, 31, 669, 469)
+    out = overlays.full_resolution_overlay(original, blob(), box, opacity=0.6)
+    assert out.size == original.size and out.mode == "RGB"
+    arr = np.asarray(out).astype(int)
+    r, g, b = arr[250, 20]  # outside the crop: grey and dimmed
+    assert abs(r - g) <= 2 and abs(g - b) <= 2 and r < 0.6 * 200
+    assert (np.all(arr[box[1]:box[3], box[0] - 1] == overlays.OUTLINE_RGB, axis=-1)).all()  # crop outlined
+    # Inside: the 224 heatmap over the crop, the hottest place where blob() puts it (row 80, col 150 of 224).
+    inside = arr[box[1] + 1:box[3] - 1, box[0] + 1:box[2] - 1].sum(axis=-1)
+    y, x = np.unravel_index(inside.argmax(), inside.shape)
+    scale = (box[2] - box[0]) / 224
+    assert abs(y / scale - 80) < 6 and abs(x / scale - 150) < 6
+    # With opacity 0 the crop keeps the photo's colours.
+    plain = np.asarray(overlays.full_resolution_overlay(original, blob(), box, opacity=0.0)).astype(int)
+    assert tuple(plain[250, 450]) == (200, 30, 30)
+    with pytest.raises(ValueError):
+        overlays.full_resolution_overlay(original, blob(), (0, 0, 1000, 10))
+    with pytest.raises(ValueError):
+        overlays.full_resolution_overlay(original, blob(), box, opacity=2.0)
+
+
+def test_full_resolution_overlay_matches_the_crop_overlay() -> None:
+    img = photo(224)
+    full = np.asarray(overlays.full_resolution_overlay(img, blob(), (0, 0, 224, 224), opacity=0.6)).astype(int)
+    crop = np.asarray(overlays.overlay_image(img, blob(), opacity=0.6)).astype(int)
+    assert np.abs(full[2:-2, 2:-2] - crop[2:-2, 2:-2]).max() <= 3  # same colours (the outline aside)
+
+
+def test_bits_below_sums_the_greyed_regions() -> None:
+    heat = blob()
+    below = overlays.bits_below(heat, 0.05)
+    assert below == pytest.approx(float(heat[heat < 0.05].sum()), rel=1e-5)
+    assert 0 < below < heat.sum()
+    assert overlays.bits_below(heat, 0.0) == 0.0
+    assert overlays.bits_below(heat, 10.0) == pytest.approx(float(heat.sum()), rel=1e-5)
+
+
+def test_png_bytes_without_optimisation_round_trip() -> None:
+    img = photo(32)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(overlays.png_bytes(img, optimize=False)))),
+                          np.asarray(img))

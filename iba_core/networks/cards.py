@@ -1,0 +1,290 @@
+"""Model cards: your own network described by a small TOML file, loaded safely.
+
+    # mynet.toml — paths are relative to this file
+    arch = "torchvision:resnet50"        # or "package.module:function" returning an nn.Module
+    weights = "mynet.pth"                # state dict: .pth / .pt (torch.save(model.state_dict(), …)) or .safetensors
+    classes = "classes.txt"              # one name a line; or JSON (list, {index: name}); or CSV index,name
+    layer = "layer3"                     # optional: default layer (else the derived spec's rule)
+    stats_images = "photos"              # optional: image folder for the feature statistics
+    name = "mynet"                       # optional: the network's key is card:<name> (default: the file stem)
+    title = "My ResNet-50"               # optional: shown in tables and figures
+
+    [arch_args]                          # optional: keyword arguments of the builder
+    [preprocess]                         # optional: resize, crop, mean, std
+    resize = 256
+    crop = 224
+    mean = [0.485, 0.456, 0.406]
+    std = [0.229, 0.224, 0.225]
+
+`arch = "torchvision:NAME"` builds torchvision's NAME with `num_classes` = the class list's length, and
+takes its preprocessing from the default weights' `transforms()`; other builders get ImageNet's
+preprocessing (256, 224, ImageNet mean and std) unless `[preprocess]` says otherwise. Without `weights`
+the builder's model is used as it comes. The spec is derived (`spec.derive_spec`), with the last
+feature map larger than 1×1 as Grad-CAM layer. The key, `card:<name>`, is stable; the weights id is a
+short hash of the weights file's bytes, so statistics caches are per weights.
+
+Weights are read safely (`state_files.read_weights`): tensors only, a pickled module only with
+`trust_pickle=True` (the CLI's `--trust-pickle`; the app never passes it).
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .spec import CROP, IMAGENET_MEAN, IMAGENET_STD, RESIZE, NetworkSpec, derive_spec
+from .state_files import fit_state_dict, read_weights, weights_hash
+from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
+                              preprocessing_of)
+
+CARD_PREFIX = "card:"
+KNOWN_ENTRIES = ("name", "title", "arch", "arch_args", "weights", "classes", "layer", "stats_images", "preprocess")
+PREPROCESS_ENTRIES = ("resize", "crop", "mean", "std")
+
+
+class ModelCardError(ValueError):
+    """A model card, or a file it names, that cannot be used; the message is one sentence for users."""
+
+
+def is_card_key(key) -> bool:
+    """Whether a network key names a model card file (a path ending in .toml)."""
+    return isinstance(key, os.PathLike) or (isinstance(key, str) and key.lower().endswith(".toml"))
+
+
+@dataclass
+class ModelCard:
+    """A parsed model card; paths are absolute."""
+
+    path: Path
+    name: str
+    arch: str | None
+    weights: Path | None = None
+    classes: Path | None = None
+    layer: str | None = None
+    stats_images: Path | None = None
+    title: str | None = None
+    arch_args: dict = field(default_factory=dict)
+    preprocess: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return CARD_PREFIX + self.name
+
+
+def read_card(path: str | os.PathLike) -> ModelCard:
+    """Parse and check a model card (paths made absolute, relative to the card's folder)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ModelCardError(f"Model card not found: {path}.")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ModelCardError(f"The model card {path} is not valid TOML: {err}.") from None
+    unknown = [k for k in data if k not in KNOWN_ENTRIES]
+    if unknown:
+        raise ModelCardError(f"The model card {path} has unknown entries {', '.join(unknown)}; "
+                             f"known: {', '.join(KNOWN_ENTRIES)}.")
+
+    def text(name: str) -> str | None:
+        value = data.get(name)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise ModelCardError(f"In the model card {path}, {name} must be a non-empty string.")
+        return value.strip() if value is not None else None
+
+    def table(name: str) -> dict:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            raise ModelCardError(f"In the model card {path}, {name} must be a table ([{name}]).")
+        return value
+
+    def file(name: str, *, folder: bool = False) -> Path | None:
+        value = text(name)
+        if value is None:
+            return None
+        target = (path.parent / Path(value).expanduser()).resolve()
+        if not (target.is_dir() if folder else target.is_file()):
+            kind = "folder" if folder else "file"
+            raise ModelCardError(f"The model card {path} names the {name} {kind} {value}, "
+                                 f"which does not exist ({target}).")
+        return target
+
+    arch = text("arch")
+    if arch is not None and ":" not in arch:
+        raise ModelCardError(f"In the model card {path}, arch must be \"torchvision:NAME\" or "
+                             f"\"package.module:function\", not {arch!r}.")
+    preprocess = table("preprocess")
+    bad = [k for k in preprocess if k not in PREPROCESS_ENTRIES]
+    if bad:
+        raise ModelCardError(f"The model card {path} has unknown [preprocess] entries {', '.join(bad)}; "
+                             f"known: {', '.join(PREPROCESS_ENTRIES)}.")
+    for k in ("resize", "crop"):
+        if k in preprocess and not (isinstance(preprocess[k], int) and preprocess[k] > 0):
+            raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a positive integer.")
+    for k in ("mean", "std"):
+        if k in preprocess:
+            v = preprocess[k]
+            if not (isinstance(v, list) and len(v) == 3 and all(isinstance(c, (int, float)) for c in v)):
+                raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a list of three numbers.")
+            preprocess[k] = tuple(float(c) for c in v)
+    card = ModelCard(
+        path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
+        classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
+        title=text("title"), arch_args=table("arch_args"), preprocess=preprocess,
+    )
+    if card.arch is None and card.weights is None:
+        raise ModelCardError(f"The model card {path} names no arch; add arch = \"torchvision:NAME\" or "
+                             "\"package.module:function\".")
+    return card
+
+
+def read_class_list(path: str | os.PathLike) -> list[str]:
+    """Class names in index order from a text file (one a line), JSON (list or {index: name}) or CSV (index,name)."""
+    path = Path(path)
+    try:
+        content = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ModelCardError(f"Could not read the class list {path}: {err}.") from None
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            data = json.loads(content)
+        except json.JSONDecodeError as err:
+            raise ModelCardError(f"The class list {path} is not valid JSON: {err}.") from None
+        if isinstance(data, list) and all(isinstance(n, str) for n in data):
+            names = data
+        elif isinstance(data, dict):
+            names = _indexed(path, ((k, v) for k, v in data.items()))
+        else:
+            raise ModelCardError(f"The class list {path} must be a JSON list of names or an object {{index: name}}.")
+    elif suffix == ".csv":
+        rows = [r for r in csv.reader(content.splitlines()) if r and any(c.strip() for c in r)]
+        if rows and not rows[0][0].strip().lstrip("-").isdigit():
+            rows = rows[1:]  # a header row
+        if any(len(r) < 2 for r in rows):
+            raise ModelCardError(f"The class list {path} must have rows 'index,name'.")
+        names = _indexed(path, ((r[0], ",".join(r[1:])) for r in rows))
+    else:
+        names = [line.strip() for line in content.splitlines() if line.strip()]
+    names = [str(n).strip() for n in names]
+    if not names:
+        raise ModelCardError(f"The class list {path} holds no class names.")
+    return names
+
+
+def _indexed(path: Path, pairs) -> list[str]:
+    found: dict[int, str] = {}
+    for index, name in pairs:
+        try:
+            found[int(str(index).strip())] = str(name).strip()
+        except ValueError:
+            raise ModelCardError(f"The class list {path} has a non-integer index {index!r}.") from None
+    if sorted(found) != list(range(len(found))):
+        raise ModelCardError(f"The class list {path} must number its classes 0 to {len(found) - 1} without gaps.")
+    return [found[i] for i in range(len(found))]
+
+
+def import_builder(spec: str, card_dir: Path | None = None):
+    """The function named by "package.module:function" (also found next to the card)."""
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if card_dir is None or str(card_dir) in sys.path:
+            raise ModelCardError(f"Cannot import {module_name!r} for arch {spec!r}: {err}.") from None
+        sys.path.insert(0, str(card_dir))
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err2:
+            raise ModelCardError(f"Cannot import {module_name!r} for arch {spec!r}: {err2}.") from None
+        finally:
+            sys.path.remove(str(card_dir))
+    builder = getattr(module, func_name, None)
+    if not callable(builder):
+        raise ModelCardError(f"{module_name} has no function {func_name!r} (arch {spec!r}).")
+    return builder
+
+
+def _output_size(model: nn.Module, crop: int) -> int | None:
+    try:
+        with torch.no_grad():
+            out = model.eval()(torch.zeros(1, 3, crop, crop))
+    except Exception:  # noqa: BLE001 - the dry pass of derive_spec reports real failures
+        return None
+    return int(out.shape[1]) if isinstance(out, torch.Tensor) and out.dim() == 2 else None
+
+
+def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *,
+              trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """(spec, model with its weights, weights id, class names) of a model card.
+
+    weights: "pretrained" (the card's weights), "random" (the builder's initialisation, seeded), or a
+    path overriding the card's file.
+    """
+    card = read_card(path)
+    classes = read_class_list(card.classes) if card.classes else None
+    weights_file = card.weights
+    if weights not in (None, "pretrained", "random"):
+        weights_file = Path(weights).expanduser()
+    state = None
+    if weights != "random" and weights_file is not None:
+        state = read_weights(weights_file, trust_pickle=trust_pickle)
+    title = card.title or f"{card.name} (model card)"
+
+    tv_weights, prep = None, {}
+    if isinstance(state, nn.Module) and card.arch is None:
+        model, state = state, None
+    elif card.arch is None:
+        raise ModelCardError(f"The model card {card.path} names no arch; add arch = \"torchvision:NAME\" or "
+                             "\"package.module:function\" (only a whole pickled module, with --trust-pickle, "
+                             "needs none).")
+    elif card.arch.startswith(TORCHVISION):
+        tv_name = model_name(card.arch)
+        tv_weights = default_weights(tv_name)
+        prep = preprocessing_of(tv_weights)
+        kwargs = dict(card.arch_args)
+        if classes is not None:
+            kwargs.setdefault("num_classes", len(classes))
+        try:
+            model = build_model(tv_name, **kwargs)
+        except (TypeError, ValueError) as err:
+            raise ModelCardError(f"Could not build {card.arch} with {kwargs}: {err}.") from None
+    else:
+        builder = import_builder(card.arch, card.path.parent)
+        torch.manual_seed(0)
+        try:
+            model = builder(**card.arch_args)
+        except Exception as err:  # noqa: BLE001 - the user's code
+            raise ModelCardError(f"The builder {card.arch} failed: {type(err).__name__}: {err}.") from None
+        if not isinstance(model, nn.Module):
+            raise ModelCardError(f"The builder {card.arch} returned {type(model).__name__}, not a torch nn.Module.")
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    if state is not None:
+        fit_state_dict(model, state, title, classes=len(classes) if classes is not None else None)
+    prep = {"resize": RESIZE, "crop": CROP, "mean": IMAGENET_MEAN, "std": IMAGENET_STD, **prep, **card.preprocess}
+
+    outputs = _output_size(model, prep["crop"])
+    if classes is not None and outputs is not None and outputs != len(classes):
+        raise ModelCardError(f"The class list {card.classes} has {len(classes)} names but the network has "
+                             f"{outputs} outputs.")
+    if classes is None:
+        classes = categories_of(tv_weights) if outputs is not None and outputs == len(categories_of(tv_weights)) else []
+    if weights == "random" or weights_file is None:
+        weights_id = "random" if weights == "random" else "builder"
+    else:
+        weights_id = weights_hash(weights_file)
+    spec = derive_spec(
+        model, card.key, title, input_size=prep["crop"], default_layer=card.layer, guess_cam_layer=True,
+        categories=(lambda: list(classes)) if classes else None,
+        stats_images=str(card.stats_images) if card.stats_images else None,
+        note=f"From the model card {card.path}; layers discovered by a dry forward pass.", **prep,
+    )
+    return spec, model, weights_id, classes

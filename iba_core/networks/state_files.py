@@ -1,0 +1,147 @@
+"""Reading weights files safely and fitting a state dict to a model.
+
+Only tensors are read: `torch.load(..., weights_only=True)` (which unpickles nothing but tensors and
+plain containers) or safetensors. A file that holds more than weights is refused with a sentence saying
+why and what to save instead:
+
+- a pickled whole module (`torch.save(model, path)`): unpickling runs arbitrary code. `trust_pickle=True`
+  (the CLI's `--trust-pickle`) loads it anyway, for files you made yourself; the app never does.
+- a TorchScript archive (`torch.jit.save`) or an ExportedProgram (`torch.export.save`): a compiled
+  program, not a state dict.
+
+A state dict that does not fit the model (missing or unexpected keys, shape mismatches) gives one
+message listing the first few mismatches.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .spec import WeightsUnavailableError
+
+#: How many mismatches a message lists.
+SHOWN = 5
+
+SAVE_INSTEAD = "save the weights instead: torch.save(model.state_dict(), path) (or safetensors' save_file)"
+
+
+class UnsafeWeightsError(ValueError):
+    """A weights file that holds more than tensors (a pickled module, TorchScript, an ExportedProgram)."""
+
+
+class WeightsMismatchError(ValueError):
+    """A state dict that does not fit its model."""
+
+
+def weights_hash(path: str | os.PathLike, length: int = 12) -> str:
+    """A short hash of a file's bytes: the weights id, so statistics caches are per weights."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:length]
+
+
+def _archive_kind(path: Path) -> str | None:
+    """'TorchScript' or 'ExportedProgram' for those zip archives, else None."""
+    if not zipfile.is_zipfile(path):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    if any(n.endswith("/constants.pkl") or "/code/__torch__" in n for n in names):
+        return "TorchScript"
+    if any(n.endswith(("/archive_format", "/models/model.json")) or "serialized_exported_program" in n
+           for n in names):
+        return "ExportedProgram"
+    return None
+
+
+def read_weights(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict[str, torch.Tensor] | nn.Module:
+    """The state dict in a .pth/.pt/.safetensors file (a whole module only with trust_pickle=True).
+
+    Checkpoints that wrap the state dict ({"state_dict": …} or {"model": …}) are unwrapped.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise WeightsUnavailableError(f"Weights file not found: {path}")
+    if path.suffix.lower() == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError, ValueError) as err:
+            raise WeightsUnavailableError(f"Could not read the safetensors file {path}: {err}") from err
+    kind = _archive_kind(path)
+    if kind is not None:
+        raise UnsafeWeightsError(
+            f"{path} is a {kind} archive (a compiled program), not a state dict; it is not loaded. "
+            f"From the model in Python, {SAVE_INSTEAD}.")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - pickle errors come in many types
+        if not _is_unsafe_pickle(err):
+            raise WeightsUnavailableError(
+                f"Could not read weights file {path}: it is not a PyTorch state dict (.pth/.pt) or a safetensors "
+                f"file, or it is damaged ({type(err).__name__}: {str(err).splitlines()[0][:80]}).") from err
+        if not trust_pickle:
+            raise UnsafeWeightsError(
+                f"{path} holds pickled Python objects (probably a whole model saved with torch.save(model, "
+                f"path)); loading them could run arbitrary code, so it is refused. {SAVE_INSTEAD[0].upper()}"
+                f"{SAVE_INSTEAD[1:]}. On the command line, --trust-pickle loads such a file you made yourself "
+                "(the app never does).") from None
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    return _unwrap(obj, path)
+
+
+def _is_unsafe_pickle(err: Exception) -> bool:
+    """Whether torch refused objects beyond tensors (rather than an unreadable or corrupt file)."""
+    text = str(err).lower()
+    return "unsupported global" in text
+
+
+def _unwrap(obj, path: Path) -> dict[str, torch.Tensor] | nn.Module:
+    if isinstance(obj, nn.Module):
+        return obj
+    if isinstance(obj, dict):
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return dict(obj)
+        for name in ("state_dict", "model_state_dict", "model"):
+            inner = obj.get(name)
+            if isinstance(inner, nn.Module):
+                return inner
+            if isinstance(inner, dict) and inner and all(isinstance(v, torch.Tensor) for v in inner.values()):
+                return dict(inner)
+    raise WeightsUnavailableError(
+        f"{path} holds no state dict (a mapping of parameter names to tensors); {SAVE_INSTEAD}.")
+
+
+def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str, *,
+                   classes: int | None = None) -> nn.Module:
+    """Load `state` into `model`, or one message listing the first mismatches.
+
+    `classes`: the length of the class list, named in the message when the output layer is what differs.
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
+              if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or shapes:
+        problems = [f"missing key {k}" for k in missing] + [f"unexpected key {k}" for k in unexpected]
+        problems += [f"{k}: file {list(a)}, model {list(b)}" for k, a, b in shapes]
+        total = len(problems)
+        more = f" (and {total - SHOWN} more)" if total > SHOWN else ""
+        lead = ""
+        if classes is not None and shapes and shapes[-1][2][:1] == (classes,) and shapes[-1][1]:
+            lead = (f"The class list has {classes} names but the weights' output layer has "
+                    f"{shapes[-1][1][0]} outputs. ")
+        raise WeightsMismatchError(
+            f"{lead}The weights do not fit {title}: {total} mismatch(es): {'; '.join(problems[:SHOWN])}{more}.")
+    model.load_state_dict(state)
+    return model
