@@ -14,21 +14,16 @@ import ast
 import io
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from PIL import Image
 
+from browser_helpers import CHROMIUM, streamlit_server
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT_LIMIT = 300_000  # bytes; the README image must stay small
-STARTUP_TIMEOUT = 90  # s for the server to answer its health check
 RUN_TIMEOUT_MS = 240_000  # a cold run estimates statistics first
 
 # Records every "Step t / T" the page shows, so the test can tell a live counter from a final one.
@@ -95,53 +90,12 @@ def test_app_page_titles_reads_the_pages_list() -> None:
     assert titles[0] == "Home" and "Per-Sample Bottleneck" in titles and len(titles) == len(set(titles))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"streamlit did not become healthy within {STARTUP_TIMEOUT} s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """A private `streamlit run app.py` on a free port; always terminated afterwards."""
-    port = free_port()
     # Small statistics keep the test quick; the README picture uses the app's default (1000 samples).
     samples = "1000" if os.environ.get("IBA_SAVE_SCREENSHOT") == "1" else "32"
-    env = {**os.environ, "IBA_CACHE_DIR": str(tmp_path / "cache"), "IBA_STATS_SAMPLES": samples}
-    log = tmp_path / "streamlit.log"
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
-        "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-    ]
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc, log)
+    with streamlit_server(tmp_path, samples) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _png(image: Image.Image) -> bytes:

@@ -5,23 +5,15 @@ its row and is marked as having lost the class, and the page's checkbox switches
 """
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from browser_helpers import CHROMIUM, streamlit_server
 from iba_core.per_sample import LOST_CLASS_MESSAGE
 from iba_core.render.figures import BITS_UNIT, LOST_CLASS_MARK
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-STARTUP_TIMEOUT = 90  # s for the server to answer its health check
 RUN_TIMEOUT_MS = 240_000  # a cold grid estimates statistics first
 #: Small settings: ten quick cells, and still enough steps for β·k = 1000 to discard the class.
 STEPS, BATCH = 5, 2
@@ -47,40 +39,8 @@ READ_GRID = """
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """A private `streamlit run app.py` on a free port with small statistics; always terminated afterwards."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "IBA_CACHE_DIR": str(tmp_path / "cache"), "IBA_STATS_SAMPLES": "32"}
-    log = tmp_path / "streamlit.log"
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not answer within {STARTUP_TIMEOUT} s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+    with streamlit_server(tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_beta_layer_rows_share_one_colour_scale(server: str, tmp_path: Path) -> None:
