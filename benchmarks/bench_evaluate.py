@@ -2,6 +2,7 @@
 
     python benchmarks/bench_evaluate.py               # 20 photos (the 13 offline photos and 7 crops of them)
     python benchmarks/bench_evaluate.py --photos 4    # a quicker look; the cost per photo is constant
+    python benchmarks/bench_evaluate.py --device cuda --precisions fp32,bf16,fp16
 
 Both runs use the same folder, the same command and fresh result files, one after the other in this process
 (fp32 first, then auto, whose one-off precision measurement is included in its time). Prints the CPU, the
@@ -33,8 +34,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--photos", type=int, default=20)
     parser.add_argument("--precisions", default="fp32,auto")
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     args = parser.parse_args()
-    print(f"machine: {machine_id('cpu')}")
+    print(f"machine: {machine_id(args.device)}; device {args.device}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "photos"
         folder.mkdir()
@@ -44,7 +46,7 @@ def main() -> None:
             out = Path(tmp) / f"{precision}.jsonl"
             start = time.perf_counter()
             code = cli(["evaluate", "degradation", "--images", str(folder), "--tile", "14", "--methods", "random",
-                        "grad_cam", "iba_10", "--out", str(out), "--no-progress", "--precision", precision])
+                        "grad_cam", "iba_10", "--out", str(out), "--no-progress", "--precision", precision, "--device", args.device])
             times[precision] = time.perf_counter() - start
             chosen = {line.split('"precision":"')[1].split('"')[0] for line in out.read_text().splitlines()
                       if '"precision":"' in line}

@@ -14,6 +14,8 @@ Runs alternate in one process so that both see the same machine state; medians a
     python benchmarks/bench_per_sample.py            # all three networks, 3 repeats
     python benchmarks/bench_per_sample.py --models resnet50 --repeats 5
     python benchmarks/bench_per_sample.py --batched   # images/s for N = 1, 4, 16 images per run
+    python benchmarks/bench_per_sample.py --device cuda --sweep --compile default,reduce-overhead
+    python benchmarks/bench_per_sample.py --device cuda --batched --sizes 1,4,16,64
 """
 from __future__ import annotations
 
@@ -79,23 +81,25 @@ def naive_loop(model, layer_module, x, target, stats, s: BottleneckSettings, tra
     """The plain implementation: whole network every step, parameter gradients on (trainable) or off."""
     for p in model.parameters():
         p.requires_grad_(trainable)
-    mean, std = stats.mean[None], stats.floored_std()[None]
+    device = x.device  # tensors follow the network (CPU or GPU)
+    mean, std = stats.mean[None].to(device), stats.floored_std()[None].to(device)
     alpha = None
-    generator = torch.Generator().manual_seed(s.seed)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(s.seed)
     state = {}
 
     def hook(_m, _i, r):
         lam, one_minus = lambda_from_alpha(state["alpha"], s.sigma)
-        eps = mean + std * torch.randn(r.shape, generator=generator)
+        eps = mean + std * torch.randn(r.shape, generator=generator, device=device)
         state["kl"] = kl_per_element(standardise(r, mean, std), lam, one_minus)
         return lam * r + one_minus * eps
 
     handle = layer_module.register_forward_hook(hook)
     try:
         xb = x.expand(s.batch, -1, -1, -1)
-        labels = torch.full((s.batch,), target)
+        labels = torch.full((s.batch,), target, device=device)
         k = stats.mean.numel()
-        alpha = torch.full((1,) + tuple(stats.mean.shape), s.init_alpha, requires_grad=True)
+        alpha = torch.full((1,) + tuple(stats.mean.shape), s.init_alpha, device=device, requires_grad=True)
         state["alpha"] = alpha
         opt = torch.optim.Adam([alpha], lr=s.lr)
         for _ in range(s.steps):
@@ -192,7 +196,7 @@ def bench_batched(key: str, device: torch.device, sizes=(1, 4, 16), repeats: int
     out = []
     for size in sizes:
         x = torch.randn(size, 3, 224, 224, generator=torch.Generator().manual_seed(size)).to(device)
-        iba.attribute_batch(x[:1])  # warm-up
+        iba.attribute_batch(x)  # warm-up: "auto" measures once per batch size; cuDNN picks its kernels
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -204,12 +208,56 @@ def bench_batched(key: str, device: torch.device, sizes=(1, 4, 16), repeats: int
     return out
 
 
+def bench_sweep(key: str, device: torch.device, repeats: int, compile_modes: list[str]) -> list[tuple[str, str, float]]:
+    """(precision, how the suffix runs, median s per image) at N = 1: every precision the device supports,
+    eager and, per `compile_modes`, the suffix under torch.compile ("default", "reduce-overhead" = CUDA graphs)."""
+    from iba_core.precision import candidates
+
+    layer = CASES[key]
+    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    stats = FeatureStats(mean.to(device), std.to(device), n)
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
+    prefix, suffix = loaded.fast_split(layer)
+    rows = []
+    for precision in ["fp32"] + candidates(device):
+        settings = BottleneckSettings(steps=10, batch=10, precision=precision)
+        for how in ["eager"] + compile_modes:
+            try:
+                if how == "eager":
+                    iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
+                else:
+                    torch._dynamo.reset()
+                    compiled = torch.compile(suffix, mode=how, dynamic=False)
+                    iba = PerSampleBottleneck.from_split(prefix, compiled, stats, settings)
+                for _ in range(2):  # warm-up (compilation, cuDNN's algorithm search)
+                    iba.attribute(x, 1)
+                times = []
+                for _ in range(repeats):
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    iba.attribute(x, 1)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t0)
+                rows.append((precision, how, statistics.median(times)))
+            except Exception as err:  # a compile mode that fails here is reported, not fatal
+                rows.append((precision, f"{how} failed: {type(err).__name__}: {str(err)[:80]}", float("nan")))
+            print(f"{key:<20}{layer:<10}{rows[-1][0]:>6}  {rows[-1][1]:<18}{rows[-1][2]:>9.4f}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batched", action="store_true", help="images/s of batched attribution (N = 1, 4, 16)")
+    parser.add_argument("--sizes", default="1,4,16", help="N for --batched (comma-separated)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="s/image at N = 1 per supported precision, eager and with torch.compile (--compile)")
+    parser.add_argument("--compile", default="", help="compile modes for --sweep, e.g. default,reduce-overhead")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurements")
     parser.add_argument("--memory-of", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -218,10 +266,16 @@ def main() -> None:
         print(bench_memory(args.memory_of[0], args.memory_of[1], device))
         return
     print(f"machine: {machine_id(device)}; device {device}")
-    if args.batched:
-        print(f"{'model':<20}{'layer':<10}" + "".join(f"{f'N={n} img/s':>12}" for n in (1, 4, 16)))
+    if args.sweep:
+        print(f"{'model':<20}{'layer':<10}{'prec.':>6}  {'suffix':<18}{'s/image':>9}   (B=10, T=10, N=1, medians)")
         for key in (k.strip() for k in args.models.split(",")):
-            rates = bench_batched(key, device)
+            bench_sweep(key, device, args.repeats, [m for m in args.compile.split(",") if m])
+        return
+    if args.batched:
+        sizes = tuple(int(n) for n in args.sizes.split(","))
+        print(f"{'model':<20}{'layer':<10}" + "".join(f"{f'N={n} img/s':>12}" for n in sizes))
+        for key in (k.strip() for k in args.models.split(",")):
+            rates = bench_batched(key, device, sizes)
             print(f"{key:<20}{CASES[key]:<10}" + "".join(f"{r:>12.2f}" for _, r in rates), flush=True)
         return
     print(f"B=10, T=10, {args.repeats} alternating repeats (medians); peak memory above baseline, one warm run each")

@@ -125,14 +125,18 @@ def information_map_bits(kl: torch.Tensor) -> torch.Tensor:
 
 
 def resize_preserving_total(m: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinearly resize an (h, w) map of bits to `size` so that its sum is unchanged.
+    """Bilinearly resize an (h, w) map of bits — or a stack (n, h, w) of them — to `size` so that each
+    map's sum is unchanged.
 
     After resizing, each value is bits per pixel of the new grid. Bilinear interpolation alone does
     not preserve the sum exactly (edge pixels), so we rescale by the exact ratio.
     """
-    total = m.sum()
-    out = F.interpolate(m[None, None].to(torch.float32), size=size, mode="bilinear", align_corners=False)[0, 0]
-    out_total = out.sum()
-    if out_total.abs() > 0:
-        out = out * (total.to(out.dtype) / out_total)
-    return out
+    stacked = m.dim() == 3
+    maps = m if stacked else m[None]
+    total = maps.sum(dim=(1, 2))
+    out = F.interpolate(maps[:, None].to(torch.float32), size=size, mode="bilinear", align_corners=False)[:, 0]
+    out_total = out.sum(dim=(1, 2))
+    # torch.where, not `if`: no GPU→CPU synchronisation per map (maps are made every step)
+    ratio = torch.where(out_total.abs() > 0, total.to(out.dtype) / out_total, torch.ones_like(out_total))
+    out = out * ratio[:, None, None]
+    return out if stacked else out[0]

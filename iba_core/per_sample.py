@@ -1,9 +1,20 @@
 """The Per-Sample Bottleneck (paper §3.2): fit λ for one image, read off bits per pixel.
 
 Two ways to run the network, with identical results for the same seed:
-- split path (registered models): the prefix runs once; each step runs only the suffix, without
-  parameter gradients;
+- split path: the prefix runs once; each step runs only the suffix, without parameter gradients. The
+  registered networks are cut from their stage lists ("stages"), any other network where `torch.fx` can
+  cut it at the layer ("fx", `networks/fx_split.py`);
 - hook path (any nn.Module): a forward hook replaces the layer's output by Z; the whole network runs.
+`AttributionResult.path` says which ran.
+
+Vision transformers: a layer's tokens on a patch grid (ViT (N, 1 + h·w, C), Swin (N, h, w, C)) are viewed
+as a (N, C, h, w) map (`networks/tokens.py`), so the noise, λ, the σ_s blur over the h×w grid and the bits
+per pixel are exactly those of a CNN layer; Z is put back into the layer's layout for the rest of the
+network. The class token (and any other token off the grid) gets a bottleneck too, with its own λ per
+channel and no blur: after the first block it mixes all patches, so letting it through unrestricted would
+leak everything the bottleneck holds back. Its bits count in the loss and in `total_bits`, but it has no
+place on the image: the heatmap leaves them out and `AttributionResult.unlocated_bits` reports them
+(heatmap.sum() == total_bits − unlocated_bits).
 
 Fidelity to the authors' code (README, "Fidelity to the paper"): the heatmap reads the final λ, after the
 last Adam update (the authors read the last step's forward pass: `read_point="last_step"`; +8.9 % total
@@ -30,10 +41,12 @@ from .bottleneck import (
     is_channels_last,
     kl_per_element,
     lambda_from_alpha,
+    nats_to_bits,
     resize_preserving_total,
     standardise,
 )
 from .model_state import frozen_eval, replaced_output
+from .networks.tokens import MAP, FeatureLayout, infer_layout
 from .precision import PRECISIONS, autocast
 from .precision import resolve as resolve_precision
 from .stats import FeatureStats
@@ -100,10 +113,31 @@ class StepInfo:
 
 
 @dataclass
+class _StepRecord:
+    """One step of a (batched) run as tensors on the network's device; `step_infos` reads them back."""
+
+    step: int
+    lambda_mean: torch.Tensor  # (N, h, w)
+    feature_bits: torch.Tensor  # (N, h, w) bits per feature-map cell
+    ce: torch.Tensor  # (N,)
+    info: torch.Tensor  # (N,) nats
+    p_target: torch.Tensor  # (N,)
+
+    def step_infos(self, steps: int, beta: float, size: tuple[int, int]) -> list[StepInfo]:
+        """One StepInfo per image (one transfer to the CPU for all of them)."""
+        heatmaps = resize_preserving_total(self.feature_bits, size).cpu().numpy()
+        lam, ce, info, p = (t.float().cpu().numpy() for t in (self.lambda_mean, self.ce, self.info, self.p_target))
+        return [StepInfo(step=self.step, steps=steps, lambda_mean=lam[i], bits_per_pixel=heatmaps[i],
+                         ce=float(ce[i]), info=float(info[i]), beta_info=float(beta * info[i]),
+                         p_target=float(p[i]), image=i)
+                for i in range(len(ce))]
+
+
+@dataclass
 class AttributionResult:
     """Everything a view or a script needs from one run."""
 
-    heatmap: np.ndarray  # (H, W) bits per input pixel; sums to total_bits
+    heatmap: np.ndarray  # (H, W) bits per input pixel; sums to total_bits − unlocated_bits
     feature_bits: np.ndarray  # (h, w) bits per feature-map cell
     lambda_mean: np.ndarray  # (h, w) final λ averaged over channels
     total_bits: float
@@ -113,8 +147,14 @@ class AttributionResult:
     history: list[StepInfo] = field(default_factory=list)
     seconds: float = 0.0
     settings: BottleneckSettings = field(default_factory=BottleneckSettings)
-    feature_shape: tuple[int, int, int] = (0, 0, 0)
+    feature_shape: tuple[int, int, int] = (0, 0, 0)  # (C, h, w) of the layer's map (view)
     precision: str = "fp32"  # what the network passes ran in (settings.precision "auto" resolved)
+    #: Bits that passed through tokens without a place on the image (a ViT's class token): in total_bits,
+    #: not in the heatmap. 0 for CNN layers and Swin.
+    unlocated_bits: float = 0.0
+    #: How the network ran: "stages" or "fx" (prefix once, suffix per step), "hook" (whole network per
+    #: step), "split" (prefix and suffix given by the caller).
+    path: str = ""
 
     @property
     def lost_class(self) -> bool:
@@ -132,6 +172,8 @@ class AttributionResult:
             "seconds": self.seconds,
             "feature_shape": list(self.feature_shape),
             "precision": self.precision,
+            "unlocated_bits": self.unlocated_bits,
+            "path": self.path,
             "settings": asdict(self.settings),
             "history": [
                 {"step": h.step, "ce": h.ce, "info_nats": h.info, "beta_info": h.beta_info, "p_target": h.p_target}
@@ -163,16 +205,17 @@ def _fast_format(z: torch.Tensor) -> torch.Tensor:
 class _SplitRunner:
     """Prefix once, suffix per step."""
 
-    def __init__(self, prefix: nn.Module, suffix: nn.Module):
+    def __init__(self, prefix: nn.Module, suffix: nn.Module, channels_last: bool = True):
         self.prefix, self.suffix = prefix, suffix
         self.modules = (prefix, suffix)
+        self.channels_last = channels_last  # CNN maps only: a token layout is the layer's own business
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.prefix(x)
 
     def logits(self, z: torch.Tensor) -> torch.Tensor:
-        return self.suffix(_fast_format(z))
+        return self.suffix(_fast_format(z) if self.channels_last else z.contiguous())
 
     def close(self) -> None:
         pass
@@ -240,41 +283,66 @@ class PerSampleBottleneck:
         layer: str | nn.Module,
         stats: FeatureStats,
         settings: BottleneckSettings | None = None,
+        layout: FeatureLayout | None = None,
     ):
-        """Generic hook path: `layer` is a module of `model` or its dotted name."""
+        """Generic hook path: `layer` is a module of `model` or its dotted name.
+
+        layout: how the layer's output is arranged (`networks.tokens`); None: guessed from the statistics'
+        shape (`tokens.infer_layout`: a token sequence for (L, C) on a grid, else a CNN map; give a Swin
+        grid's layout). `for_network` takes it from the network's spec.
+        """
         module = model.get_submodule(layer) if isinstance(layer, str) else layer
+        self._setup(stats, settings, layout, "hook")
         self._make_runner = lambda: _HookRunner(model, module)
+        self._memo, self._memo_key = {}, ("hook", id(model), id(module))
+
+    def _setup(self, stats: FeatureStats, settings: BottleneckSettings | None, layout: FeatureLayout | None,
+               path: str) -> None:
         self.stats = stats
         self.settings = (settings or BottleneckSettings()).validate()
-        self._memo, self._memo_key = {}, ("hook", id(model), id(module))
+        self.layout = layout or infer_layout(tuple(stats.mean.shape))
+        self.path = path
 
     @classmethod
     def for_network(
         cls, network, layer: str, stats: FeatureStats, settings: BottleneckSettings | None = None
     ) -> "PerSampleBottleneck":
-        """For an `iba_core.networks.Network`: the fast split path where the network can be cut at
-        `layer` (registered stage lists), else the hook path on the layer's module."""
-        if network.can_split:
-            self = cls.from_split(*network.fast_split(layer), stats, settings)
+        """For an `iba_core.networks.Network`: the split path where the network can be cut at `layer`
+        (registered stage lists; else a `torch.fx` cut), else the hook path on the layer's module.
+        `path` says which ("stages", "fx", "hook")."""
+        layout = network.layout(layer)
+        path = network.split_path(layer)
+        if path == "stages":
+            self = cls.from_split(*network.fast_split(layer), stats, settings, layout)
+        elif path == "fx":
+            self = cls.from_split(*network.fx_split(layer), stats, settings, layout)
         else:
-            self = cls(network.model, network.hook_module(layer), stats, settings)
+            self = cls(network.model, network.hook_module(layer), stats, settings, layout)
+        self.path = path
         # "auto" precision is measured once per network, layer and machine, and remembered
         self._memo, self._memo_key, self._persist = network.memo, (network.key, network.weights_id, layer), True
         return self
 
     @classmethod
     def from_split(
-        cls, prefix: nn.Module, suffix: nn.Module, stats: FeatureStats, settings: BottleneckSettings | None = None
+        cls, prefix: nn.Module, suffix: nn.Module, stats: FeatureStats, settings: BottleneckSettings | None = None,
+        layout: FeatureLayout | None = None,
     ) -> "PerSampleBottleneck":
         """Fast split path for any network given as prefix (input → layer) and suffix (layer → logits)."""
         self = cls.__new__(cls)
-        self._make_runner = lambda: _SplitRunner(prefix, suffix)
-        self.stats = stats
-        self.settings = (settings or BottleneckSettings()).validate()
+        self._setup(stats, settings, layout, "split")
+        channels_last = self.layout.kind == "map"
+        self._make_runner = lambda: _SplitRunner(prefix, suffix, channels_last)
         self._memo, self._memo_key = {}, ("split", id(prefix), id(suffix))
         return self
 
     _persist = False
+    layout: FeatureLayout = MAP
+    path: str = ""
+
+    def _raw_format(self, z: torch.Tensor) -> torch.Tensor:
+        """A layer output in the memory format its suffix runs fastest with (channels-last for CNN maps)."""
+        return _fast_format(z) if self.layout.kind == "map" else z
 
     def precision_for(self, x: torch.Tensor) -> str:
         """The concrete precision a run on x would use (measures once if the setting is "auto")."""
@@ -291,7 +359,7 @@ class PerSampleBottleneck:
 
         def workload(precision: str):
             z = self.stats.mean.to(device)[None].expand(copies, *self.stats.mean.shape)
-            z = _fast_format(z + 0.1 * torch.randn_like(z)).requires_grad_(True)
+            z = self._raw_format(z + 0.1 * torch.randn_like(z)).requires_grad_(True)
 
             def run() -> None:
                 with autocast(precision, device):
@@ -308,8 +376,9 @@ class PerSampleBottleneck:
                                  key=(*self._memo_key, tuple(self.stats.mean.shape), copies, str(device)),
                                  persist=self._persist)
 
-    def _active_mask(self, r: torch.Tensor, device: torch.device) -> torch.Tensor | None:
-        """1 for units that count, 0 for inactive ones (settings.inactive_threshold); None: no masking."""
+    def _active_mask(self, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor] | None:
+        """Per part of the map view: 1 for units that count, 0 for inactive ones (settings.inactive_threshold);
+        None: no masking."""
         threshold = self.settings.inactive_threshold
         if threshold is None:
             return None
@@ -318,7 +387,19 @@ class PerSampleBottleneck:
                 "These feature statistics do not record which units are active; estimate them again "
                 "(python -m iba_core stats --refresh) to mask inactive units."
             )
-        return _fast_format((self.stats.active.to(device, r.dtype) > threshold).to(r.dtype)[None])
+        return self._parts((self.stats.active.to(device, dtype) > threshold).to(dtype)[None])
+
+    def _parts(self, raw: torch.Tensor) -> list[torch.Tensor]:
+        """The map view of a layer output (or of statistics with a leading 1): [grid (N, C, h, w)], plus
+        [unlocated tokens (N, C, E, 1)] where the layer has some. The grid is channels-last (the blur and
+        noise work on any layout; CNN suffixes want channels-last)."""
+        grid, extra = self.layout.to_map(raw)
+        grid = _fast_format(grid)
+        return [grid] if extra is None else [grid, extra.contiguous()]
+
+    def _raw(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The layer's own layout from the map-view parts (the inverse of `_parts`)."""
+        return self.layout.from_map(parts[0], parts[1] if len(parts) > 1 else None)
 
     def attribute(
         self,
@@ -364,27 +445,36 @@ class PerSampleBottleneck:
             stack.callback(runner.close)
             device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
             x = x.to(device)
-            precision = self.resolved_precision(runner, x, device, n_images * s.batch)
+            try:
+                precision = self.resolved_precision(runner, x, device, n_images * s.batch)
+            except RuntimeError:
+                # "auto"'s timing pass feeds the statistics' shape to the suffix; statistics of another layer
+                # fail there with a kernel error. Run in fp32: the shape check below then says what is wrong.
+                precision = "fp32"
             network_pass = lambda: autocast(precision, device)  # noqa: E731 - λ, KL, Adam stay fp32
             with network_pass():
-                r = runner.features(x).float()
-            if r.shape[1:] != self.stats.mean.shape:
+                raw = runner.features(x).float()
+            if raw.shape[1:] != self.stats.mean.shape:
                 raise ValueError(
                     f"Statistics are for a layer shaped {tuple(self.stats.mean.shape)}, "
-                    f"but the layer's output is {tuple(r.shape[1:])}."
+                    f"but the layer's output is {tuple(raw.shape[1:])}."
                 )
-            # One memory layout for R, μ, σ, α and so Z: channels-last, which the suffix convolutions want.
-            r = _fast_format(r)
-            mean = _fast_format(self.stats.mean.to(device, r.dtype)[None])
-            std = _fast_format(self.stats.std.to(device, r.dtype).clamp_min(s.min_std)[None])
-            r_std = standardise(r, mean, std)
-            active = self._active_mask(r, device)
+            # The map view: parts[0] the grid (N, C, h, w) (the CNN map itself), parts[1] the tokens off the
+            # grid (a ViT's class token) where there are any. One memory layout for R, μ, σ, α and so Z:
+            # channels-last, which the suffix convolutions want.
+            r = self._parts(raw)
+            mean = self._parts(self.stats.mean.to(device, raw.dtype)[None])
+            std = self._parts(self.stats.std.to(device, raw.dtype).clamp_min(s.min_std)[None])
+            r_std = [standardise(*parts) for parts in zip(r, mean, std)]
+            sigmas = [s.sigma] + [0.0] * (len(r) - 1)  # tokens off the grid have no neighbours to blur with
+            active = self._active_mask(raw.dtype, device)
             with torch.no_grad(), network_pass():
-                probs = runner.logits(r.clone()).float().softmax(dim=1)  # clone: in-place ReLUs
+                # clone: the suffix may start with an in-place ReLU
+                probs = runner.logits(self._raw([p.clone() for p in r])).float().softmax(dim=1)
             targets = [int(probs[i].argmax()) if t is None else int(t) for i, t in enumerate(targets)]
             p_without = [float(probs[i, t]) for i, t in enumerate(targets)]
 
-            k = r[0].numel()
+            k = raw[0].numel()  # all elements with a bottleneck, the class token's included
             beta = s.beta_k / k
             size = tuple(x.shape[-2:])
             seed = s.seed if s.seed is not None else int(torch.seed() % (2**63))
@@ -393,76 +483,92 @@ class PerSampleBottleneck:
                 generators.append(torch.Generator(device=device))
                 generators[-1].manual_seed(seed)
 
-            def noisy(lam: torch.Tensor, one_minus: torch.Tensor) -> torch.Tensor:
-                parts = [inject_noise(r[i : i + 1], lam[i : i + 1], one_minus[i : i + 1], mean, std, s.batch, g)
-                         for i, g in enumerate(generators)]
-                return parts[0] if n_images == 1 else torch.cat(parts)
+            def lambdas() -> list[tuple[torch.Tensor, torch.Tensor]]:
+                return [lambda_from_alpha(a, sigma) for a, sigma in zip(alphas, sigmas)]
 
-            alpha = torch.full_like(r, s.init_alpha, requires_grad=True)
-            optimiser = torch.optim.Adam([alpha], lr=s.lr)
+            def noisy(lams) -> list[torch.Tensor]:
+                out = []
+                for r_p, (lam, one_minus), mean_p, std_p in zip(r, lams, mean, std):
+                    parts = [inject_noise(r_p[i : i + 1], lam[i : i + 1], one_minus[i : i + 1], mean_p, std_p,
+                                          s.batch, g) for i, g in enumerate(generators)]
+                    out.append(parts[0] if n_images == 1 else torch.cat(parts))
+                return out
+
+            def information(lams) -> list[torch.Tensor]:
+                return [kl_per_element(r_std_p, lam, one_minus) for r_std_p, (lam, one_minus) in zip(r_std, lams)]
+
+            def masked(parts: list[torch.Tensor]) -> list[torch.Tensor]:
+                return parts if active is None else [p * m for p, m in zip(parts, active)]
+
+            alphas = [torch.full_like(r_p, s.init_alpha, requires_grad=True) for r_p in r]
+            optimiser = torch.optim.Adam(alphas, lr=s.lr)
             labels = [torch.full((s.batch,), t, device=device, dtype=torch.long) for t in targets]
             history: list[list[StepInfo]] = [[] for _ in range(n_images)]
+            pending: list[_StepRecord] = []
             last_step = None
             for step in range(1, s.steps + 1):
                 optimiser.zero_grad(set_to_none=True)
-                lam, one_minus = lambda_from_alpha(alpha, s.sigma)
-                z = noisy(lam, one_minus)
-                kl = kl_per_element(r_std, lam, one_minus)
-                if active is not None:
-                    z, kl = z * active, kl * active
+                lams = lambdas()
+                z, kl = masked(noisy(lams)), masked(information(lams))
                 with network_pass():
-                    logits = runner.logits(z).float()
+                    logits = runner.logits(self._raw(z)).float()
                 per_image = logits.view(n_images, s.batch, -1)
                 ce = [F.cross_entropy(per_image[i], labels[i]) for i in range(n_images)]
-                info = [kl[i].sum() for i in range(n_images)]
+                info = [sum(kl_p[i].sum() for kl_p in kl) for i in range(n_images)]
                 loss = sum(c + beta * inf for c, inf in zip(ce, info))
                 loss.backward()
                 optimiser.step()
                 with torch.no_grad():
-                    for i in range(n_images):
-                        step_info = StepInfo(
-                            step=step,
-                            steps=s.steps,
-                            lambda_mean=lam[i].mean(dim=0).cpu().numpy(),
-                            bits_per_pixel=resize_preserving_total(information_map_bits(kl[i].detach()), size)
-                            .cpu().numpy(),
-                            ce=float(ce[i]),
-                            info=float(info[i]),
-                            beta_info=float(beta * info[i]),
-                            p_target=float(per_image[i].softmax(dim=1)[:, targets[i]].mean()),
-                            image=i,
-                        )
-                        history[i].append(step_info)
-                        if callback is not None:
-                            callback(step_info)
-                last_step = (lam.detach(), kl.detach())
+                    # What the step looked like, as tensors on the device; read back to the CPU at once for
+                    # a live view (callback), else after the last step: one synchronisation per run, not
+                    # five per image and step (on a GPU those waits cost more than the step itself).
+                    record = _StepRecord(
+                        step=step,
+                        lambda_mean=lams[0][0].detach().mean(dim=1),
+                        feature_bits=nats_to_bits(kl[0].detach().sum(dim=1)),
+                        ce=torch.stack(ce).detach(),
+                        info=torch.stack([torch.as_tensor(v) for v in info]).detach(),
+                        p_target=torch.stack([per_image[i].softmax(dim=1)[:, targets[i]].mean()
+                                              for i in range(n_images)]),
+                    )
+                    if callback is None:
+                        pending.append(record)
+                    else:
+                        for info_i in record.step_infos(s.steps, beta, size):
+                            history[info_i.image].append(info_i)
+                            callback(info_i)
+                last_step = ([lam.detach() for lam, _ in lams], [kl_p.detach() for kl_p in kl])
 
             with torch.no_grad():
-                lam, one_minus = lambda_from_alpha(alpha, s.sigma)
-                kl = kl_per_element(r_std, lam, one_minus)
-                z = noisy(lam, one_minus)
-                if active is not None:
-                    z, kl = z * active, kl * active
+                for record in pending:
+                    for info_i in record.step_infos(s.steps, beta, size):
+                        history[info_i.image].append(info_i)
+                lams = lambdas()
+                z, kl = masked(noisy(lams)), masked(information(lams))
+                lam = [lam_p for lam_p, _ in lams]
                 with network_pass():
-                    probs_with = runner.logits(z).float().softmax(dim=1).view(n_images, s.batch, -1)
+                    probs_with = runner.logits(self._raw(z)).float().softmax(dim=1).view(n_images, s.batch, -1)
                 if s.read_point == "last_step" and last_step is not None:
                     lam, kl = last_step  # the authors' read point: the last forward pass, before its update
                 results = []
                 seconds = time.perf_counter() - start
                 for i in range(n_images):
-                    feature_bits = information_map_bits(kl[i])
+                    feature_bits = information_map_bits(kl[0][i])
+                    unlocated = float(sum(nats_to_bits(kl_p[i].sum()) for kl_p in kl[1:]))
                     results.append(AttributionResult(
                         heatmap=resize_preserving_total(feature_bits, size).cpu().numpy(),
                         feature_bits=feature_bits.cpu().numpy(),
-                        lambda_mean=lam[i].mean(dim=0).cpu().numpy(),
-                        total_bits=float(feature_bits.sum()),
+                        lambda_mean=lam[0][i].mean(dim=0).cpu().numpy(),
+                        total_bits=float(feature_bits.sum()) + unlocated,
                         target=targets[i],
                         p_without=p_without[i],
                         p_with=float(probs_with[i, :, targets[i]].mean()),
                         history=history[i],
                         seconds=seconds / n_images,
                         settings=s,
-                        feature_shape=tuple(r.shape[1:]),
+                        feature_shape=tuple(r[0].shape[1:]),
                         precision=precision,
+                        unlocated_bits=unlocated,
+                        path=self.path,
                     ))
         return results

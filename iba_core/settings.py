@@ -4,6 +4,7 @@
 |---------------------|----------------------------------------------------------|--------------------------|
 | IBA_CACHE_DIR       | statistics, readouts and other cached results            | ~/.cache/iba-explorer    |
 | IBA_WEIGHTS_DIR     | a folder holding pretrained weights files                | (none)                   |
+| IBA_MODELS_DIR      | your networks: model cards the app lists and adds to     | ~/.config/iba-explorer/models |
 | IBA_STATS_SAMPLES   | samples behind statistics the app and methods estimate   | 1000                     |
 | IBA_TORCH_THREADS   | torch threads for app computations                       | usable cores − 1         |
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 CACHE_DIR_ENV = "IBA_CACHE_DIR"
 WEIGHTS_DIR_ENV = "IBA_WEIGHTS_DIR"
+MODELS_DIR_ENV = "IBA_MODELS_DIR"
 STATS_SAMPLES_ENV = "IBA_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
 
@@ -42,6 +44,14 @@ def weights_dir() -> Path | None:
     """The folder named by IBA_WEIGHTS_DIR, if set."""
     env = os.environ.get(WEIGHTS_DIR_ENV)
     return Path(env).expanduser() if env else None
+
+
+def models_dir() -> Path:
+    """The folder of your networks' model cards (IBA_MODELS_DIR overrides): the app lists the cards in it
+    (and one folder level below) and its "Add your network" form writes new ones there. Not a cache: a
+    folder of your own files, so it lives under ~/.config, not ~/.cache."""
+    env = os.environ.get(MODELS_DIR_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".config" / "iba-explorer" / "models"
 
 
 def stats_samples() -> int:

@@ -1,6 +1,7 @@
 """Streamlit widgets and glue shared by the pages (not a page itself: app.py lists the pages).
 
-Image and network inputs, target choice, bottleneck settings, method lists, statistics with a progress
+Image and network inputs (the network menu with your model cards and any torchvision classifier, and the
+"Add your network" form), target choice, bottleneck settings, method lists, statistics with a progress
 bar, error display, and the session's caches. The logic lives in `iba_core.app`, the drawing in
 `iba_core.render`; this module only gathers inputs and shows progress.
 """
@@ -24,16 +25,23 @@ from streamlit.delta_generator import DeltaGenerator
 from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, DEFAULT_SAMPLE, MethodChoices, unavailable_text
 from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, size_warnings, upload_input
 from iba_core.app.maps import MapCache
+from iba_core.app.models import (
+    DEFAULT_ARCH, DEFAULT_TORCHVISION, TORCHVISION_CHOICE, FileGiven, NewNetwork, add_network, find_cards,
+    kept_option, network_label, network_options, parse_triple, source_note, source_version, torchvision_key,
+    torchvision_names,
+)
 from iba_core.app.state import SharedModel, load_shared
-from iba_core.app.statistics import choose_stats, stats_for_methods, stats_status
+from iba_core.app.statistics import (
+    choose_stats, domain_warning, method_stats_settings, stats_folder, stats_for_methods, stats_status,
+)
 from iba_core.errors import USER_ERRORS, user_message
 from iba_core.images import ImageError, sample_image_names
 from iba_core.networks import (
-    DEFAULT_NETWORK, REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec, missing_weights_message,
+    REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec, missing_weights_message,
 )
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_probability
-from iba_core.settings import stats_samples
+from iba_core.settings import models_dir, stats_samples, weights_dir
 from iba_core.stats import FeatureStats
 
 log = logging.getLogger("iba_explorer")
@@ -107,7 +115,7 @@ def app_wording(message: str) -> str:
     for key in REGISTRY:
         title = short_title(key)
         text = re.sub(rf"(['\"]){re.escape(key)}\1", title, text)
-        text = re.sub(rf"(?<![\w/.-]){re.escape(key)}(?![\w-]|\.\w)", title, text)
+        text = re.sub(rf"(?<![\w/.:-]){re.escape(key)}(?![\w-]|\.\w)", title, text)
     return text
 
 
@@ -163,9 +171,10 @@ def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Ne
 
 
 @st.cache_resource(show_spinner="Loading the network…", max_entries=3)
-def shared_model(key: str) -> SharedModel:
+def shared_model(key: str, version: int = 0) -> SharedModel:
     """One model (and its lock) per network for all sessions; failures are not cached, so placing
-    the weights file and rerunning is enough."""
+    the weights file and rerunning is enough. version: changes when a model card or its weights file
+    changes (`source_version`), so the edited network is loaded anew."""
     return load_shared(key)
 
 
@@ -202,6 +211,9 @@ class Inputs:
     x: torch.Tensor  # (1, 3, 224, 224) normalised
     top5: list[tuple[int, str, float]]
     controls: DeltaGenerator  # where the page puts its settings form (right of the inputs)
+    #: Under the network choice: the warning about out-of-domain statistics (a model card's network without
+    #: an image folder); `stats_settings` updates it once the page's folder field is read.
+    stats_note: DeltaGenerator | None = None
 
     @property
     def loaded(self) -> Network:
@@ -262,23 +274,140 @@ def _format_caption(chosen: ImageInput) -> None:
 
 
 def network_picker() -> SharedModel | None:
-    """Network choice with its weights status; missing weights show st.error and return None."""
-    _restore("network", DEFAULT_NETWORK)
+    """Network choice: the built-ins, your networks (the model cards in the models folder), any torchvision
+    classifier; then the "Add your network" form. A network that cannot be loaded shows its reason as
+    st.error and returns None."""
+    cards = find_cards()
+    options = network_options(cards)
+    st.session_state["network"] = kept_option(
+        st.session_state.get("_keep_network", st.session_state.get("network")), options)
     key = st.selectbox(
-        "Network", list(REGISTRY), key="network", format_func=lambda k: REGISTRY[k].title,
+        "Network", options, key="network", format_func=lambda k: network_label(k, cards),
         on_change=_remember, args=("network",),
+        help="The built-in ImageNet networks, your own networks (the model cards in the models folder "
+        f"{models_dir()}, set by IBA_MODELS_DIR), or any torchvision classifier.",
     )
-    spec = get_spec(key)
-    path = find_weights(spec)
-    st.caption(f"{spec.note} Weights: `{path.name}`." if path else spec.note)
+    if key == TORCHVISION_CHOICE:
+        key = torchvision_picker()
+    if key in REGISTRY:
+        spec = get_spec(key)
+        path = find_weights(spec)
+        st.caption(f"{spec.note} Weights: `{path.name}`." if path else spec.note)
+    shared = None
     try:
-        return shared_model(key)
+        shared = shared_model(key, source_version(key))
     except WeightsUnavailableError as err:
-        if find_weights(spec) is None:  # not here and not downloadable: say what to do, in the app's words
-            st.error(missing_weights_message(spec, app=True), icon=":material/error:")
+        if key in REGISTRY and find_weights(get_spec(key)) is None:  # not here and not downloadable: what to do
+            st.error(missing_weights_message(get_spec(key), app=True), icon=":material/error:")
         else:
             show_error(err)
-        return None
+    except Exception as err:  # noqa: BLE001 - a card or weights file that does not fit: its message, no traceback
+        show_error(err)
+    if shared is not None and key not in REGISTRY:
+        st.caption(source_note(key, shared.loaded))
+    unusable = [c for c in cards if c.error]
+    if unusable:
+        st.caption("Model cards in the models folder that cannot be used: "
+                   + " ".join(app_wording(c.error) for c in unusable))
+    add_network_form()
+    return shared
+
+
+def torchvision_picker() -> str:
+    """A torchvision classifier by name, with where its weights come from; returns torchvision:NAME."""
+    names = torchvision_names()
+    _restore("tv_network", DEFAULT_TORCHVISION)
+    if st.session_state["tv_network"] not in names:
+        st.session_state["tv_network"] = DEFAULT_TORCHVISION
+    name = st.selectbox("torchvision classifier", names, key="tv_network", on_change=_remember,
+                        args=("tv_network",), help="torchvision's classification networks, with their ImageNet "
+                        "weights, class names and preprocessing.")
+    st.caption(
+        "Pretrained ImageNet weights: downloaded by torchvision where there is internet, else the file must be in "
+        f"torch's cache or in the folder IBA_WEIGHTS_DIR names ({weights_dir() or 'not set'})."
+    )
+    return torchvision_key(name)
+
+
+# ---- adding your own network -------------------------------------------------------------------
+
+#: A message about the last "Add your network" submission, shown on the next run (the form reruns the page).
+ADDED_KEY = "_added_network"
+
+
+def add_network_form() -> None:
+    """The "Add your network" form: uploaded (or local) weights and class names, the architecture, the
+    preprocessing, a statistics folder and the default layer → a model card in the models folder, checked by
+    loading it first. On success the new network is chosen; a refusal says why and changes nothing."""
+    added = st.session_state.pop(ADDED_KEY, None)
+    if added:
+        st.success(added, icon=":material/check_circle:")
+    with st.expander("Add your network", icon=":material/add_circle:"):
+        st.caption(
+            "Your fine-tuned classifier: its weights as a state_dict (`torch.save(model.state_dict(), "
+            "\"model.pth\")`, or .safetensors) and its class names, one a line in the order of its outputs. "
+            f"The files and a model card are written to {models_dir()} (IBA_MODELS_DIR). Weights are read as "
+            "tensors only: a whole pickled model is refused."
+        )
+        # Plain widgets and a button, not an st.form: a page without a usable image shows no form at all.
+        with st.container():
+            name = st.text_input("Name", key="add_name", placeholder="e.g. skin-lesions",
+                                 help="Letters, digits, '-', '_' or '.'; names the folder and the card.")
+            names = torchvision_names()
+            arch = st.selectbox("Architecture (torchvision)", names, index=names.index(DEFAULT_ARCH),
+                                key="add_arch", help="The torchvision builder your model was made with; its "
+                                "output layer is sized by your class list.")
+            limit = st.get_option("server.maxUploadSize")
+            weights = st.file_uploader("Weights (.pth, .pt, .safetensors)", type=None, key="add_weights",
+                                       help=f"Up to {limit} MB (the server's upload limit); for a larger file "
+                                       "give its path below.")
+            weights_path = st.text_input("…or the weights file's path on this machine", key="add_weights_path",
+                                         placeholder="/path/to/model.pth")
+            classes = st.file_uploader("Class names (.txt, .json, .csv)", type=None, key="add_classes",
+                                       help="One name a line (or a JSON list, or CSV index,name).")
+            c1, c2 = st.columns(2)
+            resize = c1.number_input("Resize", 1, 4096, value=None, step=1, key="add_resize",
+                                     placeholder="architecture's", help="Shorter side before the crop, in px.")
+            crop = c2.number_input("Crop", 1, 4096, value=None, step=1, key="add_crop",
+                                   placeholder="architecture's", help="Centre crop the network sees, in px.")
+            mean = c1.text_input("Mean", key="add_mean", placeholder="architecture's",
+                                 help="Three numbers, e.g. 0.485, 0.456, 0.406. Empty: the architecture's "
+                                 "default (ImageNet's for most).")
+            std = c2.text_input("Std", key="add_std", placeholder="architecture's",
+                                help="Three numbers, e.g. 0.229, 0.224, 0.225. Empty: the architecture's default.")
+            images = st.text_input("Image folder for the statistics (optional)", key="add_images",
+                                   placeholder="/path/to/your/images",
+                                   help="A folder of your own images on this machine (searched recursively): "
+                                   "the feature statistics come from it. Without one, the sample photos are used, "
+                                   "which distorts the bits of a network trained on other images.")
+            layer = st.text_input("Default layer (optional)", key="add_layer", placeholder="e.g. layer2",
+                                  help="A module name, e.g. layer2 for a ResNet. Empty: the last feature map of at "
+                                  "least 28 × 28.")
+            submitted = st.button("Add network", icon=":material/save:", key="add_network_button")
+    if submitted:
+        _add_network(name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer)
+
+
+def _add_network(name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer) -> None:
+    try:
+        given = (FileGiven.local(weights_path.strip()) if weights_path.strip() else
+                 FileGiven.upload(weights.name, weights.getvalue()) if weights is not None else None)
+        new = NewNetwork(
+            name=name, arch=arch, weights=given,
+            classes=FileGiven.upload(classes.name, classes.getvalue()) if classes is not None else None,
+            layer=layer, stats_images=images,
+            preprocess={"resize": None if resize is None else int(resize), "crop": None if crop is None else int(crop),
+                        "mean": parse_triple(mean, "mean"), "std": parse_triple(std, "std")},
+        )
+        with st.spinner("Checking the network: loading its weights and class list…"):
+            card = add_network(new)
+    except Exception as err:  # noqa: BLE001 - the library's message; nothing was written, the choice stays
+        show_error(err)
+        return
+    st.session_state["_keep_network"] = str(card)
+    st.session_state[ADDED_KEY] = (f"Added {card.stem}: its model card is {card}. It is chosen in the Network menu "
+                                   "now, on every page.")
+    st.rerun()
 
 
 def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
@@ -292,22 +421,36 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     with left:
         image = image_picker()
         shared = network_picker()
+        stats_note = st.empty()
     if image is None or shared is None:
         right.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
         return None
     loaded = shared.loaded
+    show_domain_warning(stats_note, loaded)
     cropped = loaded.preprocess.crop(image.image)
     x = loaded.preprocess.normalise(cropped)
     with right, network_turn(shared):
         top5 = loaded.top_k(x, 5)
     with left:
         best = top5[0]
+        size = loaded.preprocess.crop_size
         st.image(cropped, width=224, caption=(
-            f"The 224 × 224 centre crop the network sees. Top prediction: {best[1]} ({format_probability(best[2])})"
+            f"The {size} × {size} centre crop the network sees. Top prediction: {best[1]} "
+            f"({format_probability(best[2])})"
         ))
         for warning in size_warnings(image.image.size, loaded.preprocess.resize, loaded.preprocess.crop_size):
             st.warning(warning, icon=":material/crop:")
-    return Inputs(image, shared, cropped, x, top5, right)
+    return Inputs(image, shared, cropped, x, top5, right, stats_note)
+
+
+def show_domain_warning(slot: DeltaGenerator, loaded: Network, folder: str | None = None) -> None:
+    """In `slot`: the warning that the sample photos' statistics distort the bits of a model card's network
+    without an image folder (`iba_core.app.statistics.domain_warning`), or nothing."""
+    warning = domain_warning(loaded, folder)
+    if warning:
+        slot.warning(warning, icon=":material/warning:")
+    else:
+        slot.empty()
 
 
 # ---- form widgets (call inside st.form) ----------------------------------------------------------
@@ -315,9 +458,12 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
 
 def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
     spec = inputs.loaded.spec
+    why = ("paper, Appendix" if spec.key in REGISTRY else
+           "the model card's, or the last feature map of at least 28 × 28")
     return st.selectbox(
         label, spec.layers, index=spec.layers.index(spec.default_layer), key=f"{prefix}_layer_{spec.key}",
-        help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} (paper, Appendix).",
+        format_func=inputs.loaded.layer_label,  # name · shape (map or tokens)
+        help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
     )
 
 
@@ -341,7 +487,7 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     )
     n = len(inputs.loaded.categories)
     other = st.text_input(
-        "…or any ImageNet class (overrides the choice above)", key=f"{prefix}_other",
+        f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)", key=f"{prefix}_other",
         placeholder="class name or index, e.g. tabby or 281",
         help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
         "a single class. A part that fits several classes is refused with the candidates listed.",
@@ -370,13 +516,20 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
             "The bottleneck replaces features by noise with the layer's mean and standard deviation, "
             f"estimated over many images. {stats_status(inputs.loaded, layer)}"
         )
+        card_folder = stats_folder(inputs.loaded)
         folder = st.text_input(
             "Image folder for better statistics (optional)", key=f"{prefix}_folder",
-            placeholder="/path/to/imagenet/val", help="Any folder of natural photos; searched recursively.",
+            placeholder=card_folder or "/path/to/imagenet/val",
+            help=(f"Empty: the model card's folder {card_folder}. " if card_folder else "")
+            + "A folder of images like those the network was trained on (for ImageNet networks: natural photos); "
+            "searched recursively.",
         )
         n = st.number_input("Samples", 1, 100_000, stats_samples(), step=100, key=f"{prefix}_n",
                             help="Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended.")
-    return (folder.strip() or None), int(n)
+    folder = folder.strip() or None
+    if inputs.stats_note is not None:
+        show_domain_warning(inputs.stats_note, inputs.loaded, folder)
+    return folder, int(n)
 
 
 def settings_row(inputs: Inputs, prefix: str, layer: str) -> tuple[BottleneckSettings, str | None, int]:
@@ -433,8 +586,12 @@ def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
     return stats
 
 
-def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
-    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar."""
+def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> dict[str, dict]:
+    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar.
+
+    Returns the methods' settings that hand them these statistics where they come from a model card's image
+    folder (`method_stats_settings`; {} for the other networks, whose methods read the cache themselves).
+    """
     holder = st.empty()
     layer = inputs.loaded.spec.default_layer
 
@@ -442,8 +599,9 @@ def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
         holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
 
     with network_turn(inputs.shared) as loaded:
-        stats_for_methods(loaded, methods, progress=progress)
+        stats = stats_for_methods(loaded, methods, progress=progress)
     holder.empty()
+    return method_stats_settings(inputs.loaded, methods, stats)
 
 
 # ---- results kept across reruns ----------------------------------------------------------------

@@ -5,7 +5,6 @@ import streamlit as st
 
 from iba_core.app.maps import grid_key, keep
 from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers, lost_class_warning
-from iba_core.networks import get_spec
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import grid_figure
 from pages import _widgets as ui
@@ -84,8 +83,8 @@ def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target:
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         if key not in grids:  # same image and settings: reuse, the result would be identical
             cells = compute(inputs, layer, target_idx, settings, folder, n)
-            keep(grids, key, dict(cells=cells, image=inputs.image.name, model=spec.key, layer=layer,
-                                  class_name=inputs.loaded.categories[target_idx], target=target_idx,
+            keep(grids, key, dict(cells=cells, image=inputs.image.name, model=spec.key, title=spec.title,
+                                  layer=layer, class_name=inputs.loaded.class_name(target_idx), target=target_idx,
                                   settings=settings), MAX_KEPT)
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below.", icon=":material/check_circle:")
@@ -97,7 +96,7 @@ def show(entry: dict) -> None:
     st.divider()
     st.subheader("Grid")
     st.caption(
-        f"{entry['image']} · {get_spec(entry['model']).title} · explaining **{entry['class_name']}** "
+        f"{entry['image']} · {entry['title']} · explaining **{entry['class_name']}** "
         f"(#{entry['target']}) · {entry['settings'].steps} steps × batch {entry['settings'].batch}"
     )
     per_map = st.checkbox(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from iba_core.app.checkpoints import ReadoutCheckpoint, readout_checkpoints, readout_dirs
+from iba_core.app.checkpoints import ReadoutCheckpoint, readout_checkpoints, readout_dirs, readout_training_command
 from iba_core.app.choices import (
     DEFAULT_COMPARE_METHODS,
     READOUT_METHOD,
@@ -14,7 +14,6 @@ from iba_core.app.choices import (
 from iba_core.app.maps import CachedMap, cell_pictures, map_key
 from iba_core.errors import user_message
 from iba_core.methods import display_names
-from iba_core.networks import get_spec
 from iba_core.render.grid import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
 from pages import _widgets as ui
@@ -77,8 +76,9 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         keys, settings, labels = request.keys, request.settings, request.names
         target_idx = ui.resolve_target(inputs, target)
         cache = ui.map_cache()
-        ui.stats_for_methods_with_progress(
-            inputs, cache.missing(inputs.loaded, inputs.image.digest, target_idx, keys, settings))
+        # Statistics first, with their own progress bar; from a model card's image folder they are handed to
+        # the methods as a setting (part of each map's cache key).
+        settings = {**settings, **ui.stats_for_methods_with_progress(inputs, keys)}
         live = st.empty()
         with live.container():
             bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
@@ -106,23 +106,27 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
             keys=[map_key(inputs.image.digest, inputs.loaded, target_idx, m, settings.get(m)) for m in maps],
             readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",
             image=inputs.image.name, cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
-            model=inputs.loaded.spec.title, class_name=inputs.loaded.categories[target_idx], target=target_idx,
+            model=inputs.loaded.spec.title, class_name=inputs.loaded.class_name(target_idx), target=target_idx,
             failed=failed,
         )
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
         ui.show_error(err)
 
 
-def readout_note(checkpoints: list[ReadoutCheckpoint], model_key: str) -> None:
-    with st.expander("Readout Bottleneck checkpoints", icon=":material/inventory_2:"):
+def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> None:
+    loaded = inputs.loaded
+    label = "Readout Bottleneck checkpoints" + ("" if checkpoints else " (none for this network)")
+    with st.expander(label, icon=":material/inventory_2:"):
         if not checkpoints:
             st.markdown(
-                f"No Readout Bottleneck checkpoint for {get_spec(model_key).title} yet. The app ships one for "
-                "the offline network only and looks for trained checkpoints (`.pt` files) in "
-                + ", ".join(f"`{d}`" for d in readout_dirs())
-                + ". Training a readout needs a folder of photos and runs outside the app (see the README, "
-                "*Readout Bottleneck*); put the checkpoint it writes into one of these folders."
+                f"No Readout Bottleneck checkpoint for {loaded.spec.title} yet: the readout must be trained for "
+                "this very network. The app ships one for the offline network only and looks for trained "
+                "checkpoints (`.pt` files) in " + ", ".join(f"`{d}`" for d in readout_dirs())
+                + ". Training a readout needs a folder of images and runs outside the app (see the README, "
+                "*Readout Bottleneck*); put the checkpoint it writes into one of these folders. For this "
+                "network:"
             )
+            st.code(readout_training_command(loaded, inputs.shared.source), language="bash", wrap_lines=True)
         for c in checkpoints:
             st.markdown(f"- **{c.label}** — {c.details}" + (f" Not usable: {c.error}" if c.error else ""))
 
@@ -166,9 +170,9 @@ names = display_names()
 inputs = ui.input_section()
 if inputs is not None:
     with inputs.controls:
-        checkpoints = readout_checkpoints(inputs.loaded.key)
+        checkpoints = readout_checkpoints(inputs.loaded.key, aliases=[inputs.shared.source])
         submitted = form(inputs, names, compare_choices(inputs.loaded), checkpoints)
-        readout_note(checkpoints, inputs.loaded.key)
+        readout_note(checkpoints, inputs)
         if submitted is not None:
             execute(inputs, *submitted, names)
 last = st.session_state.get(LAST_KEY)

@@ -68,13 +68,16 @@ def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
     if not methods:
         raise ValueError("Choose at least one method.")
     cache = ui.map_cache()
-    ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.loaded, inputs.image.digest, target, methods))
+    # From a model card's image folder, the statistics are handed to the methods (as on the Compare page, so
+    # the maps are shared).
+    settings = ui.stats_for_methods_with_progress(inputs, methods)
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / max(total, 1), text=f"Maps {done} / {total} · {label}")
 
     with inputs.shared.busy() as loaded:
-        entries = cache.maps(loaded, inputs.x, inputs.image.digest, target, methods, progress=progress)
+        entries = cache.maps(loaded, inputs.x, inputs.image.digest, target, methods, settings=settings,
+                             progress=progress)
     return {k: e.amap for k, e in entries.items()}
 
 
@@ -88,7 +91,7 @@ def caption(entry: dict) -> None:
 
 def describe(inputs: ui.Inputs, target: int) -> dict:
     return dict(image=inputs.image.name, model=inputs.loaded.spec.title,
-                class_name=inputs.loaded.categories[target], target=target, context=context(inputs, target))
+                class_name=inputs.loaded.class_name(target), target=target, context=context(inputs, target))
 
 
 # ---- degradation -------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.state import RunRecord
-from iba_core.networks import get_spec
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import ColourScale, animation_gif, bits_panel, curves_image, lambda_panel, step_text
@@ -133,8 +132,8 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
             result = iba.attribute(inputs.x, target=target, callback=on_step)
     pre = inputs.loaded.preprocess
     return RunRecord(
-        image_name=inputs.image.name, model_key=inputs.loaded.key, layer=layer,
-        class_name=inputs.loaded.categories[result.target], cropped=inputs.cropped, result=result,
+        image_name=inputs.image.name, model_key=inputs.loaded.key, model_title=inputs.loaded.spec.title, layer=layer,
+        class_name=inputs.loaded.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats.describe(), original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
         stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
@@ -209,7 +208,7 @@ def results(record: RunRecord) -> None:
     st.divider()
     st.subheader("Result", anchor="result")
     st.caption(
-        f"{record.image_name} · {get_spec(record.model_key).title} · layer {record.layer} · "
+        f"{record.image_name} · {record.model_title or record.model_key} · layer {record.layer} · "
         f"explaining **{record.class_name}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
     )

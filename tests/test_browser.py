@@ -263,8 +263,8 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
                 assert page.locator('[data-testid="stAlertContentError"]').count() == 0
 
             # A GIF upload is taken, and the page says which frame the network sees.
-            b.get_by_text("Upload", exact=True).click()
-            b.locator('input[type="file"]').set_input_files(
+            b.get_by_role("radiogroup", name="Image").get_by_text("Upload", exact=True).click()
+            b.get_by_label("Upload an image", exact=True).get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
                 files=[{"name": "cat.gif", "mimeType": "image/gif", "buffer": _gif_of_chelsea(3)}])
             expect(b.get_by_text("GIF: the network sees the first frame of its 3 frames")).to_be_visible()
             expect(b.get_by_text("Top prediction")).to_be_visible()

@@ -191,12 +191,14 @@ def test_more_beta_means_fewer_bits(tiny_net, tiny_stats):
     assert high.total_bits < low.total_bits
 
 
-def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats):
+@pytest.mark.parametrize("precision", ["fp32", "auto"])
+def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats, precision):
+    """Also with "auto", whose timing pass would otherwise fail first inside a convolution."""
     from iba_core.stats import FeatureStats
 
     wrong = FeatureStats(torch.zeros(2, 8, 8), torch.ones(2, 8, 8), 10)
-    with pytest.raises(ValueError, match="Statistics"):
-        _split(tiny_net, wrong).attribute(_x(), target=0)
+    with pytest.raises(ValueError, match="Statistics are for a layer shaped"):
+        _split(tiny_net, wrong, precision=precision).attribute(_x(), target=0)
 
 
 @pytest.mark.parametrize("bad", [dict(lr=0), dict(batch=0), dict(beta_k=-1), dict(sigma=-1)])
@@ -309,3 +311,15 @@ def test_beta_1000_loses_the_class_on_the_offline_network(offline_model, offline
     lost, kept = run(1000.0), run(10.0)
     assert lost.lost_class and lost.summary()["bottleneck_lost_class"] is True
     assert not kept.lost_class
+
+
+def test_result_says_which_path_ran_and_cnn_maps_have_no_unlocated_bits(tiny_net, tiny_stats):
+    """A CNN layer's bits all lie on the image: the heatmap sums to the total; `path` names the way the net ran."""
+    settings = BottleneckSettings(steps=2, precision="fp32")
+    split = _split(tiny_net, tiny_stats, steps=2).attribute(_x(), target=1)
+    hook = PerSampleBottleneck(tiny_net, "conv2", tiny_stats, settings).attribute(_x(), target=1)
+    assert (split.path, hook.path) == ("split", "hook")
+    for res in (split, hook):
+        assert res.unlocated_bits == 0.0 and res.heatmap.sum() == pytest.approx(res.total_bits, rel=1e-5)
+        assert res.summary()["path"] == res.path and res.summary()["unlocated_bits"] == 0.0
+    np.testing.assert_allclose(split.heatmap, hook.heatmap, rtol=1e-4, atol=1e-7)

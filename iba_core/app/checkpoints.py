@@ -2,6 +2,7 @@
 each with a label that says what it was trained on."""
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -73,8 +74,11 @@ def describe_readout(path: Path, shipped: bool) -> ReadoutCheckpoint:
                              None if complete is None else bool(complete))
 
 
-def readout_checkpoints(model_key: str, dirs: Iterable[Path] | None = None) -> list[ReadoutCheckpoint]:
-    """The shipped readout for `model_key` (first, if any), then *.pt files found below `dirs` made for it."""
+def readout_checkpoints(model_key: str, dirs: Iterable[Path] | None = None,
+                        aliases: Iterable[str] = ()) -> list[ReadoutCheckpoint]:
+    """The shipped readout for `model_key` (first, if any), then *.pt files found below `dirs` made for it
+    (checkpoints that name the network by one of `aliases`, e.g. its model card's path, count too)."""
+    names = {model_key, *(a for a in aliases if a)}
     from ..readout import default_checkpoint
 
     found: list[ReadoutCheckpoint] = []
@@ -91,6 +95,20 @@ def readout_checkpoints(model_key: str, dirs: Iterable[Path] | None = None) -> l
                 continue
             seen.add(path.resolve())
             info = describe_readout(path, False)
-            if info.model == model_key:
+            if info.model in names:
                 found.append(info)
     return found
+
+
+def readout_training_command(loaded, source: str = "") -> str:
+    """The command that trains a Readout Bottleneck for `loaded` into a folder the app searches.
+
+    source: what the network was loaded from (a model card's path; default its key). Images: the model
+    card's statistics folder if it names one (the training needs the network's own kind of images).
+    """
+    spec = loaded.spec
+    model = source or loaded.key
+    images = getattr(spec, "stats_images", None) or "YOUR_IMAGES"
+    name = loaded.key.split(":", 1)[-1]
+    return (f"python -m iba_core train-readout --model {shlex.quote(model)} --images {shlex.quote(images)} "
+            f"--out {shlex.quote('readout_runs/' + name)}")

@@ -9,6 +9,7 @@ import torch
 
 from ..progress import ProgressFn
 from ..methods import AttributionMap, get_method
+from ..networks import Network
 
 #: The paper skips boxes larger than this share of the crop: the ratio says little for them.
 LARGE_BOX_SHARE = 0.33
@@ -86,10 +87,12 @@ class SanityStrip:
 
 
 def sanity_levels(loaded) -> list[str]:
-    """Cascade level names (logits first) for a registered network, without copying it."""
+    """Cascade level names (logits first) without copying the network: its stages for a registered network,
+    else its modules that hold parameters (e.g. a model card's network: fc, layer4.1.bn2, …)."""
     from ..metrics.sanity import randomisation_groups
 
-    return [name for name, _ in randomisation_groups(loaded)]
+    plain = isinstance(loaded, Network) and not loaded.can_split
+    return [name for name, _ in randomisation_groups(loaded.model if plain else loaded)]
 
 
 def sanity_strip(loaded, x: torch.Tensor, target: int, method_key: str, max_levels: int,

@@ -10,6 +10,7 @@ import torch
 from ..compare import ErrorFn, ProgressFn
 from ..methods import AttributionMap, get_method
 from ..render.grid import Limits, cell_png, colour_limits, map_limits
+from ..stats import FeatureStats
 
 
 def keep(entries: dict, key: Hashable, value, max_entries: int) -> None:
@@ -20,11 +21,19 @@ def keep(entries: dict, key: Hashable, value, max_entries: int) -> None:
 
 
 def settings_token(settings: dict | None) -> tuple:
-    """A hashable, order-independent form of a method's settings (objects by their repr)."""
+    """A hashable, order-independent form of a method's settings (feature statistics by what they were
+    estimated for and from, other objects by their repr)."""
     if not settings:
         return ()
-    return tuple(sorted((k, v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
-                        for k, v in settings.items()))
+    return tuple(sorted((k, _value_token(v)) for k, v in settings.items()))
+
+
+def _value_token(value):
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, FeatureStats):
+        return ("stats", value.model, value.weights, value.layer, value.source, value.n)
+    return repr(value)
 
 
 def map_key(image_digest: str, loaded, target: int, method: str, settings: dict | None = None) -> tuple:

@@ -1,6 +1,7 @@
 """State shared across reruns and sessions: the loaded network with its lock, and a finished Per-Sample run."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -27,6 +28,8 @@ class SharedModel:
 
     loaded: Network
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: What it was loaded from: a registered key, torchvision:NAME or a model card's path.
+    source: str = ""
 
     #: Seconds between two on_wait calls while another session holds the network.
     WAIT_POLL_S = 0.5
@@ -69,9 +72,11 @@ class SharedModel:
 
 
 def load_shared(key: str) -> SharedModel:
-    """Load a registered network on the CPU (or GPU if present); raises WeightsUnavailableError."""
+    """Load a network (a registered key, torchvision:NAME or a model card's path) with its own weights on the
+    CPU (or GPU if present); never unpickles (no trust_pickle). Raises the library's errors (missing weights,
+    a card or weights file that does not fit, …) with their messages."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return SharedModel(load_network(key, weights="pretrained", device=device))
+    return SharedModel(load_network(key, weights="pretrained", device=device), source=str(key))
 
 
 @dataclass
@@ -93,13 +98,16 @@ class RunRecord:
     #: the optimisation's own time is result.seconds.
     stats_seconds: float = 0.0
     wait_seconds: float = 0.0
+    #: The network's title (a model card's network is not in the registry).
+    model_title: str = ""
     #: Tells runs apart (e.g. widgets that belong to one run, such as its replay slider).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
     def file_stem(self) -> str:
-        """Stem of the download files: iba_<image>_<network>_<layer>."""
-        return f"iba_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{self.layer}"
+        """Stem of the download files: iba_<image>_<network>_<layer> (a card's "card:name" as card_name)."""
+        stem = f"iba_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{self.layer}"
+        return re.sub(r"[^\w.+-]", "_", stem)
 
     def report(self) -> dict:
         """The run's JSON report (`iba_core.render.report.run_report`)."""

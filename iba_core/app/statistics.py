@@ -1,4 +1,10 @@
-"""Which feature statistics (μ_R, σ_R of a layer) a run uses, and a line that says so."""
+"""Which feature statistics (μ_R, σ_R of a layer) a run uses, and a line that says so.
+
+The images behind them: a folder given on the page, else the folder a model card names (`stats_images`,
+the network's own data), else augmented crops of the offline sample photos. For a model card's network
+without a folder those photos are likely out of its domain, which distorts the bits: `domain_warning`
+says so. Estimates are cached per network, weights (a card's weights file hash), layer and image source.
+"""
 from __future__ import annotations
 
 import os
@@ -10,6 +16,28 @@ from ..networks import Network
 from ..settings import stats_samples
 from ..progress import ProgressFn
 from ..stats import FeatureStats, cached_stats, get_stats, photo_pool, stored_stats
+from .models import is_card_network
+
+
+def stats_folder(loaded: Network, folder: str | os.PathLike | None = None) -> str | None:
+    """The image folder statistics come from: `folder` if given, else the model card's `stats_images`
+    (None: the offline sample photos)."""
+    if folder:
+        return str(folder)
+    return getattr(loaded.spec, "stats_images", None) or None
+
+
+def domain_warning(loaded: Network, folder: str | os.PathLike | None = None) -> str | None:
+    """A warning for a model card's network whose statistics would come from the offline sample photos."""
+    if not is_card_network(loaded) or stats_folder(loaded, folder):
+        return None
+    return (
+        f"{loaded.spec.title} has no image folder for its feature statistics, so they come from the offline "
+        "sample photos (cats, coffee, astronauts, …), which are probably not what it was trained on. "
+        "Out-of-domain statistics distort the bits: the noise does not look like your data's features. "
+        "Add stats_images = \"folder of your images\" to the model card, or enter such a folder under "
+        "*Feature statistics* on the Per-Sample and β × layer pages."
+    )
 
 
 def choose_stats(
@@ -20,9 +48,13 @@ def choose_stats(
     n: int | None = None,
     progress: ProgressFn | None = None,
 ) -> FeatureStats:
-    """Statistics for a run: from `folder` if given, else the best cached ones with ≥ n samples,
-    else freshly estimated from n augmented sample photos (then cached on disk)."""
+    """Statistics for a run: from `folder` (or the model card's folder) if there is one, else the best cached
+    ones with ≥ n samples, else freshly estimated from n augmented sample photos (then cached on disk).
+
+    A folder holding no readable image raises FileNotFoundError / ValueError with a sentence saying so.
+    """
     n = n or stats_samples()
+    folder = stats_folder(loaded, folder)
     if folder:
         path = Path(folder).expanduser()
         if not path.is_dir():
@@ -37,6 +69,13 @@ def choose_stats(
 def stats_status(loaded: Network, layer: str) -> str:
     """One line on the statistics a run at `layer` would use now."""
     n = stats_samples()
+    folder = stats_folder(loaded)
+    if folder:
+        found = stored_stats(loaded, layer, images=folder, n=n)
+        if found is not None:
+            return f"Ready, from the model card's image folder: {found.describe()}."
+        return (f"Not estimated yet for {layer}: the first run estimates μ and σ of every layer at once from up to "
+                f"{n} images in the model card's folder {folder}, and keeps them on disk (per weights file).")
     best = next(iter(cached_stats(loaded, layer)), None)
     if best is None or best.n < n:
         best = stored_stats(loaded, layer, n=n)
@@ -51,10 +90,25 @@ def stats_status(loaded: Network, layer: str) -> str:
 def stats_for_methods(loaded: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
     """The statistics that the methods in `methods` read with their default settings (the network's default
-    layer, `settings.stats_samples()` samples), estimated now if any of them needs statistics; else None.
+    layer, `settings.stats_samples()` samples; a model card's image folder if it names one), estimated now if
+    any of them needs statistics; else None.
 
     Estimating here, before the maps, lets a page show the estimate's own progress.
     """
     if not any(get_method(key).needs_stats for key in methods):
         return None
-    return get_stats(loaded, loaded.spec.default_layer, n=stats_samples(), progress=progress)
+    return get_stats(loaded, loaded.spec.default_layer, images=stats_folder(loaded), n=stats_samples(),
+                     progress=progress)
+
+
+def method_stats_settings(loaded: Network, methods: Iterable[str], stats: FeatureStats | None) -> dict[str, dict]:
+    """Per method that reads statistics, the setting that hands it `stats` — only where they come from the
+    model card's folder (the methods' own default is the sample photos); {} otherwise."""
+    if stats is None or not stats_folder(loaded):
+        return {}
+    out = {}
+    for key in methods:
+        method = get_method(key)
+        if method.needs_stats and "stats" in method.default_settings():
+            out[key] = {"stats": stats}
+    return out

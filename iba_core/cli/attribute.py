@@ -94,5 +94,8 @@ def run(args: argparse.Namespace) -> int:
         "stats_samples": stats_samples,
         "precision": getattr(result, "precision", "fp32"),
         "seconds": round(result.seconds, 3),
+        # only where they say something: a traced or hooked network, bits without a place on the image (ViT)
+        **({"path": result.path} if getattr(result, "path", "stages") != "stages" else {}),
+        **({"unlocated_bits": round(result.unlocated_bits, 3)} if getattr(result, "unlocated_bits", 0) else {}),
     })
     return 0

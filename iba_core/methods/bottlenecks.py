@@ -67,7 +67,9 @@ class PerSampleIBA(Method):
         layer = network.spec.check_layer(self.layer(network))
         stats = s["stats"]
         if stats is None:
-            stats = get_stats(network, layer, n=int(s["stats_samples"] or stats_samples()))
+            # a model card's own image folder where it names one (in-domain statistics), else the sample photos
+            stats = get_stats(network, layer, images=getattr(network.spec, "stats_images", None),
+                              n=int(s["stats_samples"] or stats_samples()))
         settings = BottleneckSettings(
             beta_k=float(s["beta_k"]), steps=int(s["steps"]), batch=int(s["batch"]), lr=float(s["lr"]),
             sigma=float(s["sigma"]), seed=s["seed"], read_point=s["read_point"],
@@ -81,6 +83,8 @@ class PerSampleIBA(Method):
             "p_with": result.p_with,
             "stats_samples": stats.n,
             "precision": result.precision,
+            "path": result.path,  # stages, fx (a traced cut) or hook (the whole network every step)
+            "unlocated_bits": result.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
         }
         return result.heatmap, extra
 

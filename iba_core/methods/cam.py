@@ -19,7 +19,7 @@ import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
 from .base import Method, spec_of, sum_channels
-from .gradients import guided_gradient
+from .gradients import guided_gradient, no_guided_units
 
 
 def cam_layer(loaded, layer: str | None = None, layer_input: bool | None = None) -> tuple[str, bool]:
@@ -87,6 +87,9 @@ class GuidedGradCam(GradCam):
     name = "Guided Grad-CAM"
     signed = True
     description = "Guided Backprop times the upsampled Grad-CAM map, summed over colour channels."
+
+    def available_for(self, network) -> str | None:
+        return super().available_for(network) or no_guided_units(network.model)
 
     def _compute(self, loaded, x, target):
         return sum_channels(guided_gradient(loaded.model, x, target) * self.cam(loaded, x, target))

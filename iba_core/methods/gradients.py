@@ -175,6 +175,14 @@ def guided_copy(model: nn.Module) -> nn.Module:
     return clone
 
 
+def no_guided_units(model: nn.Module) -> str | None:
+    """Why Guided Backprop cannot run on `model` (None when it can): it guides nn.ReLU / nn.ReLU6 modules only."""
+    if any(type(m) in (nn.ReLU, nn.ReLU6) for m in model.modules()):
+        return None
+    return ("Guided Backprop guides ReLU and ReLU6 modules, and this network has none (e.g. a transformer's "
+            "GELUs).")
+
+
 def guided_gradient(model: nn.Module, x: torch.Tensor, target: int) -> torch.Tensor:
     """Guided Backprop attribution per colour channel, shaped like x."""
     return input_gradient(guided_copy(model), x, target)
@@ -185,6 +193,9 @@ class GuidedBackprop(Method):
     name = "Guided Backprop"
     signed = True
     description = "Gradient with only positive signals passed back through ReLUs, summed over colour channels."
+
+    def available_for(self, network) -> str | None:
+        return no_guided_units(network.model)
 
     def _compute(self, loaded, x, target):
         return sum_channels(guided_gradient(loaded.model, x, target))

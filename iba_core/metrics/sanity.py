@@ -72,7 +72,8 @@ def uses_max_over_sign(method) -> bool:
 
 def randomisation_groups(model_like) -> list[tuple[str, list[nn.Module]]]:
     """[(name, modules)] in cascade order: the classifier head first, the first layer last."""
-    if hasattr(model_like, "stages"):
+    # a stage list only where the network has one (`can_split`): card networks have `.stages()` that raise
+    if getattr(model_like, "can_split", hasattr(model_like, "stages")):
         groups = []
         for name, module in reversed(model_like.stages()):
             if any(True for _ in module.parameters()):
@@ -111,7 +112,7 @@ def cascading_randomisation(model_like, seed: int = 0) -> Iterator[tuple[str, ob
     if is_wrapper:
         work = copy.deepcopy(model_like.model)
         base = _with_model(model_like, work, getattr(model_like, "weights_id", "weights"))
-        groups = randomisation_groups(base if hasattr(base, "stages") else work)
+        groups = randomisation_groups(base if getattr(base, "can_split", hasattr(base, "stages")) else work)
     else:
         work = copy.deepcopy(model_like)
         groups = randomisation_groups(work)

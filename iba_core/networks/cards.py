@@ -288,3 +288,55 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         note=f"From the model card {card.path}; layers discovered by a dry forward pass.", **prep,
     )
     return spec, model, weights_id, classes
+
+
+def _toml_value(value) -> str:
+    """A TOML literal for a string, an integer, a finite float or a list of those (JSON's string escapes are TOML's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ModelCardError(f"A model card cannot hold the number {value}.")
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def card_text(*, arch: str, weights: str | os.PathLike | None = None, classes: str | os.PathLike | None = None,
+              layer: str | None = None, stats_images: str | os.PathLike | None = None, name: str | None = None,
+              title: str | None = None, preprocess: dict | None = None) -> str:
+    """The TOML of a model card with these entries (None: left out); paths as given (relative to the card)."""
+    entries = {"name": name, "title": title, "arch": arch, "weights": weights, "classes": classes, "layer": layer,
+               "stats_images": stats_images}
+    lines = [f"{key} = {_toml_value(str(value) if isinstance(value, os.PathLike) else value)}"
+             for key, value in entries.items() if value is not None]
+    prep = {k: v for k, v in (preprocess or {}).items() if v is not None}
+    bad = [k for k in prep if k not in PREPROCESS_ENTRIES]
+    if bad:
+        raise ModelCardError(f"Unknown preprocessing entries {', '.join(bad)}; known: {', '.join(PREPROCESS_ENTRIES)}.")
+    if prep:
+        lines += ["", "[preprocess]"] + [f"{k} = {_toml_value(list(v) if k in ('mean', 'std') else v)}"
+                                         for k, v in prep.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_card(path: str | os.PathLike, **entries) -> ModelCard:
+    """Write a model card (entries as `card_text` takes them) and read it back: the parsed card, or the
+    reader's message (a named file that does not exist, a bad entry) with no file left behind."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() != ".toml":
+        raise ModelCardError(f"A model card's file name ends in .toml, not {path.name}.")
+    text = card_text(**entries)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    try:
+        read_card(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return read_card(path)

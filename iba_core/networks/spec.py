@@ -7,10 +7,15 @@ Methods and the readout ask the spec; they keep no per-network tables.
 
 Registered networks are described as an ordered list of *stages*: running them in order reproduces
 the network, so splitting it at a layer into prefix and suffix is a slice of that list. A spec can
-also be *derived* for any `nn.Module` (`derive_spec`): its layers are found by one dry forward pass,
-it has no stages (the bottleneck then uses a forward hook), and choices nobody knows (CAM layer,
-canonizers) are None, so the methods that need them say they are unavailable; networks loaded from
-`torchvision:NAME` or a model card take the last feature map larger than 1×1 as their CAM layer.
+also be *derived* for any `nn.Module` (`derive_spec`): its layers are found by one dry forward pass
+(`find_layers`: CNN feature maps and transformer tokens on a patch grid, see `tokens.py`), it has no
+stages, and choices nobody knows (CAM layer, canonizers) are None, so the methods that need them say
+they are unavailable; networks loaded from `torchvision:NAME` or a model card take the last feature
+map larger than 1×1 as their CAM layer.
+
+Where a network has no stages, `Network.fx_split` cuts it at the layer with `torch.fx` (`fx_split.py`)
+so the bottleneck still runs the prefix once and only the suffix per step; where that is impossible
+the bottleneck falls back to a forward hook. `Network.split_path(layer)` says which path a layer gets.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from typing import Callable
 import torch
 from PIL import Image
 from torch import nn
+
+from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -60,6 +67,38 @@ class WeightsSource:
 
 
 @dataclass(frozen=True)
+class LayerInfo:
+    """One module found by the dry forward pass (`find_layers`): its output and whether it can hold a bottleneck."""
+
+    name: str  # dotted module path
+    shape: tuple[int, ...]  # output shape in the dry pass, batch axis (1) included
+    runs: int  # times the module ran in one forward pass
+    layout: FeatureLayout = MAP
+
+    @property
+    def kind(self) -> str:
+        """"map" (CNN feature map (N, C, H, W)) or "tokens" (transformer tokens on a patch grid)."""
+        return self.layout.kind
+
+    @property
+    def usable(self) -> bool:
+        return self.runs == 1
+
+    @property
+    def reason(self) -> str | None:
+        """Why the layer cannot hold a bottleneck (None when it can)."""
+        if self.runs == 1:
+            return None
+        return (f"it runs {self.runs} times in one forward pass (a module called more than once, e.g. "
+                "torchvision ResNet's shared ReLU), so a bottleneck there would be ambiguous")
+
+    def describe(self) -> str:
+        """Its shape and kind for a layer picker, e.g. "512×28×28 map" or "197×768 tokens (14×14 grid + class
+        token, 768 channels)"."""
+        return self.layout.describe(self.shape)
+
+
+@dataclass(frozen=True)
 class NetworkSpec:
     """Everything specific to one network. See the module docstring."""
 
@@ -86,6 +125,16 @@ class NetworkSpec:
     note: str = ""
     #: Image folder for the feature statistics (a model card's `stats_images`); None: the offline photos.
     stats_images: str | None = None
+    #: Every module the dry forward pass found (derived specs), usable or not, in execution order; empty for
+    #: registered networks (their layers are CNN maps, shapes from the stage list: `Network.layer_table`).
+    layer_info: tuple[LayerInfo, ...] = ()
+
+    def layout(self, layer: str) -> FeatureLayout:
+        """How `layer`'s output is arranged (CNN map or tokens on a patch grid; see `tokens.py`)."""
+        for info in self.layer_info:
+            if info.name == layer:
+                return info.layout
+        return MAP
 
     def check_layer(self, layer: str) -> str:
         """`layer` if the network has it, else a clear error listing the valid names."""
@@ -150,7 +199,7 @@ class Network:
 
     @property
     def can_split(self) -> bool:
-        """Whether the network can be cut into prefix and suffix (registered stage lists)."""
+        """Whether the network has a registered stage list to cut (`split_path` also finds torch.fx cuts)."""
         return self.spec.stages is not None
 
     def stages(self) -> Stages:
@@ -190,6 +239,66 @@ class Network:
         """The module whose output is `layer` (for the generic hook path)."""
         self.spec.check_layer(layer)
         return self.model.get_submodule(self.spec.hook_modules.get(layer, layer))
+
+    def layout(self, layer: str) -> FeatureLayout:
+        """How `layer`'s output is arranged: a CNN map or transformer tokens on a patch grid."""
+        return self.spec.layout(self.spec.check_layer(layer))
+
+    def fx_split(self, layer: str) -> tuple[nn.Module, nn.Module] | None:
+        """(prefix, suffix) cut from a `torch.fx` trace at `layer`, BatchNorms folded; None where the network
+        cannot be cut there (no trace, or values other than the layer's output cross the cut; the reason is
+        in `fx_split_reason`). Built and checked once per layer and kept (see `fx_split.cut_at`)."""
+        key = ("fx_split", layer)
+        if key not in self.memo:
+            from ..fast import fold_batchnorms
+            from .fx_split import CutError, cut_at
+
+            module = self.spec.hook_modules.get(self.spec.check_layer(layer), layer)
+            try:
+                prefix, suffix = cut_at(self.model, module, input_size=self.spec.crop)
+                self.memo[key] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
+            except CutError as err:
+                self.memo[key] = None
+                self.memo[("fx_split_reason", layer)] = str(err)
+        return self.memo[key]
+
+    def fx_split_reason(self, layer: str) -> str | None:
+        """Why `fx_split(layer)` found no cut (None when it found one or was not tried)."""
+        return self.memo.get(("fx_split_reason", layer))
+
+    def split_path(self, layer: str) -> str:
+        """How the Per-Sample Bottleneck runs at `layer`: "stages" (a registered stage list), "fx" (a traced
+        cut: prefix once, suffix per step, like "stages") or "hook" (the whole network every step)."""
+        if self.can_split:
+            return "stages"
+        return "fx" if self.fx_split(layer) is not None else "hook"
+
+    def layer_table(self) -> list[LayerInfo]:
+        """Every module the layer search found, usable or not, with shape and kind; for registered networks
+        their named layers (shapes from one pass through the stage list at the crop size). Kept per network."""
+        if self.spec.layer_info:
+            return list(self.spec.layer_info)
+        key = ("layer_table",)
+        if key not in self.memo and not self.can_split:  # a hand-written spec without stages
+            self.memo[key] = [i for i in find_layers(self.model, self.spec.crop) if i.name in self.spec.layers]
+        if key not in self.memo:
+            rows, x = [], torch.zeros(1, 3, self.spec.crop, self.spec.crop, device=self.device)
+            from ..model_state import frozen_eval
+
+            with frozen_eval(self.model), torch.no_grad():
+                for name, module in self.stages():
+                    x = module(x)
+                    if name is not None and name in self.spec.layers:
+                        rows.append(LayerInfo(name, tuple(x.shape), 1, MAP))
+            self.memo[key] = rows
+        return list(self.memo[key])
+
+    def layer_label(self, layer: str) -> str:
+        """"name · shape kind" for a layer picker, e.g. "conv3_4 · 512×28×28 map"."""
+        for info in self.layer_table():
+            if info.name == layer:
+                return f"{layer} · {info.describe()}"
+        return layer
 
     def top_k(self, x: torch.Tensor, k: int = 5) -> list[tuple[int, str, float]]:
         """The k most probable classes for a preprocessed image: (index, name, probability)."""
@@ -250,26 +359,30 @@ def derive_spec(
     guess_cam_layer: bool = False,
     **fields,
 ) -> NetworkSpec:
-    """A spec for any `nn.Module` classifier: layers found by one dry forward pass.
+    """A spec for any `nn.Module` classifier: layers found by one dry forward pass (`find_layers`).
 
-    Layers are the modules (dotted names, in execution order) whose output is a feature map
-    (N, C, H, W) and that run exactly once per forward pass.
+    Layers are the modules (dotted names, in execution order) whose output is a CNN feature map
+    (N, C, H, W) or transformer tokens on a patch grid (ViT (N, 1 + h·w, C), Swin (N, h, w, C)) and that
+    run exactly once per forward pass; modules that run more often are kept in `layer_info`, marked
+    unusable with the reason.
 
-    Default layer (unless `default_layer` names one): the last such map whose spatial size is at
-    least `min_default_size` (28 at 224 px: the analogue of ResNet-50's conv3_4), else the first map.
+    Default layer (unless `default_layer` names one), by `default_layer_of`: for a transformer the middle
+    one of its blocks; otherwise the last CNN map whose spatial size is at least `min_default_size` (28 at
+    224 px: the analogue of ResNet-50's conv3_4), else the first usable layer.
     Grad-CAM layer: None (unknown: Grad-CAM asks for a layer setting), or with `guess_cam_layer` (networks
-    loaded from `torchvision:NAME` or a model card) the last such map larger than 1×1: the last
-    convolutional block's output (global pooling gives 1×1 maps and is skipped). No stages, canonizers
-    or readout reads are known: the methods that need them say so. `fields` go to `NetworkSpec` as they
-    are (class names, preprocessing, weights source, note, …).
+    loaded from `torchvision:NAME` or a model card) the last CNN map larger than 1×1 that runs after every
+    transformer block (global pooling gives 1×1 maps and is skipped): the last convolutional block's output,
+    or a Swin's final normed map. A ViT has none after its blocks (its only map is the patch embedding), so
+    Grad-CAM says it needs a layer. No stages, canonizers or readout reads are known: the methods that need
+    them say so. `fields` go to `NetworkSpec` as they are (class names, preprocessing, weights source, …).
     """
-    layers = discover_layers(model, input_size)
-    usable = [name for name, shape, runs in layers if runs == 1]
+    infos = find_layers(model, input_size)
+    usable = [info.name for info in infos if info.usable]
     if not usable:
-        raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map; nothing to attribute.")
-    big = [name for name, shape, runs in layers if runs == 1 and min(shape[-2:]) >= min_default_size]
-    spatial = [name for name, shape, runs in layers if runs == 1 and max(shape[-2:]) > 1]
-    default = big[-1] if big else usable[0]
+        raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
+                         "grid that runs once per forward pass; nothing to attribute.")
+    blocks = transformer_blocks(model, infos)
+    default = default_layer_of(infos, blocks, min_default_size)
     if default_layer is not None:
         if default_layer not in usable:
             raise UnknownModelError(
@@ -277,8 +390,13 @@ def derive_spec(
         default = default_layer
     model_ref = model
     fields.setdefault("note", "Layers discovered by a dry forward pass.")
-    if guess_cam_layer and spatial:
-        fields.setdefault("cam_layer", (spatial[-1], False))
+    if guess_cam_layer:
+        order = [info.name for info in infos]
+        after = order.index(blocks[-1]) if blocks else -1
+        spatial = [info.name for i, info in enumerate(infos)
+                   if info.usable and info.kind == "map" and max(info.shape[-2:]) > 1 and i > after]
+        if spatial:
+            fields.setdefault("cam_layer", (spatial[-1], False))
 
     return NetworkSpec(
         key=key,
@@ -287,8 +405,44 @@ def derive_spec(
         layers=tuple(usable),
         default_layer=default,
         hook_modules={n: n for n in usable},
+        layer_info=tuple(infos),
         **fields,
     )
+
+
+def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:
+    """The documented default bottleneck layer among `infos` (see `derive_spec`).
+
+    Transformers (`blocks` found): the middle block, index (n − 1) // 2 (ViT-B/16: encoder_layer_5 of 12; Swin-T:
+    features.5.1, the 6th of 12 blocks, on the 14×14 grid): deep enough to carry class evidence, still on a
+    grid fine enough to locate it. CNNs: the last map of at least `min_size`×`min_size`, else the first
+    usable layer.
+    """
+    if blocks:
+        return blocks[(len(blocks) - 1) // 2]
+    usable = [info for info in infos if info.usable]
+    big = [info.name for info in usable if info.kind == "map" and min(info.shape[-2:]) >= min_size]
+    return big[-1] if big else usable[0].name
+
+
+def transformer_blocks(model: nn.Module, infos: list[LayerInfo]) -> list[str]:
+    """The usable token layers that are a transformer's blocks, in execution order; [] for CNNs.
+
+    Blocks are modules with children whose output is tokens on a grid, of the module class that occurs most
+    often among those (the repeated block); when classes tie (a block and its MLP both appear once per block)
+    the outermost wins: the one whose first instance has the shortest dotted path.
+    """
+    modules = dict(model.named_modules())
+    by_class: dict[type, list[str]] = {}
+    for info in infos:
+        module = modules.get(info.name)
+        if info.usable and info.kind == "tokens" and module is not None and next(module.children(), None) is not None:
+            by_class.setdefault(type(module), []).append(info.name)
+    if not by_class:
+        return []
+    most = max(len(names) for names in by_class.values())
+    tied = [names for names in by_class.values() if len(names) == most]
+    return min(tied, key=lambda names: names[0].count("."))
 
 
 def _load_into(model: nn.Module, state: dict | None) -> nn.Module:
@@ -297,20 +451,29 @@ def _load_into(model: nn.Module, state: dict | None) -> nn.Module:
     return model
 
 
-def discover_layers(model: nn.Module, input_size: int = CROP) -> list[tuple[str, tuple[int, ...], int]]:
-    """(dotted name, output shape, times run) of every module with a (N, C, H, W) output, in execution order."""
+def find_layers(model: nn.Module, input_size: int = CROP) -> list[LayerInfo]:
+    """Every module whose output is a CNN map or tokens on a patch grid, in execution order, by one dry pass.
+
+    A module that runs more than once is listed once, with its run count (`LayerInfo.usable` is then False).
+    Outputs that are not one tensor (tuples, dicts) and tensors on no grid (logits, pooled vectors) are left out.
+    """
     order: list[str] = []
     shapes: dict[str, tuple[int, ...]] = {}
+    layouts: dict[str, FeatureLayout] = {}
     runs: dict[str, int] = {}
     handles = []
 
     def hook(name):
-        def record(_m, _inp, out):
-            if isinstance(out, torch.Tensor) and out.dim() == 4:
-                if name not in runs:
-                    order.append(name)
-                    shapes[name] = tuple(out.shape)
-                runs[name] = runs.get(name, 0) + 1
+        def record(_m, _inp, out) -> None:  # returns None: the output is left as it is
+            if not isinstance(out, torch.Tensor):
+                return
+            if name not in runs:
+                layout = layout_of_shape(tuple(out.shape), input_size)
+                if layout is None:
+                    return
+                order.append(name)
+                shapes[name], layouts[name] = tuple(out.shape), layout
+            runs[name] = runs.get(name, 0) + 1
 
         return record
 
@@ -328,4 +491,9 @@ def discover_layers(model: nn.Module, input_size: int = CROP) -> list[tuple[str,
         for h in handles:
             h.remove()
         model.train(was_training)
-    return [(n, shapes[n], runs[n]) for n in order]
+    return [LayerInfo(n, shapes[n], runs[n], layouts[n]) for n in order]
+
+
+def discover_layers(model: nn.Module, input_size: int = CROP) -> list[tuple[str, tuple[int, ...], int]]:
+    """(dotted name, output shape, times run) of every module `find_layers` finds (maps and tokens on a grid)."""
+    return [(info.name, info.shape, info.runs) for info in find_layers(model, input_size)]

@@ -3,7 +3,8 @@
 The builder is `torchvision.models.get_model_builder(NAME)`, its weights the default enum of
 `get_model_weights(NAME)`: class names from the enum's `meta["categories"]`, preprocessing (resize,
 centre crop, mean, std) from its `transforms()`. The spec is derived (`spec.derive_spec`): layers by
-one dry forward pass, the documented default layer, the last feature map larger than 1×1 for Grad-CAM.
+one dry forward pass (CNN feature maps, and transformer tokens on a patch grid: ViT, Swin), the documented
+default layer (a transformer's middle block), the last feature map larger than 1×1 for Grad-CAM.
 
 Weights: "pretrained" looks for torchvision's file name (from the enum's url, e.g.
 `resnet18-f37072fd.pth`) in IBA_WEIGHTS_DIR, then torch's hub cache, then downloads it; offline
@@ -77,11 +78,21 @@ def categories_of(weights) -> list[str]:
 
 
 def build_model(name: str, **kwargs) -> nn.Module:
-    """torchvision's `name` with random initialisation (seeded, so random weights are reproducible)."""
+    """torchvision's `name` with random initialisation (seeded, so random weights are reproducible).
+
+    Linear layers that torchvision initialises to zero (ViT's classification head) get small random
+    weights instead: with a zero head every logit is 0 whatever the image, every gradient vanishes and
+    random weights could not check any method's structure. Loaded weights overwrite them anyway.
+    """
     from torchvision.models import get_model_builder
 
     torch.manual_seed(0)
-    return get_model_builder(name)(weights=None, **kwargs)
+    model = get_model_builder(name)(weights=None, **kwargs)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear) and not module.weight.any():
+                module.weight.normal_(0.0, 0.02)
+    return model
 
 
 def torchvision_spec(key: str, model: nn.Module | None = None) -> NetworkSpec:

@@ -94,11 +94,71 @@ class NetworkPasses:
         return h
 
 
-def network_passes(network, layer: str, reads: Sequence[str]) -> NetworkPasses:
-    """NetworkPasses for (network, layer, reads), built once and kept in `network.memo`."""
+class TracedPasses:
+    """The same two passes for a network without a stage list (a model card, `torchvision:NAME`).
+
+    First pass: the whole network once, forward hooks copying the read-out layers' outputs (removed
+    again, also on errors). Suffix: the part after the bottleneck layer cut from a `torch.fx` trace
+    (`Network.fx_split`); a network that cannot be cut there has no readout, and the error says why.
+    """
+
+    def __init__(self, network, layer: str, reads: Sequence[str]):
+        if layer == LOGITS:
+            raise ValueError("The bottleneck cannot sit on the logits.")
+        for name in (layer, *reads):
+            if name != LOGITS and name not in network.spec.layers:
+                known = list(network.spec.layers)
+                listed = ", ".join(known[:12]) + (f", … ({len(known)} in all; `models` lists them)" if len(known) > 12 else "")
+                raise ReadoutCheckpointError(
+                    f"{network.spec.title} has no layer {name!r}; layers: {listed}, and {LOGITS!r} for the logits.")
+        for name in (layer, *reads):
+            if name != LOGITS and network.layout(name).kind != "map":
+                raise ReadoutCheckpointError(
+                    f"The readout reads feature maps (N, C, H, W); {name!r} of {network.spec.title} is a token "
+                    "sequence, which the readout does not support (the Per-Sample Bottleneck does).")
+        cut = network.fx_split(layer)
+        if cut is None:
+            raise ReadoutCheckpointError(
+                f"The readout needs {network.spec.title} cut at {layer!r} (prefix once, suffix per step), but "
+                f"it cannot be cut there: {network.fx_split_reason(layer)}.")
+        self._suffix = cut[1]
+        self._model = network.model
+        self._reads = {name: network.hook_module(name) for name in dict.fromkeys((layer, *reads)) if name != LOGITS}
+        self.layer = layer
+        self.modules = (network.model, self._suffix)
+
+    def first_pass(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Outputs of the bottleneck layer, the read-out layers and the logits, without noise (copies: a
+        later in-place operation must not alter them)."""
+        out: dict[str, torch.Tensor] = {}
+        handles = []
+
+        def keep(name: str):
+            def hook(_m, _inp, output):
+                out[name] = output.clone()
+            return hook
+
+        try:
+            for name, module in self._reads.items():
+                handles.append(module.register_forward_hook(keep(name)))
+            out[LOGITS] = self._model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return out
+
+    def suffix(self, z: torch.Tensor) -> torch.Tensor:
+        """Logits from the bottleneck layer's (noisy) output onwards."""
+        return self._suffix(z)
+
+
+def network_passes(network, layer: str, reads: Sequence[str]) -> NetworkPasses | TracedPasses:
+    """The analysed network's passes for (network, layer, reads), built once and kept in `network.memo`:
+    from the stage list where the network has one, else from hooks and a traced cut."""
     key = ("readout_passes", layer, tuple(reads))
     if key not in network.memo:
-        network.memo[key] = NetworkPasses(network, layer, reads)
+        kind = NetworkPasses if network.can_split else TracedPasses
+        network.memo[key] = kind(network, layer, reads)
     return network.memo[key]
 
 

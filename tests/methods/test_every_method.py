@@ -13,8 +13,8 @@ from method_helpers import fast_method, fingerprint
 
 ALL = method_keys()
 OCCLUSION = {"occlusion_8", "occlusion_14"}
-#: Methods for plain ReLU networks only (VGG-16), unavailable on ResNet-50 and EfficientNet-Lite0.
-PLAIN_ONLY = {"pattern_attribution"}
+#: Methods that estimate patterns on first use (from 2 offline photos here: `fast_method`).
+PATTERN_METHODS = {"pattern_attribution"}
 
 
 def _check(amap, x, model, before):
@@ -34,11 +34,8 @@ def test_offline_model(key, offline_model, chelsea_x, offline_stats):
         # are checked by hand on a tiny network; here the real crop, downsampled, keeps it to seconds.
         x = F.interpolate(chelsea_x, size=(64, 64), mode="bilinear", align_corners=False)
     reason = get_method(key).available_for(offline_model)
-    if key in PLAIN_ONLY:  # EfficientNet-Lite0 has skip connections, BatchNorm and ReLU6: the method says so
-        assert reason and "not a plain sequence" in reason and "ReLU6" in reason
-        with pytest.raises(ValueError, match="not available"):
-            get_method(key).attribute(offline_model, x, 285)
-        return
+    if key in PATTERN_METHODS:  # beyond plain networks: BatchNorm, ReLU6 and skip connections
+        assert reason is None, reason
     x_before = x.clone()
     before = fingerprint(offline_model.model)
     amap = fast_method(key).attribute(offline_model, x, 285)
@@ -60,10 +57,7 @@ def test_random_networks(key, network, random_networks, small_x, request):
     if key == "readout":  # no readout is trained for these networks: the method says so, and why
         assert "readout checkpoint" in get_method(key).available_for(loaded)
         return
-    if key in PLAIN_ONLY:
-        if network == "resnet50":
-            assert "Bottleneck" in get_method(key).available_for(loaded)
-            return
+    if key in PATTERN_METHODS and network == "vgg16":  # ResNet-50: from 2 offline photos (`fast_method`)
         extra["patterns"] = request.getfixturevalue("vgg_patterns")
     amap = fast_method(key, **extra).attribute(loaded, small_x, 7)
     _check(amap, small_x, loaded.model, before)

@@ -1,5 +1,5 @@
-"""PatternAttribution: the two-component estimator against closed forms, the attribution by hand, where it
-runs, and the pattern cache."""
+"""PatternAttribution on plain networks (as in the paper): the two-component estimator against closed forms,
+the attribution by hand, VGG-16, and the pattern cache. Beyond plain networks: test_pattern_graph.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +15,7 @@ from iba_core.methods.pattern import (
     estimate_patterns,
     get_patterns,
     patterns_cache_path,
-    plain_chain,
+    pattern_graph,
     source_key,
 )
 from iba_core.model_state import hook_count
@@ -77,7 +77,7 @@ def test_two_component_patterns_and_attribution_by_hand():
     g = torch.Generator().manual_seed(1)
     data = torch.randn(300, 3, 2, 2, generator=g) + 0.3
     patterns, _ = estimate_patterns(wrap(net), data.split(64))
-    assert [flag for _, flag in plain_chain(wrap(net)).layers.values()] == [True, False]
+    assert [layer.regime for layer in pattern_graph(wrap(net)).layers.values()] == ["relu", "linear"]
 
     X = data.reshape(300, -1).double().numpy()
     W1, b1 = net[1].weight.double().numpy(), net[1].bias.double().numpy()
@@ -152,7 +152,7 @@ def test_dead_neurons_get_zero_patterns():
 def test_with_patterns_one_it_is_the_gradient(vgg_random, small_x):
     """w ⊙ 1 = w: the modified backward pass is then the plain gradient of the real VGG-16, which also checks
     that the layer sequence read from the spec's stages computes the network."""
-    chain = plain_chain(vgg_random)
+    chain = pattern_graph(vgg_random)
     ones = {name: torch.ones_like(w) for name, w in chain.weights().items()}
     got = get_method("pattern_attribution", patterns=ones).attribute(vgg_random, small_x, 7).values
     expected = get_method("gradient").attribute(vgg_random, small_x, 7).values
@@ -167,28 +167,32 @@ def test_vgg16_random_gives_a_finite_map_and_leaves_the_model_untouched(vgg_rand
     assert fingerprint(vgg_random.model) == before and hook_count(vgg_random.model) == 0
     assert torch.equal(x, small_x) and not x.requires_grad
     assert amap.extra["patterns_rough"] and amap.extra["pattern_images"] == 2
-    layers = plain_chain(vgg_random).layers
+    layers = pattern_graph(vgg_random).layers
     assert len(layers) == 16  # 13 convolutions, 3 linear layers
-    assert [relu for _, relu in layers.values()] == [True] * 15 + [False]  # the logits: linear estimator
+    assert [layer.regime for layer in layers.values()] == ["relu"] * 15 + ["linear"]  # the logits: linear estimator
+    assert all(not layer.batchnorms and layer.mask_node == layer.y_node == layer.node for layer in layers.values()
+               if layer.rectified)  # y > 0 on the layer's own output, as in the paper
     with pytest.raises(ValueError, match="out of range"):
         get_method("pattern_attribution", patterns=vgg_patterns).attribute(vgg_random, small_x, 1000)
 
 
-def test_networks_that_are_not_plain_say_why(resnet_random, offline_model):
+def test_custom_forward_functions_are_read_from_their_traced_graph():
+    """Not only stage lists and nn.Sequential: a custom forward is traced (torch.fx) into its layer graph.
+    Networks beyond the paper (BatchNorm, ReLU6, skip connections) and refusals: test_pattern_graph.py."""
     from iba_core.networks import network_from_module
 
     method = get_method("pattern_attribution")
-    reason = method.available_for(resnet_random)
-    assert "ResNet-50" in reason and "Bottleneck" in reason and "BatchNorm2d" in reason
-    reason = method.available_for(offline_model)
-    assert "EfficientNet-Lite0" in reason and "ReLU6" in reason and "MBConvBlock" in reason
     custom = network_from_module(TinyConvNet(), "tiny")  # a derived spec of a custom forward
-    assert "forward function is unknown" in method.available_for(custom)
-    assert "forward function is unknown" in method.available_for(wrap(TinyConvNet()))
+    assert method.available_for(custom) is None and method.available_for(wrap(TinyConvNet())) is None
+    layers = pattern_graph(custom).layers
+    assert {name: layer.regime for name, layer in layers.items()} == {"conv1": "relu", "conv2": "relu", "fc": "linear"}
     with_bn = wrap(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4, 2)))
-    assert "BatchNorm2d" in method.available_for(with_bn)
+    assert method.available_for(with_bn) is None
+    with_gelu = wrap(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                   nn.Linear(4, 2)))
+    assert "GELU" in method.available_for(with_gelu)
     with pytest.raises(ValueError, match="not available"):
-        method.attribute(resnet_random, torch.zeros(1, 3, 8, 8), 0)
+        method.attribute(with_gelu, torch.zeros(1, 3, 8, 8), 0)
 
 
 def test_patterns_of_another_network_are_refused():

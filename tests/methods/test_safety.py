@@ -10,8 +10,8 @@ from method_helpers import TinyConvNet, fast_method, fingerprint, wrap
 from iba_core.methods import get_method, method_keys
 from iba_core.model_state import hook_count
 
-#: No readout is trained for the random networks here; PatternAttribution needs a plain network (not ResNet-50
-#: or TinyConvNet): test_pattern.py checks the same for it on plain networks.
+#: No readout is trained for the random networks here; PatternAttribution would first estimate patterns:
+#: test_pattern.py and test_pattern_graph.py check the same for it.
 ALL = [k for k in method_keys() if k not in ("readout", "pattern_attribution")]
 RUNS_THE_NETWORK = [k for k in ALL if k != "random"]
 #: Methods with more than one forward pass: the second call fails mid-way through them.

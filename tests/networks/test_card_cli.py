@@ -141,3 +141,28 @@ def test_empty_image_folder(card, tmp_path, capsys):
     assert "No images" in err and str(empty) in err
     err = _error(["stats", "--model", card, "--images", str(empty), "--n", "4"], capsys)
     assert str(empty) in err
+
+
+def test_train_readout_on_a_card_then_attribute_with_it(card, folder, image, tmp_path, capsys):
+    """A card network has no stage list: the readout reads it through hooks and a traced cut."""
+    out = tmp_path / "readout"
+    assert main(["train-readout", "--model", str(card), "--images", str(folder / "images"), "--epochs", "1",
+                 "--batch-size", "4", "--stats-n", "12", "--out", str(out), "--no-progress"]) == 0
+    checkpoint = next(out.glob("readout_epoch001.pt"))
+    capsys.readouterr()
+    assert main(["attribute", str(image), "--model", str(card), "--method", "readout", "--readout",
+                 str(checkpoint), "--target", "cherry", "--png", str(tmp_path / "map.png")]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["method"] == "readout" and result["class_name"] == "cherry"
+    assert np.isfinite(result["total_bits"]) and result["total_bits"] > 0
+
+
+def test_readout_refuses_token_layers_with_a_reason():
+    from iba_core.networks import LOGITS, load_network
+    from iba_core.readout.config import ReadoutCheckpointError
+    from iba_core.readout.network import network_passes
+
+    vit = load_network("torchvision:vit_b_16", weights="random")
+    layer = vit.spec.default_layer
+    with pytest.raises(ReadoutCheckpointError, match="token sequence"):
+        network_passes(vit, layer, (layer, LOGITS))

@@ -1,0 +1,116 @@
+"""Speed for any network: a model card's ResNet-50 at `layer2` against the built-in ResNet-50 at `conv3_4`.
+
+Both are the same function (torchvision's ResNet-50 cut after its second stage, 512×28×28 at 224 px). The
+built-in is cut from its registered stage list; the card's network has no stage list and is cut with
+`torch.fx` (`iba_core/networks/fx_split.py`): the prefix runs once, only the suffix per step. The goal
+(issue 12, point 5): the card within 1.2× the built-in. "hook" shows what the card's network costs
+without the cut (the whole network forward and backward every step).
+
+Both networks get random weights (the card's from a state-dict file written here), the paper's settings
+(T = 10 steps, B = 10 copies) and the same precision (fp32 unless --precision). Runs alternate in one
+process so all see the same machine state; medians are printed with the processor.
+
+    python benchmarks/bench_any_network.py               # 5 alternating repeats
+    python benchmarks/bench_any_network.py --repeats 9 --precision auto --no-hook
+    python benchmarks/bench_any_network.py --device cuda --repeats 15
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torchvision
+
+from iba_core.networks import load_network
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+from iba_core.precision import machine_id
+from iba_core.stats import FeatureStats, estimate_stats
+
+
+def write_card(folder: Path) -> Path:
+    """A model card for a random torchvision ResNet-50: state dict, 1000 class names, layer2 as its layer."""
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet50(weights=None).state_dict(), folder / "resnet50.pth")
+    (folder / "classes.txt").write_text("\n".join(f"class {i}" for i in range(1000)) + "\n")
+    card = folder / "resnet50.toml"
+    card.write_text('arch = "torchvision:resnet50"\nweights = "resnet50.pth"\nclasses = "classes.txt"\n'
+                    'layer = "layer2"\n')
+    return card
+
+
+def noise_stats(network, layer: str, size: int) -> FeatureStats:
+    g = torch.Generator().manual_seed(1)
+    mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(8, 3, size, size, generator=g)],
+                                  device=network.device)
+    return FeatureStats(mean, std, n).to(network.device)
+
+
+def timed(iba: PerSampleBottleneck, x: torch.Tensor):
+    """(seconds, result) of one attribution; waits for the GPU so its time counts."""
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    result = iba.attribute(x, 3)
+    sync()
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "auto", "bf16", "fp16"])
+    parser.add_argument("--no-hook", action="store_true", help="leave out the card's hook path (the slow one)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print(f"machine: {machine_id(device)}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        card = write_card(Path(tmp))
+        builtin = load_network("resnet50", weights="random", device=device)
+        start = time.perf_counter()
+        carded = load_network(card, device=device)
+        print(f"card loaded with its layers found in {time.perf_counter() - start:.2f} s")
+    size = builtin.spec.crop
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(2)).to(device)
+    settings = BottleneckSettings(precision=args.precision)
+
+    start = time.perf_counter()
+    path = carded.split_path("layer2")
+    print(f"card's layer2: path {path!r}, cut by torch.fx and checked in {time.perf_counter() - start:.2f} s "
+          "(once per network and layer)")
+    cases = {
+        "built-in resnet50 @ conv3_4 (stages)": PerSampleBottleneck.for_network(
+            builtin, "conv3_4", noise_stats(builtin, "conv3_4", size), settings),
+        f"card resnet50 @ layer2 ({path})": PerSampleBottleneck.for_network(
+            carded, "layer2", noise_stats(carded, "layer2", size), settings),
+    }
+    if not args.no_hook:
+        cases["card resnet50 @ layer2 (hook)"] = PerSampleBottleneck(
+            carded.model, carded.hook_module("layer2"), cases[f"card resnet50 @ layer2 ({path})"].stats, settings)
+
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for name, iba in cases.items():  # warm-up: precision choice, oneDNN / cuDNN kernels, allocator
+        iba.attribute(x, 3)
+    for _ in range(args.repeats):
+        for name, iba in cases.items():  # alternating: every case sees the same machine state
+            seconds, result = timed(iba, x)
+            times[name].append(seconds)
+    print(f"T = {settings.steps} steps, B = {settings.batch} copies, precision {result.precision}, "
+          f"{args.repeats} alternating repeats, medians:")
+    base = statistics.median(times[next(iter(cases))])
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"  {name:<42} {median:7.3f} s   {median / base:5.2f}× the built-in   "
+              f"(min {min(values):.3f}, max {max(values):.3f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""iba_core.app.models (the network menu, adding a network from uploaded files), the models folder setting,
+cards.write_card, and the app's statistics, map keys, readout hint and sanity check for a model card's network."""
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
+from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card as write_test_card  # noqa: E402
+
+from iba_core import settings  # noqa: E402
+from iba_core.app import models  # noqa: E402
+from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
+from iba_core.networks import ModelCardError, UnsafeWeightsError, WeightsMismatchError, read_card  # noqa: E402
+from iba_core.networks.cards import card_text, write_card  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return make_card_folder(tmp_path_factory.mktemp("app-card") / "fruit")
+
+
+@pytest.fixture(scope="module")
+def card_net(folder):
+    from iba_core.networks import load_network
+
+    return load_network(str(folder / "fruit.toml"))
+
+
+@pytest.fixture(scope="module")
+def state_bytes() -> bytes:
+    buf = io.BytesIO()
+    torch.save(make_resnet18().state_dict(), buf)
+    return buf.getvalue()
+
+
+def new_network(state_bytes: bytes, name: str = "berries", classes: list[str] = CLASSES, **fields) -> NewNetwork:
+    return NewNetwork(name=name, arch=fields.pop("arch", "resnet18"),
+                      weights=fields.pop("weights", FileGiven.upload("model.pth", state_bytes)),
+                      classes=FileGiven.upload("classes.txt", "\n".join(classes).encode()), **fields)
+
+
+# ---- the models folder and the menu ----------------------------------------------------------------
+
+
+def test_models_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv(settings.MODELS_DIR_ENV, raising=False)
+    assert settings.models_dir() == Path.home() / ".config" / "iba-explorer" / "models"
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(tmp_path))
+    assert settings.models_dir() == tmp_path
+
+
+def test_find_cards_lists_usable_cards_and_says_why_others_cannot_be_used(tmp_path, folder, monkeypatch) -> None:
+    root = tmp_path / "models"
+    root.mkdir()
+    write_test_card(root, name="direct", weights=str(folder / "fruit.pth"), classes=str(folder / "classes.txt"))
+    (root / "sub").mkdir()
+    write_test_card(root / "sub", name="nested", weights=str(folder / "fruit.pth"), classes=None)
+    (root / "broken.toml").write_text("arch = [unclosed\n")
+    (root / ".adding-x-1234").mkdir()
+    write_test_card(root / ".adding-x-1234", name="half")  # a working folder: never listed
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(root))
+
+    cards = models.find_cards()
+    assert [c.name for c in cards] == ["broken", "direct", "nested"]
+    broken = cards[0]
+    assert broken.error and "not valid TOML" in broken.error
+    options = models.network_options(cards)
+    assert options[:3] == ["efficientnet_lite0", "resnet50", "vgg16"]
+    assert options[3:] == [str((root / "direct.toml").resolve()), str((root / "sub" / "nested.toml").resolve()),
+                           models.TORCHVISION_CHOICE]
+    assert models.network_label(options[3], cards) == "direct (your network)"
+    assert models.network_label(models.TORCHVISION_CHOICE, cards) == "Any torchvision classifier…"
+    assert models.network_label("resnet50", cards).startswith("ResNet-50")
+    # A choice kept from before that is gone (a removed card) falls back to the default network.
+    assert models.kept_option(options[4], options) == options[4]
+    assert models.kept_option("/gone/card.toml", options) == "efficientnet_lite0"
+    assert models.find_cards(tmp_path / "missing") == []
+
+
+def test_source_version_changes_with_the_card(tmp_path, folder) -> None:
+    card = write_test_card(tmp_path, weights=str(folder / "fruit.pth"), classes=None)
+    first = models.source_version(str(card))
+    assert first > 0 and models.source_version("resnet50") == 0
+    card.write_text(card.read_text() + 'title = "Fruit"\n')
+    import os
+
+    os.utime(card, ns=(first + 10**9, first + 10**9))
+    assert models.source_version(str(card)) != first
+
+
+def test_parse_triple() -> None:
+    assert models.parse_triple("0.485, 0.456, 0.406", "mean") == (0.485, 0.456, 0.406)
+    assert models.parse_triple("[0.5 0.5 0.5]", "mean") == (0.5, 0.5, 0.5)
+    assert models.parse_triple("  ", "mean") is None
+    with pytest.raises(ValueError, match="three numbers"):
+        models.parse_triple("0.5, 0.5", "mean")
+    with pytest.raises(ValueError, match="positive"):
+        models.parse_triple("0.2, 0, 0.2", "std")
+
+
+# ---- writing a card ----------------------------------------------------------------------------------
+
+
+def test_write_card_round_trips_every_entry(tmp_path, folder) -> None:
+    card = write_card(tmp_path / "mine.toml", name="mine", title='My "fine" net', arch="torchvision:resnet18",
+                      weights=folder / "fruit.pth", classes=str(folder / "classes.txt"), layer="layer3",
+                      stats_images=folder / "images",
+                      preprocess={"resize": 288, "crop": 256, "mean": (0.5, 0.5, 0.5), "std": [0.2, 0.2, 0.2]})
+    assert card.name == "mine" and card.title == 'My "fine" net' and card.layer == "layer3"
+    assert card.weights == (folder / "fruit.pth").resolve() and card.stats_images == (folder / "images").resolve()
+    assert card.preprocess == {"resize": 288, "crop": 256, "mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2)}
+    assert read_card(tmp_path / "mine.toml").arch == "torchvision:resnet18"
+    assert "[preprocess]" in card_text(arch="torchvision:resnet18", preprocess={"crop": 224})
+    assert "[preprocess]" not in card_text(arch="torchvision:resnet18", preprocess={"crop": None})
+
+
+def test_write_card_leaves_nothing_when_the_card_is_refused(tmp_path) -> None:
+    with pytest.raises(ModelCardError, match="does not exist"):
+        write_card(tmp_path / "bad.toml", arch="torchvision:resnet18", weights="missing.pth")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ModelCardError, match=r"ends in \.toml"):
+        write_card(tmp_path / "bad.txt", arch="torchvision:resnet18")
+
+
+# ---- adding a network ---------------------------------------------------------------------------------
+
+
+def test_add_network_writes_a_card_that_loads(tmp_path, folder, state_bytes) -> None:
+    from iba_core.networks import load_network
+
+    root = tmp_path / "models"
+    card = add_network(new_network(state_bytes, stats_images=str(folder / "images"), layer="layer3",
+                                   title="Berries", preprocess={"crop": 192, "resize": None}), root)
+    assert card == root / "berries" / "berries.toml"
+    assert sorted(p.name for p in card.parent.iterdir()) == ["berries.pth", "berries.toml", "classes.txt"]
+    assert [p.name for p in root.iterdir()] == ["berries"]
+    net = load_network(str(card))
+    assert net.key == "card:berries" and net.categories == CLASSES and net.spec.default_layer == "layer3"
+    assert net.spec.title == "Berries" and net.spec.crop == 192
+    assert net.spec.stats_images == str((folder / "images").resolve())
+    # A weights file on this machine (too large to upload) is copied in.
+    local = add_network(new_network(state_bytes, name="local", weights=FileGiven.local(folder / "fruit.pth"),
+                                    arch="torchvision:resnet18"), root)
+    assert (local.parent / "local.pth").read_bytes() == (folder / "fruit.pth").read_bytes()
+
+
+@pytest.mark.parametrize("case, error, message", [
+    ("classes", WeightsMismatchError, "The class list has 5 names but the weights' output layer has 7 outputs"),
+    ("arch", WeightsMismatchError, "do not fit"),
+    ("pickled", UnsafeWeightsError, "pickled Python objects"),
+    ("torchscript", UnsafeWeightsError, "TorchScript archive"),
+    ("layer", Exception, "has no layer 'nolayer'"),
+    ("name", ModelCardError, "name of letters"),
+    ("taken", ModelCardError, "exists already"),
+    ("suffix", ModelCardError, "not a .pth, .pt or .safetensors"),
+    ("no weights", ModelCardError, "Give the weights file"),
+    ("images", ModelCardError, "holds no images"),
+    ("no folder", ModelCardError, "does not exist"),
+    ("unknown arch", ModelCardError, "no classification network"),
+])
+def test_add_network_refusals_leave_the_folder_as_it_was(case, error, message, tmp_path, state_bytes) -> None:
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "taken").mkdir()
+    kwargs: dict = {}
+    classes = CLASSES
+    if case == "classes":
+        classes = CLASSES[:5]
+    elif case == "arch":
+        kwargs["arch"] = "resnet34"
+    elif case == "pickled":
+        buf = io.BytesIO()
+        torch.save(make_resnet18(), buf)
+        kwargs["weights"] = FileGiven.upload("whole.pt", buf.getvalue())
+    elif case == "torchscript":
+        buf = io.BytesIO()
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), buf)
+        kwargs["weights"] = FileGiven.upload("scripted.pt", buf.getvalue())
+    elif case == "layer":
+        kwargs["layer"] = "nolayer"
+    elif case == "suffix":
+        kwargs["weights"] = FileGiven.upload("model.onnx", state_bytes)
+    elif case == "no weights":
+        kwargs["weights"] = None
+    elif case == "images":
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "notes.txt").write_text("no images here")
+        kwargs["stats_images"] = str(tmp_path / "empty")
+    elif case == "no folder":
+        kwargs["stats_images"] = str(tmp_path / "nowhere")
+    elif case == "unknown arch":
+        kwargs["arch"] = "resnet_unknown"
+    name = {"name": "two words", "taken": "taken"}.get(case, "berries")
+    with pytest.raises(error, match=message) as info:
+        add_network(new_network(state_bytes, name=name, classes=classes, **kwargs), root)
+    assert ".adding-" not in str(info.value)  # files are named as the user gave them
+    assert sorted(p.name for p in root.iterdir()) == ["taken"]
+
+
+# ---- a card network in the app's statistics, map keys, readout hint and sanity check -------------------
+
+
+def test_statistics_come_from_the_card_folder(card_net, folder) -> None:
+    from iba_core.app import statistics
+
+    assert statistics.stats_folder(card_net) == str(folder.resolve() / "images")
+    assert statistics.stats_folder(card_net, "/elsewhere") == "/elsewhere"
+    assert statistics.domain_warning(card_net) is None
+    assert "Not estimated yet for layer2" in statistics.stats_status(card_net, "layer2")
+    stats = statistics.choose_stats(card_net, "layer2")  # IBA_STATS_SAMPLES, as the app asks
+    assert stats.n == 12 and "images" in stats.source
+    assert statistics.stats_status(card_net, "layer2").startswith("Ready, from the model card's image folder")
+    got = statistics.stats_for_methods(card_net, ["saliency", "iba_10"])
+    assert got is not None and got.n == 12
+    settings_ = statistics.method_stats_settings(card_net, ["saliency", "iba_10", "iba_1"], got)
+    assert set(settings_) == {"iba_10", "iba_1"} and settings_["iba_10"]["stats"] is got
+
+
+def test_a_card_without_a_folder_gets_the_out_of_domain_warning(tmp_path, folder, offline_model) -> None:
+    from iba_core.app import statistics
+    from iba_core.networks import load_network
+
+    card = write_test_card(tmp_path, name="plain", weights=str(folder / "fruit.pth"),
+                           classes=str(folder / "classes.txt"))
+    plain = load_network(str(card))
+    assert "Out-of-domain statistics distort the bits" in statistics.domain_warning(plain)
+    assert statistics.domain_warning(plain, folder / "images") is None
+    assert statistics.domain_warning(offline_model) is None  # the built-ins: natural photos are in their domain
+    assert statistics.method_stats_settings(plain, ["iba_10"], object()) == {}  # the methods' own default
+
+
+def test_map_keys_name_statistics_by_their_source(card_net) -> None:
+    from iba_core.app.maps import map_key
+    from iba_core.stats import FeatureStats
+
+    a = FeatureStats(torch.zeros(1), torch.ones(1), 12, "card:fruit", "w", "layer2", "folder /a")
+    b = FeatureStats(torch.zeros(1), torch.ones(1), 12, "card:fruit", "w", "layer2", "folder /b")
+    key_a = map_key("img", card_net, 1, "iba_10", {"stats": a})
+    assert key_a == map_key("img", card_net, 1, "iba_10", {"stats": a})
+    assert key_a != map_key("img", card_net, 1, "iba_10", {"stats": b})
+    assert "tensor" not in repr(key_a)
+
+
+def test_readout_hint_and_checkpoints_by_card_path(card_net, folder, tmp_path) -> None:
+    from iba_core.app.checkpoints import readout_checkpoints, readout_training_command
+
+    command = readout_training_command(card_net, str(folder / "fruit.toml"))
+    assert command.startswith(f"python -m iba_core train-readout --model {folder / 'fruit.toml'} --images ")
+    assert "--out readout_runs/fruit" in command
+    assert readout_checkpoints("card:fruit", dirs=[tmp_path], aliases=[str(folder / "fruit.toml")]) == []
+
+
+def test_sanity_check_randomises_a_card_network_module_by_module(card_net) -> None:
+    from iba_core.app.evaluation import sanity_levels, sanity_strip
+
+    levels = sanity_levels(card_net)
+    assert levels[:3] == ["fc", "layer4.1.bn2", "layer4.1.conv2"] and levels[-1] == "conv1"
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    before = {k: v.clone() for k, v in card_net.model.state_dict().items()}
+    strip = sanity_strip(card_net, x, 2, "saliency", 2)
+    assert strip.levels == ["fc", "layer4.1.bn2"] and len(strip.heatmaps) == 2
+    assert all(torch.equal(before[k], v) for k, v in card_net.model.state_dict().items())  # a copy is randomised

@@ -1,0 +1,39 @@
+"""Fixtures for any network: torchvision's ResNet-18, ViT-B/16 and Swin-T with random weights, loaded once."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def any_network():
+    """key ("resnet18", "vit_b_16", "swin_t") → the `torchvision:` network with random weights (loaded once)."""
+    from iba_core.networks import load_network
+
+    loaded: dict = {}
+
+    def get(name: str):
+        if name not in loaded:
+            loaded[name] = load_network(f"torchvision:{name}", weights="random")
+        return loaded[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def noise_stats():
+    """(network, layer, size) → FeatureStats of the layer from two seeded random images of that size."""
+    from iba_core.stats import FeatureStats, estimate_stats
+
+    made: dict = {}
+
+    def get(network, layer: str, size: int):
+        key = (network.key, layer, size)
+        if key not in made:
+            g = torch.Generator().manual_seed(1)
+            mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(2, 3, size, size, generator=g)])
+            made[key] = FeatureStats(mean, std, n, network.key, network.weights_id, layer, "random noise")
+        return made[key]
+
+    return get
+
