@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--photos", type=int, default=20)
     parser.add_argument("--precisions", default="fp32,auto")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    parser.add_argument("--batch-size", default=None, help="images per forward pass (default: the CLI's)")
     args = parser.parse_args()
     print(f"machine: {machine_id(args.device)}; device {args.device}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,7 +47,8 @@ def main() -> None:
             out = Path(tmp) / f"{precision}.jsonl"
             start = time.perf_counter()
             code = cli(["evaluate", "degradation", "--images", str(folder), "--tile", "14", "--methods", "random",
-                        "grad_cam", "iba_10", "--out", str(out), "--no-progress", "--precision", precision, "--device", args.device])
+                        "grad_cam", "iba_10", "--out", str(out), "--no-progress", "--precision", precision, "--device", args.device]
+                       + (["--batch-size", args.batch_size] if args.batch_size else []))
             times[precision] = time.perf_counter() - start
             chosen = {line.split('"precision":"')[1].split('"')[0] for line in out.read_text().splitlines()
                       if '"precision":"' in line}

@@ -24,4 +24,5 @@ if [[ $what == sweep || $what == all ]]; then
 fi
 if [[ $what == eval || $what == all ]]; then
   python3 benchmarks/bench_evaluate.py --device cuda --precisions fp32,auto 2>&1 | tee "$LOGS/bench_evaluate.txt"
+  python3 benchmarks/bench_evaluate.py --device cuda --precisions fp32,auto --batch-size 256 2>&1 | tee "$LOGS/bench_evaluate_256.txt"
 fi

@@ -54,13 +54,16 @@ def _one(args: argparse.Namespace) -> int:
         note = f"{err} Layers below are from random weights."
         network = load_network(args.model, weights="random", device=args.device)
     spec = network.spec
-    shapes = _shapes(network)
+    table = network.layer_table()  # every module found, usable or not, with shape and kind
+    shapes = {info.name: list(info.shape[1:]) for info in table}
+    kinds = {info.name: info.kind for info in table}
     cam = spec.cam_layer[0] if spec.cam_layer else None
     row = {
         "model": spec.key, "title": spec.title, "weights": network.weights_id, "classes": len(network.categories),
         "default_layer": spec.default_layer, "cam_layer": cam, "can_split": network.can_split,
         "preprocess": {"resize": spec.resize, "crop": spec.crop, "mean": list(spec.mean), "std": list(spec.std)},
-        "layers": [{"name": name, "shape": shapes.get(name)} for name in spec.layers],
+        "layers": [{"name": name, "shape": shapes.get(name), "kind": kinds.get(name, "map")} for name in spec.layers],
+        "unusable": [{"name": info.name, "reason": info.reason} for info in table if not info.usable],
     }
     if note:
         print(f"note: {note}", file=sys.stderr)
@@ -73,24 +76,10 @@ def _one(args: argparse.Namespace) -> int:
         marks = [m for m, on in (("default", layer["name"] == spec.default_layer),
                                  ("Grad-CAM", layer["name"] == cam)) if on]
         shape = "×".join(str(v) for v in layer["shape"]) if layer["shape"] else "?"
-        print(f"  {layer['name']:<40} {shape}{'  (' + ', '.join(marks) + ')' if marks else ''}")
+        tokens = "  tokens" if layer["kind"] == "tokens" else ""
+        print(f"  {layer['name']:<40} {shape}{'  (' + ', '.join(marks) + ')' if marks else ''}{tokens}")
+    for layer in row["unusable"]:
+        print(f"  {layer['name']:<40} not usable: {layer['reason']}")
     return 0
 
 
-def _shapes(network) -> dict[str, list[int]]:
-    """Output shape (C, H, W) of every layer at the network's crop size: through the stage list where there is
-    one (registered networks), else the modules found by a dry forward pass."""
-    import torch
-
-    from ..networks import discover_layers
-
-    size = network.spec.crop
-    if not network.can_split:
-        return {name: list(shape[1:]) for name, shape, _ in discover_layers(network.model, size)}
-    out, x = {}, torch.zeros(1, 3, size, size, device=network.device)
-    with torch.no_grad():
-        for name, module in network.stages():
-            x = module(x)
-            if name is not None:
-                out[name] = list(x.shape[1:])
-    return out

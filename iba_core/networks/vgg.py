@@ -46,9 +46,9 @@ SPEC = NetworkSpec(
     categories=imagenet_categories,
     stages=vgg16_stages,
     hook_modules={n: f"features.{i}" for n, i in zip(CONV_NAMES, _CONV_INDEX)},
-    # Grad-CAM: features.29, the ReLU after conv5_3 (relu5_3, 14×14): rectified conv5_3 before the last
-    # max-pool, the layer Selvaraju et al. use.
-    cam_layer=("features.29", False),
+    # Grad-CAM: features.30, the last feature layer (pool5, 7×7), as the IBA authors' code did (Selvaraju et
+    # al. take relu5_3, 14×14, before that max-pool; README, "Fidelity to the paper").
+    cam_layer=("features.30", False),
     canonizers=vgg_canonizers,
     # paper Appendix, Table "Hyperparameters for the Readout Bottleneck"
     readout_layer="conv3_1",

@@ -67,6 +67,9 @@ def test_models_lists_discovered_layers_with_shapes(card, capsys):
     assert main(["models", "--model", card]) == 0
     text = capsys.readouterr().out
     assert "layer2" in text and "128×28×28  (default)" in text and "(Grad-CAM)" in text
+    # torchvision's ResNet calls one ReLU module several times per block: listed as unusable, with why
+    assert {u["name"] for u in row["unusable"]} >= {"layer1.0.relu", "layer4.1.relu"}
+    assert "layer1.0.relu" in text and "not usable: it runs 2 times" in text
 
 
 def test_evaluate_degradation(card, folder, tmp_path, capsys):
