@@ -70,7 +70,9 @@ class FeatureStats:
         if self.is_rough:
             few = (f"fewer than {RECOMMENDED_SAMPLES} samples" if self.n < RECOMMENDED_SAMPLES
                    else f"only {len(self.photos)} distinct photos")
-            text += f"; {few}, so μ and σ are rough — point to an image folder for better ones"
+            advice = ("add more images to the folder" if not self.photos and self.source
+                      else "point to an image folder for better ones")
+            text += f"; {few}, so μ and σ are rough — {advice}"
         return text
 
     def floored_std(self, min_std: float = MIN_STD) -> torch.Tensor:

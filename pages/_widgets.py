@@ -488,7 +488,7 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     n = len(inputs.loaded.categories)
     other = st.text_input(
         f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)", key=f"{prefix}_other",
-        placeholder="class name or index, e.g. tabby or 281",
+        placeholder=f"class name or index, e.g. {inputs.loaded.categories[top[-1][0]]} or {top[-1][0]}",
         help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
         "a single class. A part that fits several classes is refused with the candidates listed.",
     )

@@ -165,10 +165,13 @@ def lost_class_warning(record: RunRecord) -> None:
         )
 
 
-def replay(record: RunRecord) -> None:
-    """The last run step by step: a slider over the steps, the maps and curves at the chosen step."""
+def replay(record: RunRecord, current_key: str | None = None) -> None:
+    """The last run step by step: a slider over the steps, the maps and curves at the chosen step.
+    current_key: the network chosen now; when the run used another one, the panel says so."""
     r = record.result
     history = r.history
+    if current_key is not None and current_key != record.model_key:
+        st.caption(f"This run used {record.model_title or record.model_key}; press Run for the network chosen above.")
     st.markdown(
         f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
         f"{format_probability(r.p_with)} · [details below](#result)"
@@ -321,6 +324,6 @@ if inputs is not None:
             execute(inputs, *submitted, panel=panel)
     if RESULT_KEY in st.session_state:
         with panel.container(border=True, key="ps_replay"):
-            replay(st.session_state[RESULT_KEY])
+            replay(st.session_state[RESULT_KEY], inputs.loaded.key)
 if RESULT_KEY in st.session_state:
     results(st.session_state[RESULT_KEY])

@@ -75,7 +75,8 @@ def per_sample_run(at: AppTest, steps: int = 2) -> AppTest:
 
 def test_the_menu_lists_the_cards_by_name(open_page, fruit, plain) -> None:
     at = open_page("per_sample")
-    labels = at.selectbox(key="network").options  # as shown: formatted    assert "fruit (your network)" in labels and "plain (your network)" in labels
+    labels = at.selectbox(key="network").options  # as shown: formatted
+    assert "fruit (your network)" in labels and "plain (your network)" in labels
     assert "EfficientNet-Lite0 (offline, pretrained)" in labels
     assert "Any torchvision classifier…" in labels
 
@@ -100,6 +101,10 @@ def test_per_sample_page_runs_on_the_card_network(open_page, fruit, models) -> N
     assert any(c.key == "ps_heatmap" for c in at.get("plotly_chart"))
     assert "fruit (model card) · layer layer2" in " ".join(c.value for c in at.caption)
     assert "card_fruit" in record.file_stem and ":" not in record.file_stem
+    assert "add more images to the folder" in record.stats_description  # a folder was given: more of it
+    # Another network chosen: the replay stays, and says which network it came from.
+    at = clean(at.selectbox(key="network").set_value("efficientnet_lite0").run())
+    assert "This run used fruit (model card)" in " ".join(c.value for c in at.caption)
 
 
 def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeypatch) -> None:
