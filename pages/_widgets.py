@@ -32,7 +32,7 @@ from iba_core.app.models import (
 )
 from iba_core.app.state import SharedModel, load_shared
 from iba_core.app.statistics import (
-    choose_stats, domain_warning, method_stats_settings, stats_folder, stats_for_methods, stats_status,
+    choose_stats, domain_warning, stats_folder, stats_for_methods, stats_status,
 )
 from iba_core.errors import USER_ERRORS, user_message
 from iba_core.images import ImageError, sample_image_names
@@ -586,12 +586,9 @@ def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
     return stats
 
 
-def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> dict[str, dict]:
-    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar.
-
-    Returns the methods' settings that hand them these statistics where they come from a model card's image
-    folder (`method_stats_settings`; {} for the other networks, whose methods read the cache themselves).
-    """
+def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
+    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar;
+    the methods then read them from the cache (a model card's from its image folder)."""
     holder = st.empty()
     layer = inputs.loaded.spec.default_layer
 
@@ -599,9 +596,8 @@ def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> dict[
         holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
 
     with network_turn(inputs.shared) as loaded:
-        stats = stats_for_methods(loaded, methods, progress=progress)
+        stats_for_methods(loaded, methods, progress=progress)
     holder.empty()
-    return method_stats_settings(inputs.loaded, methods, stats)
 
 
 # ---- results kept across reruns ----------------------------------------------------------------

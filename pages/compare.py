@@ -76,9 +76,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         keys, settings, labels = request.keys, request.settings, request.names
         target_idx = ui.resolve_target(inputs, target)
         cache = ui.map_cache()
-        # Statistics first, with their own progress bar; from a model card's image folder they are handed to
-        # the methods as a setting (part of each map's cache key).
-        settings = {**settings, **ui.stats_for_methods_with_progress(inputs, keys)}
+        ui.stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
         live = st.empty()
         with live.container():
             bar = st.progress(0.0, text=f"0 / {len(keys)} maps")

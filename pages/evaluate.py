@@ -68,16 +68,13 @@ def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
     if not methods:
         raise ValueError("Choose at least one method.")
     cache = ui.map_cache()
-    # From a model card's image folder, the statistics are handed to the methods (as on the Compare page, so
-    # the maps are shared).
-    settings = ui.stats_for_methods_with_progress(inputs, methods)
+    ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.loaded, inputs.image.digest, target, methods))
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / max(total, 1), text=f"Maps {done} / {total} · {label}")
 
     with inputs.shared.busy() as loaded:
-        entries = cache.maps(loaded, inputs.x, inputs.image.digest, target, methods, settings=settings,
-                             progress=progress)
+        entries = cache.maps(loaded, inputs.x, inputs.image.digest, target, methods, progress=progress)
     return {k: e.amap for k, e in entries.items()}
 
 

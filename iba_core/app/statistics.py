@@ -101,14 +101,3 @@ def stats_for_methods(loaded: Network, methods: Iterable[str],
                      progress=progress)
 
 
-def method_stats_settings(loaded: Network, methods: Iterable[str], stats: FeatureStats | None) -> dict[str, dict]:
-    """Per method that reads statistics, the setting that hands it `stats` — only where they come from the
-    model card's folder (the methods' own default is the sample photos); {} otherwise."""
-    if stats is None or not stats_folder(loaded):
-        return {}
-    out = {}
-    for key in methods:
-        method = get_method(key)
-        if method.needs_stats and "stats" in method.default_settings():
-            out[key] = {"stats": stats}
-    return out

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
+from iba_core.methods import get_method  # noqa: E402
 from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card as write_test_card  # noqa: E402
 
 from iba_core import settings  # noqa: E402
@@ -217,8 +218,10 @@ def test_statistics_come_from_the_card_folder(card_net, folder) -> None:
     assert statistics.stats_status(card_net, "layer2").startswith("Ready, from the model card's image folder")
     got = statistics.stats_for_methods(card_net, ["saliency", "iba_10"])
     assert got is not None and got.n == 12
-    settings_ = statistics.method_stats_settings(card_net, ["saliency", "iba_10", "iba_1"], got)
-    assert set(settings_) == {"iba_10", "iba_1"} and settings_["iba_10"]["stats"] is got
+    # the Per-Sample methods read the same statistics from the card's folder themselves
+    x = torch.zeros(1, 3, card_net.spec.crop, card_net.spec.crop)
+    amap = get_method("iba_10", steps=1, batch=2).attribute(card_net, x, 0)
+    assert amap.extra["stats_samples"] == 12
 
 
 def test_a_card_without_a_folder_gets_the_out_of_domain_warning(tmp_path, folder, offline_model) -> None:
@@ -231,7 +234,6 @@ def test_a_card_without_a_folder_gets_the_out_of_domain_warning(tmp_path, folder
     assert "Out-of-domain statistics distort the bits" in statistics.domain_warning(plain)
     assert statistics.domain_warning(plain, folder / "images") is None
     assert statistics.domain_warning(offline_model) is None  # the built-ins: natural photos are in their domain
-    assert statistics.method_stats_settings(plain, ["iba_10"], object()) == {}  # the methods' own default
 
 
 def test_map_keys_name_statistics_by_their_source(card_net) -> None:
