@@ -27,26 +27,26 @@ from iba_core.stats import FeatureStats, estimate_stats, sample_photo_batches  #
 MODELS = ("efficientnet_lite0", "resnet50")
 
 
-def _stats(loaded, n: int) -> FeatureStats:
-    layer = loaded.spec.default_layer
-    batches = sample_photo_batches(loaded.preprocess, n, batch_size=16)
-    mean, std, count = estimate_stats(loaded.prefix(layer), batches, device=loaded.device)
-    return FeatureStats(mean, std, count, loaded.key, loaded.weights_id, layer, "sample photos")
+def _stats(network, n: int) -> FeatureStats:
+    layer = network.spec.default_layer
+    batches = sample_photo_batches(network.preprocess, n, batch_size=16)
+    mean, std, count = estimate_stats(network.prefix(layer), batches, device=network.device)
+    return FeatureStats(mean, std, count, network.key, network.weights_id, layer, "sample photos")
 
 
 def bench_model(key: str, methods: list[str], repeats: int, device: torch.device, stats_samples: int) -> None:
-    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
-    x = loaded.preprocess(load_sample("chelsea")).to(device)
-    target = loaded.top_k(x, 1)[0][0]
-    stats = _stats(loaded, stats_samples) if any(get_method(m).needs_stats for m in methods) else None
+    network = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    x = network.preprocess(load_sample("chelsea")).to(device)
+    target = network.top_k(x, 1)[0][0]
+    stats = _stats(network, stats_samples) if any(get_method(m).needs_stats for m in methods) else None
     warm = x.clone().requires_grad_(True)
-    loaded.model(warm)[0, target].backward()  # warm-up: allocator, kernel selection
+    network.model(warm)[0, target].backward()  # warm-up: allocator, kernel selection
     for method_key in methods:
         settings = {"stats": stats} if get_method(method_key).needs_stats else {}
         times = []
         for _ in range(repeats):
             method = get_method(method_key, **settings)
-            amap = method.attribute(loaded, x, target)
+            amap = method.attribute(network, x, target)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(amap.seconds)

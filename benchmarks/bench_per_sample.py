@@ -129,21 +129,21 @@ def floor_passes(prefix, suffix, x, s: BottleneckSettings) -> None:
 
 def _setup(key: str, device: torch.device):
     layer = CASES[key]
-    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    network = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
-    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
     stats = FeatureStats(mean.to(device), std.to(device), n)
     s = BottleneckSettings(steps=10, batch=10)
-    ours = PerSampleBottleneck.for_network(loaded, layer, stats, s)
-    ours32 = PerSampleBottleneck.for_network(loaded, layer, stats, BottleneckSettings(steps=10, batch=10, precision="fp32"))
+    ours = PerSampleBottleneck.for_network(network, layer, stats, s)
+    ours32 = PerSampleBottleneck.for_network(network, layer, stats, BottleneckSettings(steps=10, batch=10, precision="fp32"))
     chosen = ours.attribute(x, 1).precision  # resolves "auto" once (measured), outside the timings
-    module = loaded.hook_module(layer)
-    prefix, suffix = loaded.fast_split(layer)
+    module = network.hook_module(layer)
+    prefix, suffix = network.fast_split(layer)
     return layer, chosen, {
         "ours": lambda: ours.attribute(x, 1),
         "ours_fp32": lambda: ours32.attribute(x, 1),
-        "frozen": lambda: naive_loop(loaded.model, module, x, 1, stats, s, trainable=False),
-        "naive": lambda: naive_loop(loaded.model, module, x, 1, stats, s),
+        "frozen": lambda: naive_loop(network.model, module, x, 1, stats, s, trainable=False),
+        "naive": lambda: naive_loop(network.model, module, x, 1, stats, s),
         "floor": lambda: floor_passes(prefix, suffix, x, s),
     }
 
@@ -189,9 +189,9 @@ def _memory_in_child(key: str, variant: str, device: str) -> float:
 def bench_batched(key: str, device: torch.device, sizes=(1, 4, 16), repeats: int = 2) -> list[tuple[int, float]]:
     """(N, images per second) for attribute_batch on N different images (the chosen precision)."""
     layer = CASES[key]
-    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
-    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
-    iba = PerSampleBottleneck.for_network(loaded, layer, FeatureStats(mean.to(device), std.to(device), n),
+    network = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    iba = PerSampleBottleneck.for_network(network, layer, FeatureStats(mean.to(device), std.to(device), n),
                                           BottleneckSettings(steps=10, batch=10))
     out = []
     for size in sizes:
@@ -214,18 +214,18 @@ def bench_sweep(key: str, device: torch.device, repeats: int, compile_modes: lis
     from iba_core.precision import candidates
 
     layer = CASES[key]
-    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
-    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
+    network = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(4, 3, 224, 224)], device=device)
     stats = FeatureStats(mean.to(device), std.to(device), n)
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
-    prefix, suffix = loaded.fast_split(layer)
+    prefix, suffix = network.fast_split(layer)
     rows = []
     for precision in ["fp32"] + candidates(device):
         settings = BottleneckSettings(steps=10, batch=10, precision=precision)
         for how in ["eager"] + compile_modes:
             try:
                 if how == "eager":
-                    iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
+                    iba = PerSampleBottleneck.for_network(network, layer, stats, settings)
                 else:
                     torch._dynamo.reset()
                     compiled = torch.compile(suffix, mode=how, dynamic=False)

@@ -3,7 +3,7 @@
 A trained readout gives a heatmap from one pass: the network's first pass collecting the read-out
 layers, the readout network (three 1×1 convolutions), the blur, the KL and the total-preserving resize.
 Target: ≤ 2.5× one forward pass. Two references are timed:
-  - forward: `loaded.model(x)`, the network as torchvision / the EfficientNet package define it;
+  - forward: `network.model(x)`, the network as torchvision / the EfficientNet package define it;
   - folded forward: the same network with BatchNorms folded into convolutions (what the readout's
     first pass uses), so the ratio against it shows the readout's own overhead.
 Runs alternate in one process so all three see the same machine state; medians are printed.
@@ -26,18 +26,18 @@ from iba_core.networks import load_network  # noqa: E402
 from iba_core.readout import ReadoutBottleneck, default_checkpoint, load_readout  # noqa: E402
 
 
-def _readout(loaded) -> tuple[ReadoutBottleneck, str]:
-    path = default_checkpoint(loaded.key)
-    if path is not None and loaded.weights_id != "random":
-        return load_readout(path, loaded), f"checkpoint {path.name}"
-    rb = ReadoutBottleneck.create(loaded).eval()  # untrained: same cost as a trained one
+def _readout(network) -> tuple[ReadoutBottleneck, str]:
+    path = default_checkpoint(network.key)
+    if path is not None and network.weights_id != "random":
+        return load_readout(path, network), f"checkpoint {path.name}"
+    rb = ReadoutBottleneck.create(network).eval()  # untrained: same cost as a trained one
     return rb, "untrained readout (same cost)"
 
 
 def bench(key: str, repeats: int, device: torch.device, batch: int) -> dict:
-    loaded = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
-    rb, source = _readout(loaded)
-    folded = fold_batchnorms(nn.Sequential(*(m for _, m in loaded.stages())))
+    network = load_network(key, weights="pretrained" if key == "efficientnet_lite0" else "random", device=device)
+    rb, source = _readout(network)
+    folded = fold_batchnorms(nn.Sequential(*(m for _, m in network.stages())))
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
 
     def sync():
@@ -46,7 +46,7 @@ def bench(key: str, repeats: int, device: torch.device, batch: int) -> dict:
 
     def forward():
         with torch.inference_mode():
-            loaded.model(x)
+            network.model(x)
 
     def forward_folded():
         with torch.inference_mode():

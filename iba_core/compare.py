@@ -24,7 +24,7 @@ ErrorFn = Callable[[str, BaseException], None]
 
 
 def compare(
-    loaded,
+    network,
     x: torch.Tensor,
     target: int | None = None,
     methods: str | Iterable[str | Method] | None = "all",
@@ -39,16 +39,16 @@ def compare(
     """
     chosen = resolve_methods(methods, settings)
     if methods is None or (isinstance(methods, str) and methods.strip() == "all"):
-        chosen = [m for m in chosen if m.available_for(loaded) is None]  # "all": those that can run here
+        chosen = [m for m in chosen if m.available_for(network) is None]  # "all": those that can run here
     if target is None:
-        target = loaded.top_k(x, 1)[0][0] if hasattr(loaded, "top_k") else _top1(loaded.model, x)
+        target = network.top_k(x, 1)[0][0] if hasattr(network, "top_k") else _top1(network.model, x)
     maps: list[AttributionMap] = []
     total = len(chosen)
     for i, method in enumerate(chosen):
         if progress is not None:
             progress(i, total, method.name)
         try:
-            maps.append(method.attribute(loaded, x, target))
+            maps.append(method.attribute(network, x, target))
         except Exception as err:  # noqa: BLE001 - reported to the caller, who decides
             if on_error is None:
                 raise

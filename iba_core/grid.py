@@ -96,7 +96,7 @@ def depth_layers(spec: NetworkSpec, count: int = 5, include: str | None = None) 
 
 
 def beta_layer_grid(
-    loaded: Network,
+    network: Network,
     x: torch.Tensor,
     target: int | None,
     layer: str,
@@ -113,13 +113,13 @@ def beta_layer_grid(
     progress(done, total, label) is called after each cell, on_cell(cell) with each finished cell.
     Identical (β·k, layer) pairs are computed once.
     """
-    loaded.spec.check_layer(layer)
+    network.spec.check_layer(layer)
     base = settings or BottleneckSettings()
-    layers = list(layers) if layers is not None else depth_layers(loaded.spec, include=layer)
+    layers = list(layers) if layers is not None else depth_layers(network.spec, include=layer)
     plan = [("beta", f"β·k = {b:g}", float(b), layer) for b in betas]
-    plan += [("layer", name, LAYER_ROW_BETA, loaded.spec.check_layer(name)) for name in layers]
+    plan += [("layer", name, LAYER_ROW_BETA, network.spec.check_layer(name)) for name in layers]
     if target is None:
-        target = loaded.top_k(x, 1)[0][0]  # one class for every cell, so the maps are comparable
+        target = network.top_k(x, 1)[0][0]  # one class for every cell, so the maps are comparable
 
     done: dict[tuple[float, str], GridCell] = {}
     cells: list[GridCell] = []
@@ -129,7 +129,7 @@ def beta_layer_grid(
         if key not in done:
             if name not in stats_cache:
                 stats_cache[name] = stats_for(name)
-            iba = PerSampleBottleneck.for_network(loaded, name, stats_cache[name], replace(base, beta_k=beta_k))
+            iba = PerSampleBottleneck.for_network(network, name, stats_cache[name], replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
                                  result.p_without, bottleneck_lost_class(result.p_without, result.p_with))

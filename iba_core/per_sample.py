@@ -270,10 +270,10 @@ class PerSampleBottleneck:
     """Per-Sample Bottleneck attribution. One call: `attribute(x, target)`.
 
     Example:
-        >>> loaded = load_network("efficientnet_lite0")
-        >>> stats = get_stats(loaded, "block3_2")
-        >>> iba = PerSampleBottleneck.for_network(loaded, "block3_2", stats)
-        >>> result = iba.attribute(loaded.preprocess(image), target=285)
+        >>> network = load_network("efficientnet_lite0")
+        >>> stats = get_stats(network, "block3_2")
+        >>> iba = PerSampleBottleneck.for_network(network, "block3_2", stats)
+        >>> result = iba.attribute(network.preprocess(image), target=285)
         >>> result.heatmap.shape, result.total_bits
     """
 

@@ -469,11 +469,11 @@ def _stored(network, layer: str, source_key: str) -> FeatureStats | None:
     return None
 
 
-def cached_stats(loaded, layer: str) -> list[FeatureStats]:
+def cached_stats(network, layer: str) -> list[FeatureStats]:
     """All readable cached statistics for (network, weights, layer), most samples first."""
     folder = cache_dir() / "stats"
     found = []
-    for path in folder.glob(stats_cache_path(loaded.key, loaded.weights_id, layer, "").name.rsplit("__", 1)[0] + "__*.npz"):
+    for path in folder.glob(stats_cache_path(network.key, network.weights_id, layer, "").name.rsplit("__", 1)[0] + "__*.npz"):
         try:
             found.append(FeatureStats.load(path))
         except ValueError:

@@ -160,11 +160,11 @@ def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Ne
         holder.info(WAIT_MESSAGE.format(seconds=seconds), icon=":material/hourglass_top:")
 
     start = time.monotonic()
-    with shared.busy(on_wait=on_wait) as loaded:
+    with shared.busy(on_wait=on_wait) as network:
         holder.empty()
         if timing is not None:
             timing["wait"] = timing.get("wait", 0.0) + time.monotonic() - start
-        yield loaded
+        yield network
 
 
 # ---- models ------------------------------------------------------------------------------------
@@ -216,8 +216,8 @@ class Inputs:
     stats_note: DeltaGenerator | None = None
 
     @property
-    def loaded(self) -> Network:
-        return self.shared.loaded
+    def network(self) -> Network:
+        return self.shared.network
 
 
 def image_picker() -> ImageInput | None:
@@ -304,7 +304,7 @@ def network_picker() -> SharedModel | None:
     except Exception as err:  # noqa: BLE001 - a card or weights file that does not fit: its message, no traceback
         show_error(err)
     if shared is not None and key not in REGISTRY:
-        st.caption(source_note(key, shared.loaded))
+        st.caption(source_note(key, shared.network))
     unusable = [c for c in cards if c.error]
     if unusable:
         st.caption("Model cards in the models folder that cannot be used: "
@@ -425,28 +425,28 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     if image is None or shared is None:
         right.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
         return None
-    loaded = shared.loaded
-    show_domain_warning(stats_note, loaded)
-    cropped = loaded.preprocess.crop(image.image)
-    x = loaded.preprocess.normalise(cropped)
+    network = shared.network
+    show_domain_warning(stats_note, network)
+    cropped = network.preprocess.crop(image.image)
+    x = network.preprocess.normalise(cropped)
     with right, network_turn(shared):
-        top5 = loaded.top_k(x, 5)
+        top5 = network.top_k(x, 5)
     with left:
         best = top5[0]
-        size = loaded.preprocess.crop_size
+        size = network.preprocess.crop_size
         st.image(cropped, width=224, caption=(
             f"The {size} × {size} centre crop the network sees. Top prediction: {best[1]} "
             f"({format_probability(best[2])})"
         ))
-        for warning in size_warnings(image.image.size, loaded.preprocess.resize, loaded.preprocess.crop_size):
+        for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
             st.warning(warning, icon=":material/crop:")
     return Inputs(image, shared, cropped, x, top5, right, stats_note)
 
 
-def show_domain_warning(slot: DeltaGenerator, loaded: Network, folder: str | None = None) -> None:
+def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | None = None) -> None:
     """In `slot`: the warning that the sample photos' statistics distort the bits of a model card's network
     without an image folder (`iba_core.app.statistics.domain_warning`), or nothing."""
-    warning = domain_warning(loaded, folder)
+    warning = domain_warning(network, folder)
     if warning:
         slot.warning(warning, icon=":material/warning:")
     else:
@@ -457,12 +457,12 @@ def show_domain_warning(slot: DeltaGenerator, loaded: Network, folder: str | Non
 
 
 def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
-    spec = inputs.loaded.spec
+    spec = inputs.network.spec
     why = ("paper, Appendix" if spec.key in REGISTRY else
            "the model card's, or the last feature map of at least 28 × 28")
     return st.selectbox(
         label, spec.layers, index=spec.layers.index(spec.default_layer), key=f"{prefix}_layer_{spec.key}",
-        format_func=inputs.loaded.layer_label,  # name · shape (map or tokens)
+        format_func=inputs.network.layer_label,  # name · shape (map or tokens)
         help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
     )
 
@@ -479,16 +479,16 @@ def beta_picker(prefix: str) -> float:
 def target_picker(inputs: Inputs, prefix: str) -> int | str:
     """A top-5 class (radio), unless a class name or index is typed below (returned as typed)."""
     top = inputs.top5
-    key_suffix = f"{inputs.loaded.key}_{inputs.image.digest}"  # new image → back to its top-1
+    key_suffix = f"{inputs.network.key}_{inputs.image.digest}"  # new image → back to its top-1
     chosen = st.radio(
         "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
         format_func=lambda i: next(f"{n} · {format_probability(p)}" for j, n, p in top if j == i),
         help="The network's five most probable classes for this image, with their probabilities.",
     )
-    n = len(inputs.loaded.categories)
+    n = len(inputs.network.categories)
     other = st.text_input(
         f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)", key=f"{prefix}_other",
-        placeholder=f"class name or index, e.g. {inputs.loaded.categories[top[-1][0]]} or {top[-1][0]}",
+        placeholder=f"class name or index, e.g. {inputs.network.categories[top[-1][0]]} or {top[-1][0]}",
         help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
         "a single class. A part that fits several classes is refused with the candidates listed.",
     )
@@ -514,9 +514,9 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
     with st.expander("Feature statistics", icon=":material/bar_chart:"):
         st.caption(
             "The bottleneck replaces features by noise with the layer's mean and standard deviation, "
-            f"estimated over many images. {stats_status(inputs.loaded, layer)}"
+            f"estimated over many images. {stats_status(inputs.network, layer)}"
         )
-        card_folder = stats_folder(inputs.loaded)
+        card_folder = stats_folder(inputs.network)
         folder = st.text_input(
             "Image folder for better statistics (optional)", key=f"{prefix}_folder",
             placeholder=card_folder or "/path/to/imagenet/val",
@@ -528,7 +528,7 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
                             help="Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended.")
     folder = folder.strip() or None
     if inputs.stats_note is not None:
-        show_domain_warning(inputs.stats_note, inputs.loaded, folder)
+        show_domain_warning(inputs.stats_note, inputs.network, folder)
     return folder, int(n)
 
 
@@ -544,7 +544,7 @@ def settings_row(inputs: Inputs, prefix: str, layer: str) -> tuple[BottleneckSet
 
 def resolve_target(inputs: Inputs, target: int | str) -> int:
     """Class index for the target widget's value; raises ValueError for an unknown or ambiguous class name."""
-    return inputs.loaded.class_index(target)
+    return inputs.network.class_index(target)
 
 
 def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str, str], defaults: Iterable[str],
@@ -579,7 +579,7 @@ def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
 
     with network_turn(inputs.shared, timing):
         start = time.perf_counter()
-        stats = choose_stats(inputs.loaded, layer, folder=folder, n=n, progress=progress)
+        stats = choose_stats(inputs.network, layer, folder=folder, n=n, progress=progress)
         if timing is not None:
             timing["stats"] = time.perf_counter() - start
     holder.empty()
@@ -590,13 +590,13 @@ def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
     """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar;
     the methods then read them from the cache (a model card's from its image folder)."""
     holder = st.empty()
-    layer = inputs.loaded.spec.default_layer
+    layer = inputs.network.spec.default_layer
 
     def progress(done: int, total: int, label: str = "") -> None:
         holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
 
-    with network_turn(inputs.shared) as loaded:
-        stats_for_methods(loaded, methods, progress=progress)
+    with network_turn(inputs.shared) as network:
+        stats_for_methods(network, methods, progress=progress)
     holder.empty()
 
 

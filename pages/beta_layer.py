@@ -28,7 +28,7 @@ st.markdown(
 def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSettings, folder: str | None,
             n: int) -> list[GridCell]:
     """Fill the grid cell by cell, redrawing it after each one."""
-    layers = depth_layers(inputs.loaded.spec, include=layer)
+    layers = depth_layers(inputs.network.spec, include=layer)
     total = len(DEFAULT_BETAS) + len(layers)
     bar = st.progress(0.0, text=f"0 / {total} cells")
     figure = st.empty()
@@ -42,9 +42,9 @@ def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSett
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total, text=f"{done} / {total} cells · last: {label}")
 
-    with inputs.shared.busy() as loaded:
+    with inputs.shared.busy() as network:
         result = beta_layer_grid(
-            loaded, inputs.x, target, layer,
+            network, inputs.x, target, layer,
             stats_for=lambda name: ui.stats_with_progress(inputs, name, folder, n),
             layers=layers, settings=settings, progress=progress, on_cell=on_cell,
         )
@@ -55,7 +55,7 @@ def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSett
 
 def form(inputs: ui.Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n) when it was submitted."""
-    spec = inputs.loaded.spec
+    spec = inputs.network.spec
     with st.form("bl_form"):
         c1, c2 = st.columns(2)
         with c1:
@@ -75,16 +75,16 @@ def form(inputs: ui.Inputs) -> tuple | None:
 def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
             n: int) -> None:
     """Compute the grid (or reuse this session's identical one) and make it the one shown."""
-    spec = inputs.loaded.spec
+    spec = inputs.network.spec
     try:
         settings = settings.validate()
         target_idx = ui.resolve_target(inputs, target)
-        key = grid_key(inputs.image.digest, inputs.loaded, layer, target_idx, settings, folder, n)
+        key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n)
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         if key not in grids:  # same image and settings: reuse, the result would be identical
             cells = compute(inputs, layer, target_idx, settings, folder, n)
             keep(grids, key, dict(cells=cells, image=inputs.image.name, model=spec.key, title=spec.title,
-                                  layer=layer, class_name=inputs.loaded.class_name(target_idx), target=target_idx,
+                                  layer=layer, class_name=inputs.network.class_name(target_idx), target=target_idx,
                                   settings=settings), MAX_KEPT)
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below.", icon=":material/check_circle:")

@@ -49,7 +49,7 @@ def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
         with c1:
             usable = [c for c in checkpoints if not c.error]
             readout = st.selectbox(
-                "Readout Bottleneck", [READOUT_NONE, *range(len(usable))], key=f"cmp_readout_{inputs.loaded.key}",
+                "Readout Bottleneck", [READOUT_NONE, *range(len(usable))], key=f"cmp_readout_{inputs.network.key}",
                 index=1 if usable else 0,
                 format_func=lambda i: "none" if i == READOUT_NONE else usable[i].label,
                 help="A trained readout network predicts the bottleneck mask in one pass (paper §3.3). "
@@ -96,15 +96,15 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         def on_error(key: str, err: BaseException) -> None:
             failed.append(f"{labels[key]}: {user_message(err)}")
 
-        with inputs.shared.busy() as loaded:
-            maps = cache.maps(loaded, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
+        with inputs.shared.busy() as network:
+            maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
                               names=labels, progress=progress, on_map=on_map, on_error=on_error)
         live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = dict(
-            keys=[map_key(inputs.image.digest, inputs.loaded, target_idx, m, settings.get(m)) for m in maps],
+            keys=[map_key(inputs.image.digest, inputs.network, target_idx, m, settings.get(m)) for m in maps],
             readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",
             image=inputs.image.name, cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
-            model=inputs.loaded.spec.title, class_name=inputs.loaded.class_name(target_idx), target=target_idx,
+            model=inputs.network.spec.title, class_name=inputs.network.class_name(target_idx), target=target_idx,
             failed=failed,
         )
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
@@ -112,19 +112,19 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
 
 
 def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> None:
-    loaded = inputs.loaded
+    network = inputs.network
     label = "Readout Bottleneck checkpoints" + ("" if checkpoints else " (none for this network)")
     with st.expander(label, icon=":material/inventory_2:"):
         if not checkpoints:
             st.markdown(
-                f"No Readout Bottleneck checkpoint for {loaded.spec.title} yet: the readout must be trained for "
+                f"No Readout Bottleneck checkpoint for {network.spec.title} yet: the readout must be trained for "
                 "this very network. The app ships one for the offline network only and looks for trained "
                 "checkpoints (`.pt` files) in " + ", ".join(f"`{d}`" for d in readout_dirs())
                 + ". Training a readout needs a folder of images and runs outside the app (see the README, "
                 "*Readout Bottleneck*); put the checkpoint it writes into one of these folders. For this "
                 "network:"
             )
-            st.code(readout_training_command(loaded, inputs.shared.source), language="bash", wrap_lines=True)
+            st.code(readout_training_command(network, inputs.shared.source), language="bash", wrap_lines=True)
         for c in checkpoints:
             st.markdown(f"- **{c.label}** — {c.details}" + (f" Not usable: {c.error}" if c.error else ""))
 
@@ -168,8 +168,8 @@ names = display_names()
 inputs = ui.input_section()
 if inputs is not None:
     with inputs.controls:
-        checkpoints = readout_checkpoints(inputs.loaded.key, aliases=[inputs.shared.source])
-        submitted = form(inputs, names, compare_choices(inputs.loaded), checkpoints)
+        checkpoints = readout_checkpoints(inputs.network.key, aliases=[inputs.shared.source])
+        submitted = form(inputs, names, compare_choices(inputs.network), checkpoints)
         readout_note(checkpoints, inputs)
         if submitted is not None:
             execute(inputs, *submitted, names)

@@ -55,7 +55,7 @@ def choices(inputs: ui.Inputs, names: dict[str, str]) -> tuple[list[str], int | 
     c1, c2 = st.columns(2)
     with c1:
         methods = ui.method_picker(
-            "Methods", "ev_methods", method_choices(inputs.loaded), names, DEFAULT_EVALUATE_METHODS,
+            "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
             help="Maps are shared with the Compare page: one computed there is not computed again.",
         )
     with c2:
@@ -68,18 +68,18 @@ def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
     if not methods:
         raise ValueError("Choose at least one method.")
     cache = ui.map_cache()
-    ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.loaded, inputs.image.digest, target, methods))
+    ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / max(total, 1), text=f"Maps {done} / {total} · {label}")
 
-    with inputs.shared.busy() as loaded:
-        entries = cache.maps(loaded, inputs.x, inputs.image.digest, target, methods, progress=progress)
+    with inputs.shared.busy() as network:
+        entries = cache.maps(network, inputs.x, inputs.image.digest, target, methods, progress=progress)
     return {k: e.amap for k, e in entries.items()}
 
 
 def context(inputs: ui.Inputs, target: int) -> tuple:
-    return (inputs.image.digest, inputs.loaded.key, inputs.loaded.weights_id, target)
+    return (inputs.image.digest, inputs.network.key, inputs.network.weights_id, target)
 
 
 def caption(entry: dict) -> None:
@@ -87,8 +87,8 @@ def caption(entry: dict) -> None:
 
 
 def describe(inputs: ui.Inputs, target: int) -> dict:
-    return dict(image=inputs.image.name, model=inputs.loaded.spec.title,
-                class_name=inputs.loaded.class_name(target), target=target, context=context(inputs, target))
+    return dict(image=inputs.image.name, model=inputs.network.spec.title,
+                class_name=inputs.network.class_name(target), target=target, context=context(inputs, target))
 
 
 # ---- degradation -------------------------------------------------------------------------------
@@ -116,8 +116,8 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
             def progress(done: int, total: int, label: str) -> None:
                 bar.progress(done / max(total, 1), text=f"Curves {done} / {total} · {label}")
 
-            with inputs.shared.busy() as loaded:
-                curves = degradation_for(loaded, inputs.x, maps, target_idx, int(tile), int(points), progress)
+            with inputs.shared.busy() as network:
+                curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points), progress)
             bar.empty()
             st.session_state[DEG_KEY] = dict(curves=curves, tile=int(tile), **describe(inputs, target_idx))
         except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
@@ -140,8 +140,8 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
 
 def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) -> None:
     st.subheader("Sanity check (cascading randomisation)")
-    levels = sanity_levels(inputs.loaded)
-    fast = sanity_choices(inputs.loaded)
+    levels = sanity_levels(inputs.network)
+    fast = sanity_choices(inputs.network)
     with st.form("ev_san_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
         method = c1.selectbox("Method", fast.keys, index=default_sanity_method(fast), key="ev_san_method",
@@ -159,8 +159,8 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
             def progress(done: int, total: int, label: str) -> None:
                 bar.progress(done / max(total, 1), text=f"Step {done} / {total} · {label}")
 
-            with inputs.shared.busy() as loaded:
-                strip = sanity_strip(loaded, inputs.x, target_idx, method, int(n_levels), progress)
+            with inputs.shared.busy() as network:
+                strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), progress)
             bar.empty()
             st.session_state[SAN_KEY] = dict(strip=strip, **describe(inputs, target_idx))
         except Exception as err:  # noqa: BLE001

@@ -127,13 +127,13 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
                                       font_size=PANEL_FONT - 2),
                          width="stretch", alt=f"Losses and p(target) up to {where}")
 
-        with ui.network_turn(inputs.shared, timing) as loaded:
-            iba = PerSampleBottleneck.for_network(loaded, layer, stats, settings)
+        with ui.network_turn(inputs.shared, timing) as network:
+            iba = PerSampleBottleneck.for_network(network, layer, stats, settings)
             result = iba.attribute(inputs.x, target=target, callback=on_step)
-    pre = inputs.loaded.preprocess
+    pre = inputs.network.preprocess
     return RunRecord(
-        image_name=inputs.image.name, model_key=inputs.loaded.key, model_title=inputs.loaded.spec.title, layer=layer,
-        class_name=inputs.loaded.class_name(result.target), cropped=inputs.cropped, result=result,
+        image_name=inputs.image.name, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
+        class_name=inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats.describe(), original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
         stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
@@ -324,6 +324,6 @@ if inputs is not None:
             execute(inputs, *submitted, panel=panel)
     if RESULT_KEY in st.session_state:
         with panel.container(border=True, key="ps_replay"):
-            replay(st.session_state[RESULT_KEY], inputs.loaded.key)
+            replay(st.session_state[RESULT_KEY], inputs.network.key)
 if RESULT_KEY in st.session_state:
     results(st.session_state[RESULT_KEY])

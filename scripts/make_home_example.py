@@ -70,13 +70,13 @@ def strip(*images: Image.Image, gap: int = 6) -> Image.Image:
 def home_run(samples: int = RECOMMENDED_SAMPLES, progress=None) -> tuple[dict, AttributionResult, Image.Image]:
     """The Home example, computed now: (report, result, the 224 × 224 crop). The report is what
     home_example.json holds."""
-    loaded = load_network(DEFAULT_NETWORK)
-    layer = loaded.spec.default_layer
-    cropped = loaded.preprocess.crop(load_sample(SAMPLE))
-    stats = choose_stats(loaded, layer, n=samples, progress=progress)
-    result = PerSampleBottleneck.for_network(loaded, layer, stats, SETTINGS).attribute(
-        loaded.preprocess.normalise(cropped))
-    report = run_report(SETTINGS, result, loaded.key, layer, SAMPLE, loaded.categories[result.target],
+    network = load_network(DEFAULT_NETWORK)
+    layer = network.spec.default_layer
+    cropped = network.preprocess.crop(load_sample(SAMPLE))
+    stats = choose_stats(network, layer, n=samples, progress=progress)
+    result = PerSampleBottleneck.for_network(network, layer, stats, SETTINGS).attribute(
+        network.preprocess.normalise(cropped))
+    report = run_report(SETTINGS, result, network.key, layer, SAMPLE, network.categories[result.target],
                         stats_description=stats.describe())
     report["threshold_bits"] = DEFAULT_THRESHOLD
     report["not_needed_fraction"] = overlays.not_needed_fraction(result.heatmap, DEFAULT_THRESHOLD)

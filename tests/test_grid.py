@@ -47,7 +47,7 @@ def test_depth_layers_swap_in_a_chosen_layer() -> None:
 
 
 @pytest.fixture(scope="module")
-def loaded():
+def network():
     # One torch thread: on a busy 2-core machine two OpenMP workers stall each other (runs 3–5× slower).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -58,19 +58,19 @@ def loaded():
 
 
 @pytest.fixture
-def stats_for(loaded, tmp_path, monkeypatch):
+def stats_for(network, tmp_path, monkeypatch):
     monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
     calls: list[str] = []
 
     def get(layer: str):
         calls.append(layer)
-        return get_stats(loaded, layer, n=8)
+        return get_stats(network, layer, n=8)
 
     get.calls = calls
     return get
 
 
-def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
+def test_grid_has_ten_finite_cells(network, stats_for, monkeypatch) -> None:
     runs: list[tuple[float, int]] = []
     original = PerSampleBottleneck.attribute
 
@@ -79,11 +79,11 @@ def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
         return original(self, x, target, callback)
 
     monkeypatch.setattr(PerSampleBottleneck, "attribute", counting)
-    x = loaded.preprocess(load_sample("chelsea"))
+    x = network.preprocess(load_sample("chelsea"))
     progress: list[tuple[int, int, str]] = []
     seen = []
     cells = beta_layer_grid(
-        loaded, x, None, "block3_2", stats_for, settings=BottleneckSettings(steps=2, batch=2),
+        network, x, None, "block3_2", stats_for, settings=BottleneckSettings(steps=2, batch=2),
         progress=lambda d, t, label: progress.append((d, t, label)), on_cell=seen.append,
     )
     assert len(cells) == 10 and seen == cells
@@ -91,7 +91,7 @@ def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
     assert [c.beta_k for c in cells[:5]] == list(DEFAULT_BETAS)
     assert all(c.layer == "block3_2" for c in cells[:5])
     assert all(c.beta_k == LAYER_ROW_BETA for c in cells[5:])
-    assert [c.label for c in cells[5:]] == depth_layers(loaded.spec, include="block3_2")
+    assert [c.label for c in cells[5:]] == depth_layers(network.spec, include="block3_2")
     for c in cells:
         assert c.heatmap.shape == (224, 224)
         assert np.isfinite(c.heatmap).all() and (c.heatmap >= 0).all()
@@ -107,10 +107,10 @@ def test_grid_has_ten_finite_cells(loaded, stats_for, monkeypatch) -> None:
     assert sorted(stats_for.calls) == sorted(set(stats_for.calls)) and len(stats_for.calls) == 5
 
 
-def test_grid_with_explicit_layers_and_betas(loaded, stats_for) -> None:
-    x = loaded.preprocess(load_sample("coffee"))
+def test_grid_with_explicit_layers_and_betas(network, stats_for) -> None:
+    x = network.preprocess(load_sample("coffee"))
     cells = beta_layer_grid(
-        loaded, x, 967, "block2_2", stats_for, betas=(1.0, 100.0), layers=["stem", "head"],
+        network, x, 967, "block2_2", stats_for, betas=(1.0, 100.0), layers=["stem", "head"],
         settings=BottleneckSettings(steps=1, batch=1),
     )
     assert [(c.row, c.beta_k, c.layer) for c in cells] == [
@@ -118,16 +118,16 @@ def test_grid_with_explicit_layers_and_betas(loaded, stats_for) -> None:
     ]
 
 
-def test_grid_rejects_unknown_layer(loaded, stats_for) -> None:
+def test_grid_rejects_unknown_layer(network, stats_for) -> None:
     x = torch.zeros(1, 3, 224, 224)
     with pytest.raises(UnknownModelError):
-        beta_layer_grid(loaded, x, 0, "no_such_layer", stats_for)
+        beta_layer_grid(network, x, 0, "no_such_layer", stats_for)
 
 
-def test_beta_1000_cell_says_the_bottleneck_lost_the_class(loaded, stats_for) -> None:
+def test_beta_1000_cell_says_the_bottleneck_lost_the_class(network, stats_for) -> None:
     """Paper §4.1: β ≥ 1000/k discards all information; the grid cell carries the flag."""
-    x = loaded.preprocess(load_sample("chelsea"))
-    cells = beta_layer_grid(loaded, x, 285, "block3_2", stats_for, betas=(10.0, 1000.0), layers=[],
+    x = network.preprocess(load_sample("chelsea"))
+    cells = beta_layer_grid(network, x, 285, "block3_2", stats_for, betas=(10.0, 1000.0), layers=[],
                             settings=BottleneckSettings(steps=5, batch=2, precision="fp32"))
     kept, lost = cells
     assert lost.lost_class and not kept.lost_class

@@ -100,15 +100,15 @@ def readout_checkpoints(model_key: str, dirs: Iterable[Path] | None = None,
     return found
 
 
-def readout_training_command(loaded, source: str = "") -> str:
-    """The command that trains a Readout Bottleneck for `loaded` into a folder the app searches.
+def readout_training_command(network, source: str = "") -> str:
+    """The command that trains a Readout Bottleneck for `network` into a folder the app searches.
 
     source: what the network was loaded from (a model card's path; default its key). Images: the model
     card's statistics folder if it names one (the training needs the network's own kind of images).
     """
-    spec = loaded.spec
-    model = source or loaded.key
+    spec = network.spec
+    model = source or network.key
     images = getattr(spec, "stats_images", None) or "YOUR_IMAGES"
-    name = loaded.key.split(":", 1)[-1]
+    name = network.key.split(":", 1)[-1]
     return (f"python -m iba_core train-readout --model {shlex.quote(model)} --images {shlex.quote(images)} "
             f"--out {shlex.quote('readout_runs/' + name)}")

@@ -52,9 +52,9 @@ class MethodChoices:
         return [k for k in wanted if k in self.keys]
 
 
-def method_choices(loaded, *, exclude: Iterable[str] = (),
+def method_choices(network, *, exclude: Iterable[str] = (),
                    keep: Callable[[Method], bool] | None = None) -> MethodChoices:
-    """Registered methods (minus `exclude`, and those `keep` rejects) split by `available_for(loaded)`."""
+    """Registered methods (minus `exclude`, and those `keep` rejects) split by `available_for(network)`."""
     skip = set(exclude)
     out = MethodChoices()
     for key in method_keys():
@@ -63,32 +63,32 @@ def method_choices(loaded, *, exclude: Iterable[str] = (),
         method = get_method(key)
         if keep is not None and not keep(method):
             continue
-        reason = method.available_for(loaded)
+        reason = method.available_for(network)
         if reason:
-            out.unavailable[key] = app_reason(key, loaded, reason)
+            out.unavailable[key] = app_reason(key, network, reason)
         else:
             out.keys.append(key)
     return out
 
 
-def app_reason(key: str, loaded, reason: str) -> str:
+def app_reason(key: str, network, reason: str) -> str:
     """Why a method cannot run, in the app's words: the methods' own reasons are written for the command line
     (a missing readout checkpoint names the training command); the app points to its own controls instead."""
-    spec = getattr(loaded, "spec", None)
+    spec = getattr(network, "spec", None)
     if key == READOUT_METHOD and spec is not None:
         return (f"no Readout Bottleneck checkpoint for {spec.title} yet; the Compare page's “Readout Bottleneck "
                 "checkpoints” says where the app looks for one")
     return reason
 
 
-def compare_choices(loaded) -> MethodChoices:
+def compare_choices(network) -> MethodChoices:
     """The Compare page's method list: every method but the Readout (chosen by its checkpoint there)."""
-    return method_choices(loaded, exclude=[READOUT_METHOD])
+    return method_choices(network, exclude=[READOUT_METHOD])
 
 
-def sanity_choices(loaded) -> MethodChoices:
+def sanity_choices(network) -> MethodChoices:
     """Methods for the sanity check, which recomputes the map after each randomisation step: fast ones only."""
-    return method_choices(loaded, keep=lambda m: m.cost == "fast" and m.sanity_checkable)
+    return method_choices(network, keep=lambda m: m.cost == "fast" and m.sanity_checkable)
 
 
 def default_sanity_method(choices: MethodChoices) -> int:

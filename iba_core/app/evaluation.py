@@ -47,7 +47,7 @@ def _cell_text(value) -> str:
 # ---- degradation -------------------------------------------------------------------------------
 
 
-def degradation_for(loaded, x: torch.Tensor, maps: dict[str, AttributionMap], target: int, tile: int,
+def degradation_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int, tile: int,
                     points: int | None, progress: ProgressFn | None = None) -> dict:
     """{method key: DegradationCurves} for maps already computed."""
     from ..metrics.degradation import degradation_curves
@@ -56,7 +56,7 @@ def degradation_for(loaded, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     for i, (key, amap) in enumerate(maps.items()):
         if progress is not None:
             progress(i, len(maps), amap.name)
-        out[key] = degradation_curves(loaded.model, x, amap.values, target, tile=tile, points=points)
+        out[key] = degradation_curves(network.model, x, amap.values, target, tile=tile, points=points)
     if progress is not None:
         progress(len(maps), len(maps), "done")
     return out
@@ -86,16 +86,16 @@ class SanityStrip:
     ssim: list[float]
 
 
-def sanity_levels(loaded) -> list[str]:
+def sanity_levels(network) -> list[str]:
     """Cascade level names (logits first) without copying the network: its stages for a registered network,
     else its modules that hold parameters (e.g. a model card's network: fc, layer4.1.bn2, …)."""
     from ..metrics.sanity import randomisation_groups
 
-    plain = isinstance(loaded, Network) and not loaded.can_split
-    return [name for name, _ in randomisation_groups(loaded.model if plain else loaded)]
+    plain = isinstance(network, Network) and not network.can_split
+    return [name for name, _ in randomisation_groups(network.model if plain else network)]
 
 
-def sanity_strip(loaded, x: torch.Tensor, target: int, method_key: str, max_levels: int,
+def sanity_strip(network, x: torch.Tensor, target: int, method_key: str, max_levels: int,
                  progress: ProgressFn | None = None, seed: int = 0) -> SanityStrip:
     """Heatmap after each of the first `max_levels` cascade steps and its SSIM to the original map."""
     from ..metrics.sanity import cascading_randomisation, heatmap_ssim, uses_max_over_sign
@@ -104,9 +104,9 @@ def sanity_strip(loaded, x: torch.Tensor, target: int, method_key: str, max_leve
     sign = uses_max_over_sign(method)
     if progress is not None:
         progress(0, max_levels + 1, "original")
-    original = np.asarray(method.attribute(loaded, x, target).values, dtype=np.float64)
+    original = np.asarray(method.attribute(network, x, target).values, dtype=np.float64)
     levels, maps, scores = [], [], []
-    for name, randomised in cascading_randomisation(loaded, seed):
+    for name, randomised in cascading_randomisation(network, seed):
         if len(levels) >= max_levels:
             break
         if progress is not None:

@@ -36,9 +36,9 @@ def _value_token(value):
     return repr(value)
 
 
-def map_key(image_digest: str, loaded, target: int, method: str, settings: dict | None = None) -> tuple:
+def map_key(image_digest: str, network, target: int, method: str, settings: dict | None = None) -> tuple:
     """Cache key of one map: image content, network and its weights, class, method and its settings."""
-    return (image_digest, loaded.key, loaded.weights_id, int(target), method, settings_token(settings))
+    return (image_digest, network.key, network.weights_id, int(target), method, settings_token(settings))
 
 
 @dataclass
@@ -93,15 +93,15 @@ class MapCache:
         keep(self.entries, key, entry, self.max_entries)
         return entry
 
-    def missing(self, loaded, image_digest: str, target: int, methods: Sequence[str],
+    def missing(self, network, image_digest: str, target: int, methods: Sequence[str],
                 settings: dict[str, dict] | None = None) -> list[str]:
         """The keys in `methods` whose map is not cached yet."""
         settings = settings or {}
-        return [m for m in methods if self.get(map_key(image_digest, loaded, target, m, settings.get(m))) is None]
+        return [m for m in methods if self.get(map_key(image_digest, network, target, m, settings.get(m))) is None]
 
     def maps(
         self,
-        loaded,
+        network,
         x: torch.Tensor,
         image_digest: str,
         target: int,
@@ -126,7 +126,7 @@ class MapCache:
         out: dict[str, CachedMap] = {}
         total = len(methods)
         for i, key in enumerate(methods):
-            ck = map_key(image_digest, loaded, target, key, settings.get(key))
+            ck = map_key(image_digest, network, target, key, settings.get(key))
             entry = self.get(ck)
             cached = entry is not None
             if entry is None:
@@ -134,7 +134,7 @@ class MapCache:
                     method = get_method(key, **settings.get(key, {}))
                     if progress is not None:
                         progress(i, total, names.get(key, method.name))
-                    amap = method.attribute(loaded, x, target)
+                    amap = method.attribute(network, x, target)
                 except Exception as err:  # noqa: BLE001 - reported to the caller
                     if on_error is None:
                         raise
@@ -152,6 +152,6 @@ class MapCache:
         return out
 
 
-def grid_key(image_digest: str, loaded, layer: str, target: int, settings, folder: str | None, n: int) -> tuple:
+def grid_key(image_digest: str, network, layer: str, target: int, settings, folder: str | None, n: int) -> tuple:
     """Key of one β × layer grid: same image, network, weights, layer, class and settings → same grid."""
-    return (image_digest, loaded.key, loaded.weights_id, layer, int(target), astuple(settings), folder, int(n))
+    return (image_digest, network.key, network.weights_id, layer, int(target), astuple(settings), folder, int(n))

@@ -126,16 +126,16 @@ def source_version(key: str) -> int:
     return stamp
 
 
-def is_card_network(loaded) -> bool:
+def is_card_network(network) -> bool:
     """Whether a loaded network comes from a model card (its key is card:<name>)."""
-    return str(getattr(loaded, "key", "")).startswith(CARD_PREFIX)
+    return str(getattr(network, "key", "")).startswith(CARD_PREFIX)
 
 
-def source_note(key: str, loaded) -> str:
+def source_note(key: str, network) -> str:
     """A caption for the chosen network: where it comes from and its classes."""
-    spec = loaded.spec
-    if is_card_network(loaded):
-        return (f"Your network from the model card `{key}`: {len(loaded.categories)} classes, input "
+    spec = network.spec
+    if is_card_network(network):
+        return (f"Your network from the model card `{key}`: {len(network.categories)} classes, input "
                 f"{spec.resize} → {spec.crop} px, default layer {spec.default_layer}.")
     return spec.note or ""
 

@@ -26,7 +26,7 @@ class SharedModel:
     RLock: a helper that takes the lock may call another that takes it too.
     """
 
-    loaded: Network
+    network: Network
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: What it was loaded from: a registered key, torchvision:NAME or a model card's path.
     source: str = ""
@@ -49,7 +49,7 @@ class SharedModel:
             before = torch.get_num_threads()
             torch.set_num_threads(torch_threads())
             try:
-                yield self.loaded
+                yield self.network
             finally:
                 torch.set_num_threads(before)
         finally:

@@ -19,20 +19,20 @@ from ..stats import FeatureStats, cached_stats, get_stats, photo_pool, stored_st
 from .models import is_card_network
 
 
-def stats_folder(loaded: Network, folder: str | os.PathLike | None = None) -> str | None:
+def stats_folder(network: Network, folder: str | os.PathLike | None = None) -> str | None:
     """The image folder statistics come from: `folder` if given, else the model card's `stats_images`
     (None: the offline sample photos)."""
     if folder:
         return str(folder)
-    return getattr(loaded.spec, "stats_images", None) or None
+    return getattr(network.spec, "stats_images", None) or None
 
 
-def domain_warning(loaded: Network, folder: str | os.PathLike | None = None) -> str | None:
+def domain_warning(network: Network, folder: str | os.PathLike | None = None) -> str | None:
     """A warning for a model card's network whose statistics would come from the offline sample photos."""
-    if not is_card_network(loaded) or stats_folder(loaded, folder):
+    if not is_card_network(network) or stats_folder(network, folder):
         return None
     return (
-        f"{loaded.spec.title} has no image folder for its feature statistics, so they come from the offline "
+        f"{network.spec.title} has no image folder for its feature statistics, so they come from the offline "
         "sample photos (cats, coffee, astronauts, …), which are probably not what it was trained on. "
         "Out-of-domain statistics distort the bits: the noise does not look like your data's features. "
         "Add stats_images = \"folder of your images\" to the model card, or enter such a folder under "
@@ -41,7 +41,7 @@ def domain_warning(loaded: Network, folder: str | os.PathLike | None = None) -> 
 
 
 def choose_stats(
-    loaded: Network,
+    network: Network,
     layer: str,
     *,
     folder: str | os.PathLike | None = None,
@@ -54,31 +54,31 @@ def choose_stats(
     A folder holding no readable image raises FileNotFoundError / ValueError with a sentence saying so.
     """
     n = n or stats_samples()
-    folder = stats_folder(loaded, folder)
+    folder = stats_folder(network, folder)
     if folder:
         path = Path(folder).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"Image folder not found: {path}. Enter a folder that holds images.")
-        return get_stats(loaded, layer, images=path, n=n, progress=progress)
-    best = next(iter(cached_stats(loaded, layer)), None)
+        return get_stats(network, layer, images=path, n=n, progress=progress)
+    best = next(iter(cached_stats(network, layer)), None)
     if best is not None and best.n >= n:
         return best
-    return get_stats(loaded, layer, n=n, progress=progress)
+    return get_stats(network, layer, n=n, progress=progress)
 
 
-def stats_status(loaded: Network, layer: str) -> str:
+def stats_status(network: Network, layer: str) -> str:
     """One line on the statistics a run at `layer` would use now."""
     n = stats_samples()
-    folder = stats_folder(loaded)
+    folder = stats_folder(network)
     if folder:
-        found = stored_stats(loaded, layer, images=folder, n=n)
+        found = stored_stats(network, layer, images=folder, n=n)
         if found is not None:
             return f"Ready, from the model card's image folder: {found.describe()}."
         return (f"Not estimated yet for {layer}: the first run estimates μ and σ of every layer at once from up to "
                 f"{n} images in the model card's folder {folder}, and keeps them on disk (per weights file).")
-    best = next(iter(cached_stats(loaded, layer)), None)
+    best = next(iter(cached_stats(network, layer)), None)
     if best is None or best.n < n:
-        best = stored_stats(loaded, layer, n=n)
+        best = stored_stats(network, layer, n=n)
     if best is not None and best.n >= n:
         return f"Ready: {best.describe()}."
     return (
@@ -87,7 +87,7 @@ def stats_status(loaded: Network, layer: str) -> str:
     )
 
 
-def stats_for_methods(loaded: Network, methods: Iterable[str],
+def stats_for_methods(network: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
     """The statistics that the methods in `methods` read with their default settings (the network's default
     layer, `settings.stats_samples()` samples; a model card's image folder if it names one), estimated now if
@@ -97,7 +97,7 @@ def stats_for_methods(loaded: Network, methods: Iterable[str],
     """
     if not any(get_method(key).needs_stats for key in methods):
         return None
-    return get_stats(loaded, loaded.spec.default_layer, images=stats_folder(loaded), n=stats_samples(),
+    return get_stats(network, network.spec.default_layer, images=stats_folder(network), n=stats_samples(),
                      progress=progress)
 
 

@@ -48,16 +48,16 @@ def run(args: argparse.Namespace) -> int:
 
     settings = {}
     if args.layer is not None:
-        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once loaded
+        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once network
             get_spec(args.model).check_layer(args.layer)  # a typo fails before the network loads
         # the layer setting goes to every method that places a bottleneck on a layer
         settings = {key: {"layer": args.layer} for key in method_keys() if get_method(key).needs_stats}
     resolve_methods(args.methods, settings)  # unknown keys fail before any slow work
     image = load_image(args.image)
-    loaded = load_from_args(args)
-    cropped = loaded.preprocess.crop(image)
-    x = loaded.preprocess.normalise(cropped)
-    target = loaded.top_k(x, 1)[0][0] if args.target is None else loaded.class_index(args.target)
+    network = load_from_args(args)
+    cropped = network.preprocess.crop(image)
+    x = network.preprocess.normalise(cropped)
+    target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)
     methods = args.methods if args.methods.strip() == "all" else resolve_methods(args.methods, settings)
 
     failures: dict[str, str] = {}
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         tqdm.write(f"warning: {key} failed: {err}", file=sys.stderr)
 
     try:
-        maps = compare(loaded, x, target, methods, settings=settings, progress=progress, on_error=on_error)
+        maps = compare(network, x, target, methods, settings=settings, progress=progress, on_error=on_error)
     finally:
         bar.close()
 
@@ -80,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for amap in maps:
         np.save(out / f"{amap.key}.npy", amap.values.astype(np.float32))
-    class_name = loaded.class_name(target)
-    network = loaded.spec.title + (" — random weights" if loaded.weights_id == "random" else "")
-    (out / "grid.png").write_bytes(grid_png(maps, cropped, title=f"{network} — class {target} ({class_name})"))
+    class_name = network.class_name(target)
+    network_title = network.spec.title + (" — random weights" if network.weights_id == "random" else "")
+    (out / "grid.png").write_bytes(grid_png(maps, cropped, title=f"{network_title} — class {target} ({class_name})"))
     summary = {
         "image": str(args.image),
-        "model": loaded.key,
-        "weights": loaded.weights_id,
+        "model": network.key,
+        "weights": network.weights_id,
         "target": target,
         "class_name": class_name,
         "methods": [

@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
     device = args.device
     if world > 1 and device == "cuda" and "LOCAL_RANK" in os.environ:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"  # one GPU per rank under torchrun
-    loaded = load_from_args(args, device=device)
+    network = load_from_args(args, device=device)
     if args.methods is None:  # the default: every registered method that can run on this network
-        methods = {k: m for k, m in methods.items() if m.available_for(loaded) is None}
-    items = list_items(args.images, args.labels, loaded.class_index, args.limit)
+        methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
+    items = list_items(args.images, args.labels, network.class_index, args.limit)
     if not items:
         raise FileNotFoundError(f"No images (jpg, png, …) found below {args.images}.")
     if args.metric == "beta-table":
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)
-    written = run_evaluation(args.metric, loaded, items, methods, args.out, options, rank, world)
+    written = run_evaluation(args.metric, network, items, methods, args.out, options, rank, world)
     print(f"{written} new result(s) written", file=sys.stderr)
     finish(args.out, rank, world)
     return 0

@@ -22,36 +22,36 @@ from .base import Method, spec_of, sum_channels
 from .gradients import guided_gradient, no_guided_units
 
 
-def cam_layer(loaded, layer: str | None = None, layer_input: bool | None = None) -> tuple[str, bool]:
-    """(module path, use the module's input) for Grad-CAM on `loaded`."""
+def cam_layer(network, layer: str | None = None, layer_input: bool | None = None) -> tuple[str, bool]:
+    """(module path, use the module's input) for Grad-CAM on `network`."""
     if layer is not None:
         return layer, bool(layer_input)
-    reason = no_cam_layer(loaded, layer)
+    reason = no_cam_layer(network, layer)
     if reason:
         raise ValueError(reason)
-    path, is_input = spec_of(loaded).cam_layer
+    path, is_input = spec_of(network).cam_layer
     return path, is_input if layer_input is None else bool(layer_input)
 
 
-def no_cam_layer(loaded, layer: str | None) -> str | None:
-    """Why Grad-CAM cannot pick its layer on `loaded` (None when it can)."""
+def no_cam_layer(network, layer: str | None) -> str | None:
+    """Why Grad-CAM cannot pick its layer on `network` (None when it can)."""
     if layer is not None:
         return None
-    spec = spec_of(loaded)
+    spec = spec_of(network)
     if spec is None or spec.cam_layer is None:
-        title = spec.title if spec is not None else type(loaded.model).__name__
+        title = spec.title if spec is not None else type(network.model).__name__
         return f"no Grad-CAM layer is known for {title}; give the setting layer='module.path'."
     return None
 
 
-def grad_cam(loaded, x: torch.Tensor, target: int, layer: str | None = None, layer_input: bool | None = None):
+def grad_cam(network, x: torch.Tensor, target: int, layer: str | None = None, layer_input: bool | None = None):
     """(1, 1, H, W) upsampled Grad-CAM map (≥ 0)."""
-    path, is_input = cam_layer(loaded, layer, layer_input)
+    path, is_input = cam_layer(network, layer, layer_input)
     try:
-        module = loaded.model.get_submodule(path)
+        module = network.model.get_submodule(path)
     except AttributeError as err:
         raise ValueError(f"The network has no module {path!r} for Grad-CAM.") from err
-    cam = LayerGradCam(loaded.model, module).attribute(
+    cam = LayerGradCam(network.model, module).attribute(
         x, target=target, attribute_to_layer_input=is_input, relu_attributions=True
     )
     if isinstance(cam, tuple):
@@ -74,12 +74,12 @@ class GradCam(Method):
     def available_for(self, network) -> str | None:
         return no_cam_layer(network, self.settings["layer"])
 
-    def cam(self, loaded, x, target) -> torch.Tensor:
+    def cam(self, network, x, target) -> torch.Tensor:
         """(1, 1, H, W) upsampled Grad-CAM at this method's layer."""
-        return grad_cam(loaded, x, target, self.settings["layer"], self.settings["layer_input"])
+        return grad_cam(network, x, target, self.settings["layer"], self.settings["layer_input"])
 
-    def _compute(self, loaded, x, target):
-        return self.cam(loaded, x, target)[0, 0]
+    def _compute(self, network, x, target):
+        return self.cam(network, x, target)[0, 0]
 
 
 class GuidedGradCam(GradCam):
@@ -91,5 +91,5 @@ class GuidedGradCam(GradCam):
     def available_for(self, network) -> str | None:
         return super().available_for(network) or no_guided_units(network.model)
 
-    def _compute(self, loaded, x, target):
-        return sum_channels(guided_gradient(loaded.model, x, target) * self.cam(loaded, x, target))
+    def _compute(self, network, x, target):
+        return sum_channels(guided_gradient(network.model, x, target) * self.cam(network, x, target))

@@ -30,8 +30,8 @@ class Gradient(Method):
     signed = True
     description = "Gradient of the target logit w.r.t. the input, summed over colour channels."
 
-    def _compute(self, loaded, x, target):
-        return sum_channels(input_gradient(loaded.model, x, target))
+    def _compute(self, network, x, target):
+        return sum_channels(input_gradient(network.model, x, target))
 
 
 class Saliency(Method):
@@ -40,8 +40,8 @@ class Saliency(Method):
     signed = False
     description = "Largest absolute input gradient over the colour channels (Simonyan et al.)."
 
-    def _compute(self, loaded, x, target):
-        return max_abs_channels(input_gradient(loaded.model, x, target))
+    def _compute(self, network, x, target):
+        return max_abs_channels(input_gradient(network.model, x, target))
 
 
 class IntegratedGradients(Method):
@@ -58,11 +58,11 @@ class IntegratedGradients(Method):
         # batch: interpolated images per forward/backward pass (memory vs. speed; same result)
         return {"steps": 50, "batch": 10}
 
-    def _compute(self, loaded, x, target):
+    def _compute(self, network, x, target):
         steps = int(self.settings["steps"])
         if steps < 1:
             raise ValueError(f"Integrated Gradients needs ≥ 1 step, got {steps}.")
-        attr = _CaptumIG(loaded.model).attribute(
+        attr = _CaptumIG(network.model).attribute(
             x,
             baselines=image_mean(x),
             target=target,
@@ -101,12 +101,12 @@ class SmoothGrad(Method):
     def default_settings(cls) -> dict:
         return {"samples": 50, "noise": 0.15, "batch": 10, "seed": 0, "reduce": "max_abs"}
 
-    def _compute(self, loaded, x, target):
+    def _compute(self, network, x, target):
         samples = int(self.settings["samples"])
         if samples < 1:
             raise ValueError(f"SmoothGrad needs ≥ 1 sample, got {samples}.")
         sigma = float(self.settings["noise"]) * float(x.max() - x.min())
-        tunnel = NoiseTunnel(_CaptumSaliency(loaded.model))
+        tunnel = NoiseTunnel(_CaptumSaliency(network.model))
         devices = [x.device] if x.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # reproducible noise; the global RNG is restored after
             if self.settings["seed"] is not None:
@@ -197,5 +197,5 @@ class GuidedBackprop(Method):
     def available_for(self, network) -> str | None:
         return no_guided_units(network.model)
 
-    def _compute(self, loaded, x, target):
-        return sum_channels(guided_gradient(loaded.model, x, target))
+    def _compute(self, network, x, target):
+        return sum_channels(guided_gradient(network.model, x, target))

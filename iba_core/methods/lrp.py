@@ -58,9 +58,9 @@ from ..networks.canonizers import sequential_canonizers
 from .base import Method, spec_of, sum_channels, working_copy
 
 
-def canonizers_for(loaded, model: nn.Module) -> list:
-    """The canonizers that put `model` (a private copy of `loaded.model`) into a form LRP rules fit."""
-    spec = spec_of(loaded)
+def canonizers_for(network, model: nn.Module) -> list:
+    """The canonizers that put `model` (a private copy of `network.model`) into a form LRP rules fit."""
+    spec = spec_of(network)
     if spec is None:
         return sequential_canonizers(model)
     if spec.canonizers is None:
@@ -143,9 +143,9 @@ class LRP(Method):
         spec = spec_of(network)
         return no_canonizers(spec) if spec is not None and spec.canonizers is None else None
 
-    def _compute(self, loaded, x, target):
-        model = working_copy(loaded.model)
-        composite = lrp_composite(self.settings["rule"], float(self.settings["epsilon"]), canonizers_for(loaded, model))
+    def _compute(self, network, x, target):
+        model = working_copy(network.model)
+        composite = lrp_composite(self.settings["rule"], float(self.settings["epsilon"]), canonizers_for(network, model))
         x = x.clone().requires_grad_(True)
         with torch.enable_grad(), composite.context(model) as modified:
             out = modified(x)

@@ -37,12 +37,12 @@ class Occlusion(Method):
         # perturbations_per_eval: occluded copies per forward pass (memory vs. speed; the result is the same)
         return {"size": 8, "perturbations_per_eval": 16, "occluder": "mean"}
 
-    def _compute(self, loaded, x: torch.Tensor, target: int) -> torch.Tensor:
+    def _compute(self, network, x: torch.Tensor, target: int) -> torch.Tensor:
         size = int(self.settings["size"])
         h, w = x.shape[-2:]
         window = (x.shape[1], min(size, h), min(size, w))
         with torch.no_grad():
-            attr = _CaptumOcclusion(loaded.model).attribute(
+            attr = _CaptumOcclusion(network.model).attribute(
                 x,
                 sliding_window_shapes=window,
                 strides=window,

@@ -19,6 +19,6 @@ class RandomMap(Method):
     def default_settings(cls) -> dict:
         return {"seed": 0}
 
-    def _compute(self, loaded, x: torch.Tensor, target: int) -> np.ndarray:
+    def _compute(self, network, x: torch.Tensor, target: int) -> np.ndarray:
         rng = np.random.default_rng(self.settings["seed"])
         return rng.random(tuple(x.shape[-2:]), dtype=np.float32)

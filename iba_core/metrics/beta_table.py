@@ -90,10 +90,10 @@ def per_sample_row(prefix: nn.Module, suffix: nn.Module, stats, x: torch.Tensor,
     return row
 
 
-def readout_row(loaded, x: torch.Tensor, label: int, checkpoint, batch: int = 10, seed: int = 0) -> dict | None:
+def readout_row(network, x: torch.Tensor, label: int, checkpoint, batch: int = 10, seed: int = 0) -> dict | None:
     """HOOK POINT for the Readout Bottleneck rows of Table 3: one image, one trained readout.
 
-    Uses `iba_core.readout` (`cached_readout(loaded, checkpoint)` and its training-style forward pass
+    Uses `iba_core.readout` (`cached_readout(network, checkpoint)` and its training-style forward pass
     on `batch` noisy copies of x, labelled `label`); returns None while that module does not exist.
     A readout is trained for one β, so each checkpoint fills the column of its own β·k.
     """
@@ -103,7 +103,7 @@ def readout_row(loaded, x: torch.Tensor, label: int, checkpoint, batch: int = 10
         return None
     from ..model_state import frozen_eval
 
-    rb = readout_module.cached_readout(loaded, checkpoint)
+    rb = readout_module.cached_readout(network, checkpoint)
     xb = x.expand(batch, *x.shape[1:])
     labels = torch.full((batch,), int(label), dtype=torch.long, device=xb.device)
     generator = torch.Generator(device=xb.device).manual_seed(seed)

@@ -12,12 +12,12 @@ from torch import nn
 AttributionFn = Callable[[torch.Tensor, int], np.ndarray]
 
 
-def as_attribution_fn(method, loaded=None) -> AttributionFn:
-    """An `AttributionFn` from a plain callable or a registry method object (`.attribute(loaded, x, t)`)."""
+def as_attribution_fn(method, network=None) -> AttributionFn:
+    """An `AttributionFn` from a plain callable or a registry method object (`.attribute(network, x, t)`)."""
     if hasattr(method, "attribute"):
-        if loaded is None:
+        if network is None:
             raise ValueError("A method object needs the loaded model to attribute with.")
-        return lambda x, target: method.attribute(loaded, x, target)
+        return lambda x, target: method.attribute(network, x, target)
     if callable(method):
         return method
     raise TypeError(f"Expected an attribution function or method object, got {type(method).__name__}.")
@@ -99,16 +99,16 @@ class _InPrecision(nn.Module):
             return self.inner(x).float()
 
 
-def scoring_model(loaded, precision: str = "fp32") -> nn.Module:
+def scoring_model(network, precision: str = "fp32") -> nn.Module:
     """The network the metrics run many times: for a registered network its BatchNorm-folded prefix and
     suffix joined (the same function up to float rounding, about 2× faster on CPU), else `.model`;
     in `precision` ("auto": measured once per network and machine on a forward batch, see
     iba_core.precision — bf16 ran these forward passes 2.6–3.3× faster on an AVX512-BF16 CPU)."""
-    if hasattr(loaded, "can_split") and loaded.can_split:
-        prefix, suffix = loaded.fast_split(loaded.spec.default_layer)
+    if hasattr(network, "can_split") and network.can_split:
+        prefix, suffix = network.fast_split(network.spec.default_layer)
         model: nn.Module = _ChannelsLast(nn.Sequential(prefix, suffix)).eval()
     else:
-        model = loaded.model if hasattr(loaded, "model") else loaded
+        model = network.model if hasattr(network, "model") else network
     if precision == "fp32":
         return model
     from ..precision import resolve
@@ -116,7 +116,7 @@ def scoring_model(loaded, precision: str = "fp32") -> nn.Module:
     device = model_device(model)
 
     def workload(p: str):
-        size = getattr(getattr(loaded, "preprocess", None), "crop_size", 224)
+        size = getattr(getattr(network, "preprocess", None), "crop_size", 224)
         x = torch.randn(8, 3, size, size, device=device)
 
         def run() -> None:
@@ -125,10 +125,10 @@ def scoring_model(loaded, precision: str = "fp32") -> nn.Module:
 
         return run
 
-    memo = getattr(loaded, "memo", None)
+    memo = getattr(network, "memo", None)
     if memo is None and precision == "auto":
         return model  # a bare network: nothing to key a measurement by, and its input size is unknown
-    key = ("scoring", loaded.key, loaded.weights_id) if memo is not None else ()
+    key = ("scoring", network.key, network.weights_id) if memo is not None else ()
     chosen = resolve(precision, device, workload, memo=memo, key=key, persist=memo is not None)
     return model if chosen == "fp32" else _InPrecision(model, chosen, device)
 

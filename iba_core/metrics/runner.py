@@ -54,10 +54,10 @@ class EvalOptions:
 class _Context:
     """Per-run state shared by the metric loops: the model, the writer, the done keys, the counters."""
 
-    def __init__(self, metric: str, loaded, writer: res.ResultsWriter, done: set, options: EvalOptions):
-        self.metric, self.loaded, self.writer, self.done, self.options = metric, loaded, writer, done, options
-        self.stats = _stats_getter(loaded, options)
-        self.model_id = f"{loaded.key}/{getattr(loaded, 'weights_id', '')}"
+    def __init__(self, metric: str, network, writer: res.ResultsWriter, done: set, options: EvalOptions):
+        self.metric, self.network, self.writer, self.done, self.options = metric, network, writer, done, options
+        self.stats = _stats_getter(network, options)
+        self.model_id = f"{network.key}/{getattr(network, 'weights_id', '')}"
         self.written = 0
         self._scoring = None
         self.bar = None
@@ -73,7 +73,7 @@ class _Context:
         if self._scoring is None:
             from .common import scoring_model
 
-            self._scoring = scoring_model(self.loaded, self.options.precision)
+            self._scoring = scoring_model(self.network, self.options.precision)
         return self._scoring
 
     def key(self, item, method: str, setting: str) -> tuple:
@@ -86,13 +86,13 @@ class _Context:
         """(preprocessed image on the model's device, target): the label, else the top-1 class."""
         from ..images import load_image
 
-        x = self.loaded.preprocess(load_image(item.path)).to(getattr(self.loaded, "device", "cpu"))
+        x = self.network.preprocess(load_image(item.path)).to(getattr(self.network, "device", "cpu"))
         if item.label is not None:
             return x, int(item.label)
         from ..model_state import frozen_eval
 
-        with frozen_eval(self.loaded.model), torch.no_grad():
-            return x, int(self.loaded.model(x).argmax(dim=1)[0])
+        with frozen_eval(self.network.model), torch.no_grad():
+            return x, int(self.network.model(x).argmax(dim=1)[0])
 
     def write(self, item, method_key: str, method, setting: str, target: int, **data) -> None:
         record = {
@@ -101,8 +101,8 @@ class _Context:
             "method": method_key,
             "setting": setting,
             "method_name": getattr(method, "name", method_key),
-            "model": self.loaded.key,
-            "weights": getattr(self.loaded, "weights_id", ""),
+            "model": self.network.key,
+            "weights": getattr(self.network, "weights_id", ""),
             "target": int(target),
             "label": item.label,
             **data,
@@ -114,10 +114,10 @@ class _Context:
         self.written += 1
 
 
-def _timed_map(method, loaded, x: torch.Tensor, target: int, ctx: "_Context | None" = None) -> tuple[np.ndarray, float]:
+def _timed_map(method, network, x: torch.Tensor, target: int, ctx: "_Context | None" = None) -> tuple[np.ndarray, float]:
     if ctx is not None:
         ctx.note(getattr(method, "name", ""))
-    amap = method.attribute(loaded, x, target)
+    amap = method.attribute(network, x, target)
     return np.asarray(amap.values, dtype=np.float64), amap.seconds
 
 
@@ -137,7 +137,7 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
     for key, method in methods.items():
         if not pending[key]:
             continue
-        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
         for t in pending[key]:
             curves = degradation_curves(ctx.scoring, x, values, target, t, points=o.points,
                                         batch_size=o.batch_size).to_record()
@@ -154,8 +154,8 @@ def _run_bbox(ctx: _Context, item, methods: dict) -> None:
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
     if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
         return
-    crop = ctx.loaded.preprocess.crop_size if hasattr(ctx.loaded.preprocess, "crop_size") else 224
-    resize = getattr(ctx.loaded.preprocess, "resize", 256)
+    crop = ctx.network.preprocess.crop_size if hasattr(ctx.network.preprocess, "crop_size") else 224
+    resize = getattr(ctx.network.preprocess, "resize", 256)
     xml = find_annotation(o.boxes, item.key)
     reason, mask = None, None
     if xml is None:
@@ -174,7 +174,7 @@ def _run_bbox(ctx: _Context, item, methods: dict) -> None:
     for key, method in methods.items():
         if ctx.is_done(item, key, setting):
             continue
-        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
         ratio = bbox_ratio(values, mask, seed=stable_seed(item.key))
         ctx.write(item, key, method, setting, target, ratio=ratio, box_pixels=int(mask.sum()),
                   attribution_seconds=seconds)
@@ -201,7 +201,7 @@ def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
             # Occlude as the metric masks, with zeros (the paper's code did so): at n = 1 the removed
             # attribution then is the logit drop itself.
             method = method.with_settings(occluder="zero")
-        values, seconds = _timed_map(method, ctx.loaded, x, target, ctx)
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
         for t in pending[key]:
             if t not in drops:  # the random sets and logit drops are shared by all methods
                 drops[t] = logit_drops(ctx.scoring, x, target, t, n_count=o.n_count, sets=o.sets,
@@ -221,11 +221,11 @@ def _run_sanity(ctx: _Context, item, methods: dict) -> None:
     if not pending:
         return
     x, target = ctx.prepare(item)
-    originals = {k: _timed_map(m, ctx.loaded, x, target, ctx)[0] for k, m in pending.items()}
+    originals = {k: _timed_map(m, ctx.network, x, target, ctx)[0] for k, m in pending.items()}
     levels: list[str] = []
     scores: dict[str, list[float]] = {k: [] for k in pending}
     wanted = set(o.sanity_levels) if o.sanity_levels else None
-    for name, randomised in cascading_randomisation(ctx.loaded, seed=o.seed):
+    for name, randomised in cascading_randomisation(ctx.network, seed=o.seed):
         if wanted is not None and name not in wanted:
             continue
         levels.append(name)
@@ -244,7 +244,7 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
     from ..per_sample import BottleneckSettings, PerSampleBottleneck
 
     o = ctx.options
-    layer = o.layer or ctx.loaded.spec.default_layer
+    layer = o.layer or ctx.network.spec.default_layer
     if item.label is None:
         return  # counted and reported by the caller
     columns = [ORIG, INITIAL, *(column_name(float(b)) for b in o.beta_ks)]
@@ -261,10 +261,10 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
     per_sample = type("PerSample", (), {"name": "Per-Sample"})()
     if todo:
         stats = ctx.stats(layer)
-        prefix, suffix = ctx.loaded.fast_split(layer)
+        prefix, suffix = ctx.network.fast_split(layer)
         base = BottleneckSettings(steps=o.steps, seed=o.seed)
         # "auto" measured once per network and layer (kept with the network), not once per row
-        base = replace(base, precision=PerSampleBottleneck.for_network(ctx.loaded, layer, stats, base).precision_for(x))
+        base = replace(base, precision=PerSampleBottleneck.for_network(ctx.network, layer, stats, base).precision_for(x))
     if ORIG in todo or INITIAL in todo:
         row = per_sample_row(prefix, suffix, stats, x, label, None, base)
         if ORIG in todo:
@@ -279,7 +279,7 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
             ctx.write(item, "per_sample", per_sample, setting(c), label, column=c, layer=layer, beta_k=float(b), **row)
     readout = type("Readout", (), {"name": "Readout"})()
     for ckpt, s in readout_todo:
-        row = readout_row(ctx.loaded, x, label, ckpt, seed=o.seed)
+        row = readout_row(ctx.network, x, label, ckpt, seed=o.seed)
         if row is not None:
             ctx.write(item, "readout", readout, s, label, column=column_name(row["beta_k"]), **row)
 
@@ -290,7 +290,7 @@ def _readout_checkpoints(ctx: _Context) -> list[str]:
         return [str(c) for c in ctx.options.readouts]
     from ..readout import default_checkpoint
 
-    path = default_checkpoint(ctx.loaded.key)
+    path = default_checkpoint(ctx.network.key)
     return [str(path)] if path is not None else []
 
 
@@ -306,7 +306,7 @@ RUNNERS = {
 
 def run_evaluation(
     metric: str,
-    loaded,
+    network,
     items: Sequence,
     methods: dict[str, object],
     out: str | Path,
@@ -316,7 +316,7 @@ def run_evaluation(
 ) -> int:
     """Evaluate `items` (this rank's shard is taken here) and append records; returns how many were written.
 
-    loaded: a Network, or any object with `.model`, `.preprocess`, `.key` (and `.device`).
+    network: a Network, or any object with `.model`, `.preprocess`, `.key` (and `.device`).
     Keys already present in `out` or its rank files are skipped.
     """
     if metric not in RUNNERS:
@@ -329,7 +329,7 @@ def run_evaluation(
     from tqdm import tqdm
 
     with res.ResultsWriter(path) as writer:
-        ctx = _Context(metric, loaded, writer, done, options)
+        ctx = _Context(metric, network, writer, done, options)
         bar = tqdm(mine, desc=f"{metric}" + (f" rank {rank}/{world}" if world > 1 else ""), unit="img",
                    file=sys.stderr, dynamic_ncols=True, disable=not options.progress)
         ctx.bar = bar if options.progress else None
@@ -339,14 +339,14 @@ def run_evaluation(
         return ctx.written
 
 
-def _stats_getter(loaded, options: EvalOptions):
+def _stats_getter(network, options: EvalOptions):
     cache = {}
 
     def get(layer: str):
         if layer not in cache:
             from ..stats import get_stats
 
-            cache[layer] = get_stats(loaded, layer, images=options.stats_images, n=options.stats_n or stats_samples())
+            cache[layer] = get_stats(network, layer, images=options.stats_images, n=options.stats_n or stats_samples())
         return cache[layer]
 
     return get

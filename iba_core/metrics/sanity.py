@@ -125,17 +125,17 @@ def cascading_randomisation(model_like, seed: int = 0) -> Iterator[tuple[str, ob
             yield name, work
 
 
-def _with_model(loaded, model: nn.Module, weights_id: str):
-    """A Network sharing everything with `loaded` but the network (and its caches)."""
-    if dataclasses.is_dataclass(loaded):
+def _with_model(network, model: nn.Module, weights_id: str):
+    """A Network sharing everything with `network` but the network (and its caches)."""
+    if dataclasses.is_dataclass(network):
         changes = {"model": model}
-        names = {f.name for f in dataclasses.fields(loaded)}
+        names = {f.name for f in dataclasses.fields(network)}
         if "weights_id" in names:
             changes["weights_id"] = weights_id
         if "memo" in names:
             changes["memo"] = {}
-        return dataclasses.replace(loaded, **changes)
-    clone = copy.copy(loaded)
+        return dataclasses.replace(network, **changes)
+    clone = copy.copy(network)
     clone.model = model
     if hasattr(clone, "weights_id"):
         clone.weights_id = weights_id

@@ -26,18 +26,18 @@ def calls(monkeypatch) -> list[tuple[str, dict]]:
 
 
 def test_map_cache_computes_each_map_once(calls) -> None:
-    loaded = fake_network()
+    network = fake_network()
     cache = maps.MapCache()
     seen = []
-    first = cache.maps(loaded, X, "img", 3, ["saliency", "gradient"],
+    first = cache.maps(network, X, "img", 3, ["saliency", "gradient"],
                        on_map=lambda k, e, cached: seen.append((k, cached)))
     assert list(first) == ["saliency", "gradient"] and [k for k, _ in calls] == ["saliency", "gradient"]
     assert first["saliency"].png.startswith(b"\x89PNG")
-    cache.maps(loaded, X, "img", 3, ["saliency", "gradient", "grad_cam"],
+    cache.maps(network, X, "img", 3, ["saliency", "gradient", "grad_cam"],
                on_map=lambda k, e, cached: seen.append((k, cached)))
     assert [k for k, _ in calls] == ["saliency", "gradient", "grad_cam"] and cache.computed == 3
     assert seen[2:] == [("saliency", True), ("gradient", True), ("grad_cam", False)]
-    cache.maps(loaded, X, "img", 4, ["saliency"])  # other class: new map
+    cache.maps(network, X, "img", 4, ["saliency"])  # other class: new map
     assert calls[-1][0] == "saliency" and cache.computed == 4
 
 
@@ -76,10 +76,10 @@ def test_map_cache_reports_errors_and_skips(monkeypatch) -> None:
 
 
 def test_missing_lists_the_maps_not_cached_yet(calls) -> None:
-    loaded, cache = fake_network(), maps.MapCache()
-    cache.maps(loaded, X, "img", 1, ["saliency"])
-    assert cache.missing(loaded, "img", 1, ["saliency", "iba_10"]) == ["iba_10"]
-    assert cache.missing(loaded, "img", 2, ["saliency"]) == ["saliency"]
+    network, cache = fake_network(), maps.MapCache()
+    cache.maps(network, X, "img", 1, ["saliency"])
+    assert cache.missing(network, "img", 1, ["saliency", "iba_10"]) == ["iba_10"]
+    assert cache.missing(network, "img", 2, ["saliency"]) == ["saliency"]
     assert cache.missing(fake_network(weights_id="other"), "img", 1, ["saliency"]) == ["saliency"]
 
 
@@ -91,12 +91,12 @@ def test_cache_is_bounded_oldest_first(calls) -> None:
 
 
 def test_map_key_depends_on_settings_not_their_order() -> None:
-    loaded = fake_network()
-    a = maps.map_key("i", loaded, 1, "m", {"steps": 8, "batch": 2})
-    assert a == maps.map_key("i", loaded, 1, "m", {"batch": 2, "steps": 8})
-    assert a != maps.map_key("i", loaded, 1, "m", {"steps": 9, "batch": 2})
-    assert maps.map_key("i", loaded, 1, "m") == maps.map_key("i", loaded, 1, "m", {})
-    hash(maps.map_key("i", loaded, 1, "m", {"stats": object()}))  # objects by their repr: still hashable
+    network = fake_network()
+    a = maps.map_key("i", network, 1, "m", {"steps": 8, "batch": 2})
+    assert a == maps.map_key("i", network, 1, "m", {"batch": 2, "steps": 8})
+    assert a != maps.map_key("i", network, 1, "m", {"steps": 9, "batch": 2})
+    assert maps.map_key("i", network, 1, "m") == maps.map_key("i", network, 1, "m", {})
+    hash(maps.map_key("i", network, 1, "m", {"stats": object()}))  # objects by their repr: still hashable
 
 
 def test_keep_drops_the_oldest() -> None:
@@ -107,16 +107,16 @@ def test_keep_drops_the_oldest() -> None:
 
 
 def test_grid_key_changes_with_every_input() -> None:
-    loaded, s = fake_network(), BottleneckSettings(steps=3)
-    key = maps.grid_key("img", loaded, "block3_2", 285, s, None, 32)
-    assert key == maps.grid_key("img", loaded, "block3_2", 285, BottleneckSettings(steps=3), None, 32)
+    network, s = fake_network(), BottleneckSettings(steps=3)
+    key = maps.grid_key("img", network, "block3_2", 285, s, None, 32)
+    assert key == maps.grid_key("img", network, "block3_2", 285, BottleneckSettings(steps=3), None, 32)
     others = [
-        maps.grid_key("other", loaded, "block3_2", 285, s, None, 32),
+        maps.grid_key("other", network, "block3_2", 285, s, None, 32),
         maps.grid_key("img", fake_network(weights_id="x"), "block3_2", 285, s, None, 32),
-        maps.grid_key("img", loaded, "stem", 285, s, None, 32),
-        maps.grid_key("img", loaded, "block3_2", 281, s, None, 32),
-        maps.grid_key("img", loaded, "block3_2", 285, BottleneckSettings(steps=4), None, 32),
-        maps.grid_key("img", loaded, "block3_2", 285, s, "/photos", 32),
-        maps.grid_key("img", loaded, "block3_2", 285, s, None, 64),
+        maps.grid_key("img", network, "stem", 285, s, None, 32),
+        maps.grid_key("img", network, "block3_2", 281, s, None, 32),
+        maps.grid_key("img", network, "block3_2", 285, BottleneckSettings(steps=4), None, 32),
+        maps.grid_key("img", network, "block3_2", 285, s, "/photos", 32),
+        maps.grid_key("img", network, "block3_2", 285, s, None, 64),
     ]
     assert key not in others and len(set(others)) == len(others)

@@ -14,11 +14,11 @@ from iba_core.per_sample import AttributionResult, BottleneckSettings, StepInfo
 
 def test_shared_model_busy_holds_the_lock_and_restores_threads(monkeypatch) -> None:
     monkeypatch.setenv("IBA_TORCH_THREADS", "1")
-    shared = SharedModel(loaded=object())  # the lock logic does not look at the model
+    shared = SharedModel(network=object())  # the lock logic does not look at the model
     before = torch.get_num_threads()
     other_got_it = []
-    with shared.busy() as loaded:
-        assert loaded is shared.loaded and torch.get_num_threads() == 1
+    with shared.busy() as network:
+        assert network is shared.network and torch.get_num_threads() == 1
         with shared.busy():  # re-entrant for helpers that lock too
             pass
         t = threading.Thread(target=lambda: other_got_it.append(shared.lock.acquire(timeout=0.1)))
@@ -63,12 +63,12 @@ def _hold_lock(shared: SharedModel, seconds: float) -> tuple[threading.Thread, t
 
 
 def test_busy_reports_the_wait_while_another_thread_holds_the_network() -> None:
-    shared = SharedModel(loaded=object())
+    shared = SharedModel(network=object())
     other, _ = _hold_lock(shared, 0.5)
     waits: list[float] = []
     start = time.monotonic()
-    with shared.busy(on_wait=waits.append, poll_s=0.1) as loaded:
-        assert loaded is shared.loaded
+    with shared.busy(on_wait=waits.append, poll_s=0.1) as network:
+        assert network is shared.network
         waited = time.monotonic() - start
     other.join()
     assert waited >= 0.3
@@ -79,7 +79,7 @@ def test_busy_reports_the_wait_while_another_thread_holds_the_network() -> None:
 
 
 def test_busy_does_not_report_a_free_network_or_its_own_lock() -> None:
-    shared = SharedModel(loaded=object())
+    shared = SharedModel(network=object())
     waits: list[float] = []
     with shared.busy(on_wait=waits.append):
         with shared.busy(on_wait=waits.append):  # the same session's helper: re-entrant, no wait
@@ -90,7 +90,7 @@ def test_busy_does_not_report_a_free_network_or_its_own_lock() -> None:
 
 
 def test_an_error_in_on_wait_ends_the_wait_without_the_lock() -> None:
-    shared = SharedModel(loaded=object())
+    shared = SharedModel(network=object())
     other, _ = _hold_lock(shared, 0.3)
 
     class Stopped(Exception):

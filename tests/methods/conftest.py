@@ -42,7 +42,7 @@ def small_x():
 
 @pytest.fixture(scope="session")
 def random_networks(resnet_random, vgg_random):
-    """key → (loaded, IBA statistics for SMALL inputs)."""
+    """key → (network, IBA statistics for SMALL inputs)."""
     return {
         "resnet50": (resnet_random, small_stats(resnet_random)),
         "vgg16": (vgg_random, small_stats(vgg_random)),

@@ -29,14 +29,14 @@ def fast_method(key: str, **extra):
     return get_method(key, **{**FAST_SETTINGS.get(key, {}), **extra})
 
 
-def small_stats(loaded, x_size: int = SMALL):
+def small_stats(network, x_size: int = SMALL):
     """Feature statistics at the default layer for small random inputs (IBA needs matching shapes)."""
     from iba_core.stats import FeatureStats, estimate_stats
 
-    layer = loaded.spec.default_layer
+    layer = network.spec.default_layer
     g = torch.Generator().manual_seed(1)
-    mean, std, n = estimate_stats(loaded.prefix(layer), [torch.randn(8, 3, x_size, x_size, generator=g)])
-    return FeatureStats(mean, std, n, loaded.key, loaded.weights_id, layer, "random noise")
+    mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(8, 3, x_size, x_size, generator=g)])
+    return FeatureStats(mean, std, n, network.key, network.weights_id, layer, "random noise")
 
 
 def fingerprint(model: nn.Module) -> dict:

@@ -60,18 +60,18 @@ def test_offline_model_grad_cam_uses_the_head_stage(offline_model, chelsea_x):
 
 def test_cam_layers_exist_and_have_the_documented_strides(resnet_random, vgg_random, offline_model):
     """Stride 32 everywhere: 7×7 maps at 224 px (VGG-16: pool5, the IBA authors' choice; checked at 64 px)."""
-    for loaded, stride in ((resnet_random, 32), (vgg_random, 32), (offline_model, 32)):
-        path, is_input = loaded.spec.cam_layer
-        module = loaded.model.get_submodule(path)
+    for network, stride in ((resnet_random, 32), (vgg_random, 32), (offline_model, 32)):
+        path, is_input = network.spec.cam_layer
+        module = network.model.get_submodule(path)
         seen = []
         hook = (module.register_forward_pre_hook(lambda m, i: seen.append(i[0].shape)) if is_input
                 else module.register_forward_hook(lambda m, i, o: seen.append(o.shape)))
         try:
             with torch.no_grad():
-                loaded.model(torch.zeros(1, 3, 64, 64))
+                network.model(torch.zeros(1, 3, 64, 64))
         finally:
             hook.remove()
-        assert len(seen) == 1 and tuple(seen[0][-2:]) == (64 // stride, 64 // stride), loaded.key
+        assert len(seen) == 1 and tuple(seen[0][-2:]) == (64 // stride, 64 // stride), network.key
 
 
 def test_grad_cam_needs_a_layer_for_unknown_networks():

@@ -51,16 +51,16 @@ def test_offline_model(key, offline_model, chelsea_x, offline_stats):
 @pytest.mark.parametrize("network", ["resnet50", "vgg16"])
 @pytest.mark.parametrize("key", ALL)
 def test_random_networks(key, network, random_networks, small_x, request):
-    loaded, stats = random_networks[network]
+    network, stats = random_networks[network]
     extra = {"stats": stats} if get_method(key).needs_stats else {}
-    before = fingerprint(loaded.model)
+    before = fingerprint(network.model)
     if key == "readout":  # no readout is trained for these networks: the method says so, and why
-        assert "readout checkpoint" in get_method(key).available_for(loaded)
+        assert "readout checkpoint" in get_method(key).available_for(network)
         return
     if key in PATTERN_METHODS and network == "vgg16":  # ResNet-50: from 2 offline photos (`fast_method`)
         extra["patterns"] = request.getfixturevalue("vgg_patterns")
-    amap = fast_method(key, **extra).attribute(loaded, small_x, 7)
-    _check(amap, small_x, loaded.model, before)
+    amap = fast_method(key, **extra).attribute(network, small_x, 7)
+    _check(amap, small_x, network.model, before)
 
 
 def test_signed_and_unsigned_flags():

@@ -26,12 +26,12 @@ def _bias_free_net() -> nn.Module:
 
 @pytest.mark.parametrize("network", ["offline", "resnet50", "vgg16"])
 def test_canonised_copy_computes_the_same_logits(network, offline_model, resnet_random, vgg_random):
-    loaded = {"offline": offline_model, "resnet50": resnet_random, "vgg16": vgg_random}[network]
+    network = {"offline": offline_model, "resnet50": resnet_random, "vgg16": vgg_random}[network]
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
-    model = working_copy(loaded.model)
+    model = working_copy(network.model)
     with torch.no_grad():
         reference = model(x)
-        with Composite(canonizers=canonizers_for(loaded, model)).context(model) as canonised:
+        with Composite(canonizers=canonizers_for(network, model)).context(model) as canonised:
             sums = sum(isinstance(m, Sum) for m in canonised.modules())
             got = canonised(x)
         after = model(x)
@@ -40,8 +40,8 @@ def test_canonised_copy_computes_the_same_logits(network, offline_model, resnet_
     torch.testing.assert_close(after, reference, rtol=0, atol=0)  # canonizers removed cleanly
     expected_sums = {"resnet50": 16, "vgg16": 0}.get(network)
     if expected_sums is None:  # EfficientNet: one Sum per MBConv block with an identity skip
-        expected_sums = sum(has_identity_skip(b) for b in loaded.model._blocks)
-        assert 0 < expected_sums < len(loaded.model._blocks)
+        expected_sums = sum(has_identity_skip(b) for b in network.model._blocks)
+        assert 0 < expected_sums < len(network.model._blocks)
     assert sums == expected_sums
 
 
@@ -121,9 +121,9 @@ def test_alpha0beta1eps5_runs_with_the_spec_canonizers(network, offline_model, r
     """Beyond the paper (no skip-connection support there): the canonizers make it run on both."""
     from method_helpers import fingerprint
 
-    loaded = {"offline": offline_model, "resnet50": resnet_random}[network]
-    before = fingerprint(loaded.model)
+    network = {"offline": offline_model, "resnet50": resnet_random}[network]
+    before = fingerprint(network.model)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
-    values = get_method("lrp_alpha0beta1eps5").attribute(loaded, x, 3).values
+    values = get_method("lrp_alpha0beta1eps5").attribute(network, x, 3).values
     assert np.isfinite(values).all() and np.abs(values).max() > 0
-    assert fingerprint(loaded.model) == before
+    assert fingerprint(network.model) == before

@@ -208,7 +208,7 @@ def test_patterns_of_another_network_are_refused():
 def test_user_flags_and_input_are_restored():
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.Dropout(0.9),
                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
-    loaded = wrap(net)
+    network = wrap(net)
     net.train()
     net[0].weight.requires_grad_(True)
     stale = torch.ones_like(net[5].bias)
@@ -216,8 +216,8 @@ def test_user_flags_and_input_are_restored():
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     x0 = x.clone()
     patterns = {"0": torch.rand(4, 3, 3, 3), "5": torch.rand(2, 4)}
-    a = get_method("pattern_attribution", patterns=patterns).attribute(loaded, x, 1).values
-    b = get_method("pattern_attribution", patterns=patterns).attribute(loaded, x, 1).values
+    a = get_method("pattern_attribution", patterns=patterns).attribute(network, x, 1).values
+    b = get_method("pattern_attribution", patterns=patterns).attribute(network, x, 1).values
     np.testing.assert_array_equal(a, b)  # dropout off (eval) while it runs
     assert net.training and net[0].weight.requires_grad and net[0].weight.grad is None
     assert net[5].bias.grad is stale and hook_count(net) == 0 and torch.equal(x, x0)

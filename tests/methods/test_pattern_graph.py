@@ -74,14 +74,14 @@ def test_skip_connection_patterns_and_attribution_by_hand():
     """Both branches: their own output y, over the samples where the ReLU after the sum passes; the sum's
     backward hands the signal to both, where the branches meet it sums (as the gradient does)."""
     net = TwoBranches().eval()
-    loaded = wrap(net)
-    graph = pattern_graph(loaded)
+    network = wrap(net)
+    graph = pattern_graph(network)
     assert list(graph.layers) == ["conv0", "conv_a", "conv_b", "fc"]
     assert [graph.layers[n].regime for n in graph.layers] == ["relu", "relu", "relu", "linear"]
     assert graph.layers["conv_a"].mask_node == graph.layers["conv_b"].mask_node != graph.layers["conv_a"].y_node
 
     data = torch.randn(5, 3, 9, 9, generator=torch.Generator().manual_seed(12)) + 0.2
-    patterns, _ = estimate_patterns(loaded, data.split(3))
+    patterns, _ = estimate_patterns(network, data.split(3))
     with torch.no_grad():
         u0 = net.conv0(data)
         h = F.relu(u0)
@@ -108,7 +108,7 @@ def test_skip_connection_patterns_and_attribution_by_hand():
     x = torch.randn(1, 3, 9, 9, generator=torch.Generator().manual_seed(13))
     given = {"conv0": a0, "conv_a": aa, "conv_b": ab, "fc": afc}
     target = 1
-    amap = get_method("pattern_attribution", patterns=given).attribute(loaded, x, target)
+    amap = get_method("pattern_attribution", patterns=given).attribute(network, x, target)
     t = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in given.items()}
     with torch.no_grad():
         u0 = net.conv0(x)
@@ -263,11 +263,11 @@ def test_depthwise_pattern_equals_the_per_channel_closed_form(kind):
 def test_with_patterns_one_it_is_the_gradient_of_the_real_networks(which, resnet_random, offline_model, small_x):
     """w ⊙ 1 = w: then the method is the gradient, which checks that the traced graph (skip connections,
     BatchNorm, ReLU6, same padding) computes the network."""
-    loaded = resnet_random if which == "resnet" else offline_model
-    graph = pattern_graph(loaded)
+    network = resnet_random if which == "resnet" else offline_model
+    graph = pattern_graph(network)
     ones = {name: torch.ones_like(w) for name, w in graph.weights().items()}
-    got = get_method("pattern_attribution", patterns=ones).attribute(loaded, small_x, 7).values
-    expected = get_method("gradient").attribute(loaded, small_x, 7).values
+    got = get_method("pattern_attribution", patterns=ones).attribute(network, small_x, 7).values
+    expected = get_method("gradient").attribute(network, small_x, 7).values
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
@@ -366,8 +366,8 @@ def test_unsupported_networks_say_why_in_one_sentence():
         (wrap(DataDependent()), ["torch.fx", "cannot trace"]),
         (wrap(Twice()), ["more than once"]),
     ]
-    for loaded, words in cases:
-        reason = method.available_for(loaded)
+    for network, words in cases:
+        reason = method.available_for(network)
         assert reason, words
         assert all(w in reason for w in words), reason
         assert reason.count(". ") == 0 and reason.endswith("."), reason  # one sentence
@@ -379,9 +379,9 @@ def test_supported_networks(resnet_random, offline_model, vgg_random):
     from iba_core.networks import network_from_module
 
     method = get_method("pattern_attribution")
-    for loaded in (resnet_random, offline_model, vgg_random, wrap(TinyConvNet()), wrap(TwoBranches()),
+    for network in (resnet_random, offline_model, vgg_random, wrap(TinyConvNet()), wrap(TwoBranches()),
                    network_from_module(TinyConvNet(), "tiny")):
-        assert method.available_for(loaded) is None
+        assert method.available_for(network) is None
 
 
 def test_a_failure_midway_leaves_the_network_as_it_was():
@@ -397,14 +397,14 @@ def test_a_failure_midway_leaves_the_network_as_it_was():
         raise Boom("forward")
 
     net = TwoBranches().train()  # parameters require gradients, as after construction
-    loaded = SimpleNamespace(model=net, device=torch.device("cpu"))
+    network = SimpleNamespace(model=net, device=torch.device("cpu"))
     handle = net.conv_b.register_forward_hook(boom)
     try:
         with pytest.raises(Boom):
-            estimate_patterns(loaded, [torch.randn(2, 3, 8, 8)])
-        given = {name: torch.ones_like(w) for name, w in pattern_graph(loaded).weights().items()}
+            estimate_patterns(network, [torch.randn(2, 3, 8, 8)])
+        given = {name: torch.ones_like(w) for name, w in pattern_graph(network).weights().items()}
         with pytest.raises(Boom):
-            get_method("pattern_attribution", patterns=given).attribute(loaded, torch.randn(1, 3, 8, 8), 0)
+            get_method("pattern_attribution", patterns=given).attribute(network, torch.randn(1, 3, 8, 8), 0)
     finally:
         handle.remove()
     assert all(m.training for m in net.modules()) and hook_count(net) == 0

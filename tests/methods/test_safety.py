@@ -50,37 +50,37 @@ def resnet_before(random_networks):
 
 @pytest.mark.parametrize("key", ALL)
 def test_target_out_of_range(key, random_networks, small_x, resnet_before):
-    loaded, _ = random_networks["resnet50"]
+    network, _ = random_networks["resnet50"]
     before = resnet_before
     for bad in (1000, -1):
         with pytest.raises(ValueError, match="out of range"):
-            _method(key, random_networks).attribute(loaded, small_x, bad).values
+            _method(key, random_networks).attribute(network, small_x, bad).values
     with pytest.raises(TypeError):
-        _method(key, random_networks).attribute(loaded, small_x, 1.5).values
-    assert fingerprint(loaded.model) == before
+        _method(key, random_networks).attribute(network, small_x, 1.5).values
+    assert fingerprint(network.model) == before
 
 
 @pytest.mark.parametrize("key, nth", FAILURES)
 def test_failing_forward_leaves_no_trace(key, nth, random_networks, small_x, resnet_before):
     """A forward hook on the classifier raises on its n-th call; only that hook remains afterwards."""
-    loaded, _ = random_networks["resnet50"]
+    network, _ = random_networks["resnet50"]
     before = resnet_before
-    handle = loaded.model.fc.register_forward_hook(raise_on_call(nth))
+    handle = network.model.fc.register_forward_hook(raise_on_call(nth))
     try:
         with pytest.raises(Boom):
-            _method(key, random_networks).attribute(loaded, small_x, 3).values
-        assert hook_count(loaded.model) == 1
+            _method(key, random_networks).attribute(network, small_x, 3).values
+        assert hook_count(network.model) == 1
     finally:
         handle.remove()
-    assert fingerprint(loaded.model) == before
-    assert hook_count(loaded.model) == 0
+    assert fingerprint(network.model) == before
+    assert hook_count(network.model) == 0
 
 
 def test_random_map_does_not_run_the_network(random_networks, small_x):
-    loaded, _ = random_networks["resnet50"]
-    handle = loaded.model.fc.register_forward_hook(raise_on_call(1))
+    network, _ = random_networks["resnet50"]
+    handle = network.model.fc.register_forward_hook(raise_on_call(1))
     try:
-        values = fast_method("random").attribute(loaded, small_x, 3).values
+        values = fast_method("random").attribute(network, small_x, 3).values
     finally:
         handle.remove()
     assert values.shape == (32, 32) and (values >= 0).all() and (values < 1).all()
@@ -98,14 +98,14 @@ def test_user_flags_gradients_and_train_mode_are_restored(key):
     net.fc.bias.requires_grad_(True)
     stale = torch.ones_like(net.fc.bias)
     net.fc.bias.grad = stale
-    loaded = wrap(net)
+    network = wrap(net)
     net.train()  # wrap() sets eval; we want train mode here
     net.conv1.weight.requires_grad_(True)
     net.fc.bias.requires_grad_(True)
     state = [(m.training) for m in net.modules()], [p.requires_grad for p in net.parameters()]
     settings = {"layer": "act2"} if "cam" in key else {}
     x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    values = fast_method(key, **settings).attribute(loaded, x, 1).values
+    values = fast_method(key, **settings).attribute(network, x, 1).values
     assert np.isfinite(values).all() and values.shape == (16, 16)
     assert ([(m.training) for m in net.modules()], [p.requires_grad for p in net.parameters()]) == state
     assert net.fc.bias.grad is stale and net.conv1.weight.grad is None
@@ -116,19 +116,19 @@ def test_methods_run_in_eval_mode():
     """Dropout active in train mode would make the maps random; every method sees the eval network."""
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Dropout(0.9), nn.AdaptiveAvgPool2d(1),
                         nn.Flatten(), nn.Linear(4, 2))
-    loaded = wrap(net)
+    network = wrap(net)
     net.train()
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    a = fast_method("gradient").attribute(loaded, x, 0).values
-    b = fast_method("gradient").attribute(loaded, x, 0).values
+    a = fast_method("gradient").attribute(network, x, 0).values
+    b = fast_method("gradient").attribute(network, x, 0).values
     np.testing.assert_array_equal(a, b)
     assert net.training
 
 
 def test_input_is_not_modified():
-    loaded = wrap(TinyConvNet())
+    network = wrap(TinyConvNet())
     x0 = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(2))
     x = x0.clone()
     for key in GENERIC:
-        fast_method(key, **({"layer": "act2"} if "cam" in key else {})).attribute(loaded, x, 1).values
+        fast_method(key, **({"layer": "act2"} if "cam" in key else {})).attribute(network, x, 1).values
     assert torch.equal(x, x0) and not x.requires_grad and x.grad is None

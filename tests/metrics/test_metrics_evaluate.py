@@ -28,7 +28,7 @@ class FlakyMethod(Method):
         super().__init__()
         self.fail_after, self.calls = fail_after, 0
 
-    def _compute(self, loaded, x, target):
+    def _compute(self, network, x, target):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise Interrupted("simulated crash")
         self.calls += 1
@@ -43,16 +43,16 @@ def test_interrupted_evaluation_resumes_without_redoing_or_losing(tmp_path):
     items = list_items(write_images(tmp_path / "imgs", N_IMAGES)[0].parent)
     out = tmp_path / "results.jsonl"
     model = Counting(SmallConvNet())
-    loaded = StubLoaded(model)
+    network = StubLoaded(model)
     with pytest.raises(Interrupted):
-        run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod(FAIL_AT)},
+        run_evaluation("degradation", network, items, {"random": get_method("random"), "flaky": FlakyMethod(FAIL_AT)},
                        out, options())
     first = read_records(out)
     # Images 0..FAIL_AT-1 complete, and image FAIL_AT's 'random' record was kept too.
     assert len(first) == 2 * FAIL_AT + 1
 
     model.images = 0
-    written = run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod()},
+    written = run_evaluation("degradation", network, items, {"random": get_method("random"), "flaky": FlakyMethod()},
                              out, options())
     records = read_records(out)
     lines = out.read_text().splitlines()
@@ -65,7 +65,7 @@ def test_interrupted_evaluation_resumes_without_redoing_or_losing(tmp_path):
 
     # A third run has nothing left to do and runs the model not at all.
     model.images = 0
-    assert run_evaluation("degradation", loaded, items, {"random": get_method("random"), "flaky": FlakyMethod()},
+    assert run_evaluation("degradation", network, items, {"random": get_method("random"), "flaky": FlakyMethod()},
                           out, options()) == 0
     assert model.images == 0
     text = finish(out, 0, 1, print_table=False)
@@ -76,11 +76,11 @@ def test_ranks_shard_the_images_and_the_last_one_merges(tmp_path, monkeypatch):
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     items = list_items(write_images(tmp_path / "imgs", 5)[0].parent)
     out = tmp_path / "results.jsonl"
-    loaded = StubLoaded(SmallConvNet())
+    network = StubLoaded(SmallConvNet())
     methods = {"random": get_method("random")}
-    run_evaluation("degradation", loaded, items, methods, out, options(), rank=0, world=2)
+    run_evaluation("degradation", network, items, methods, out, options(), rank=0, world=2)
     assert finish(out, 0, 2, print_table=False) is None and not out.exists()  # rank 1 not done yet
-    run_evaluation("degradation", loaded, items, methods, out, options(), rank=1, world=2)
+    run_evaluation("degradation", network, items, methods, out, options(), rank=1, world=2)
     assert finish(out, 1, 2, print_table=False) is not None
     ranks = [sorted(r["image"] for r in read_records(tmp_path / f"results.rank{k}.jsonl")) for k in (0, 1)]
     assert ranks == [["img00.png", "img02.png", "img04.png"], ["img01.png", "img03.png"]]
@@ -98,12 +98,12 @@ def test_every_metric_runs_through_the_loop(tmp_path, tiny_stats):
     (boxes / "img00.xml").write_text(box.format(0, 8))  # 1/16 of the image
     (boxes / "img01.xml").write_text(box.format(0, 32))  # 1/4 of the image … with height 8: 25 %
     (boxes / "img01.xml").write_text(box.format(0, 32).replace("<ymax>8", "<ymax>16"))  # 50 %: skipped
-    loaded = StubLoaded(SmallConvNet())
+    network = StubLoaded(SmallConvNet())
     methods = {"random": get_method("random")}
     out = tmp_path / "all.jsonl"
     opts = EvalOptions(tiles=[TILE], progress=False, boxes=boxes, sets=8, n_count=3)
     for metric in ("bbox", "sensitivity-n", "sanity"):
-        run_evaluation(metric, loaded, items, methods, out, opts)
+        run_evaluation(metric, network, items, methods, out, opts)
     by_metric = collections.defaultdict(list)
     for r in read_records(out):
         by_metric[r["metric"]].append(r)

@@ -97,14 +97,14 @@ class _Loaded:
 
 
 def test_cascade_over_registered_stages_renames_the_weights():
-    loaded = _Loaded(SmallConvNet(), memo={"cached": 1})
+    network = _Loaded(SmallConvNet(), memo={"cached": 1})
     levels = []
-    for name, randomised in cascading_randomisation(loaded):
-        assert randomised.model is not loaded.model and randomised.memo == {}
+    for name, randomised in cascading_randomisation(network):
+        assert randomised.model is not network.model and randomised.memo == {}
         levels.append((name, randomised.weights_id))
     assert [n for n, _ in levels] == ["logits", "conv2", "conv1"]
     assert len({w for _, w in levels}) == 3 and all(w.startswith("pretrained.pth+cascade") for _, w in levels)
-    assert loaded.memo == {"cached": 1} and loaded.weights_id == "pretrained.pth"
+    assert network.memo == {"cached": 1} and network.weights_id == "pretrained.pth"
 
 
 def test_table():

@@ -7,15 +7,15 @@ import torch
 
 @pytest.fixture(scope="session")
 def any_network():
-    """key ("resnet18", "vit_b_16", "swin_t") → the `torchvision:` network with random weights (loaded once)."""
+    """key ("resnet18", "vit_b_16", "swin_t") → the `torchvision:` network with random weights (network once)."""
     from iba_core.networks import load_network
 
-    loaded: dict = {}
+    network: dict = {}
 
     def get(name: str):
-        if name not in loaded:
-            loaded[name] = load_network(f"torchvision:{name}", weights="random")
-        return loaded[name]
+        if name not in network:
+            network[name] = load_network(f"torchvision:{name}", weights="random")
+        return network[name]
 
     return get
 

@@ -42,10 +42,10 @@ def test_layer_names_follow_the_paper():
 
 @pytest.mark.parametrize("key", ["resnet50", "vgg16"])
 def test_stages_reproduce_the_network(random_models, x224, key):
-    loaded = random_models[key]
+    network = random_models[key]
     with torch.no_grad():
-        full = loaded.model(x224)
-        prefix, suffix = loaded.split(loaded.spec.default_layer)
+        full = network.model(x224)
+        prefix, suffix = network.split(network.spec.default_layer)
         assert torch.allclose(suffix(prefix(x224)), full, atol=1e-4)
 
 
@@ -60,21 +60,21 @@ def test_offline_stages_reproduce_the_network(offline_model, chelsea_x):
 @pytest.mark.parametrize("key_layer, shape", EXPECTED_SHAPES.items())
 def test_layer_shapes(random_models, offline_model, x224, key_layer, shape):
     key, layer = key_layer
-    loaded = offline_model if key == "efficientnet_lite0" else random_models[key]
+    network = offline_model if key == "efficientnet_lite0" else random_models[key]
     with torch.no_grad():
-        assert tuple(loaded.prefix(layer)(x224).shape[1:]) == shape
+        assert tuple(network.prefix(layer)(x224).shape[1:]) == shape
 
 
 @pytest.mark.parametrize("key", ["resnet50", "vgg16", "efficientnet_lite0"])
 def test_hook_module_output_is_the_layer(random_models, offline_model, x224, key):
-    loaded = offline_model if key == "efficientnet_lite0" else random_models[key]
-    layer = loaded.spec.default_layer
+    network = offline_model if key == "efficientnet_lite0" else random_models[key]
+    layer = network.spec.default_layer
     seen = []
-    handle = loaded.hook_module(layer).register_forward_hook(lambda m, i, o: seen.append(o.clone()))
+    handle = network.hook_module(layer).register_forward_hook(lambda m, i, o: seen.append(o.clone()))
     try:
         with torch.no_grad():
-            loaded.model(x224)
-            expected = loaded.prefix(layer)(x224)
+            network.model(x224)
+            expected = network.prefix(layer)(x224)
     finally:
         handle.remove()
     # prefix() has its BatchNorms folded, so agreement is up to float rounding
@@ -126,10 +126,10 @@ def test_missing_weights_fail_fast_with_a_useful_message(tmp_path, monkeypatch):
 def test_weights_from_iba_weights_dir(tmp_path, monkeypatch, random_models):
     torch.save(random_models["vgg16"].model.state_dict(), tmp_path / "vgg16-397923af.pth")
     monkeypatch.setenv("IBA_WEIGHTS_DIR", str(tmp_path))
-    loaded = load_network("vgg16")
-    assert loaded.weights_id == "vgg16-397923af.pth"
+    network = load_network("vgg16")
+    assert network.weights_id == "vgg16-397923af.pth"
     w0 = random_models["vgg16"].model.features[0].weight
-    assert torch.equal(loaded.model.features[0].weight, w0)
+    assert torch.equal(network.model.features[0].weight, w0)
     assert "weights found" in weights.weights_status(REGISTRY["vgg16"])
 
 
