@@ -28,7 +28,7 @@ import torchvision
 from iba_core.networks import load_network
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from iba_core.precision import machine_id
-from iba_core.stats import FeatureStats, estimate_stats
+from iba_core.feature_stats import FeatureStats, estimate_stats
 
 
 def write_card(folder: Path) -> Path:

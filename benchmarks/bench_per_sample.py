@@ -33,7 +33,7 @@ from iba_core.bottleneck import kl_per_element, lambda_from_alpha, standardise
 from iba_core.networks import load_network
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from iba_core.precision import machine_id
-from iba_core.stats import FeatureStats, estimate_stats
+from iba_core.feature_stats import FeatureStats, estimate_stats
 
 CASES = {"resnet50": "conv3_4", "vgg16": "conv4_1", "efficientnet_lite0": "block3_2"}
 

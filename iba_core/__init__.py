@@ -24,7 +24,7 @@ _PUBLIC = {
     # images
     "load_image": "images", "load_sample": "images", "sample_image_names": "images",
     # statistics
-    "FeatureStats": "stats", "get_stats": "stats",
+    "FeatureStats": "feature_stats", "get_stats": "feature_stats",
     # bottlenecks
     "PerSampleBottleneck": "per_sample", "BottleneckSettings": "per_sample", "AttributionResult": "per_sample",
     "ReadoutBottleneck": "readout", "load_readout": "readout",

@@ -10,11 +10,39 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .errors import UserError, check_range
+
 #: Paper §3.2 "Initialization": α = 5 gives λ ≈ 0.993, so the bottleneck starts (almost) transparent.
 INIT_ALPHA = 5.0
 #: Paper code: a floor on the estimated std keeps dead channels (std 0) from dividing by zero.
 MIN_STD = 0.01
 NATS_TO_BITS = 1.0 / math.log(2.0)
+
+#: β·k that makes sense (β = β·k / k). The paper's search space is 0.001…300 (Appendix, hyperparameters), and
+#: β ≥ 1000/k already discards all information (§4.1). float32 breaks far beyond: on the tests' TinyNet
+#: (k = 256), β·k ≥ 3e23 leaves λ at its initial value (Adam's squared gradient overflows to inf, so α never
+#: moves) and β·k ≥ 1e38 makes the loss inf and λ NaN. The bounds keep well inside both.
+BETA_K_RANGE = (1e-6, 1e6)
+#: σ_s of the mask smoothing, in feature-map cells (paper: 1; searched 0.5…2); 0 is no smoothing. A blur wider
+#: than the feature map is meaningless, so σ_s is also at most the map's longer side (`check_sigma`); the fixed
+#: top keeps the kernel (radius 3σ_s) small before the map is known.
+SIGMA_RANGE = (0.0, 100.0)
+
+
+def check_beta_k(beta_k: object) -> float:
+    """β·k as a float, or a UserError naming its range (`BETA_K_RANGE`)."""
+    return check_range("β·k", beta_k, *BETA_K_RANGE)
+
+
+def check_sigma(sigma: object, map_size: tuple[int, int] | None = None) -> float:
+    """σ_s as a float, or a UserError naming its range: `SIGMA_RANGE`, and with the feature map's (h, w) at
+    most its longer side."""
+    sigma = check_range("σ_s (the mask smoothing)", sigma, *SIGMA_RANGE, unit="cells")
+    if map_size is not None and sigma > max(map_size):
+        h, w = map_size
+        raise UserError(f"σ_s (the mask smoothing) must be at most {max(map_size)} cells here, the size of the "
+                        f"layer's {h} × {w} feature map (you gave {sigma:g}).")
+    return sigma
 
 
 def gaussian_kernel_1d(sigma: float, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:

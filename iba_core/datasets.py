@@ -1,4 +1,8 @@
-"""Labels of image folders: one resolver for evaluation and for readout training.
+"""Image sources and the labels of image folders: one place for evaluation, statistics and readout training.
+
+Image sources (below): the offline photos, augmented crops of them (`random_resized_crop`,
+`sample_photo_batches`) and batches from an image folder (`FolderBatches`); feature statistics,
+PatternAttribution's patterns and readout training all draw their images from here.
 
 A *label* is the name of an image's class folder or an entry of a label file. `LabelResolver` turns
 one into a class index, with the same rules everywhere:
@@ -30,19 +34,27 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
 
 from .classes import resolve_class
+from .errors import UserError
+from .images import ImageError, load_image, load_sample, sample_image_names
 
 WNID = re.compile(r"^n\d{8}$")
 #: Label files found in an image root when none is named (evaluation).
 LABEL_FILES = ("labels.txt", "labels.csv", "LOC_synset_mapping.txt", "synsets.txt")
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Images or labels that cannot be used (no images, class folders whose class cannot be told)."""
 
 
@@ -224,9 +236,10 @@ def folder_labels(
         else:
             raise DataError(
                 f"The class folders below {root} are named by WordNet id, but only {len(wnids)} of the {n} classes "
-                "are present and no offline wnid → index table exists. Pass a class map (--class-map "
-                "LOC_synset_mapping.txt or imagenet_class_index.json), rename the folders to class indices "
-                "(0…999) or class names, or use --labels top1."
+                "are present and no offline wnid → index table exists.",
+                cli_hint="Pass a class map (--class-map LOC_synset_mapping.txt or imagenet_class_index.json), "
+                f"rename the folders to class indices (0…{n - 1}) or class names, or use --labels top1.",
+                app_hint=f"Rename the folders to class indices (0…{n - 1}) or class names.",
             )
     resolve = LabelResolver(categories, table)
     mapping: dict[str, int] = {}
@@ -235,11 +248,121 @@ def folder_labels(
             mapping[f] = resolve(f)
         except DataError as err:
             raise DataError(
-                f"Cannot tell the class of folder {f!r} below {root}: {err} Name class folders by index "
-                f"(0…{n - 1}), by class name or by WordNet id, or use --labels top1."
+                f"Cannot tell the class of folder {f!r} below {root}: {err}",
+                cli_hint=f"Name class folders by index (0…{n - 1}), by class name or by WordNet id, or use "
+                "--labels top1.",
+                app_hint=f"Name class folders by index (0…{n - 1}), by class name or by WordNet id.",
             ) from err
     labels = [-1 if t is None else mapping[t] for t in top]
     unlabelled = labels.count(-1)
     if unlabelled:
         how += f"; {unlabelled} images outside class folders use the network's top-1"
     return labels, how
+
+
+# --------------------------------------------------------------------------------------------
+# Image sources.
+
+
+def offline_photos(extended: bool = False) -> dict[str, "Image.Image"]:
+    """The real photos this machine has without a download, by name.
+
+    Always the app's colour sample photos (`images.sample_image_names`). extended=True adds the other
+    real photographs that ship inside installed packages: scikit-image's right view of the stereo
+    motorcycle pair and its grey-scale photos `camera`, `clock`, `coins` (as RGB), and matplotlib's
+    `grace_hopper.jpg` (skipped where matplotlib is missing).
+    """
+    photos: dict[str, Image.Image] = {name: load_sample(name) for name in sample_image_names()}
+    if not extended:
+        return photos
+    import skimage.data
+
+    try:
+        right = np.ascontiguousarray(skimage.data.stereo_motorcycle()[1])
+        photos["motorcycle_right"] = load_image(Image.fromarray(right))
+        for name in ("camera", "clock", "coins"):
+            photos[name] = load_image(Image.fromarray(np.ascontiguousarray(getattr(skimage.data, name)())))
+    except Exception as err:  # noqa: BLE001 - an older scikit-image may lack one: fewer photos, not a failure
+        warnings.warn(f"Some scikit-image photos are unavailable ({err}).", stacklevel=2)
+    try:
+        from matplotlib import cbook
+
+        with cbook.get_sample_data("grace_hopper.jpg") as f:
+            photos["grace_hopper"] = load_image(f.read())
+    except Exception:  # noqa: BLE001 - matplotlib is optional
+        pass
+    return photos
+
+
+def random_resized_crop(img: Image.Image, size: int, rng: random.Random) -> Image.Image:
+    """Augmentation for the few offline photos: scale (0.25–1) and aspect (3/4–4/3) crop, random flip."""
+    import torchvision.transforms.functional as TF
+
+    w, h = img.size
+    for _ in range(10):
+        area = w * h * rng.uniform(0.25, 1.0)
+        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        cw, ch = int(round((area * aspect) ** 0.5)), int(round((area / aspect) ** 0.5))
+        if 0 < cw <= w and 0 < ch <= h:
+            left, top = rng.randint(0, w - cw), rng.randint(0, h - ch)
+            break
+    else:
+        cw, ch, left, top = w, h, 0, 0
+    out = TF.resized_crop(img, top, left, ch, cw, [size, size], antialias=True)
+    return TF.hflip(out) if rng.random() < 0.5 else out
+
+
+def _shrink(img: Image.Image, short_side: int) -> Image.Image:
+    scale = short_side / min(img.size)
+    if scale >= 1:
+        return img
+    return img.resize((round(img.width * scale), round(img.height * scale)), Image.Resampling.LANCZOS)
+
+
+def photo_pool(exclude: Iterable[str] = ()) -> list[str]:
+    """Names of the offline photos statistics are estimated from: all of `offline_photos(extended=True)`."""
+    skip = set(exclude)
+    return [name for name in offline_photos(extended=True) if name not in skip]
+
+
+def sample_photo_batches(
+    preprocess, n: int, batch_size: int = 32, seed: int = 0, photos: Iterable[str] | None = None
+) -> Iterator[torch.Tensor]:
+    """n augmented crops of the offline photos (`photo_pool()` unless named), normalised for the network."""
+    import torchvision.transforms.functional as TF
+
+    rng = random.Random(seed)
+    pool = offline_photos(extended=True)
+    names = list(photos) if photos is not None else photo_pool()
+    # Shrink once: cropping the full-size photos (up to 1411 px) for every sample dominated the time.
+    photos = [_shrink(pool[name], int(preprocess.crop_size * 1.5)) for name in names]
+    done = 0
+    while done < n:
+        k = min(batch_size, n - done)
+        crops = [random_resized_crop(photos[(done + i) % len(photos)], preprocess.crop_size, rng) for i in range(k)]
+        yield torch.stack([TF.normalize(TF.to_tensor(c), preprocess.mean, preprocess.std) for c in crops])
+        done += k
+
+
+class FolderBatches:
+    """Batches from an image folder's files; unreadable files are skipped and counted, not fatal.
+
+    One batch at a time: a pass over any number of files holds at most `batch_size` images."""
+
+    def __init__(self, files: list[Path], preprocess, batch_size: int):
+        self.files, self.preprocess, self.batch_size = files, preprocess, batch_size
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        batch: list[torch.Tensor] = []
+        for path in self.files:
+            try:
+                batch.append(self.preprocess(load_image(path))[0])
+            except (ImageError, OSError):
+                self.skipped += 1
+                continue
+            if len(batch) == self.batch_size:
+                yield torch.stack(batch)
+                batch = []
+        if batch:
+            yield torch.stack(batch)

@@ -1,18 +1,84 @@
-"""Which errors carry a message written for users, and the sentence to show for any error."""
+"""Errors written for users: one type (`UserError`) that speaks to each front end, and the sentence to show.
+
+The library says what is wrong (`message`, no front-end words); the CLI and the app each add what to do in
+their own words (`cli_hint`: flags and commands; `app_hint`: menus, fields, uploads). `user_message` puts
+them together for one front end. This module imports nothing from iba_core, so any module can raise these.
+"""
 from __future__ import annotations
 
-from .images import ImageError
-from .networks import UnknownModelError, WeightsUnavailableError
+import re
+from numbers import Integral, Real
+from typing import Literal
+
+FrontEnd = Literal["cli", "app"]
+
+
+class UserError(ValueError):
+    """A mistake a user can fix, with what to do in each front end's words.
+
+    message: what is wrong, in words that hold everywhere (no flags, no menus).
+    cli_hint / app_hint: what to do on the command line / in the app (either may be empty).
+    A ValueError, so `except ValueError` (and the library's older checks) still catch it.
+    """
+
+    def __init__(self, message: str, *, cli_hint: str = "", app_hint: str = ""):
+        super().__init__(message)
+        self.message, self.cli_hint, self.app_hint = message, cli_hint, app_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # keep the hints across processes (DataLoader workers, pickled results)
+        return _rebuild, (type(self), self.message, self.cli_hint, self.app_hint)
+
+
+def _rebuild(cls: type[UserError], message: str, cli_hint: str, app_hint: str) -> UserError:
+    err = cls.__new__(cls)
+    UserError.__init__(err, message, cli_hint=cli_hint, app_hint=app_hint)
+    return err
+
 
 #: Errors whose message is written for users (CLI: one line on stderr; app: st.error); anything else is
-#: reported as unexpected. ValueError covers the library's own checks (settings, classes, boxes, files).
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ImageError, WeightsUnavailableError, UnknownModelError, FileNotFoundError, ValueError,
-)
+#: reported as unexpected. ValueError covers the library's own checks (ImageError, DataError, …, and
+#: UserError with its subclasses WeightsUnavailableError and UnknownModelError).
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, FileNotFoundError, ValueError)
 
 
-def user_message(err: BaseException) -> str:
-    """A sentence to show for `err`: its own message for known errors, a generic line otherwise."""
+def user_message(err: BaseException, front_end: FrontEnd) -> str:
+    """The sentence to show for `err` in `front_end` ("cli" or "app"): a UserError's message with that front
+    end's hint, another known error's own message, a generic line for anything unexpected."""
+    if front_end not in ("cli", "app"):
+        raise ValueError(f"front_end must be 'cli' or 'app', got {front_end!r}.")
+    if isinstance(err, UserError):
+        hint = err.cli_hint if front_end == "cli" else err.app_hint
+        return f"{err.message} {hint}" if hint else err.message
     if isinstance(err, USER_ERRORS):
         return str(err)
     return f"Something went wrong ({type(err).__name__}: {err}). Your previous results are kept; please try again."
+
+
+def _number_text(value: float) -> str:
+    """A number in few characters: 10, 0.5, 1e-6, 1e300, inf, nan."""
+    return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:g}")
+
+
+def check_range(name: str, value: object, low: float, high: float, *, integer: bool = False,
+                unit: str = "") -> float:
+    """`value` as a float (an int where `integer`) if it lies in [low, high]; else a UserError naming the range.
+
+    name: the setting as users know it ("β·k", "σ_s"); unit: appended to the bounds ("cells"). NaN and ±inf
+    are refused like any value outside the range (comparisons with NaN are false, so `not low <= v <= high`).
+    """
+    bounds = f"{_number_text(low)} and {_number_text(high)}{' ' + unit if unit else ''}"
+    kind = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, Integral if integer else Real):
+        shown = _number_text(float(value)) if isinstance(value, Real) and not isinstance(value, bool) \
+            else repr(str(value)[:40])  # a long text is not echoed whole
+        raise UserError(f"{name} must be {kind} between {bounds} (you gave {shown}).")
+    number = float(value)
+    if not low <= number <= high:
+        raise UserError(f"{name} must be between {bounds} (you gave {_number_text(number)}).")
+    return int(value) if integer else number
+
+
+__all__ = ["USER_ERRORS", "FrontEnd", "UserError", "check_range", "user_message"]

@@ -25,10 +25,13 @@ __all__ = [
     "FORMAT_INFO",
     "FRAMES_INFO",
     "ImageError",
+    "MAX_ASPECT_RATIO",
     "MAX_PIXELS",
+    "MAX_SIDE",
     "SUPPORTED_UPLOAD_TYPES",
     "ImageSource",
     "load_image",
+    "read_image_size",
     "sample_image_names",
     "load_sample",
 ]
@@ -43,6 +46,13 @@ class ImageError(ValueError):
 # user would attribute (a 36 MP full-frame camera shot still fits) while keeping
 # the decoded RGB buffer (~120 MB) well inside the machine's memory.
 MAX_PIXELS: int = 40_000_000
+# Pixels alone do not bound the memory: a 100000 × 1 strip holds few pixels, but the network's
+# preprocessing scales its short side up to 256 px, which makes it 25,600,000 × 256 (gigabytes, a
+# MemoryError). So both sides and their ratio are bounded too, read from the header before decoding.
+# 20,000 px is wider than any camera's sensor (a 36 MP full-frame shot is 7360 px); 20 : 1 leaves room
+# for a wide panorama (a 360° one is about 6 : 1) and keeps the upscaled copy under 5,120 × 256 pixels.
+MAX_SIDE: int = 20_000
+MAX_ASPECT_RATIO: int = 20
 
 # File extensions offered to the upload widget (without dots, as Streamlit wants).
 SUPPORTED_UPLOAD_TYPES: tuple[str, ...] = ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff", "gif")
@@ -79,7 +89,9 @@ def load_image(source: ImageSource, *, max_pixels: int = MAX_PIXELS) -> Image.Im
 
     Raises :class:`ImageError` for anything we refuse: empty input, a missing
     file, data that is not a supported image, a truncated or corrupt file, an
-    image with no pixels, or one with more than ``max_pixels`` pixels. PIL's own
+    image with no pixels, one with more than ``max_pixels`` pixels, a side over
+    ``MAX_SIDE`` or sides further apart than ``MAX_ASPECT_RATIO`` : 1 (all read
+    from the header, before any pixel is decoded). PIL's own
     process-wide bomb limit (``Image.MAX_IMAGE_PIXELS``) still applies on top,
     so raising ``max_pixels`` beyond it has no effect.
     """
@@ -113,13 +125,34 @@ def load_image(source: ImageSource, *, max_pixels: int = MAX_PIXELS) -> Image.Im
     return _decode(io.BytesIO(data), max_pixels=max_pixels)
 
 
-def _from_path(path: str, *, max_pixels: int) -> Image.Image:
+def read_image_size(source: str | os.PathLike, *, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+    """(width, height) of an image file, read from its header alone (no pixel decoded).
+
+    Raises :class:`ImageError` for everything :func:`load_image` refuses before decoding: a missing or
+    empty file, data that is not a supported image, and a size beyond the limits. A file whose pixels are
+    damaged passes here and is refused by :func:`load_image`.
+    """
+    path = os.fspath(source)
+    _check_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _open(path, max_pixels=max_pixels) as img:
+            _check_size(img.size, max_pixels=max_pixels)
+            return img.size
+
+
+def _check_file(path: str) -> None:
+    """A path names an existing, non-empty file (the loader's own sentences)."""
     if not os.path.exists(path):
         raise ImageError(f"Image file not found: {path!r}. Check the path and try again.")
     if not os.path.isfile(path):
         raise ImageError(f"{path!r} is not a file; please give the path of an image file.")
     if os.path.getsize(path) == 0:
         raise ImageError(f"The file {path!r} is empty (0 bytes); please choose an image file.")
+
+
+def _from_path(path: str, *, max_pixels: int) -> Image.Image:
+    _check_file(path)
     try:
         return _decode(path, max_pixels=max_pixels)
     except PermissionError as exc:  # pragma: no cover - depends on the filesystem
@@ -136,21 +169,7 @@ def _decode(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
     # enforces max_pixels.)
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            img = Image.open(fp, formats=_PIL_FORMATS)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise ImageError(_too_large_message(_effective_limit(max_pixels))) from exc
-        except UnidentifiedImageError as exc:
-            raise ImageError(
-                f"The file is not a readable image (supported: {_SUPPORTED_HUMAN})."
-            ) from exc
-        except (OSError, SyntaxError, ValueError, EOFError) as exc:
-            # A recognised header followed by garbage can fail already here.
-            raise ImageError(
-                "The image file is damaged or incomplete and could not be read; "
-                "please re-export or re-upload it."
-            ) from exc
-
+        img = _open(fp, max_pixels=max_pixels)
         with img:
             # Check the declared size BEFORE decoding pixels: this is what makes
             # the bomb guard cheap.
@@ -173,6 +192,24 @@ def _decode(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
             out = _normalise(img)
             out.info[FRAMES_INFO], out.info[FORMAT_INFO] = frames, fmt
             return out
+
+
+def _open(fp: str | io.BytesIO, *, max_pixels: int) -> Image.Image:
+    """Image.open (lazy: the header only) among the allowed formats; every failure as an ImageError.
+
+    Call it with DecompressionBombWarning turned into an error (see `_decode`).
+    """
+    try:
+        return Image.open(fp, formats=_PIL_FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageError(_too_large_message(_effective_limit(max_pixels))) from exc
+    except UnidentifiedImageError as exc:
+        raise ImageError(f"The file is not a readable image (supported: {_SUPPORTED_HUMAN}).") from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        # A recognised header followed by garbage can fail already here.
+        raise ImageError(
+            "The image file is damaged or incomplete and could not be read; please re-export or re-upload it."
+        ) from exc
 
 
 def frame_count(img: Image.Image) -> int:
@@ -198,12 +235,24 @@ def _from_pil(img: Image.Image, *, max_pixels: int) -> Image.Image:
 
 
 def _check_size(size: tuple[int, int], *, max_pixels: int) -> None:
+    """Refuse a declared size before any pixel is decoded: empty, too many pixels, too long a side or ratio."""
     width, height = size
     if width <= 0 or height <= 0:
         raise ImageError(f"The image has no pixels ({width}x{height}); please choose a non-empty image.")
     pixels = width * height
     if pixels > max_pixels:
         raise ImageError(_too_large_message(max_pixels, width, height))
+    short, long = sorted((width, height))
+    if long > MAX_ASPECT_RATIO * short:  # first: scaling such a strip down would not help
+        ratio = long / short
+        ratio_text = f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.2f}".rstrip("0").rstrip(".")
+        shape = "wide as it is tall" if width > height else "tall as it is wide"
+        raise ImageError(f"The image is {width} × {height} pixels, {ratio_text} times as {shape}: images may be "
+                         f"at most {MAX_ASPECT_RATIO} times as long as they are wide, so please crop it and try "
+                         "again.")
+    if long > MAX_SIDE:
+        raise ImageError(f"The image is {width} × {height} pixels: images may be at most {MAX_SIDE:,} pixels on "
+                         "a side, so please scale it down and try again.")
 
 
 def _effective_limit(max_pixels: int) -> int:

@@ -47,12 +47,3 @@ def replaced_output(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor
         yield
     finally:
         handle.remove()
-
-
-def hook_count(model: nn.Module) -> int:
-    """Number of forward/backward hooks registered anywhere in `model` (for leak tests)."""
-    total = 0
-    for m in model.modules():
-        total += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
-        total += len(getattr(m, "_backward_pre_hooks", {}))
-    return total

@@ -36,6 +36,8 @@ from torch import nn
 from .bottleneck import (
     INIT_ALPHA,
     MIN_STD,
+    check_beta_k,
+    check_sigma,
     information_map_bits,
     inject_noise,
     is_channels_last,
@@ -45,11 +47,26 @@ from .bottleneck import (
     resize_preserving_total,
     standardise,
 )
+from .errors import UserError, check_range
 from .model_state import frozen_eval, replaced_output
 from .networks.tokens import MAP, FeatureLayout, infer_layout
 from .precision import PRECISIONS, autocast
 from .precision import resolve as resolve_precision
-from .stats import FeatureStats
+from .feature_stats import FeatureStats
+
+
+#: Ranges of the settings besides β·k and σ_s (bottleneck.BETA_K_RANGE, SIGMA_RANGE). The paper's search spaces
+#: (Appendix, Per-Sample Bottleneck table) are T 1…100, B 1…30, η 0.03…10; the ranges are wider, up to where a
+#: run stops making sense or fitting in memory.
+STEPS_RANGE = (0, 10_000)  # 0: λ stays at its initial value (the readout explains with steps=0)
+BATCH_RANGE = (1, 1024)  # noisy copies per image and step: each one is a pass through the suffix
+LR_RANGE = (1e-6, 100.0)  # Adam moves α by about η per step; one step of 100 throws α far past where λ saturates
+#: α = ±10 gives λ = sigmoid(α) within 4.5e-5 of 0 or 1 (the readout's ALPHA_MAX); float32's sigmoid is 1 from
+#: α ≈ 17, where α would start on a flat plateau.
+INIT_ALPHA_RANGE = (-10.0, 10.0)
+MIN_STD_RANGE = (1e-6, 1.0)  # the floor on σ_R (paper code: 0.01); features are divided by it
+SEED_RANGE = (0, 2**63 - 1)  # what torch.Generator.manual_seed takes
+INACTIVE_THRESHOLD_RANGE = (0.0, 0.999)  # a fraction of the statistics samples (authors: 0.01)
 
 
 @dataclass
@@ -78,22 +95,27 @@ class BottleneckSettings:
 
     READ_POINTS = ("final", "last_step")
 
+    def __post_init__(self) -> None:
+        self.validate()  # at construction: every front end hears about a bad value before any computation
+
     def validate(self) -> "BottleneckSettings":
-        """Raise ValueError with a readable message for settings that cannot work."""
-        if not np.isfinite(self.beta_k) or self.beta_k < 0:
-            raise ValueError(f"β·k must be a non-negative number, got {self.beta_k}.")
-        if self.steps < 0 or self.batch < 1:
-            raise ValueError("steps must be ≥ 0 and batch ≥ 1.")
-        if not self.lr > 0:
-            raise ValueError(f"The learning rate must be positive, got {self.lr}.")
-        if self.sigma < 0:
-            raise ValueError(f"σ_s must be ≥ 0, got {self.sigma}.")
+        """Raise a UserError naming the range for a setting that cannot work (also after a field was changed)."""
+        check_beta_k(self.beta_k)
+        check_range("The number of steps", self.steps, *STEPS_RANGE, integer=True)
+        check_range("The batch of noisy copies", self.batch, *BATCH_RANGE, integer=True)
+        check_range("The learning rate", self.lr, *LR_RANGE)
+        check_sigma(self.sigma)
+        check_range("The initial α", self.init_alpha, *INIT_ALPHA_RANGE)
+        check_range("The floor on σ_R", self.min_std, *MIN_STD_RANGE)
+        if self.seed is not None:
+            check_range("The seed", self.seed, *SEED_RANGE, integer=True)
         if self.read_point not in self.READ_POINTS:
-            raise ValueError(f"Unknown read point {self.read_point!r}; choose one of: {', '.join(self.READ_POINTS)}.")
+            raise UserError(f"Unknown read point {str(self.read_point)[:40]!r}; choose one of: "
+                            f"{', '.join(self.READ_POINTS)}.")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"Unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
-        if self.inactive_threshold is not None and not 0 <= self.inactive_threshold < 1:
-            raise ValueError(f"The inactive-unit threshold must lie in [0, 1), got {self.inactive_threshold}.")
+            raise UserError(f"Unknown precision {str(self.precision)[:40]!r}; choose one of: {', '.join(PRECISIONS)}.")
+        if self.inactive_threshold is not None:
+            check_range("The inactive-unit threshold", self.inactive_threshold, *INACTIVE_THRESHOLD_RANGE)
         return self
 
 
@@ -302,6 +324,17 @@ class PerSampleBottleneck:
         self.settings = (settings or BottleneckSettings()).validate()
         self.layout = layout or infer_layout(tuple(stats.mean.shape))
         self.path = path
+        check_sigma(self.settings.sigma, self._map_size())  # before any computation
+
+    def _map_size(self) -> tuple[int, int] | None:
+        """(h, w) of the layer's map view, from the statistics; None where they do not fit the layout
+        (statistics of another layer: `attribute_batch` says so)."""
+        if self.stats.mean.dim() < 2:
+            return None
+        try:
+            return tuple(self.layout.to_map_stats(self.stats.mean)[0].shape[-2:])
+        except (RuntimeError, ValueError):
+            return None
 
     @classmethod
     def for_network(
@@ -383,9 +416,12 @@ class PerSampleBottleneck:
         if threshold is None:
             return None
         if self.stats.active is None:
-            raise ValueError(
-                "These feature statistics do not record which units are active; estimate them again "
-                "(python -m iba_core stats --refresh) to mask inactive units."
+            raise UserError(
+                "These feature statistics do not record which units are active, so inactive units cannot be "
+                "masked.",
+                cli_hint="Estimate them again with `python -m iba_core stats --refresh`.",
+                app_hint="Estimate them again: change the image folder or the number of samples under "
+                "Feature statistics.",
             )
         return self._parts((self.stats.active.to(device, dtype) > threshold).to(dtype)[None])
 
@@ -432,143 +468,196 @@ class PerSampleBottleneck:
         each image after every step (StepInfo.image says which).
         """
         start = time.perf_counter()
-        s = self.settings
         if x.dim() != 4 or x.shape[0] < 1:
             raise ValueError(f"Expected images shaped (N, 3, H, W), got {tuple(x.shape)}.")
-        n_images = x.shape[0]
-        targets = [None] * n_images if targets is None else list(targets)
-        if len(targets) != n_images:
-            raise ValueError(f"{n_images} images but {len(targets)} targets.")
+        targets = [None] * x.shape[0] if targets is None else list(targets)
+        if len(targets) != x.shape[0]:
+            raise ValueError(f"{x.shape[0]} images but {len(targets)} targets.")
         runner = self._make_runner()
         with ExitStack() as stack:
             stack.enter_context(frozen_eval(*runner.modules))
             stack.callback(runner.close)
-            device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
-            x = x.to(device)
-            try:
-                precision = self.resolved_precision(runner, x, device, n_images * s.batch)
-            except RuntimeError:
-                # "auto"'s timing pass feeds the statistics' shape to the suffix; statistics of another layer
-                # fail there with a kernel error. Run in fp32: the shape check below then says what is wrong.
-                precision = "fp32"
-            network_pass = lambda: autocast(precision, device)  # noqa: E731 - λ, KL, Adam stay fp32
-            with network_pass():
-                raw = runner.features(x).float()
-            if raw.shape[1:] != self.stats.mean.shape:
-                raise ValueError(
-                    f"Statistics are for a layer shaped {tuple(self.stats.mean.shape)}, "
-                    f"but the layer's output is {tuple(raw.shape[1:])}."
-                )
-            # The map view: parts[0] the grid (N, C, h, w) (the CNN map itself), parts[1] the tokens off the
-            # grid (a ViT's class token) where there are any. One memory layout for R, μ, σ, α and so Z:
-            # channels-last, which the suffix convolutions want.
-            r = self._parts(raw)
-            mean = self._parts(self.stats.mean.to(device, raw.dtype)[None])
-            std = self._parts(self.stats.std.to(device, raw.dtype).clamp_min(s.min_std)[None])
-            r_std = [standardise(*parts) for parts in zip(r, mean, std)]
-            sigmas = [s.sigma] + [0.0] * (len(r) - 1)  # tokens off the grid have no neighbours to blur with
-            active = self._active_mask(raw.dtype, device)
-            with torch.no_grad(), network_pass():
-                # clone: the suffix may start with an in-place ReLU
-                probs = runner.logits(self._raw([p.clone() for p in r])).float().softmax(dim=1)
-            targets = [int(probs[i].argmax()) if t is None else int(t) for i, t in enumerate(targets)]
-            p_without = [float(probs[i, t]) for i, t in enumerate(targets)]
+            fit = _BatchFit(self, runner, x)
+            fit.choose_targets(targets)
+            fit.start_optimiser()
+            for step in range(1, self.settings.steps + 1):
+                fit.step(step, callback)
+            return fit.results(start)
 
-            k = raw[0].numel()  # all elements with a bottleneck, the class token's included
-            beta = s.beta_k / k
-            size = tuple(x.shape[-2:])
-            seed = s.seed if s.seed is not None else int(torch.seed() % (2**63))
-            generators = []
-            for _ in range(n_images):  # every image draws the noise it would draw alone
-                generators.append(torch.Generator(device=device))
-                generators[-1].manual_seed(seed)
 
-            def lambdas() -> list[tuple[torch.Tensor, torch.Tensor]]:
-                return [lambda_from_alpha(a, sigma) for a, sigma in zip(alphas, sigmas)]
+class _BatchFit:
+    """One batched run of the Per-Sample Bottleneck, in the order it happens: the layer's output R in the map
+    view (`__init__`), the targets and p(target) without the bottleneck (`choose_targets`), α, the noise
+    generators and Adam (`start_optimiser`), the optimisation steps (`step`), the results (`results`).
 
-            def noisy(lams) -> list[torch.Tensor]:
-                out = []
-                for r_p, (lam, one_minus), mean_p, std_p in zip(r, lams, mean, std):
-                    parts = [inject_noise(r_p[i : i + 1], lam[i : i + 1], one_minus[i : i + 1], mean_p, std_p,
-                                          s.batch, g) for i, g in enumerate(generators)]
-                    out.append(parts[0] if n_images == 1 else torch.cat(parts))
-                return out
+    The map view: `r[0]` is the grid (N, C, h, w) (the CNN map itself), `r[1]` the tokens off the grid (a ViT's
+    class token) where there are any. R, μ, σ, α and so Z share one memory layout: channels-last, which the
+    suffix convolutions want. λ, the KL, Adam and the heatmap are fp32; only the network passes use
+    `precision`.
+    """
 
-            def information(lams) -> list[torch.Tensor]:
-                return [kl_per_element(r_std_p, lam, one_minus) for r_std_p, (lam, one_minus) in zip(r_std, lams)]
+    def __init__(self, bottleneck: "PerSampleBottleneck", runner, x: torch.Tensor):
+        self.bottleneck, self.runner, self.settings = bottleneck, runner, bottleneck.settings
+        self.device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
+        self.x = x.to(self.device)
+        self.n_images, self.size = x.shape[0], tuple(x.shape[-2:])
+        self.precision = self._choose_precision()
+        raw = self._layer_output()
+        self._map_view(raw)
+        self.k = raw[0].numel()  # all elements with a bottleneck, the class token's included
+        self.beta = self.settings.beta_k / self.k
+        self.feature_shape = tuple(self.r[0].shape[1:])
+        self.history: list[list[StepInfo]] = [[] for _ in range(self.n_images)]
+        self.pending: list[_StepRecord] = []  # steps not yet read back to the CPU (no callback)
+        self.last_step: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
-            def masked(parts: list[torch.Tensor]) -> list[torch.Tensor]:
-                return parts if active is None else [p * m for p, m in zip(parts, active)]
+    def _choose_precision(self) -> str:
+        try:
+            return self.bottleneck.resolved_precision(self.runner, self.x, self.device,
+                                                      self.n_images * self.settings.batch)
+        except RuntimeError:
+            # "auto"'s timing pass feeds the statistics' shape to the suffix; statistics of another layer
+            # fail there with a kernel error. Run in fp32: the shape check then says what is wrong.
+            return "fp32"
 
-            alphas = [torch.full_like(r_p, s.init_alpha, requires_grad=True) for r_p in r]
-            optimiser = torch.optim.Adam(alphas, lr=s.lr)
-            labels = [torch.full((s.batch,), t, device=device, dtype=torch.long) for t in targets]
-            history: list[list[StepInfo]] = [[] for _ in range(n_images)]
-            pending: list[_StepRecord] = []
-            last_step = None
-            for step in range(1, s.steps + 1):
-                optimiser.zero_grad(set_to_none=True)
-                lams = lambdas()
-                z, kl = masked(noisy(lams)), masked(information(lams))
-                with network_pass():
-                    logits = runner.logits(self._raw(z)).float()
-                per_image = logits.view(n_images, s.batch, -1)
-                ce = [F.cross_entropy(per_image[i], labels[i]) for i in range(n_images)]
-                info = [sum(kl_p[i].sum() for kl_p in kl) for i in range(n_images)]
-                loss = sum(c + beta * inf for c, inf in zip(ce, info))
-                loss.backward()
-                optimiser.step()
-                with torch.no_grad():
-                    # What the step looked like, as tensors on the device; read back to the CPU at once for
-                    # a live view (callback), else after the last step: one synchronisation per run, not
-                    # five per image and step (on a GPU those waits cost more than the step itself).
-                    record = _StepRecord(
-                        step=step,
-                        lambda_mean=lams[0][0].detach().mean(dim=1),
-                        feature_bits=nats_to_bits(kl[0].detach().sum(dim=1)),
-                        ce=torch.stack(ce).detach(),
-                        info=torch.stack([torch.as_tensor(v) for v in info]).detach(),
-                        p_target=torch.stack([per_image[i].softmax(dim=1)[:, targets[i]].mean()
-                                              for i in range(n_images)]),
-                    )
-                    if callback is None:
-                        pending.append(record)
-                    else:
-                        for info_i in record.step_infos(s.steps, beta, size):
-                            history[info_i.image].append(info_i)
-                            callback(info_i)
-                last_step = ([lam.detach() for lam, _ in lams], [kl_p.detach() for kl_p in kl])
+    def network_pass(self):
+        """The precision of a network pass (λ, KL, Adam stay fp32)."""
+        return autocast(self.precision, self.device)
 
-            with torch.no_grad():
-                for record in pending:
-                    for info_i in record.step_infos(s.steps, beta, size):
-                        history[info_i.image].append(info_i)
-                lams = lambdas()
-                z, kl = masked(noisy(lams)), masked(information(lams))
-                lam = [lam_p for lam_p, _ in lams]
-                with network_pass():
-                    probs_with = runner.logits(self._raw(z)).float().softmax(dim=1).view(n_images, s.batch, -1)
-                if s.read_point == "last_step" and last_step is not None:
-                    lam, kl = last_step  # the authors' read point: the last forward pass, before its update
-                results = []
-                seconds = time.perf_counter() - start
-                for i in range(n_images):
-                    feature_bits = information_map_bits(kl[0][i])
-                    unlocated = float(sum(nats_to_bits(kl_p[i].sum()) for kl_p in kl[1:]))
-                    results.append(AttributionResult(
-                        heatmap=resize_preserving_total(feature_bits, size).cpu().numpy(),
-                        feature_bits=feature_bits.cpu().numpy(),
-                        lambda_mean=lam[0][i].mean(dim=0).cpu().numpy(),
-                        total_bits=float(feature_bits.sum()) + unlocated,
-                        target=targets[i],
-                        p_without=p_without[i],
-                        p_with=float(probs_with[i, :, targets[i]].mean()),
-                        history=history[i],
-                        seconds=seconds / n_images,
-                        settings=s,
-                        feature_shape=tuple(r[0].shape[1:]),
-                        precision=precision,
-                        unlocated_bits=unlocated,
-                        path=self.path,
-                    ))
-        return results
+    def _layer_output(self) -> torch.Tensor:
+        """R for the images, in fp32; a ValueError when the statistics are for a layer of another shape."""
+        stats = self.bottleneck.stats
+        with self.network_pass():
+            raw = self.runner.features(self.x).float()
+        if raw.shape[1:] != stats.mean.shape:
+            raise ValueError(
+                f"Statistics are for a layer shaped {tuple(stats.mean.shape)}, "
+                f"but the layer's output is {tuple(raw.shape[1:])}."
+            )
+        return raw
+
+    def _map_view(self, raw: torch.Tensor) -> None:
+        """R, μ_R, σ_R (floored at min_std) and the standardised R in the map view; σ_s per part; the mask of
+        active units."""
+        b, stats, s = self.bottleneck, self.bottleneck.stats, self.settings
+        self.r = b._parts(raw)
+        self.mean = b._parts(stats.mean.to(self.device, raw.dtype)[None])
+        self.std = b._parts(stats.std.to(self.device, raw.dtype).clamp_min(s.min_std)[None])
+        self.r_std = [standardise(*parts) for parts in zip(self.r, self.mean, self.std)]
+        self.sigmas = [s.sigma] + [0.0] * (len(self.r) - 1)  # tokens off the grid have no neighbours to blur with
+        self.active = b._active_mask(raw.dtype, self.device)
+
+    def choose_targets(self, targets: list[int | None]) -> None:
+        """The class of each image (None: the network's top-1) and p(target) without the bottleneck."""
+        with torch.no_grad(), self.network_pass():
+            # clone: the suffix may start with an in-place ReLU
+            probs = self.runner.logits(self.bottleneck._raw([p.clone() for p in self.r])).float().softmax(dim=1)
+        self.targets = [int(probs[i].argmax()) if t is None else int(t) for i, t in enumerate(targets)]
+        self.p_without = [float(probs[i, t]) for i, t in enumerate(self.targets)]
+
+    def start_optimiser(self) -> None:
+        """One noise generator per image, seeded alike (every image draws the noise it would draw alone); α at
+        its initial value; Adam; the labels of the noisy copies."""
+        s = self.settings
+        seed = s.seed if s.seed is not None else int(torch.seed() % (2**63))
+        self.generators = []
+        for _ in range(self.n_images):
+            self.generators.append(torch.Generator(device=self.device))
+            self.generators[-1].manual_seed(seed)
+        self.alphas = [torch.full_like(r_p, s.init_alpha, requires_grad=True) for r_p in self.r]
+        self.optimiser = torch.optim.Adam(self.alphas, lr=s.lr)
+        self.labels = [torch.full((s.batch,), t, device=self.device, dtype=torch.long) for t in self.targets]
+
+    def lambdas(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(λ, 1 − λ) per part of the map view, from the current α."""
+        return [lambda_from_alpha(a, sigma) for a, sigma in zip(self.alphas, self.sigmas)]
+
+    def noisy(self, lams: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Z = λR + (1 − λ)ε per part: `batch` noisy copies of each image, image after image."""
+        out = []
+        for r_p, (lam, one_minus), mean_p, std_p in zip(self.r, lams, self.mean, self.std):
+            parts = [inject_noise(r_p[i : i + 1], lam[i : i + 1], one_minus[i : i + 1], mean_p, std_p,
+                                  self.settings.batch, g) for i, g in enumerate(self.generators)]
+            out.append(parts[0] if self.n_images == 1 else torch.cat(parts))
+        return out
+
+    def information(self, lams: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """The KL per element (nats) per part."""
+        return [kl_per_element(r_std_p, lam, one_minus) for r_std_p, (lam, one_minus) in zip(self.r_std, lams)]
+
+    def masked(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`parts` with inactive units zeroed (settings.inactive_threshold), else unchanged."""
+        return parts if self.active is None else [p * m for p, m in zip(parts, self.active)]
+
+    def step(self, step: int, callback: StepCallback | None) -> None:
+        """One Adam step on L = Σ_images [CE + β·L_I], then the step's record (to the callback, or kept)."""
+        s, n = self.settings, self.n_images
+        self.optimiser.zero_grad(set_to_none=True)
+        lams = self.lambdas()
+        z, kl = self.masked(self.noisy(lams)), self.masked(self.information(lams))
+        with self.network_pass():
+            logits = self.runner.logits(self.bottleneck._raw(z)).float()
+        per_image = logits.view(n, s.batch, -1)
+        ce = [F.cross_entropy(per_image[i], self.labels[i]) for i in range(n)]
+        info = [sum(kl_p[i].sum() for kl_p in kl) for i in range(n)]
+        loss = sum(c + self.beta * inf for c, inf in zip(ce, info))
+        loss.backward()
+        self.optimiser.step()
+        with torch.no_grad():
+            # What the step looked like, as tensors on the device; read back to the CPU at once for a live view
+            # (callback), else after the last step: one synchronisation per run, not five per image and step
+            # (on a GPU those waits cost more than the step itself).
+            record = _StepRecord(
+                step=step,
+                lambda_mean=lams[0][0].detach().mean(dim=1),
+                feature_bits=nats_to_bits(kl[0].detach().sum(dim=1)),
+                ce=torch.stack(ce).detach(),
+                info=torch.stack([torch.as_tensor(v) for v in info]).detach(),
+                p_target=torch.stack([per_image[i].softmax(dim=1)[:, self.targets[i]].mean() for i in range(n)]),
+            )
+            if callback is None:
+                self.pending.append(record)
+            else:
+                for info_i in record.step_infos(s.steps, self.beta, self.size):
+                    self.history[info_i.image].append(info_i)
+                    callback(info_i)
+        self.last_step = ([lam.detach() for lam, _ in lams], [kl_p.detach() for kl_p in kl])
+
+    def results(self, start: float) -> list[AttributionResult]:
+        """One AttributionResult per image: the heatmap at the read point, p(target) with the final λ on a fresh
+        noisy batch, the history of the steps."""
+        s, n = self.settings, self.n_images
+        with torch.no_grad():
+            for record in self.pending:
+                for info_i in record.step_infos(s.steps, self.beta, self.size):
+                    self.history[info_i.image].append(info_i)
+            lams = self.lambdas()
+            z, kl = self.masked(self.noisy(lams)), self.masked(self.information(lams))
+            lam = [lam_p for lam_p, _ in lams]
+            with self.network_pass():
+                probs_with = self.runner.logits(self.bottleneck._raw(z)).float().softmax(dim=1).view(n, s.batch, -1)
+            if s.read_point == "last_step" and self.last_step is not None:
+                lam, kl = self.last_step  # the authors' read point: the last forward pass, before its update
+            seconds = time.perf_counter() - start
+            return [self._result(i, lam, kl, probs_with, seconds) for i in range(n)]
+
+    def _result(self, i: int, lam: list[torch.Tensor], kl: list[torch.Tensor], probs_with: torch.Tensor,
+                seconds: float) -> AttributionResult:
+        feature_bits = information_map_bits(kl[0][i])
+        unlocated = float(sum(nats_to_bits(kl_p[i].sum()) for kl_p in kl[1:]))
+        return AttributionResult(
+            heatmap=resize_preserving_total(feature_bits, self.size).cpu().numpy(),
+            feature_bits=feature_bits.cpu().numpy(),
+            lambda_mean=lam[0][i].mean(dim=0).cpu().numpy(),
+            total_bits=float(feature_bits.sum()) + unlocated,
+            target=self.targets[i],
+            p_without=self.p_without[i],
+            p_with=float(probs_with[i, :, self.targets[i]].mean()),
+            history=self.history[i],
+            seconds=seconds / self.n_images,
+            settings=self.settings,
+            feature_shape=self.feature_shape,
+            precision=self.precision,
+            unlocated_bits=unlocated,
+            path=self.bottleneck.path,
+        )

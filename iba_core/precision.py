@@ -7,7 +7,11 @@ rounding: seeded heatmaps of the offline network correlate at ≥ 0.99, see test
 `auto` (the default) picks a lower precision only where the hardware supports it (CPU: AVX512-BF16 or
 AMX-BF16; CUDA: bf16, else fp16) *and* one measurement shows it is faster for that (network, layer,
 device): depthwise convolutions, for one, can be slower in bf16 on a CPU. The choice is kept with
-the network (`Network.memo`), so it is measured once per process.
+the network (`Network.memo`), so it is measured once per process, and optionally in a small memo on disk
+(`cache.save_json`: checked on load; a garbled memo is warned about and rewritten on the next choice).
+
+What the hardware offers comes from two functions, `cpu_flags` and `cuda_bf16`, so tests can fake any
+machine (AVX2 only, AVX-512, AVX512-BF16/AMX; with or without a bf16 GPU).
 """
 from __future__ import annotations
 
@@ -35,6 +39,11 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cuda_bf16() -> bool:
+    """Whether the CUDA device has bf16 support (False without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
 def unsupported(precision: str, device: torch.device | str) -> str | None:
     """None if `precision` has hardware support on `device`, else the reason it has not."""
     device = torch.device(device)
@@ -43,7 +52,7 @@ def unsupported(precision: str, device: torch.device | str) -> str | None:
     if precision in ("auto", "fp32"):
         return None
     if device.type == "cuda":
-        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        if precision == "bf16" and not cuda_bf16():
             return "this GPU has no bf16 support"
         return None
     if device.type != "cpu":
@@ -120,30 +129,27 @@ def _disk_choices() -> Path:
     return cache_dir() / "precision.json"
 
 
-def _read_disk(key: str) -> str | None:
-    import json
+def _valid_choices(data: dict | None) -> dict[str, str]:
+    """The memo's entries that can be right: text keys naming a known precision (others are dropped)."""
+    return {k: v for k, v in (data or {}).items() if isinstance(k, str) and isinstance(v, str) and v in DTYPES}
 
-    try:
-        return json.loads(_disk_choices().read_text()).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+
+def _read_disk(key: str) -> str | None:
+    from .cache import load_json
+
+    return _valid_choices(load_json(_disk_choices())).get(key)
 
 
 def _write_disk(key: str, value: str) -> None:
-    import json
-    import os
+    """Add one choice to the memo; a garbled memo (warned about when read) is replaced by a sound one."""
+    from .cache import load_json, save_json
 
     path = _disk_choices()
     try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-        if not isinstance(data, dict):
-            data = {}
+        data = _valid_choices(load_json(path))
         data[key] = value
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except (OSError, ValueError):
+        save_json(path, data)
+    except OSError:
         pass  # a read-only cache only costs a measurement next time
 
 
@@ -162,10 +168,14 @@ def resolve(precision: str, device: torch.device | str, workload: Callable[[str]
         if reason:
             raise ValueError(f"{precision} is not available here: {reason}.")
         return precision
-    lower = candidates(device)
-    if not lower or workload is None:
-        return "fp32"
     memo_key = ("precision", *key)
+    lower = candidates(device)
+    if not lower:
+        if memo is not None:
+            memo[memo_key] = "fp32"  # nothing to measure on this hardware: fp32 is the choice, recorded alike
+        return "fp32"
+    if workload is None:
+        return "fp32"
     if memo is not None and memo_key in memo:
         return memo[memo_key]
     disk_key = " | ".join(map(str, (*key, machine_id(device))))

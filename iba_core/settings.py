@@ -5,8 +5,12 @@
 | IBA_CACHE_DIR       | statistics, readouts and other cached results            | ~/.cache/iba-explorer    |
 | IBA_WEIGHTS_DIR     | a folder holding pretrained weights files                | (none)                   |
 | IBA_MODELS_DIR      | your networks: model cards the app lists and adds to     | ~/.config/iba-explorer/models |
-| IBA_STATS_SAMPLES   | samples behind statistics the app and methods estimate   | 1000                     |
+| IBA_STATS_SAMPLES   | samples behind statistics the app and methods estimate   | 1000 (100 from the offline photos for a network without shipped statistics) |
 | IBA_TORCH_THREADS   | torch threads for app computations                       | usable cores − 1         |
+| IBA_TRUST_CODE      | 1: the app runs code model cards name (builders, modules) | off                      |
+|                     | and follows card paths outside the card's folder         |                          |
+| IBA_DATA_DIRS       | folders, ':'-separated, whose paths app visitors may type | (none; the models folder |
+|                     | (weights, image folders) and cards may point into        | is always allowed)       |
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ WEIGHTS_DIR_ENV = "IBA_WEIGHTS_DIR"
 MODELS_DIR_ENV = "IBA_MODELS_DIR"
 STATS_SAMPLES_ENV = "IBA_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
+TRUST_CODE_ENV = "IBA_TRUST_CODE"
+DATA_DIRS_ENV = "IBA_DATA_DIRS"
 
 #: Samples behind feature statistics unless told otherwise (paper appendix: statistics over many images).
 RECOMMENDED_SAMPLES = 1000
@@ -54,9 +60,24 @@ def models_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".config" / "iba-explorer" / "models"
 
 
-def stats_samples() -> int:
-    """Samples behind default statistics: IBA_STATS_SAMPLES if it is a positive integer, else 1000."""
-    return _positive_int(STATS_SAMPLES_ENV) or RECOMMENDED_SAMPLES
+def trust_code() -> bool:
+    """Whether the app's owner allows code from model cards (IBA_TRUST_CODE=1, also "true" or "yes"): a
+    `package.module:function` builder, a module beside the card, and card paths outside the card's folder."""
+    return os.environ.get(TRUST_CODE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def data_dirs() -> tuple[Path, ...]:
+    """The folders named by IBA_DATA_DIRS (separated by os.pathsep, ':' on Linux), whose paths visitors of the
+    app may type (weights, image folders); empty entries are skipped."""
+    env = os.environ.get(DATA_DIRS_ENV, "")
+    return tuple(Path(part.strip()).expanduser() for part in env.split(os.pathsep) if part.strip())
+
+
+def stats_samples(default: int = RECOMMENDED_SAMPLES) -> int:
+    """Samples behind default statistics: IBA_STATS_SAMPLES if it is a positive integer, else `default`
+    (1000; `feature_stats.app_samples` passes fewer where a network has neither shipped statistics nor an
+    image folder)."""
+    return _positive_int(STATS_SAMPLES_ENV) or default
 
 
 def torch_threads() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import runpy
 import time
 from contextlib import contextmanager
@@ -31,18 +30,20 @@ from iba_core.app.models import (
     torchvision_names,
 )
 from iba_core.app.state import SharedModel, load_shared
-from iba_core.app.statistics import (
-    choose_stats, domain_warning, stats_folder, stats_for_methods, stats_status,
+from iba_core.app.stats_source import (
+    choose_stats, domain_warning, stats_folder, stats_for_methods, stats_progress_text, stats_status,
 )
 from iba_core.errors import USER_ERRORS, user_message
 from iba_core.images import ImageError, sample_image_names
 from iba_core.networks import (
-    REGISTRY, Network, WeightsUnavailableError, find_weights, get_spec, missing_weights_message,
+    REGISTRY, Network, find_weights, get_spec,
 )
+from iba_core.networks.cards import CROP_RANGE, RESIZE_RANGE
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_probability
-from iba_core.settings import models_dir, stats_samples, weights_dir
-from iba_core.stats import FeatureStats
+from iba_core.settings import models_dir, weights_dir
+from iba_core.trust import ANY, Trust, check_server_path, is_local_address
+from iba_core.feature_stats import FeatureStats, app_samples
 
 log = logging.getLogger("iba_explorer")
 
@@ -78,45 +79,11 @@ def through_app() -> None:
 
 
 def show_error(err: BaseException) -> None:
-    """A readable st.error, in the app's words, instead of a traceback; unexpected errors are logged."""
+    """A readable st.error instead of a traceback: the message with its app hint (`errors.user_message`);
+    unexpected errors are logged."""
     if not isinstance(err, USER_ERRORS):
         log.exception("Unexpected error in IBA Explorer", exc_info=err)
-    st.error(app_wording(user_message(err)), icon=":material/error:")
-
-
-#: A command-line instruction inside a message: `python -m iba_core …` or an option such as --weights.
-_CLI = re.compile(r"python -m iba_core|(?<![\w-])--[a-z][\w-]*")
-_CLI_PARENTHESIS = re.compile(r"\s*\([^()]*(?:python -m iba_core|(?<![\w-])--[a-z])[^()]*\)")
-_CLI_ALTERNATIVE = re.compile(r",?\s+or (?:use|pass|give) [^;]*?--[a-z]")
-
-
-def short_title(key: str) -> str:
-    """A network's title without its note in brackets: 'ResNet-50', 'EfficientNet-Lite0'."""
-    return REGISTRY[key].title.split(" (")[0]
-
-
-def app_wording(message: str) -> str:
-    """A library message in the app's words: network titles instead of registry keys ('resnet50' →
-    ResNet-50), and without the command-line hints meant for the CLI (python -m iba_core …, --weights FILE)."""
-    text = _CLI_PARENTHESIS.sub("", message)
-    sentences = []
-    for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
-        if _CLI.search(sentence):
-            kept = [c for c in sentence.split("; ") if not _CLI.search(c)]
-            if kept:  # drop the clauses that tell a CLI user what to type
-                sentence = "; ".join(kept)
-            elif (alt := _CLI_ALTERNATIVE.search(sentence)) is not None:
-                sentence = sentence[:alt.start()]
-            else:  # the whole sentence is a command-line instruction
-                continue
-            sentence = sentence.rstrip(" ,;.") + "."
-        sentences.append(sentence)
-    text = " ".join(sentences) if sentences else message
-    for key in REGISTRY:
-        title = short_title(key)
-        text = re.sub(rf"(['\"]){re.escape(key)}\1", title, text)
-        text = re.sub(rf"(?<![\w/.:-]){re.escape(key)}(?![\w-]|\.\w)", title, text)
-    return text
+    st.error(user_message(err, "app"), icon=":material/error:")
 
 
 # ---- page position -----------------------------------------------------------------------------
@@ -171,11 +138,17 @@ def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Ne
 
 
 @st.cache_resource(show_spinner="Loading the network…", max_entries=3)
-def shared_model(key: str, version: int = 0) -> SharedModel:
+def shared_model(key: str, version: int = 0, trust: Trust | None = None) -> SharedModel:
     """One model (and its lock) per network for all sessions; failures are not cached, so placing
     the weights file and rerunning is enough. version: changes when a model card or its weights file
-    changes (`source_version`), so the edited network is loaded anew."""
-    return load_shared(key)
+    changes (`source_version`), so the edited network is loaded anew. trust: the owner's (`app_trust`)."""
+    return load_shared(key, trust)
+
+
+def app_trust() -> Trust:
+    """What this app's owner allows (IBA_TRUST_CODE, IBA_DATA_DIRS); paths on the server typed by a visitor
+    anywhere only when the server listens on this machine alone (its visitor is its owner)."""
+    return Trust.for_app(localhost=is_local_address(st.get_option("server.address")))
 
 
 # ---- widget state that survives page switches ---------------------------------------------------
@@ -277,7 +250,8 @@ def network_picker() -> SharedModel | None:
     """Network choice: the built-ins, your networks (the model cards in the models folder), any torchvision
     classifier; then the "Add your network" form. A network that cannot be loaded shows its reason as
     st.error and returns None."""
-    cards = find_cards()
+    trust = app_trust()
+    cards = find_cards(trust=trust)
     options = network_options(cards)
     st.session_state["network"] = kept_option(
         st.session_state.get("_keep_network", st.session_state.get("network")), options)
@@ -295,12 +269,7 @@ def network_picker() -> SharedModel | None:
         st.caption(f"{spec.note} Weights: `{path.name}`." if path else spec.note)
     shared = None
     try:
-        shared = shared_model(key, source_version(key))
-    except WeightsUnavailableError as err:
-        if key in REGISTRY and find_weights(get_spec(key)) is None:  # not here and not downloadable: what to do
-            st.error(missing_weights_message(get_spec(key), app=True), icon=":material/error:")
-        else:
-            show_error(err)
+        shared = shared_model(key, source_version(key, trust), trust)
     except Exception as err:  # noqa: BLE001 - a card or weights file that does not fit: its message, no traceback
         show_error(err)
     if shared is not None and key not in REGISTRY:
@@ -308,8 +277,8 @@ def network_picker() -> SharedModel | None:
     unusable = [c for c in cards if c.error]
     if unusable:
         st.caption("Model cards in the models folder that cannot be used: "
-                   + " ".join(app_wording(c.error) for c in unusable))
-    add_network_form()
+                   + " ".join(c.error for c in unusable))
+    add_network_form(trust)
     return shared
 
 
@@ -335,10 +304,11 @@ def torchvision_picker() -> str:
 ADDED_KEY = "_added_network"
 
 
-def add_network_form() -> None:
+def add_network_form(trust: Trust) -> None:
     """The "Add your network" form: uploaded (or local) weights and class names, the architecture, the
     preprocessing, a statistics folder and the default layer → a model card in the models folder, checked by
-    loading it first. On success the new network is chosen; a refusal says why and changes nothing."""
+    loading it first. On success the new network is chosen; a refusal says why and changes nothing. Paths on
+    the server are read only where `trust` allows (`app_trust`)."""
     added = st.session_state.pop(ADDED_KEY, None)
     if added:
         st.success(added, icon=":material/check_circle:")
@@ -347,7 +317,7 @@ def add_network_form() -> None:
             "Your fine-tuned classifier: its weights as a state_dict (`torch.save(model.state_dict(), "
             "\"model.pth\")`, or .safetensors) and its class names, one a line in the order of its outputs. "
             f"The files and a model card are written to {models_dir()} (IBA_MODELS_DIR). Weights are read as "
-            "tensors only: a whole pickled model is refused."
+            "tensors only: a whole pickled model is refused. " + _server_paths_note(trust)
         )
         # Plain widgets and a button, not an st.form: a page without a usable image shows no form at all.
         with st.container():
@@ -366,9 +336,9 @@ def add_network_form() -> None:
             classes = st.file_uploader("Class names (.txt, .json, .csv)", type=None, key="add_classes",
                                        help="One name a line (or a JSON list, or CSV index,name).")
             c1, c2 = st.columns(2)
-            resize = c1.number_input("Resize", 1, 4096, value=None, step=1, key="add_resize",
+            resize = c1.number_input("Resize", *RESIZE_RANGE, value=None, step=1, key="add_resize",
                                      placeholder="architecture's", help="Shorter side before the crop, in px.")
-            crop = c2.number_input("Crop", 1, 4096, value=None, step=1, key="add_crop",
+            crop = c2.number_input("Crop", *CROP_RANGE, value=None, step=1, key="add_crop",
                                    placeholder="architecture's", help="Centre crop the network sees, in px.")
             mean = c1.text_input("Mean", key="add_mean", placeholder="architecture's",
                                  help="Three numbers, e.g. 0.485, 0.456, 0.406. Empty: the architecture's "
@@ -385,10 +355,20 @@ def add_network_form() -> None:
                                   "least 28 × 28.")
             submitted = st.button("Add network", icon=":material/save:", key="add_network_button")
     if submitted:
-        _add_network(name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer)
+        _add_network(trust, name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer)
 
 
-def _add_network(name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer) -> None:
+def _server_paths_note(trust: Trust) -> str:
+    """Which paths on the server the form's path fields may name, in words."""
+    if trust.server_paths == ANY:
+        return "Paths below are read on this machine (the app listens on it alone)."
+    folders = ", ".join(f"`{p}`" for p in trust.server_paths)
+    return (f"Paths typed below are read only inside {folders} (the models folder and IBA_DATA_DIRS); "
+            "elsewhere, upload the file.")
+
+
+def _add_network(trust: Trust, name, arch, weights, weights_path, classes, resize, crop, mean, std, images,
+                 layer) -> None:
     try:
         given = (FileGiven.local(weights_path.strip()) if weights_path.strip() else
                  FileGiven.upload(weights.name, weights.getvalue()) if weights is not None else None)
@@ -400,7 +380,7 @@ def _add_network(name, arch, weights, weights_path, classes, resize, crop, mean,
                         "mean": parse_triple(mean, "mean"), "std": parse_triple(std, "std")},
         )
         with st.spinner("Checking the network: loading its weights and class list…"):
-            card = add_network(new)
+            card = add_network(new, trust=trust)
     except Exception as err:  # noqa: BLE001 - the library's message; nothing was written, the choice stays
         show_error(err)
         return
@@ -445,7 +425,7 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
 
 def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | None = None) -> None:
     """In `slot`: the warning that the sample photos' statistics distort the bits of a model card's network
-    without an image folder (`iba_core.app.statistics.domain_warning`), or nothing."""
+    without an image folder (`iba_core.app.stats_source.domain_warning`), or nothing."""
     warning = domain_warning(network, folder)
     if warning:
         slot.warning(warning, icon=":material/warning:")
@@ -524,7 +504,8 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
             + "A folder of images like those the network was trained on (for ImageNet networks: natural photos); "
             "searched recursively.",
         )
-        n = st.number_input("Samples", 1, 100_000, stats_samples(), step=100, key=f"{prefix}_n",
+        n = st.number_input("Samples", 1, 100_000, app_samples(inputs.network, card_folder), step=100,
+                            key=f"{prefix}_n",
                             help="Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended.")
     folder = folder.strip() or None
     if inputs.stats_note is not None:
@@ -571,10 +552,13 @@ def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
     timing, if given, gets timing["stats"] (seconds, without waiting for another session) and the
     seconds waited added to timing["wait"].
     """
+    if folder:  # a visitor's path on the server: only inside the owner's folders (checked before any scan)
+        check_server_path(Path(folder).expanduser(), app_trust(), what="image folder")
     holder = st.empty()
+    started = time.perf_counter()
 
     def progress(done: int, total: int, label: str = "") -> None:
-        text = f"Estimating feature statistics for {layer}: {done} / {total} images"
+        text = stats_progress_text(layer, done, total, time.perf_counter() - started)
         holder.progress(min(done / max(total, 1), 1.0), text=text)
 
     with network_turn(inputs.shared, timing):
@@ -591,9 +575,11 @@ def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
     the methods then read them from the cache (a model card's from its image folder)."""
     holder = st.empty()
     layer = inputs.network.spec.default_layer
+    started = time.perf_counter()
 
     def progress(done: int, total: int, label: str = "") -> None:
-        holder.progress(min(done / max(total, 1), 1.0), text=f"Feature statistics for {layer}: {done} / {total}")
+        text = stats_progress_text(layer, done, total, time.perf_counter() - started)
+        holder.progress(min(done / max(total, 1), 1.0), text=text)
 
     with network_turn(inputs.shared) as network:
         stats_for_methods(network, methods, progress=progress)

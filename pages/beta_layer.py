@@ -4,7 +4,8 @@ from __future__ import annotations
 import streamlit as st
 
 from iba_core.app.maps import grid_key, keep
-from iba_core.grid import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers, lost_class_warning
+from iba_core.app.state import GridRun, Subject
+from iba_core.beta_layer import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers, lost_class_warning
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import grid_figure
 from pages import _widgets as ui
@@ -42,7 +43,7 @@ def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSett
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total, text=f"{done} / {total} cells · last: {label}")
 
-    with inputs.shared.busy() as network:
+    with ui.network_turn(inputs.shared) as network:
         result = beta_layer_grid(
             network, inputs.x, target, layer,
             stats_for=lambda name: ui.stats_with_progress(inputs, name, folder, n),
@@ -75,7 +76,6 @@ def form(inputs: ui.Inputs) -> tuple | None:
 def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
             n: int) -> None:
     """Compute the grid (or reuse this session's identical one) and make it the one shown."""
-    spec = inputs.network.spec
     try:
         settings = settings.validate()
         target_idx = ui.resolve_target(inputs, target)
@@ -83,21 +83,19 @@ def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target:
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         if key not in grids:  # same image and settings: reuse, the result would be identical
             cells = compute(inputs, layer, target_idx, settings, folder, n)
-            keep(grids, key, dict(cells=cells, image=inputs.image.name, model=spec.key, title=spec.title,
-                                  layer=layer, class_name=inputs.network.class_name(target_idx), target=target_idx,
-                                  settings=settings), MAX_KEPT)
+            run = GridRun(Subject.of(inputs.image.name, inputs.network, target_idx), cells, layer, settings)
+            keep(grids, key, run, MAX_KEPT)
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below.", icon=":material/check_circle:")
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
         ui.show_error(err)
 
 
-def show(entry: dict) -> None:
+def show(entry: GridRun) -> None:
     st.divider()
     st.subheader("Grid")
     st.caption(
-        f"{entry['image']} · {entry['title']} · explaining **{entry['class_name']}** "
-        f"(#{entry['target']}) · {entry['settings'].steps} steps × batch {entry['settings'].batch}"
+        f"{entry.subject.caption} · {entry.settings.steps} steps × batch {entry.settings.batch}"
     )
     per_map = st.checkbox(
         "Scale each map on its own", key=PER_MAP_KEY,
@@ -105,11 +103,11 @@ def show(entry: dict) -> None:
         "brightness compares across the row. On: each map runs from 0 to its own maximum, which shows its shape "
         "but not how many bits it let through.",
     )
-    lost = lost_class_warning(entry["cells"])
+    lost = lost_class_warning(entry.cells)
     if lost:
         st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
                    icon=":material/warning:")
-    st.plotly_chart(grid_figure(entry["cells"], shared_scale=not per_map), key="bl_grid", theme=None,
+    st.plotly_chart(grid_figure(entry.cells, shared_scale=not per_map), key="bl_grid", theme=None,
                     config=MAP_CONFIG)
     if per_map:
         scale = ("Each map has its own colour scale (dark = 0 bits / pixel, bright = that map's maximum, given in its "

@@ -12,9 +12,10 @@ from iba_core.app.choices import (
     compare_request,
 )
 from iba_core.app.maps import CachedMap, cell_pictures, map_key
+from iba_core.app.state import CompareRun, Subject
 from iba_core.errors import user_message
 from iba_core.methods import display_names
-from iba_core.render.grid import grid_png, image_cell_png, limits_text
+from iba_core.render.comparison import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
 from pages import _widgets as ui
 
@@ -94,17 +95,17 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
             next(slots).image(entry.png, caption=entry.amap.name, width="stretch")
 
         def on_error(key: str, err: BaseException) -> None:
-            failed.append(f"{labels[key]}: {user_message(err)}")
+            failed.append(f"{labels[key]}: {user_message(err, 'app')}")
 
-        with inputs.shared.busy() as network:
+        with ui.network_turn(inputs.shared) as network:
             maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
                               names=labels, progress=progress, on_map=on_map, on_error=on_error)
         live.empty()  # the finished grid is drawn below
-        st.session_state[LAST_KEY] = dict(
+        st.session_state[LAST_KEY] = CompareRun(
+            Subject.of(inputs.image.name, inputs.network, target_idx),
             keys=[map_key(inputs.image.digest, inputs.network, target_idx, m, settings.get(m)) for m in maps],
+            cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
             readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",
-            image=inputs.image.name, cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
-            model=inputs.network.spec.title, class_name=inputs.network.class_name(target_idx), target=target_idx,
             failed=failed,
         )
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
@@ -129,38 +130,39 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> Non
             st.markdown(f"- **{c.label}** — {c.details}" + (f" Not usable: {c.error}" if c.error else ""))
 
 
-def show(last: dict) -> None:
+def show(last: CompareRun) -> None:
     cache = ui.map_cache()
-    found = [(k[4], e) for k, e in ((k, cache.get(k)) for k in last["keys"]) if e is not None]
+    found = [(k[4], e) for k, e in ((k, cache.get(k)) for k in last.keys) if e is not None]
     entries = [e for _, e in found]
     st.divider()
     st.subheader("Maps")
-    st.caption(f"{last['image']} · {last['model']} · explaining **{last['class_name']}** (#{last['target']})")
+    st.caption(last.subject.caption)
     per_map = st.checkbox(
         "Scale each bottleneck map on its own", key=PER_MAP_KEY,
         help="Off (default): every map in bits per pixel (Per-Sample IBA, Readout) uses one colour scale, from 0 "
         "to the largest value among them — bits are absolute, so a darker map let fewer bits through. On: each "
         "map runs from 0 to its own maximum, which shows its shape but not how many bits it let through.",
     )
-    for line in last["failed"]:
+    for line in last.failed:
         st.warning(line, icon=":material/warning:")
     cols = st.columns(COLUMNS)
-    cols[0].image(last["input_png"], width="stretch")
-    cols[0].caption("**Input** · the 224 × 224 crop the network sees")
+    cols[0].image(last.input_png, width="stretch")
+    cols[0].caption(f"**Input** · the {last.cropped.width} × {last.cropped.height} crop the network sees")
     for i, ((key, entry), (png, limits)) in enumerate(zip(found, cell_pictures(entries, not per_map)), start=1):
         with cols[i % COLUMNS]:
             st.image(png, width="stretch")
             a = entry.amap
             st.caption(f"**{a.name}** · {format_seconds(a.seconds)} · {'signed' if a.signed else 'unsigned'} · "
                        f"scale {limits_text(a, limits)}",
-                       help=(last["readout_details"] or None) if key == READOUT_METHOD else None)
-    if not last["readout"]:
+                       help=(last.readout_details or None) if key == READOUT_METHOD else None)
+    if not last.readout:
         with cols[(len(entries) + 1) % COLUMNS]:
             st.info("**Readout Bottleneck** — needs a trained checkpoint for this network (none chosen or found). "
                     "See *Readout Bottleneck checkpoints* above.", icon=":material/hourglass_empty:")
-    png = grid_png([e.amap for e in entries], last["cropped"], shared_scale=not per_map,
-                   title=f"{last['image']} · {last['model']} · {last['class_name']}")
-    st.download_button("Download grid (PNG)", png, f"compare_{last['image'].rsplit('.', 1)[0]}.png", "image/png",
+    about = last.subject
+    png = grid_png([e.amap for e in entries], last.cropped, shared_scale=not per_map,
+                   title=f"{about.image} · {about.model} · {about.class_name}")
+    st.download_button("Download grid (PNG)", png, f"compare_{about.image.rsplit('.', 1)[0]}.png", "image/png",
                        on_click="ignore", icon=":material/download:", key="cmp_download")
 
 

@@ -7,24 +7,29 @@ from iba_core.app.choices import (
     DEFAULT_BOX,
     DEFAULT_EVALUATE_METHODS,
     DEFAULT_POINTS,
-    DEGRADATION_TILES,
     default_sanity_method,
     method_choices,
     sanity_choices,
 )
 from iba_core.app.evaluation import (
-    bbox_rows,
+    BoxRun,
+    DegradationRun,
+    SanityRun,
+    box_run,
     degradation_for,
     degradation_rows,
-    large_box,
     sanity_levels,
     sanity_strip,
     table_columns,
 )
 from iba_core.app.inputs import box_input
+from iba_core.app.state import Subject
 from iba_core.methods import display_names
+from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
+from iba_core.metrics.degradation import DEGRADATION_TILES
+from iba_core.metrics.sanity import normalise_heatmap
+from iba_core.progress import ProgressFn
 from iba_core.render.figures import degradation_figure, ssim_figure
-from iba_core.render.overlays import draw_boxes
 from iba_core.render.sanity import sanity_strip_png
 from pages import _widgets as ui
 
@@ -63,32 +68,29 @@ def choices(inputs: ui.Inputs, names: dict[str, str]) -> tuple[list[str], int | 
     return methods, target
 
 
+def reporting(bar, what: str) -> ProgressFn:
+    """A progress callback that shows "<what> done / total · label" on the progress bar `bar`."""
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar.progress(done / max(total, 1), text=f"{what} {done} / {total} · {label}")
+
+    return progress
+
+
 def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
     """{key: AttributionMap}, computing the maps not in the session's cache (progress on `bar`)."""
     if not methods:
         raise ValueError("Choose at least one method.")
     cache = ui.map_cache()
     ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
-
-    def progress(done: int, total: int, label: str) -> None:
-        bar.progress(done / max(total, 1), text=f"Maps {done} / {total} · {label}")
-
-    with inputs.shared.busy() as network:
-        entries = cache.maps(network, inputs.x, inputs.image.digest, target, methods, progress=progress)
+    with ui.network_turn(inputs.shared) as network:
+        entries = cache.maps(network, inputs.x, inputs.image.digest, target, methods,
+                             progress=reporting(bar, "Maps"))
     return {k: e.amap for k, e in entries.items()}
 
 
-def context(inputs: ui.Inputs, target: int) -> tuple:
-    return (inputs.image.digest, inputs.network.key, inputs.network.weights_id, target)
-
-
-def caption(entry: dict) -> None:
-    st.caption(f"{entry['image']} · {entry['model']} · explaining **{entry['class_name']}** (#{entry['target']})")
-
-
-def describe(inputs: ui.Inputs, target: int) -> dict:
-    return dict(image=inputs.image.name, model=inputs.network.spec.title,
-                class_name=inputs.network.class_name(target), target=target, context=context(inputs, target))
+def subject(inputs: ui.Inputs, target: int) -> Subject:
+    return Subject.of(inputs.image.name, inputs.network, target)
 
 
 # ---- degradation -------------------------------------------------------------------------------
@@ -98,38 +100,36 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
     st.subheader("Degradation (MoRF / LeRF)")
     with st.form("ev_deg_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
-        tile = c1.radio("Tile size", DEGRADATION_TILES, index=1, key="ev_tile", horizontal=True,
-                        format_func=lambda t: f"{t} × {t}", help="The paper uses 8 × 8 and 14 × 14 tiles.")
+        tile = c1.radio("Tile size", DEGRADATION_TILES, index=len(DEGRADATION_TILES) - 1, key="ev_tile",
+                        horizontal=True, format_func=lambda t: f"{t} × {t}",
+                        help=f"The paper uses {' and '.join(f'{t} × {t}' for t in DEGRADATION_TILES)} tiles.")
         points = c2.number_input(
             "Points per curve", 2, 1000, DEFAULT_POINTS, key="ev_points",
             help="Measure after this many evenly spaced numbers of removed tiles (fewer = faster). "
             "Enter a number ≥ the number of tiles + 1 for every step, as in the paper.",
         )
-        run = c3.form_submit_button("Compute curves", type="primary", icon=":material/show_chart:",
-                                    key="ev_deg_button")
-    if run:
+        pressed = c3.form_submit_button("Compute curves", type="primary", icon=":material/show_chart:",
+                                        key="ev_deg_button")
+    if pressed:
         try:
             target_idx = ui.resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
-
-            def progress(done: int, total: int, label: str) -> None:
-                bar.progress(done / max(total, 1), text=f"Curves {done} / {total} · {label}")
-
-            with inputs.shared.busy() as network:
-                curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points), progress)
+            with ui.network_turn(inputs.shared) as network:
+                curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points),
+                                         reporting(bar, "Curves"))
             bar.empty()
-            st.session_state[DEG_KEY] = dict(curves=curves, tile=int(tile), **describe(inputs, target_idx))
+            st.session_state[DEG_KEY] = DegradationRun(subject(inputs, target_idx), curves, int(tile))
         except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
             ui.show_error(err)
-    entry = st.session_state.get(DEG_KEY)
-    if entry is not None:
-        caption(entry)
-        st.plotly_chart(degradation_figure(entry["curves"], names), key="ev_deg_chart", theme=None,
+    run: DegradationRun | None = st.session_state.get(DEG_KEY)
+    if run is not None:
+        st.caption(run.subject.caption)
+        st.plotly_chart(degradation_figure(run.curves, names), key="ev_deg_chart", theme=None,
                         config=PLOT_CONFIG)
-        table(degradation_rows(entry["curves"], names), "ev_deg_table")
+        table(degradation_rows(run.curves, names), "ev_deg_table")
         st.caption(
-            f"{entry['tile']} × {entry['tile']} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
+            f"{run.tile} × {run.tile} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
             "top-1 probability t₁ and p(target) with every tile removed b. Area: LeRF − MoRF, higher is better; "
             "≈ 0 for a random ranking."
         )
@@ -149,27 +149,23 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
                               help="The map is recomputed after each randomisation step; fast methods only.")
         n_levels = c2.slider("Randomisation steps", 1, len(levels), min(4, len(levels)), key="ev_san_levels",
                              help=f"Cascade from the logits down: {', '.join(levels)}.")
-        run = c3.form_submit_button("Run sanity check", type="primary", icon=":material/shuffle:",
-                                    key="ev_san_button")
-    if run:
+        pressed = c3.form_submit_button("Run sanity check", type="primary", icon=":material/shuffle:",
+                                        key="ev_san_button")
+    if pressed:
         try:
             target_idx = ui.resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
-
-            def progress(done: int, total: int, label: str) -> None:
-                bar.progress(done / max(total, 1), text=f"Step {done} / {total} · {label}")
-
-            with inputs.shared.busy() as network:
-                strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), progress)
+            with ui.network_turn(inputs.shared) as network:
+                strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), reporting(bar, "Step"))
             bar.empty()
-            st.session_state[SAN_KEY] = dict(strip=strip, **describe(inputs, target_idx))
+            st.session_state[SAN_KEY] = SanityRun(subject(inputs, target_idx), strip)
         except Exception as err:  # noqa: BLE001
             ui.show_error(err)
-    entry = st.session_state.get(SAN_KEY)
-    if entry is not None:
-        caption(entry)
-        strip = entry["strip"]
-        st.image(sanity_strip_png(strip), width="stretch",
+    run: SanityRun | None = st.session_state.get(SAN_KEY)
+    if run is not None:
+        st.caption(run.subject.caption)
+        strip = run.strip
+        st.image(sanity_strip_png(strip, normalise_heatmap), width="stretch",
                  caption=f"{strip.method}: the map after each randomisation step (each normalised to its "
                  "1st–99th percentile, as the SSIM sees it).")
         st.plotly_chart(ssim_figure(strip), key="ev_ssim_chart", theme=None, config=PLOT_CONFIG)
@@ -180,40 +176,42 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
 
 def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> None:
     st.subheader("Bounding box")
+    preprocess = inputs.network.preprocess
+    resize, crop = preprocess_sizes(preprocess)  # this network's own preprocessing, as the CLI maps boxes
     with st.form("ev_box_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
-        text = c1.text_input("Box x0, y0, x1, y1 (pixels of the 224 crop)", ", ".join(map(str, DEFAULT_BOX)),
+        text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, DEFAULT_BOX)),
                              key="ev_box")
         xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
                                help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
-                               "crop (resize 256, centre-crop 224). It overrides the typed box.")
-        run = c3.form_submit_button("Score maps", type="primary", icon=":material/crop_free:", key="ev_box_button")
-    if run:
+                               f"crop as the network's preprocessing maps the image (resize {resize}, centre-crop "
+                               f"{crop}). It overrides the typed box.")
+        pressed = c3.form_submit_button("Score maps", type="primary", icon=":material/crop_free:",
+                                        key="ev_box_button")
+    if pressed:
         try:
-            mask, boxes = box_input(text, None if xml is None else xml.getvalue())
+            mask, boxes = box_input(text, None if xml is None else xml.getvalue(), preprocess)
             target_idx = ui.resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
             bar.empty()
-            st.session_state[BOX_KEY] = dict(rows=bbox_rows(maps, mask), share=float(mask.mean()),
-                                             large=large_box(mask), picture=draw_boxes(inputs.cropped, boxes),
-                                             **describe(inputs, target_idx))
+            st.session_state[BOX_KEY] = box_run(subject(inputs, target_idx), maps, mask, boxes, inputs.cropped)
         except Exception as err:  # noqa: BLE001
             ui.show_error(err)
-    entry = st.session_state.get(BOX_KEY)
-    if entry is not None:
-        caption(entry)
+    run: BoxRun | None = st.session_state.get(BOX_KEY)
+    if run is not None:
+        st.caption(run.subject.caption)
         left, right = st.columns([1, 2])
-        left.image(entry["picture"], caption="The box on the crop", width=224)
+        left.image(run.picture, caption="The box on the crop", width=run.picture.width)
         with right:
-            table(entry["rows"], "ev_box_table")
+            table(run.rows, "ev_box_table")
             st.caption(
                 f"bbox ratio: share of the map's n highest pixels inside the box, n = the box's size "
-                f"({entry['share']:.0%} of the crop, which is also what a random map scores). Higher is better. "
-                "The paper skips boxes larger than 33 % of the crop."
+                f"({run.share:.0%} of the crop, which is also what a random map scores). Higher is better. "
+                f"The paper skips boxes larger than {LARGEST_BOX_SHARE:.0%} of the crop."
             )
-            if entry["large"]:
-                st.warning("The box covers more than 33 % of the crop; the ratio says little.",
+            if run.large:
+                st.warning(f"The box covers more than {LARGEST_BOX_SHARE:.0%} of the crop; the ratio says little.",
                            icon=":material/warning:")
 
 

@@ -229,7 +229,7 @@ def results(record: RunRecord) -> None:
               help="Optimisation: the T steps, including drawing the live view. Statistics: estimating the layer's "
               f"μ_R and σ_R (near 0 when they are cached).{waited}")
 
-    # Three views of the same 224 × 224 map side by side: label on top, picture, then its control.
+    # Three views of the same map (the crop's size) side by side: label on top, picture, then its control.
     overlay_col, heat_col, few_col = st.columns([1, 1.3, 1], gap="medium")
     with overlay_col:
         st.markdown("**Bits over the image**")
@@ -284,6 +284,7 @@ def downloads(record: RunRecord, opacity: float) -> None:
     report = record.report()
     scale = colour_scale()
     c1, c2, c3, c4, _ = st.columns([1, 1, 1, 1, 0.5])
+    side = " × ".join(map(str, r.heatmap.shape[::-1]))  # width × height of the map (the network's crop)
     if record.original is not None and record.crop_box is not None:
         original, box = record.original, record.crop_box
         width, height = original.size
@@ -297,9 +298,9 @@ def downloads(record: RunRecord, opacity: float) -> None:
     else:
         c1.download_button("Overlay PNG", png_bytes(overlay_image(record.cropped, r.heatmap, opacity)),
                            f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:",
-                           width="stretch", help="The 224 × 224 crop the network saw.")
+                           width="stretch", help=f"The {side} crop the network saw.")
     c2.download_button("Heatmap .npy", heatmap_npy_bytes(r.heatmap), f"{stem}_bits.npy", "application/octet-stream",
-                       on_click="ignore", icon=":material/grid_on:", help="224 × 224 float32, bits per pixel.",
+                       on_click="ignore", icon=":material/grid_on:", help=f"{side} float32, bits per pixel.",
                        width="stretch")
     c3.download_button("JSON report", json.dumps(report, indent=2), f"{stem}.json", "application/json",
                        on_click="ignore", icon=":material/description:", width="stretch")

@@ -23,7 +23,8 @@ from iba_core.metrics.sensitivity_n import correlations, logit_drops
 from iba_core.networks import load_network
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from iba_core.precision import machine_id
-from iba_core.stats import get_stats, offline_photos
+from iba_core.datasets import offline_photos
+from iba_core.feature_stats import get_stats
 
 
 def read_point(net, x) -> None:

@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iba_core.app.choices import DEFAULT_THRESHOLD  # noqa: E402
-from iba_core.app.statistics import choose_stats  # noqa: E402
+from iba_core.app.stats_source import choose_stats  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
 from iba_core.networks import DEFAULT_NETWORK, load_network  # noqa: E402
 from iba_core.per_sample import AttributionResult, BottleneckSettings, PerSampleBottleneck  # noqa: E402

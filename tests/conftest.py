@@ -58,7 +58,7 @@ def tiny_net() -> TinyNet:
 @pytest.fixture
 def tiny_stats(tiny_net):
     """Statistics of TinyNet's conv2 on random inputs (one dead channel forced to std 0)."""
-    from iba_core.stats import FeatureStats, estimate_stats
+    from iba_core.feature_stats import FeatureStats, estimate_stats
 
     g = torch.Generator().manual_seed(1)
     batches = [torch.randn(16, 3, 8, 8, generator=g) for _ in range(4)]
@@ -77,7 +77,7 @@ def offline_model():
 
 @pytest.fixture(scope="session")
 def offline_stats(offline_model):
-    from iba_core.stats import get_stats
+    from iba_core.feature_stats import get_stats
 
     return get_stats(offline_model, offline_model.spec.default_layer, n=TEST_STATS_SAMPLES)
 

@@ -1,14 +1,17 @@
-"""House rules that code review would otherwise have to remember: no import cycles in iba_core, no UI in
-the library, modules named for what they hold, the pages that app.py lists are the pages there are."""
+"""House rules that code review would otherwise have to remember: no import cycles in iba_core, imports only
+down the layers of docs/architecture.md, every module named there, no UI in the library, modules named for what
+they hold, the pages that app.py lists are the pages there are."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "iba_core"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -16,12 +19,28 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, known: set[str], root: Path = ROOT) -> set[str]:
-    """Modules of the package that `path` imports, at module level or inside functions."""
+def _is_type_checking(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): a block that never runs."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
+
+
+def imported_modules(path: Path, known: set[str], root: Path = ROOT, runtime_only: bool = False) -> set[str]:
+    """Modules of the package that `path` imports, at module level or inside functions.
+
+    runtime_only leaves out the imports under `if TYPE_CHECKING:` (type hints only, never run).
+    """
     name = module_name(path, root)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    if runtime_only:
+        for node in ast.walk(tree):
+            for field, value in ast.iter_fields(node):
+                if isinstance(value, list) and any(_is_type_checking(v) for v in value):
+                    setattr(node, field, [v for v in value if not _is_type_checking(v)])
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -38,9 +57,9 @@ def imported_modules(path: Path, known: set[str], root: Path = ROOT) -> set[str]
     return {m for m in found if m != name and not name.startswith(m + ".")}
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
-    files = {module_name(p): p for p in package.rglob("*.py")}
-    return {name: imported_modules(path, set(files)) for name, path in files.items()}
+def import_graph(package: Path, runtime_only: bool = False) -> dict[str, set[str]]:
+    files = {module_name(p, package.parent): p for p in package.rglob("*.py")}
+    return {name: imported_modules(path, set(files), package.parent, runtime_only) for name, path in files.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -87,6 +106,124 @@ def test_the_graph_reads_relative_and_function_level_imports(tmp_path):
 def test_iba_core_has_no_import_cycle():
     cycle = find_cycle(import_graph(PACKAGE))
     assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+# ---- the architecture document: layers and modules ------------------------------------------------
+
+
+def documented_layers(text: str) -> list[tuple[str, list[str]]]:
+    """(layer, [paths inside iba_core]) of the '## Layers' table, top to bottom; a folder's path ends in '/'."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # past the header and |---|
+    layers = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        layers.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    return layers
+
+
+def documented_modules(text: str) -> set[str]:
+    """The paths the '## Modules' section names (each in backticks at the start of a list item)."""
+    section = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^- `([^`]+)`", section, flags=re.MULTILINE))
+
+
+def module_paths(package: Path) -> dict[str, Path]:
+    """{path inside the package: file} for every module and package (a package: 'name/', its __init__.py)."""
+    out = {}
+    for file in package.rglob("*.py"):
+        rel = file.relative_to(package)
+        is_package = file.name == "__init__.py" and rel.parent != Path(".")
+        out[f"{rel.parent.as_posix()}/" if is_package else rel.as_posix()] = file
+    return out
+
+
+def layer_of(path: str, layers: list[tuple[str, list[str]]]) -> int | None:
+    """Index (0 = top) of the layer whose `where` holds `path`: the longest matching file or folder."""
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            hit = path.startswith(prefix) if prefix.endswith("/") else path == prefix
+            if hit and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    return best
+
+
+def _path_of(module: str, paths: set[str]) -> str:
+    """'iba_core.render.comparison' → 'render/comparison.py'; a package → 'render/'; the root → '__init__.py'."""
+    rel = module.split(".")[1:]
+    if not rel:
+        return "__init__.py"
+    folder = "/".join(rel) + "/"
+    return folder if folder in paths else "/".join(rel) + ".py"
+
+
+def layering_errors(package: Path, text: str) -> list[str]:
+    """One sentence per module missing from the document, outside every layer, or importing a higher layer."""
+    layers = documented_layers(text)
+    named = documented_modules(text)
+    paths = module_paths(package)
+    errors = []
+    for path in sorted(paths):
+        layer = layer_of(path, layers)
+        if layer is None:
+            errors.append(f"iba_core/{path} is in no layer of docs/architecture.md: add `{path}` (or its folder) to "
+                          "the `where` cell of its row in '## Layers', and a line for it under '## Modules'.")
+        elif path not in named:
+            errors.append(f"iba_core/{path} is not in docs/architecture.md: add a line '- `{path}`: what it holds' "
+                          f"under '## Modules', in the list '{layers[layer][0].capitalize()}'.")
+    errors += [f"docs/architecture.md names `{path}` under '## Modules', which is not in iba_core/ any more: "
+               "remove or rename its line." for path in sorted(named - set(paths))]
+    graph = import_graph(package, runtime_only=True)
+    for module in sorted(graph):
+        source = _path_of(module, set(paths))
+        here = layer_of(source, layers)
+        for imported in sorted(graph[module]):
+            there = layer_of(_path_of(imported, set(paths)), layers)
+            if here is not None and there is not None and there < here:
+                errors.append(f"{module} ({layers[here][0]}) imports {imported} ({layers[there][0]}), a higher "
+                              "layer: pass the data or a function in instead, or move the module "
+                              "(docs/architecture.md, '## Layers').")
+    return errors
+
+
+def test_the_layer_table_is_read_as_written():
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    names = [name for name, _ in layers]
+    assert names[0] == "front ends" and names[-1] == "foundation" and len(names) == len(set(names))
+    assert layer_of("render/comparison.py", layers) == names.index("drawing")
+    assert layer_of("cli/", layers) == layer_of("__main__.py", layers) == 0
+    assert layer_of("no_such_module.py", layers) is None
+
+
+def test_every_module_is_in_the_architecture_document_and_imports_only_down_the_layers():
+    errors = layering_errors(PACKAGE, ARCHITECTURE.read_text(encoding="utf-8"))
+    assert not errors, "\n".join(errors)
+
+
+def _throwaway_package(tmp_path: Path) -> Path:
+    """A copy of iba_core's modules under `tmp_path`, for a test to add a throwaway module to."""
+    pkg = tmp_path / "iba_core"
+    for path, file in module_paths(PACKAGE).items():
+        target = pkg / file.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(file.read_text(encoding="utf-8"), encoding="utf-8")
+    return pkg
+
+
+def test_the_document_check_names_a_missing_module_and_an_import_up_the_layers(tmp_path):
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    pkg = _throwaway_package(tmp_path)
+    (pkg / "render" / "throwaway.py").write_text("from ..methods import get_method\n", encoding="utf-8")
+    errors = layering_errors(pkg, text)
+    assert any("iba_core/render/throwaway.py is not in docs/architecture.md" in e and "'Drawing'" in e
+               for e in errors), errors
+    assert any(e.startswith("iba_core.render.throwaway (drawing) imports iba_core.methods (analyses)")
+               for e in errors), errors
+    # Type hints only are not an import at run time.
+    (pkg / "render" / "throwaway.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..methods import Method\n", encoding="utf-8")
+    assert not any("imports" in e for e in layering_errors(pkg, text))
 
 
 def test_the_library_does_not_import_streamlit():

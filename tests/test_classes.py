@@ -25,3 +25,20 @@ def test_resolve_class_explains_what_does_not_fit() -> None:
         resolve_class(CATEGORIES, 4)
     with pytest.raises(ValueError):
         resolve_class(CATEGORIES, "  ")
+
+
+def test_signed_index_text_is_an_index_not_a_name() -> None:
+    for target in ("-1", " -1 ", -1):
+        with pytest.raises(ValueError, match=r"Class index -1 is out of range 0…3\."):
+            resolve_class(CATEGORIES, target)
+    assert resolve_class(CATEGORIES, "+2") == 2
+    with pytest.raises(ValueError, match="negative"):
+        resolve_class([], "-3")  # no class list: still no negative index
+
+
+def test_a_name_that_several_classes_share_needs_its_index() -> None:
+    names = ["crane", "tabby", "Crane", "crane hook"]
+    with pytest.raises(ValueError, match=r"2 classes are named 'crane' \(indices 0, 2\); give the index") as err:
+        resolve_class(names, "crane")  # never silently the first
+    assert "crane hook" not in str(err.value)
+    assert resolve_class(names, "2") == 2 and resolve_class(names, "hook") == 3

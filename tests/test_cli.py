@@ -123,7 +123,7 @@ def test_mismatched_readout_checkpoint_is_a_clear_error(chelsea_jpg, capsys):
 
 def test_every_offline_layer_runs_without_estimating_statistics(chelsea_jpg, monkeypatch, capsys):
     """Fresh cache: the shipped statistics cover every layer, so no `attribute --layer L` estimates any."""
-    from iba_core import stats as stats_mod
+    from iba_core import feature_stats as stats_mod
     from iba_core.networks import get_spec
 
     monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: pytest.fail("estimated statistics"))

@@ -1,4 +1,4 @@
-"""compare() and the `compare` command line (the grid PNG: tests/render/test_render_grid.py)."""
+"""compare() and the `compare` command line (the grid PNG: tests/render/test_render_comparison.py)."""
 from __future__ import annotations
 
 import json

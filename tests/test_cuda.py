@@ -33,7 +33,7 @@ def gpu_model():
 
 @pytest.fixture(scope="module")
 def gpu_stats(gpu_model):
-    from iba_core.stats import get_stats
+    from iba_core.feature_stats import get_stats
 
     return get_stats(gpu_model, gpu_model.spec.default_layer, n=32)
 
@@ -147,7 +147,7 @@ def test_degradation_forward_passes_on_the_gpu(gpu_model, photos, offline_model,
 
 
 def test_statistics_estimated_on_the_gpu_match_the_cpu(gpu_model, offline_model, true_fp32):
-    from iba_core.stats import estimate_stats
+    from iba_core.feature_stats import estimate_stats
 
     batch = [torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(3))]
     layer = gpu_model.spec.default_layer

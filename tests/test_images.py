@@ -13,7 +13,9 @@ from PIL import Image, ImageFile
 from iba_core.images import (
     FORMAT_INFO,
     FRAMES_INFO,
+    MAX_ASPECT_RATIO,
     MAX_PIXELS,
+    MAX_SIDE,
     SUPPORTED_UPLOAD_TYPES,
     ImageError,
     load_image,
@@ -355,6 +357,37 @@ def test_default_limit_refuses_over_40_megapixels(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ImageError, match="too large") as info:
         load_image(data)
     assert "40,000,000" in str(info.value)
+
+
+@pytest.mark.parametrize("size", [(20000, 1), (100000, 1), (1, 100000), (10000, 3)])
+def test_extreme_aspect_ratio_refused_from_the_header(size, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Few pixels but a strip the preprocessing would blow up to gigabytes: refused before any decode."""
+    data = encode(Image.new("1", size), "PNG")
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail("pixels were decoded"))
+    with pytest.raises(ImageError, match="times as") as info:
+        load_image(data)
+    msg = str(info.value)
+    assert f"{size[0]} × {size[1]}" in msg and f"at most {MAX_ASPECT_RATIO} times" in msg
+    assert_one_sentence(msg)
+
+
+def test_aspect_ratio_and_side_limits_are_exact() -> None:
+    assert (MAX_SIDE, MAX_ASPECT_RATIO) == (20_000, 20)
+    for size in [(400, 20), (20, 400)]:  # exactly 20 : 1 either way
+        assert load_image(encode(Image.new("L", size), "PNG")).size == size
+    with pytest.raises(ImageError, match="20.05 times as wide"):
+        load_image(encode(Image.new("L", (401, 20)), "PNG"))
+    with pytest.raises(ImageError, match="times as tall as it is wide"):
+        load_image(Image.new("L", (20, 401)))  # in-memory images are bounded alike
+    assert load_image(encode(Image.new("1", (MAX_SIDE, 1000)), "PNG")).size == (MAX_SIDE, 1000)
+
+
+def test_side_over_the_limit_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = encode(Image.new("1", (MAX_SIDE + 1, 1001)), "PNG")  # 20 MP: under the pixel limit
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail("pixels were decoded"))
+    with pytest.raises(ImageError, match="20,000 pixels on a side") as info:
+        load_image(data)
+    assert_one_sentence(str(info.value))
 
 
 def test_huge_bomb_refused_without_touching_global_state() -> None:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 
 
@@ -92,7 +92,7 @@ class _ViewNet(torch.nn.Module):
 
 
 def test_hook_path_works_when_the_network_views_the_layer_output():
-    from iba_core.stats import FeatureStats
+    from iba_core.feature_stats import FeatureStats
 
     net = _ViewNet().eval()
     stats = FeatureStats(torch.zeros(4, 8, 8), torch.ones(4, 8, 8), 1000)
@@ -101,7 +101,7 @@ def test_hook_path_works_when_the_network_views_the_layer_output():
 
 
 def test_hook_path_refuses_a_module_that_runs_twice():
-    from iba_core.stats import FeatureStats
+    from iba_core.feature_stats import FeatureStats
 
     class Twice(torch.nn.Module):
         def __init__(self):
@@ -194,7 +194,7 @@ def test_more_beta_means_fewer_bits(tiny_net, tiny_stats):
 @pytest.mark.parametrize("precision", ["fp32", "auto"])
 def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats, precision):
     """Also with "auto", whose timing pass would otherwise fail first inside a convolution."""
-    from iba_core.stats import FeatureStats
+    from iba_core.feature_stats import FeatureStats
 
     wrong = FeatureStats(torch.zeros(2, 8, 8), torch.ones(2, 8, 8), 10)
     with pytest.raises(ValueError, match="Statistics are for a layer shaped"):
@@ -239,11 +239,12 @@ class DeadAfterReLU(torch.nn.Module):
 
 
 def test_inactive_units_are_masked_in_z_and_in_the_kl():
-    from iba_core.stats import FeatureStats, estimate_stats_and_activity
+    from iba_core.feature_stats import FeatureStats, estimate_moments
 
     net = DeadAfterReLU().eval()
     g = torch.Generator().manual_seed(2)
-    mean, std, n, active = estimate_stats_and_activity(net.prefix(), [torch.randn(32, 3, 8, 8, generator=g)])
+    moments, _ = estimate_moments(lambda x: {"relu": net.prefix()(x)}, [torch.randn(32, 3, 8, 8, generator=g)])
+    mean, std, n, active = moments["relu"].summary()
     assert torch.all(active[0] == 0) and torch.all(active[1:] > 0.05)  # the dead channel is never non-zero
     stats = FeatureStats(mean, std, n, "dead", "random", "relu", "noise", active=active)
     run = lambda **kw: PerSampleBottleneck.from_split(  # noqa: E731
@@ -259,7 +260,7 @@ def test_inactive_units_are_masked_in_z_and_in_the_kl():
 
 
 def test_statistics_keep_the_activity_on_disk(tmp_path):
-    from iba_core.stats import FeatureStats
+    from iba_core.feature_stats import FeatureStats
 
     stats = FeatureStats(torch.zeros(2, 3, 3), torch.ones(2, 3, 3), 10, active=torch.full((2, 3, 3), 0.5))
     back = FeatureStats.load(stats.save(tmp_path / "s.npz"))

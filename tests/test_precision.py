@@ -1,12 +1,56 @@
-"""Precision of the network passes: hardware checks, the measured `auto` choice, fidelity of bf16."""
+"""Precision of the network passes: hardware checks, the measured `auto` choice, fidelity of bf16.
+
+Every test holds on every machine: those that depend on the hardware run once per kind of CPU (AVX2 only,
+AVX-512, AVX512-BF16, AMX) and with and without a bf16 GPU, faked through `precision.cpu_flags` and
+`precision.cuda_bf16` (the `machine` fixture); the fidelity tests that need real bf16 arithmetic skip,
+saying why, where the CPU has none.
+"""
 from __future__ import annotations
 
+import json
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 from iba_core import precision as prec
+
+#: CPU feature flags of the kinds of machine the tests must hold on (a subset of /proc/cpuinfo's flags).
+CPU_KINDS = {
+    "avx2": {"sse4_2", "avx", "avx2", "fma"},
+    "avx512": {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"},
+    "avx512_bf16": {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"},
+    "amx": {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+            "amx_int8"},
+}
+HAS_BF16 = {"avx2": False, "avx512": False, "avx512_bf16": True, "amx": True}
+
+
+@pytest.fixture(params=[(cpu, gpu) for cpu in CPU_KINDS for gpu in (False, True)],
+                ids=lambda p: f"{p[0]}-{'bf16gpu' if p[1] else 'nogpu'}")
+def machine(request, monkeypatch) -> tuple[str, bool]:
+    """A faked machine: (kind of CPU, whether a bf16 GPU is there)."""
+    cpu, gpu = request.param
+    monkeypatch.setattr(prec, "cpu_flags", lambda: set(CPU_KINDS[cpu]))
+    monkeypatch.setattr(prec, "cuda_bf16", lambda: gpu)
+    return cpu, gpu
+
+
+@pytest.fixture(params=list(CPU_KINDS))
+def cpu_kind(request, monkeypatch) -> str:
+    """A faked CPU (for tests on the CPU, where a GPU changes nothing)."""
+    monkeypatch.setattr(prec, "cpu_flags", lambda: set(CPU_KINDS[request.param]))
+    return request.param
+
+
+def test_the_faked_hardware_decides_what_auto_may_measure(machine):
+    cpu, gpu = machine
+    assert prec.candidates("cpu") == (["bf16"] if HAS_BF16[cpu] else [])
+    assert (prec.unsupported("bf16", "cpu") is None) == HAS_BF16[cpu]
+    assert (prec.unsupported("fp16", "cpu") is None) == (cpu == "amx")
+    assert prec.candidates("cuda") == (["bf16", "fp16"] if gpu else ["fp16"])
+    assert (prec.unsupported("bf16", "cuda") is None) == gpu
 
 
 class FakeTimer:
@@ -39,7 +83,7 @@ def test_auto_never_picks_a_precision_that_measured_slower(monkeypatch, fp32, bf
 
 
 def test_auto_is_fp32_without_hardware_support(monkeypatch):
-    monkeypatch.setattr(prec, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(prec, "cpu_flags", lambda: set(CPU_KINDS["avx2"]))
     assert prec.candidates("cpu") == []
     assert "bf16" in prec.unsupported("bf16", "cpu")
     assert prec.resolve("auto", "cpu", workload=lambda p: (lambda: None)) == "fp32"
@@ -84,7 +128,9 @@ def test_bf16_heatmaps_match_fp32_on_the_offline_network(offline_model, offline_
     assert runs["bf16"].total_bits == pytest.approx(runs["fp32"].total_bits, rel=0.02)
 
 
-def test_auto_records_what_it_chose(offline_model, offline_stats, chelsea_x):
+def test_auto_records_what_it_chose(cpu_kind, offline_model, offline_stats, chelsea_x):
+    """On every kind of machine "auto" records its choice: measured where a lower precision exists, fp32
+    (nothing to measure) where none does."""
     from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 
     layer = offline_model.spec.default_layer
@@ -93,3 +139,71 @@ def test_auto_records_what_it_chose(offline_model, offline_stats, chelsea_x):
     assert res.settings.precision == "auto" and res.precision in prec.candidates("cpu") + ["fp32"]
     assert offline_model.memo[("precision", offline_model.key, offline_model.weights_id, layer,
                                tuple(offline_stats.mean.shape), 10, "cpu")] == res.precision
+    if not HAS_BF16[cpu_kind]:
+        assert res.precision == "fp32"
+
+
+def test_auto_is_recorded_even_without_a_lower_precision(cpu_kind):
+    memo: dict = {}
+    timer = FakeTimer()
+    timer.costs = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.7}
+    chosen = prec.resolve("auto", "cpu", workload=timer.work, memo=memo, key=("k",), timer=timer)
+    assert memo == {("precision", "k"): chosen}
+    assert chosen == ("bf16" if HAS_BF16[cpu_kind] else "fp32")
+
+
+# ---- the memo on disk ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def memo_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(prec, "candidates", lambda device: ["bf16"])
+    return tmp_path / "precision.json"
+
+
+def _measured(timer_costs: dict, calls: list):
+    timer = FakeTimer()
+    timer.costs = timer_costs
+
+    def workload(p):
+        calls.append(p)
+        return timer.work(p)
+
+    return workload, timer
+
+
+def test_the_disk_memo_saves_a_measurement_across_processes(memo_file):
+    calls: list = []
+    workload, timer = _measured({"fp32": 1.0, "bf16": 0.5}, calls)
+    assert prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True) == "bf16"
+    assert calls == ["fp32", "bf16"] and memo_file.is_file()
+    assert prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True) == "bf16"
+    assert calls == ["fp32", "bf16"]  # read from the memo: not measured again
+
+
+@pytest.mark.parametrize("garbage", ["{not json", "[1, 2]", json.dumps({"net | x": 5}),
+                                     json.dumps({"version": 1, "checksum": "0", "data": {"a": "bf16"}})])
+def test_a_garbled_memo_is_measured_again_and_repaired(memo_file, garbage):
+    memo_file.write_text(garbage)
+    calls: list = []
+    workload, timer = _measured({"fp32": 1.0, "bf16": 0.5}, calls)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True) == "bf16"
+    assert calls == ["fp32", "bf16"]  # never a crash: measured again
+    assert any("precision.json" in str(w.message) for w in seen)
+    from iba_core.cache import load_json
+
+    assert set(load_json(memo_file).values()) == {"bf16"}  # rewritten, sound
+
+
+def test_wrong_types_in_a_sound_memo_are_ignored_and_dropped(memo_file):
+    from iba_core.cache import load_json, save_json
+
+    save_json(memo_file, {"other": 7, "else": "fp64", "kept": "fp32"})
+    calls: list = []
+    workload, timer = _measured({"fp32": 1.0, "bf16": 0.5}, calls)
+    assert prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True) == "bf16"
+    assert calls and set(load_json(memo_file)) == {"kept", next(k for k in load_json(memo_file) if k != "kept")}
+    assert all(v in ("fp32", "bf16") for v in load_json(memo_file).values())

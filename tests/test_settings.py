@@ -12,6 +12,9 @@ def test_stats_samples_reads_the_environment(monkeypatch) -> None:
     for bad in ("", "zero", "-5", "0", "1.5"):
         monkeypatch.setenv(settings.STATS_SAMPLES_ENV, bad)
         assert settings.stats_samples() == 1000
+        assert settings.stats_samples(100) == 100  # a caller's default where the variable says nothing
+    monkeypatch.setenv(settings.STATS_SAMPLES_ENV, "32")
+    assert settings.stats_samples(100) == 32
 
 
 def test_torch_threads_leave_a_core_for_the_server(monkeypatch) -> None:
@@ -26,3 +29,30 @@ def test_torch_threads_leave_a_core_for_the_server(monkeypatch) -> None:
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(settings.CACHE_DIR_ENV, str(tmp_path))
     assert settings.cache_dir() == tmp_path
+
+
+def test_trust_code_is_off_unless_the_owner_sets_it(monkeypatch) -> None:
+    monkeypatch.delenv(settings.TRUST_CODE_ENV, raising=False)
+    assert settings.trust_code() is False
+    for on in ("1", "true", " YES "):
+        monkeypatch.setenv(settings.TRUST_CODE_ENV, on)
+        assert settings.trust_code() is True
+    for off in ("", "0", "no", "maybe"):
+        monkeypatch.setenv(settings.TRUST_CODE_ENV, off)
+        assert settings.trust_code() is False
+
+
+def test_data_dirs_split_on_the_path_separator(monkeypatch, tmp_path) -> None:
+    import os
+
+    monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
+    assert settings.data_dirs() == ()
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, f"{tmp_path / 'a'}{os.pathsep}{os.pathsep} {tmp_path / 'b'} ")
+    assert settings.data_dirs() == (tmp_path / "a", tmp_path / "b")
+
+
+def test_every_setting_is_in_the_docstring_table() -> None:
+    names = [value for name, value in vars(settings).items() if name.endswith("_ENV")]
+    assert len(names) >= 7
+    for value in names:
+        assert f"| {value} " in settings.__doc__, value

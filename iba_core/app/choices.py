@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..methods import Method, get_method, method_keys
+from ..per_sample import BottleneckSettings
 from .maps import MapRequest
 
 if TYPE_CHECKING:
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 BETA_K_CHOICES: tuple[float, ...] = tuple(
     round(m * 10.0**e, 6) for e in range(-2, 3) for m in (1, 2, 5)
 ) + (1000.0,)
-DEFAULT_BETA_K = 10.0
+#: The Per-Sample Bottleneck's own default (the paper's β = 10/k).
+DEFAULT_BETA_K = BottleneckSettings.beta_k
 
 #: Thresholds for the "not needed" view, in bits per pixel.
 THRESHOLD_CHOICES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -32,10 +34,9 @@ READOUT_METHOD = "readout"
 DEFAULT_EVALUATE_METHODS = ("saliency", "grad_cam", "iba_10")
 #: Sanity check default method: one backward pass per cascade level.
 DEFAULT_SANITY_METHOD = "saliency"
-#: Degradation tile sizes (paper: 8 × 8 and 14 × 14) and the default number of points per curve.
-DEGRADATION_TILES = (8, 14)
+#: Degradation: the default number of points per curve (the tile sizes: metrics.degradation.DEGRADATION_TILES).
 DEFAULT_POINTS = 17
-#: Default object box in crop pixels: ~31 % of the crop, under the paper's 33 % limit.
+#: Default object box in crop pixels: ~31 % of a 224 crop, under metrics.bbox.LARGEST_BOX_SHARE.
 DEFAULT_BOX = (50, 40, 170, 170)
 
 

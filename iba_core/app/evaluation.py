@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 
+from ..metrics.bbox import LARGEST_BOX_SHARE
+from ..metrics.degradation import DegradationCurves
 from ..progress import ProgressFn
 from ..methods import AttributionMap, get_method
 from ..networks import Network
-
-#: The paper skips boxes larger than this share of the crop: the ratio says little for them.
-LARGE_BOX_SHARE = 0.33
+from .state import Subject
 
 #: What each table column means (the tables' tooltips).
 COLUMN_HELP = {
@@ -62,6 +63,15 @@ def degradation_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], t
     return out
 
 
+@dataclass
+class DegradationRun:
+    """The Evaluate page's last degradation curves: per method key, for `tile` × `tile` tiles."""
+
+    subject: Subject
+    curves: dict[str, DegradationCurves]
+    tile: int
+
+
 def degradation_rows(curves: dict, names: dict[str, str]) -> list[dict]:
     """One table row per method: area between LeRF and MoRF, and the raw end points."""
     return [
@@ -84,6 +94,14 @@ class SanityStrip:
     levels: list[str]
     heatmaps: list[np.ndarray]
     ssim: list[float]
+
+
+@dataclass
+class SanityRun:
+    """The Evaluate page's last sanity check."""
+
+    subject: Subject
+    strip: SanityStrip
 
 
 def sanity_levels(network) -> list[str]:
@@ -132,6 +150,27 @@ def bbox_rows(maps: dict[str, AttributionMap], mask: np.ndarray) -> list[dict]:
              "random ≈": round(share, 4)} for m in maps.values()]
 
 
+@dataclass
+class BoxRun:
+    """The Evaluate page's last bounding-box scores: one table row per method, the box's share of the crop,
+    whether it is larger than the paper allows, and the crop with the box drawn on it."""
+
+    subject: Subject
+    rows: list[dict]
+    share: float
+    large: bool
+    picture: Image.Image
+
+
+def box_run(subject: Subject, maps: dict[str, AttributionMap], mask: np.ndarray,
+            boxes: list[tuple[float, float, float, float]], cropped: Image.Image) -> BoxRun:
+    """Score the maps against the box mask and draw the boxes (crop coordinates) on the crop."""
+    from ..render.overlays import draw_boxes
+
+    return BoxRun(subject, bbox_rows(maps, mask), float(np.asarray(mask, bool).mean()), large_box(mask),
+                  draw_boxes(cropped, boxes))
+
+
 def large_box(mask: np.ndarray) -> bool:
-    """Whether the box covers more of the crop than the paper allows (`LARGE_BOX_SHARE`)."""
-    return float(np.asarray(mask, bool).mean()) > LARGE_BOX_SHARE
+    """Whether the box covers more of the crop than the paper allows (`LARGEST_BOX_SHARE`)."""
+    return float(np.asarray(mask, bool).mean()) > LARGEST_BOX_SHARE

@@ -12,11 +12,10 @@ import numpy as np
 from PIL import Image
 
 from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, load_image, load_sample
+from ..networks.spec import CROP
 
 #: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
 MAX_UPLOAD_MB = 25
-#: Side of the centre crop the networks see, in pixels; boxes are given in its coordinates.
-CROP = 224
 #: Images with a shorter side below this many pixels get a warning: the network sees a blown-up copy.
 MIN_SIDE = 32
 #: Images whose long side exceeds this many times the short side get a warning: most is cropped away.
@@ -102,19 +101,21 @@ def sample_input(name: str) -> ImageInput:
 
 
 # ---- object boxes ------------------------------------------------------------------------------
+# Boxes are typed in the coordinates of the network's crop (`preprocess.crop_size` pixels a side), or come
+# as a Pascal-VOC annotation of the original image, mapped through the network's own preprocessing.
 
 Box = tuple[float, float, float, float]
 
 
-def parse_box(text: str, size: int = CROP) -> tuple[int, int, int, int]:
+def parse_box(text: str, size: int) -> tuple[int, int, int, int]:
     """'x0, y0, x1, y1' (pixels of the crop) → ints; ValueError with a readable message otherwise."""
     parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
-    if len(parts) != 4:
-        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (got {text!r}).")
+    if len(parts) != 4:  # (the text itself is not echoed: it may be anything pasted)
+        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (you gave {len(parts)} entries).")
     try:
         x0, y0, x1, y1 = (int(round(float(p))) for p in parts)
-    except ValueError:
-        raise ValueError(f"The box must be four numbers x0, y0, x1, y1 (got {text!r}).") from None
+    except (ValueError, OverflowError):  # not a number, NaN or infinite
+        raise ValueError("The box must be four finite numbers x0, y0, x1, y1, e.g. 50, 40, 170, 170.") from None
     x0, x1 = sorted((max(0, min(size, x0)), max(0, min(size, x1))))
     y0, y1 = sorted((max(0, min(size, y0)), max(0, min(size, y1))))
     if x1 - x0 < 1 or y1 - y0 < 1:
@@ -122,16 +123,18 @@ def parse_box(text: str, size: int = CROP) -> tuple[int, int, int, int]:
     return x0, y0, x1, y1
 
 
-def crop_box_mask(box: Box, size: int = CROP) -> np.ndarray:
+def crop_box_mask(box: Box, size: int) -> np.ndarray:
     """Mask of the crop pixels whose centres lie inside a box given in crop coordinates."""
     from ..metrics.bbox import Annotation, Box as BBox, box_mask
 
+    # an "original image" the size of the crop: the mapping is the identity
     return box_mask(Annotation(size, size, [BBox("box", *box)]), resize=size, crop=size)
 
 
-def voc_boxes(xml: str | bytes, size: int = CROP) -> tuple[np.ndarray, list[Box]]:
-    """(union mask in the crop, boxes in crop coordinates) from a Pascal-VOC annotation of the original image."""
-    from ..metrics.bbox import box_mask, box_to_crop, parse_voc
+def voc_boxes(xml: str | bytes, preprocess) -> tuple[np.ndarray, list[Box]]:
+    """(union mask in the crop, boxes in crop coordinates) from a Pascal-VOC annotation of the original image,
+    mapped as the network's `preprocess` (its resize and centre crop) maps the image."""
+    from ..metrics.bbox import boxes_on_crop, parse_voc
 
     text = xml.decode("utf-8", errors="replace") if isinstance(xml, bytes) else xml
     if not text.lstrip().startswith("<"):
@@ -139,13 +142,16 @@ def voc_boxes(xml: str | bytes, size: int = CROP) -> tuple[np.ndarray, list[Box]
     ann = parse_voc(text)
     if not ann.boxes:
         raise ValueError("The annotation holds no <object> with a <bndbox>.")
-    boxes = [box_to_crop(b, ann.width, ann.height, crop=size) for b in ann.boxes]
-    return box_mask(ann, crop=size), boxes
+    return boxes_on_crop(ann, preprocess)
 
 
-def box_input(text: str, xml: str | bytes | None = None, size: int = CROP) -> tuple[np.ndarray, list[Box]]:
-    """(mask in the crop, boxes) from a Pascal-VOC annotation if one is given, else from the typed box."""
+def box_input(text: str, xml: str | bytes | None, preprocess) -> tuple[np.ndarray, list[Box]]:
+    """(mask in the crop, boxes) from a Pascal-VOC annotation if one is given, else from the box typed in the
+    crop's coordinates; `preprocess` is the network's (`Network.preprocess`)."""
+    from ..metrics.bbox import preprocess_sizes
+
     if xml is not None:
-        return voc_boxes(xml, size)
+        return voc_boxes(xml, preprocess)
+    size = preprocess_sizes(preprocess)[1]
     box = parse_box(text, size)
     return crop_box_mask(box, size), [box]

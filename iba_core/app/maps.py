@@ -9,8 +9,8 @@ import torch
 
 from ..compare import ErrorFn, ProgressFn
 from ..methods import AttributionMap, get_method
-from ..render.grid import Limits, cell_png, colour_limits, map_limits
-from ..stats import FeatureStats
+from ..render.comparison import Limits, cell_png, colour_limits, map_limits
+from ..feature_stats import FeatureStats
 
 
 def keep(entries: dict, key: Hashable, value, max_entries: int) -> None:

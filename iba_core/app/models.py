@@ -6,6 +6,11 @@ folder level below; `add_network` writes a new one as <folder>/<name>/<name>.tom
 list next to it, after loading it once to check it: a state dict that does not fit, a class list of the wrong
 length or a layer the network does not have gives the library's message, and nothing is left in the folder.
 Weights are only ever read safely (tensors, no unpickling: `networks.state_files`).
+
+What the app may do is its owner's `Trust` (`iba_core.trust`, `Trust.for_app`), passed in by the page: code
+model cards run and card paths leave the card's folder only with IBA_TRUST_CODE=1; a path on the server typed
+into the form is read only inside the models folder and the IBA_DATA_DIRS folders (anywhere when the app
+listens on localhost only), and checked before anything is read. The form only ever writes torchvision cards.
 """
 from __future__ import annotations
 
@@ -16,11 +21,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import USER_ERRORS
+from ..errors import USER_ERRORS, UserError, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
 from ..networks.cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, write_card
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
+from ..trust import Trust, check_server_path, shown
 
 #: The network menu's entry that opens the choice of a torchvision classifier.
 TORCHVISION_CHOICE = TORCHVISION_PREFIX
@@ -57,9 +63,11 @@ class CardChoice:
         return f"{self.title or self.name} (your network)"
 
 
-def find_cards(folder: str | os.PathLike | None = None) -> list[CardChoice]:
+def find_cards(folder: str | os.PathLike | None = None, trust: Trust | None = None) -> list[CardChoice]:
     """The model cards (*.toml) in `folder` (default: the models folder) and its subfolders one level down,
-    by name; unreadable ones carry their reason in `error`."""
+    by name; unreadable ones (and those whose paths `trust`, default the app's, does not allow) carry their
+    reason in `error`."""
+    trust = trust if trust is not None else Trust.for_app()
     root = Path(folder).expanduser() if folder is not None else models_dir()
     if not root.is_dir():
         return []
@@ -68,9 +76,9 @@ def find_cards(folder: str | os.PathLike | None = None) -> list[CardChoice]:
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue  # hidden files and the folders add_network works in
         try:
-            card = read_card(path)
-        except ModelCardError as err:
-            found.append(CardChoice(path.resolve(), path.stem, error=str(err)))
+            card = read_card(path, trust)
+        except ValueError as err:  # ModelCardError, NotTrustedError
+            found.append(CardChoice(path.resolve(), path.stem, error=user_message(err, "app")))
             continue
         found.append(CardChoice(card.path, card.name, card.title or "", card.stats_images))
     return sorted(found, key=lambda c: (c.name.lower(), str(c.path)))
@@ -106,17 +114,17 @@ def torchvision_key(name: str) -> str:
     return TORCHVISION_PREFIX + name
 
 
-def source_version(key: str) -> int:
+def source_version(key: str, trust: Trust | None = None) -> int:
     """Changes when a card (or its weights file) changes, so the app loads it anew; 0 for other networks."""
     if not is_card_key(key):
         return 0
     stamp = 0
     paths = [Path(key)]
     try:
-        card = read_card(key)
+        card = read_card(key, trust if trust is not None else Trust.for_app())
         if card.weights is not None:
             paths.append(card.weights)
-    except ModelCardError:
+    except ValueError:  # ModelCardError, NotTrustedError: loading says why
         pass
     for path in paths:
         try:
@@ -205,47 +213,54 @@ def parse_triple(text: str, what: str) -> tuple[float, float, float] | None:
     return values  # type: ignore[return-value]
 
 
-def _check(new: NewNetwork, folder: Path) -> tuple[str, str]:
-    """(name, arch) checked, or one sentence saying what to change."""
+def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str]:
+    """(name, arch) checked, or one sentence saying what to change. Paths on this machine are checked against
+    `trust` before anything is read from them."""
+    if new.weights is not None and new.weights.path is not None:
+        check_server_path(new.weights.path, trust, what="weights file")
+    if new.stats_images.strip():
+        check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder")
     name = new.name.strip()
     if not NAME_PATTERN.match(name):
         raise ModelCardError("Give the network a name of letters, digits, '-', '_' or '.' (up to 64, no spaces), "
-                             f"e.g. skin-lesions; not {name!r}." if name else "Give the network a name.")
+                             f"e.g. skin-lesions; not {shown(name, 40)!r}." if name else "Give the network a name.")
     taken = {c.name.lower() for c in find_cards(folder)}
     if name.lower() in taken or (folder / name).exists():
         raise ModelCardError(f"A network named {name} exists already in {folder}; choose another name.")
     arch = new.arch.strip()
     arch = arch[len(TORCHVISION_PREFIX):] if arch.startswith(TORCHVISION_PREFIX) else arch
     if arch not in torchvision_names():
-        raise ModelCardError(f"torchvision has no classification network {arch!r}.")
+        raise ModelCardError(f"torchvision has no classification network {shown(arch, 40)!r}.")
     if new.weights is None:
         raise ModelCardError("Give the weights file: the state_dict you saved with "
                              "torch.save(model.state_dict(), \"model.pth\") (.pth, .pt or .safetensors).")
     if new.weights.suffix not in WEIGHTS_SUFFIXES:
-        raise ModelCardError(f"The weights file {new.weights.name} is not a .pth, .pt or .safetensors file; save "
+        raise ModelCardError(f"The weights file {shown(new.weights.name)} is not a .pth, .pt or .safetensors file; save "
                              "them with torch.save(model.state_dict(), \"model.pth\").")
     if new.classes is None:
         raise ModelCardError("Give the class names: a text file with one name a line, in the order of the "
                              "network's outputs (or a JSON list, or a CSV index,name).")
     if new.classes.suffix not in CLASS_SUFFIXES:
-        raise ModelCardError(f"The class list {new.classes.name} is not a .txt, .json or .csv file.")
+        raise ModelCardError(f"The class list {shown(new.classes.name)} is not a .txt, .json or .csv file.")
     if new.stats_images.strip():
         from ..images import find_images
 
         images = Path(new.stats_images.strip()).expanduser()
         if not images.is_dir():
-            raise ModelCardError(f"The statistics image folder {images} does not exist on this machine.")
+            raise ModelCardError(f"The statistics image folder {shown(images)} does not exist on this machine.")
         if not find_images(images):
-            raise ModelCardError(f"The statistics image folder {images} holds no images (jpg, png, …).")
+            raise ModelCardError(f"The statistics image folder {shown(images)} holds no images (jpg, png, …).")
     return name, arch
 
 
-def add_network(new: NewNetwork, folder: str | os.PathLike | None = None) -> Path:
+def add_network(new: NewNetwork, folder: str | os.PathLike | None = None, trust: Trust | None = None) -> Path:
     """Write the network's card, weights and class list into <folder>/<name>/ (folder: the models folder) and
     return the card's path. The card is loaded once first (weights read safely, never unpickled): if anything
-    does not fit, its message is raised and the folder is left as it was."""
+    does not fit, its message is raised and the folder is left as it was. trust: which paths on this machine
+    may be read (default: the app's owner's, `Trust.for_app()`, as if the app served other machines)."""
+    trust = trust if trust is not None else Trust.for_app()
     root = Path(folder).expanduser() if folder is not None else models_dir()
-    name, arch = _check(new, root)
+    name, arch = _check(new, root, trust)
     root.mkdir(parents=True, exist_ok=True)
     work = root / f".adding-{name}-{uuid.uuid4().hex[:8]}"
     work.mkdir()
@@ -262,7 +277,7 @@ def add_network(new: NewNetwork, folder: str | os.PathLike | None = None) -> Pat
             preprocess={k: v for k, v in new.preprocess.items() if v is not None},
         )
         try:  # the library's message for anything that does not fit
-            load_card(work / f"{name}.toml", trust_pickle=False)
+            load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)
         except USER_ERRORS as err:
             raise _named(err, {work / weights: new.weights.name, work / classes: new.classes.name,
                                work: root / name}) from None
@@ -281,8 +296,10 @@ def _named(err: BaseException, names: dict[Path, object]) -> BaseException:
     so the message names the files as the user knows them."""
     text = str(err)
     for path, name in names.items():
-        text = text.replace(str(path.resolve()), str(name)).replace(str(path), str(name))
+        text = text.replace(str(path.resolve()), shown(name)).replace(str(path), shown(name))
     try:
+        if isinstance(err, UserError):  # keep what each front end should do
+            return type(err)(text, cli_hint=err.cli_hint, app_hint=err.app_hint)
         return type(err)(text)
     except Exception:  # noqa: BLE001 - an error type that wants other arguments keeps its own message
         return err

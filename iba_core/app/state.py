@@ -1,4 +1,5 @@
-"""State shared across reruns and sessions: the loaded network with its lock, and a finished Per-Sample run."""
+"""State shared across reruns and sessions: the loaded network with its lock, and the finished results the
+pages keep to redraw (a Per-Sample run, a comparison, a β × layer grid; the Evaluate page's in `evaluation`)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 from PIL import Image
@@ -15,6 +16,11 @@ from PIL import Image
 from ..networks import Network, load_network
 from ..per_sample import AttributionResult
 from ..settings import torch_threads
+from ..trust import Trust
+
+if TYPE_CHECKING:
+    from ..beta_layer import GridCell
+    from ..per_sample import BottleneckSettings
 
 
 @dataclass
@@ -71,12 +77,14 @@ class SharedModel:
         return time.monotonic() - start
 
 
-def load_shared(key: str) -> SharedModel:
+def load_shared(key: str, trust: Trust | None = None) -> SharedModel:
     """Load a network (a registered key, torchvision:NAME or a model card's path) with its own weights on the
-    CPU (or GPU if present); never unpickles (no trust_pickle). Raises the library's errors (missing weights,
-    a card or weights file that does not fit, …) with their messages."""
+    CPU (or GPU if present); never unpickles (no trust_pickle); a card only as `trust` allows (default: the
+    app's owner's, `Trust.for_app()`). Raises the library's errors (missing weights, a card or weights file
+    that does not fit, code not allowed, …) with their messages."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return SharedModel(load_network(key, weights="pretrained", device=device), source=str(key))
+    trust = trust if trust is not None else Trust.for_app()
+    return SharedModel(load_network(key, weights="pretrained", device=device, trust=trust), source=str(key))
 
 
 @dataclass
@@ -116,3 +124,48 @@ class RunRecord:
         r = self.result
         return run_report(r.settings, r, self.model_key, self.layer, self.image_name, self.class_name,
                           stats_description=self.stats_description, stats_seconds=self.stats_seconds)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a kept result explains: the image, the network and the class."""
+
+    image: str
+    model: str  # the network's title
+    class_name: str
+    target: int
+
+    @classmethod
+    def of(cls, image_name: str, network, target: int) -> "Subject":
+        """The subject of a result for `network` (a Network: its title and class names)."""
+        return cls(image_name, network.spec.title, network.class_name(target), int(target))
+
+    @property
+    def caption(self) -> str:
+        """'photo.jpg · ResNet-50 · explaining **tabby** (#281)' (Markdown)."""
+        return f"{self.image} · {self.model} · explaining **{self.class_name}** (#{self.target})"
+
+
+@dataclass
+class CompareRun:
+    """The Compare page's last grid: which cached maps it shows (`maps.map_key`s) and for what."""
+
+    subject: Subject
+    keys: list[tuple]
+    cropped: Image.Image
+    input_png: bytes
+    #: Whether a Readout Bottleneck map is among the maps, and its checkpoint's details (a tooltip).
+    readout: bool = False
+    readout_details: str = ""
+    #: One "method: reason" line per map that could not be computed.
+    failed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GridRun:
+    """A finished β × layer grid of the session and for what it was computed."""
+
+    subject: Subject
+    cells: "list[GridCell]"
+    layer: str  # the β row's layer
+    settings: "BottleneckSettings"

@@ -1,6 +1,8 @@
 """Command line: `python -m iba_core {models,stats,attribute,compare,evaluate,train-readout} …`.
 
-One module per command (`add_parser(subparsers)` + `run(args)`); `common` holds what they share.
+One module per command (`add_parser(subparsers)` + `run(args)`); `common` holds what they share, `files` what
+every command does first (check its input files and output paths, before the network loads) and last (write
+results atomically).
 Imports flow one way: this package → command modules → common → the library. Every command prints
 plain text or JSON lines, so results can be scripted; user errors are one line on stderr.
 """
@@ -9,11 +11,11 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from . import attribute, compare, evaluate, networks, readout, stats
+from . import attribute, compare, evaluate, models, readout, stats
 from .common import run_command
 
 #: The command modules, in the order `--help` lists them.
-COMMANDS = (networks, stats, attribute, compare, evaluate, readout)
+COMMANDS = (models, stats, attribute, compare, evaluate, readout)
 
 
 def build_parser() -> argparse.ArgumentParser:

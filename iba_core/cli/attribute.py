@@ -6,8 +6,9 @@ from pathlib import Path
 
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
-from ..settings import RECOMMENDED_SAMPLES
+from . import files
 from .common import add_network_args
+from .stats import STATS_N_HELP
 
 
 def add_parser(sub) -> None:
@@ -34,18 +35,34 @@ def add_parser(sub) -> None:
                    help="mask units non-zero in at most this fraction of the statistics samples "
                    "(the authors' code: 0.01; default: no masking)")
     p.add_argument("--stats-images", default=None, help="image folder for the feature statistics")
-    p.add_argument("--n", type=int, default=RECOMMENDED_SAMPLES, help="samples for the feature statistics")
+    p.add_argument("--n", type=int, default=None, help=STATS_N_HELP)
     p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy)")
     p.add_argument("--png", type=Path, default=None, help="save an overlay image (.png)")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import numpy as np
+def check_files(args: argparse.Namespace) -> None:
+    """Inputs readable and outputs writable, before the network loads (iba_core.cli.files)."""
+    files.image_file(args.image)
+    files.weights_file(args)
+    files.readable_file(args.readout, "--readout")
+    files.image_folder(args.stats_images, "--stats-images")
+    files.output_file(args.out and files.npy_path(args.out), "--out")
+    if args.png:
+        files.image_format(args.png, "--png")
+        files.output_file(args.png, "--png")
 
+
+def run(args: argparse.Namespace) -> int:
+    check_files(args)
+    # the settings are checked (with their ranges) before the network loads
+    settings = BottleneckSettings(
+        beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
+        read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
+    )
+    from ..feature_stats import get_stats
     from ..images import load_image
     from ..per_sample import PerSampleBottleneck
-    from ..stats import get_stats
     from .common import load_from_args, print_json, progress_bar
 
     image = load_image(args.image)
@@ -67,18 +84,14 @@ def run(args: argparse.Namespace) -> int:
                               progress=progress)
         finally:
             close()
-        settings = BottleneckSettings(
-            beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
-            read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
-        )
         result = PerSampleBottleneck.for_network(network, layer, stats, settings).attribute(x, target)
         stats_samples = stats.n
     if args.out:
-        np.save(args.out, result.heatmap)
+        files.save_npy(args.out, result.heatmap)
     if args.png:
         from ..render import overlay_image
 
-        overlay_image(cropped, result.heatmap).save(args.png)
+        files.save_image(args.png, overlay_image(cropped, result.heatmap))
     print_json({
         "image": str(args.image),
         "method": args.method,

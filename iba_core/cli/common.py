@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from ..errors import USER_ERRORS
+from ..errors import USER_ERRORS, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -14,7 +14,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_default: str | None = DEFAULT_NETWORK,
                      device_default: str | None = "cpu") -> None:
-    """--model, --layer, --weights, --random-weights, --device."""
+    """--model, --layer, --weights, --random-weights, --trust-pickle, --trust-code, --device."""
     p.add_argument("--model", default=model_default, type=model_arg, metavar="MODEL",
                    help=f"network: a registered key ({', '.join(REGISTRY)}), torchvision:NAME (any torchvision "
                    f"classifier) or a model card file (.toml) (default: {DEFAULT_NETWORK})")
@@ -25,6 +25,9 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
     p.add_argument("--trust-pickle", action="store_true",
                    help="allow a weights file that is a pickled whole model (runs code from the file: only for "
                    "files you made yourself; the app never does this)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="allow a model card's Python code: an arch \"package.module:function\" builder, or a module "
+                   "beside the card (runs code from the card's author: only for cards you trust)")
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
 
 
@@ -42,12 +45,20 @@ def weights_arg(args: argparse.Namespace) -> str:
     return args.weights or ("random" if args.random_weights else "pretrained")
 
 
-def load_from_args(args: argparse.Namespace, device: str | None = None):
-    """The network the arguments name (iba_core.networks.load_network)."""
+def trust_from_args(args: argparse.Namespace):
+    """What the command line allows (`iba_core.trust.Trust.local`): the local user's paths, code from model
+    cards only with --trust-code."""
+    from ..trust import Trust
+
+    return Trust.local(code=getattr(args, "trust_code", False))
+
+
+def load_from_args(args: argparse.Namespace, device: str | None = None, weights: str | None = None):
+    """The network the arguments name (iba_core.networks.load_network); weights: instead of the arguments'."""
     from ..networks import load_network
 
-    return load_network(args.model, weights=weights_arg(args), device=device or args.device,
-                        trust_pickle=getattr(args, "trust_pickle", False))
+    return load_network(args.model, weights=weights or weights_arg(args), device=device or args.device,
+                        trust_pickle=getattr(args, "trust_pickle", False), trust=trust_from_args(args))
 
 
 def progress_bar(desc: str, unit: str = "img") -> tuple[Callable[..., None], Callable[[], None]]:
@@ -84,15 +95,12 @@ def print_json(record: dict[str, Any]) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run a parsed subcommand; user errors become one line on stderr, no traceback."""
+    """Run a parsed subcommand; user errors become one line on stderr (the message and its CLI hint), no
+    traceback."""
     try:
         return args.func(args)
     except USER_ERRORS as err:
-        from ..networks import WeightsUnavailableError
-
-        hint = " On the command line, --weights FILE names the file directly." if isinstance(
-            err, WeightsUnavailableError) else ""
-        print(f"error: {err}{hint}", file=sys.stderr)
+        print(f"error: {user_message(err, 'cli')}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted (a results file resumes when the same command runs again)", file=sys.stderr)

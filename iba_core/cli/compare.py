@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import files
 from .common import EXIT_FAILED, EXIT_OK, add_network_args
 
 
@@ -35,31 +36,49 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-    from tqdm import tqdm
-
-    from ..compare import compare
+    settings = method_settings(args)
+    files.image_file(args.image)
+    files.weights_file(args)
+    out = files.output_folder(args.out)  # made after the cheap checks: a typo leaves no empty folder
     from ..images import load_image
-    from ..jsonable import jsonable
-    from ..methods import get_method, method_keys, resolve_methods
-    from ..networks import REGISTRY, get_spec
-    from ..render import grid_png
     from .common import load_from_args
 
-    settings = {}
-    if args.layer is not None:
-        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once network
-            get_spec(args.model).check_layer(args.layer)  # a typo fails before the network loads
-        # the layer setting goes to every method that places a bottleneck on a layer
-        settings = {key: {"layer": args.layer} for key in method_keys() if get_method(key).needs_stats}
-    resolve_methods(args.methods, settings)  # unknown keys fail before any slow work
     image = load_image(args.image)
     network = load_from_args(args)
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)
-    methods = args.methods if args.methods.strip() == "all" else resolve_methods(args.methods, settings)
+    maps, failures = run_methods(network, x, target, args.methods, settings)
+    summary = write_results(out, maps, failures, network, cropped, target, image_name=str(args.image))
+    print(json.dumps({"out": str(out), "target": target, "class_name": summary["class_name"],
+                      "methods": [m.key for m in maps], "failed": sorted(failures)}))
+    return EXIT_FAILED if failures else EXIT_OK
 
+
+def method_settings(args: argparse.Namespace) -> dict[str, dict]:
+    """Per-method settings from --layer; a layer typo or an unknown method key fails before any slow work."""
+    from ..methods import get_method, method_keys, resolve_methods
+    from ..networks import REGISTRY, get_spec
+
+    settings: dict[str, dict] = {}
+    if args.layer is not None:
+        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once loaded
+            get_spec(args.model).check_layer(args.layer)
+        # the layer setting goes to every method that places a bottleneck on a layer
+        settings = {key: {"layer": args.layer} for key in method_keys() if get_method(key).needs_stats}
+    resolve_methods(args.methods, settings)
+    return settings
+
+
+def run_methods(network, x, target: int, methods_arg: str, settings: dict[str, dict]) -> tuple[list, dict[str, str]]:
+    """(maps, failures by key) of the methods --methods names, with a progress bar on stderr; a failing
+    method is reported and skipped."""
+    from tqdm import tqdm
+
+    from ..compare import compare
+    from ..methods import resolve_methods
+
+    methods = methods_arg if methods_arg.strip() == "all" else resolve_methods(methods_arg, settings)
     failures: dict[str, str] = {}
     bar = tqdm(total=len(methods), desc="compare", unit="method", file=sys.stderr, dynamic_ncols=True)
 
@@ -75,16 +94,25 @@ def run(args: argparse.Namespace) -> int:
         maps = compare(network, x, target, methods, settings=settings, progress=progress, on_error=on_error)
     finally:
         bar.close()
+    return maps, failures
 
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+
+def write_results(out: Path, maps: list, failures: dict[str, str], network, cropped, target: int, *,
+                  image_name: str) -> dict:
+    """Write `<key>.npy` per map, grid.png and summary.json into `out` (each file atomically); return the summary."""
+    import numpy as np
+
+    from ..jsonable import jsonable
+    from ..render import grid_png
+
     for amap in maps:
-        np.save(out / f"{amap.key}.npy", amap.values.astype(np.float32))
+        files.save_npy(out / f"{amap.key}.npy", amap.values.astype(np.float32))
     class_name = network.class_name(target)
     network_title = network.spec.title + (" — random weights" if network.weights_id == "random" else "")
-    (out / "grid.png").write_bytes(grid_png(maps, cropped, title=f"{network_title} — class {target} ({class_name})"))
+    files.write_bytes(out / "grid.png",
+                      grid_png(maps, cropped, title=f"{network_title} — class {target} ({class_name})"))
     summary = {
-        "image": str(args.image),
+        "image": image_name,
         "model": network.key,
         "weights": network.weights_id,
         "target": target,
@@ -101,7 +129,5 @@ def run(args: argparse.Namespace) -> int:
         "failed": failures,
         "grid": "grid.png",
     }
-    (out / "summary.json").write_text(json.dumps(jsonable(summary), indent=2))
-    print(json.dumps({"out": str(out), "target": target, "class_name": class_name,
-                      "methods": [m.key for m in maps], "failed": sorted(failures)}))
-    return EXIT_FAILED if failures else EXIT_OK
+    files.write_text(out / "summary.json", json.dumps(jsonable(summary), indent=2))
+    return summary

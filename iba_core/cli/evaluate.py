@@ -21,8 +21,11 @@ import sys
 from pathlib import Path
 
 from ..metrics import results as res
+from ..metrics.bbox import LARGEST_BOX_SHARE
+from ..metrics.beta_table import PAPER_BETA_K
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 from ..precision import PRECISIONS
+from . import files
 from .common import add_network_args
 
 
@@ -67,8 +70,8 @@ def add_parser(sub) -> None:
     p.add_argument("--sets", type=_positive_int, default=100, help="sensitivity-n: random tile sets per n")
     p.add_argument("--n-count", type=_positive_int, default=16, help="sensitivity-n: number of log-spaced n")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-box-fraction", type=float, default=0.33, help="bbox: skip larger boxes")
-    p.add_argument("--beta-k", type=float, nargs="+", default=[0.01, 0.1, 1.0, 10.0, 100.0],
+    p.add_argument("--max-box-fraction", type=float, default=LARGEST_BOX_SHARE, help="bbox: skip larger boxes")
+    p.add_argument("--beta-k", type=float, nargs="+", default=list(PAPER_BETA_K),
                    help="beta-table: β·k values (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10, help="beta-table: optimisation steps")
     p.add_argument("--stats-images", default=None, help="beta-table: image folder for the feature statistics")
@@ -86,6 +89,18 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def check_files(args: argparse.Namespace) -> None:
+    """Inputs readable and the results file writable, before the network loads (iba_core.cli.files)."""
+    files.image_folder(args.images, "--images")
+    files.readable_file(args.labels, "--labels")
+    files.readable_folder(args.boxes, "--boxes")
+    files.weights_file(args)
+    for ckpt in args.readout or ():
+        files.readable_file(ckpt, "--readout")
+    files.image_folder(args.stats_images, "--stats-images")
+    files.output_file(args.out)
+
+
 def run(args: argparse.Namespace) -> int:
     rank, world = res.dist_info()
     if args.merge_only:
@@ -98,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.images is None:
         raise ValueError("--images DIR is required (a folder of images, searched recursively).")
+    if args.metric == "bbox" and args.boxes is None:
+        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    check_files(args)
     from ..metrics.dataset import list_items
     from ..methods import resolve_methods
     from .common import load_from_args
@@ -121,8 +139,6 @@ def run(args: argparse.Namespace) -> int:
             )
         if unlabelled:
             print(f"note: {unlabelled} unlabelled image(s) are skipped", file=sys.stderr)
-    if args.metric == "bbox" and args.boxes is None:
-        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
     options = EvalOptions(
         tiles=args.tile, points=args.points, batch_size=args.batch_size, sets=args.sets, n_count=args.n_count,
         seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from . import files
 from .common import add_network_args
 
 #: argparse dest → TrainConfig field, for options whose names differ.
@@ -97,15 +98,28 @@ def config_from_args(args: argparse.Namespace):
     return cfg, given
 
 
+def check_files(args: argparse.Namespace, out: str) -> None:
+    """Inputs readable and the output folder writable, before the network loads (iba_core.cli.files)."""
+    files.image_folder(args.images, "--images")
+    files.readable_file(args.class_map, "--class-map")
+    files.readable_file(args.resume, "--resume")
+    files.image_file(args.preview, "--preview")
+    files.weights_file(args)
+    if args.out is not None or args.resume is None:  # on resume without --out, the checkpoint's folder
+        files.output_folder(out)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..readout import train_readout
-    from .common import print_json
+    from .common import print_json, trust_from_args
 
     cfg, given = config_from_args(args)
     if args.resume is None and args.images is None and args.sample_photos is None:
         raise ValueError("Give --images DIR (or --sample-photos N), or --resume CKPT.")
+    check_files(args, cfg.out)
     summary = train_readout(cfg, resume=args.resume, overrides=given if args.resume else None,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, trust=trust_from_args(args),
+                            trust_pickle=args.trust_pickle)
     history = summary.pop("history") or []
     if history:
         summary["last_epoch"] = {k: v for k, v in history[-1].items() if k != "preview"}

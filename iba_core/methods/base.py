@@ -57,7 +57,7 @@ class Method:
     needs_stats: bool = False
     #: Whether the cascading-randomisation sanity check applies: False for methods that fit something to
     #: the network's weights (a trained readout, estimated patterns) that a randomised copy would need
-    #: fitted again (paper §4.4 leaves PatternAttribution out for this reason).
+    #: fitted again (paper §4.3 leaves PatternAttribution out for this reason).
     sanity_checkable: bool = True
     #: One sentence for users: what a value in the map means.
     description: str = ""

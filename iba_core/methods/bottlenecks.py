@@ -2,7 +2,7 @@
 
 Per-Sample (paper §3.2): β = β·k / k with k = h·w·c of the layer (paper §4.1: β = 1/k, 10/k, 100/k). The
 layer defaults to the network's default layer; statistics come from the on-disk cache (`get_stats`) with
-`settings.stats_samples()` samples unless given. Networks that can be split run the prefix once and the
+`feature_stats.app_samples` samples unless given. Networks that can be split run the prefix once and the
 suffix per step; any other network runs through a forward hook.
 
 Readout (paper §3.3): a trained readout network predicts the mask in one pass; its checkpoint is the
@@ -27,7 +27,7 @@ class PerSampleIBA(Method):
 
     def __init__(self, beta_k: float = 10.0, **settings):
         super().__init__(beta_k=beta_k, **settings)
-        beta_k = float(self.settings["beta_k"])
+        beta_k = self.bottleneck_settings().beta_k  # checked now: a bad value fails before any network loads
         label = f"{beta_k:g}"
         self.key = f"iba_{label}".replace(".", "_")
         self.name = f"Per-Sample IBA β={label}/k"
@@ -48,8 +48,20 @@ class PerSampleIBA(Method):
             "inactive_threshold": defaults.inactive_threshold,
             "precision": defaults.precision,
             "stats": None,  # a FeatureStats for the layer; None: cached statistics (get_stats)
-            "stats_samples": None,  # None: IBA_STATS_SAMPLES or 1000
+            "stats_samples": None,  # None: feature_stats.app_samples (IBA_STATS_SAMPLES, else a default)
         }
+
+    def bottleneck_settings(self) -> BottleneckSettings:
+        """The Per-Sample Bottleneck's settings from this method's; a UserError naming the range of a bad one."""
+        s = self.settings
+        names = ("beta_k", "steps", "batch", "lr", "sigma")
+        try:  # plain numbers (settings may come from JSON or numpy)
+            numbers = dict(zip(names, (float(s["beta_k"]), int(s["steps"]), int(s["batch"]), float(s["lr"]),
+                                       float(s["sigma"]))))
+        except (TypeError, ValueError, OverflowError):  # NaN steps, a word: BottleneckSettings names which
+            numbers = {k: s[k] for k in names}
+        return BottleneckSettings(**numbers, seed=s["seed"], read_point=s["read_point"],
+                                  inactive_threshold=s["inactive_threshold"], precision=s["precision"])
 
     def available_for(self, network) -> str | None:
         if spec_of(network) is None:
@@ -60,21 +72,16 @@ class PerSampleIBA(Method):
         return self.settings["layer"] or network.spec.default_layer
 
     def _compute(self, network, x: torch.Tensor, target: int):
-        from ..settings import stats_samples
-        from ..stats import get_stats
+        from ..feature_stats import app_samples, get_stats
 
         s = self.settings
         layer = network.spec.check_layer(self.layer(network))
         stats = s["stats"]
         if stats is None:
             # a model card's own image folder where it names one (in-domain statistics), else the sample photos
-            stats = get_stats(network, layer, images=getattr(network.spec, "stats_images", None),
-                              n=int(s["stats_samples"] or stats_samples()))
-        settings = BottleneckSettings(
-            beta_k=float(s["beta_k"]), steps=int(s["steps"]), batch=int(s["batch"]), lr=float(s["lr"]),
-            sigma=float(s["sigma"]), seed=s["seed"], read_point=s["read_point"],
-            inactive_threshold=s["inactive_threshold"], precision=s["precision"],
-        )
+            images = getattr(network.spec, "stats_images", None)
+            stats = get_stats(network, layer, images=images, n=int(s["stats_samples"] or app_samples(network, images)))
+        settings = self.bottleneck_settings()
         result = PerSampleBottleneck.for_network(network, layer, stats.to(network.device), settings).attribute(x, target)
         extra = {
             "layer": layer,
@@ -113,9 +120,16 @@ class ReadoutMethod(Method):
         if spec_of(network) is None:
             return "the Readout Bottleneck needs a network with named layers (iba_core.networks)."
         if self.checkpoint(network) is None:
-            return (f"no readout checkpoint was trained for {network.spec.title}; train one with "
-                    "Train readout (python -m iba_core train-readout) and choose it.")
+            return f"no readout checkpoint was trained for {network.spec.title} yet; one is trained from a folder of its images."
         return None
+
+    def attribute(self, network, x: torch.Tensor, target: int):
+        """As every method's, but a missing checkpoint says how to train one (in each front end's words)."""
+        if spec_of(network) is not None and self.checkpoint(network) is None:
+            from ..readout.checkpoints import no_checkpoint_error
+
+            raise no_checkpoint_error(network)
+        return super().attribute(network, x, target)
 
     def _compute(self, network, x: torch.Tensor, target: int):
         from ..readout import cached_readout

@@ -6,23 +6,24 @@ hand-built networks as well as on the registered ones:
 
 - `degradation_curves` / `degradation_score` (degradation.py): MoRF/LeRF tile removal, area between;
 - `bbox_ratio`, `parse_voc`, `box_mask` (bbox.py): share of the top-n pixels inside the box;
-- `logit_drops` / `correlations` / `sensitivity_n_correlations` (sensitivity_n.py): Sensitivity-n;
+- `logit_drops` / `correlations` (sensitivity_n.py): Sensitivity-n (logit drops of random tile sets, then
+  their correlation with the map's sums over the same sets);
 - `sanity_check`, `cascading_randomisation`, `heatmap_ssim` (sanity.py): weight randomisation;
 - `per_sample_row` (beta_table.py): Table 3, L_I/k and accuracy for a β.
 
 results.py keeps results resumable (JSON lines keyed by image, method and setting) and renders
-paper-style tables; `python -m iba_core evaluate …` (iba_core/cli_evaluate.py) drives it all.
+paper-style tables; `python -m iba_core evaluate …` (iba_core/cli/evaluate.py) drives it all.
 """
 from __future__ import annotations
 
 from . import bbox, beta_table, degradation, sanity, sensitivity_n
 from .bbox import Annotation, Box, bbox_ratio, box_mask, parse_voc
 from .beta_table import PAPER_BETA_K, per_sample_row
-from .common import AttributionFn, as_attribution_fn
+from .common import AttributionFn
 from .degradation import DegradationCurves, DegradationSummary, degradation_curves, degradation_score
 from .results import ResultsWriter, done_keys, format_tables, read_records, write_table
 from .sanity import cascading_randomisation, heatmap_ssim, normalise_heatmap, sanity_check
-from .sensitivity_n import LogitDrops, correlations, logit_drops, sensitivity_n_correlations
+from .sensitivity_n import LogitDrops, correlations, logit_drops
 
 #: metric name (as in the CLI and in the records) → table builder (records → markdown)
 TABLES = {
@@ -35,10 +36,10 @@ TABLES = {
 METRICS = tuple(TABLES)
 
 __all__ = [
-    "METRICS", "TABLES", "AttributionFn", "as_attribution_fn",
+    "METRICS", "TABLES", "AttributionFn",
     "DegradationCurves", "DegradationSummary", "degradation_curves", "degradation_score",
     "Annotation", "Box", "bbox_ratio", "box_mask", "parse_voc",
-    "LogitDrops", "correlations", "logit_drops", "sensitivity_n_correlations",
+    "LogitDrops", "correlations", "logit_drops",
     "cascading_randomisation", "heatmap_ssim", "normalise_heatmap", "sanity_check",
     "PAPER_BETA_K", "per_sample_row",
     "ResultsWriter", "done_keys", "format_tables", "read_records", "write_table",

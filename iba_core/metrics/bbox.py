@@ -1,11 +1,11 @@
-"""Bounding-box metric (paper §4.4): how many of the n highest-scored pixels lie inside the box.
+"""Bounding-box metric (paper §4.5): how many of the n highest-scored pixels lie inside the box.
 
 For a box (mask) of n pixels, the score is |top-n pixels ∩ box| / n ∈ [0, 1]; a random map scores
 about the box's share of the image. Boxes come from Pascal-VOC-style XML files (the format of the
 ImageNet validation boxes); their coordinates refer to the original image and are mapped through the
-network's preprocessing (resize the short side to 256, centre-crop 224) onto the crop. An image with
-several boxes is scored against their union. Images whose box covers more than 33 % of the crop are
-skipped, as in the paper.
+network's own preprocessing (resize the short side, centre-crop; `boxes_on_crop`) onto the crop. An image
+with several boxes is scored against their union. Images whose box covers more of the crop than
+`LARGEST_BOX_SHARE` are skipped, as in the paper.
 
 Coordinates are read as pixel edges: a box [xmin, xmax] covers the crop pixels whose centres fall
 inside the mapped interval. Ties in the attribution (e.g. a flat map) are broken at random, with a
@@ -21,10 +21,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..networks.spec import CROP, RESIZE
 from .common import group_records, method_label, resolve_map
 
 METRIC = "bbox"
-MAX_BOX_FRACTION = 0.33
+#: Paper §4.5: only images whose boxes cover less than 33 % of the input are evaluated.
+LARGEST_BOX_SHARE = 0.33
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
     return Annotation(int(number(size, "width")), int(number(size, "height")), boxes, root.findtext("filename") or "")
 
 
-def crop_geometry(width: int, height: int, resize: int = 256, crop: int = 224) -> tuple[float, float, int, int]:
+def crop_geometry(width: int, height: int, resize: int = RESIZE, crop: int = CROP) -> tuple[float, float, int, int]:
     """(scale_x, scale_y, left, top) of torchvision's Resize(resize) + CenterCrop(crop) for an image.
 
     Matches torchvision: the short side becomes `resize`, the long side int(resize · long / short);
@@ -89,13 +91,29 @@ def crop_geometry(width: int, height: int, resize: int = 256, crop: int = 224) -
     return new_w / width, new_h / height, left, top
 
 
-def box_to_crop(box: Box, width: int, height: int, resize: int = 256, crop: int = 224) -> tuple[float, float, float, float]:
+def box_to_crop(box: Box, width: int, height: int, resize: int = RESIZE,
+                crop: int = CROP) -> tuple[float, float, float, float]:
     """The box's (x0, y0, x1, y1) in crop coordinates (may extend beyond the crop)."""
     sx, sy, left, top = crop_geometry(width, height, resize, crop)
     return box.xmin * sx - left, box.ymin * sy - top, box.xmax * sx - left, box.ymax * sy - top
 
 
-def box_mask(annotation: Annotation, resize: int = 256, crop: int = 224, names: Sequence[str] | None = None) -> np.ndarray:
+def preprocess_sizes(preprocess) -> tuple[int, int]:
+    """(resize, crop) of a network's preprocessing (`Network.preprocess`: `.resize`, `.crop_size`);
+    ImageNet's 256 and 224 for an object without them."""
+    return int(getattr(preprocess, "resize", RESIZE)), int(getattr(preprocess, "crop_size", CROP))
+
+
+def boxes_on_crop(annotation: Annotation, preprocess) -> tuple[np.ndarray, list[tuple[float, float, float, float]]]:
+    """(union mask on the crop, each box's (x0, y0, x1, y1) in crop coordinates) for the network whose
+    preprocessing this is: the one mapping from the original image to the crop, for the CLI and the app."""
+    resize, crop = preprocess_sizes(preprocess)
+    boxes = [box_to_crop(b, annotation.width, annotation.height, resize, crop) for b in annotation.boxes]
+    return box_mask(annotation, resize, crop), boxes
+
+
+def box_mask(annotation: Annotation, resize: int = RESIZE, crop: int = CROP,
+             names: Sequence[str] | None = None) -> np.ndarray:
     """(crop, crop) bool mask of the union of the boxes (optionally only those named in `names`)."""
     mask = np.zeros((crop, crop), dtype=bool)
     centres = np.arange(crop) + 0.5
@@ -169,7 +187,8 @@ def format_table(records: Sequence[dict]) -> str:
         row.append(max(counts, default=0))
         rows.append(row)
     header = ["Method", *(f"{models[s]} bbox".strip() for s in settings), "images"]
-    note = f"\n\n{len(skipped)} image(s) skipped (box > 33 % of the crop or no box)." if skipped else ""
+    note = (f"\n\n{len(skipped)} image(s) skipped (box > {LARGEST_BOX_SHARE:.0%} of the crop or no box)."
+            if skipped else "")
     return "### Bounding box: share of the top-n pixels inside the box (higher is better)\n\n" + markdown_table(
         header, rows
     ) + note + "\n"

@@ -1,4 +1,4 @@
-"""Table 3 of the paper: the influence of β on the information loss L_I and on accuracy.
+"""Table 3 of the paper (appendix F, hyperparameters): the influence of β on the information loss L_I and on accuracy.
 
 For each β·k in {0.01, 0.1, 1, 10, 100} the Per-Sample Bottleneck is fitted to each labelled image
 with the label as target; we report L_I / k (nats per feature element, k = h·w·c, for the fitted λ)
@@ -25,6 +25,7 @@ from torch import nn
 from .common import group_records
 
 METRIC = "beta-table"
+#: Paper appendix F, Table 3: the β·k columns of the β table.
 PAPER_BETA_K = (0.01, 0.1, 1.0, 10.0, 100.0)
 ORIG, INITIAL = "orig", "initial"
 

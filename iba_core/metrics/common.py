@@ -12,17 +12,6 @@ from torch import nn
 AttributionFn = Callable[[torch.Tensor, int], np.ndarray]
 
 
-def as_attribution_fn(method, network=None) -> AttributionFn:
-    """An `AttributionFn` from a plain callable or a registry method object (`.attribute(network, x, t)`)."""
-    if hasattr(method, "attribute"):
-        if network is None:
-            raise ValueError("A method object needs the loaded model to attribute with.")
-        return lambda x, target: method.attribute(network, x, target)
-    if callable(method):
-        return method
-    raise TypeError(f"Expected an attribution function or method object, got {type(method).__name__}.")
-
-
 def resolve_map(attribution, x: torch.Tensor, target: int) -> np.ndarray:
     """The (H, W) float64 map: `attribution` itself if it is an array, else attribution(x, target)."""
     values = attribution(x, target) if callable(attribution) else attribution

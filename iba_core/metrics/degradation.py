@@ -1,4 +1,4 @@
-"""Degradation benchmark (paper §4.5): the area between the LeRF and MoRF curves.
+"""Degradation benchmark (paper §4.6): the area between the LeRF and MoRF curves.
 
 The image is cut into tile×tile tiles (8×8 and 14×14 in the paper), ranked by their summed
 attribution. MoRF removes the most relevant tile first, LeRF the least relevant; a removed tile takes
@@ -26,7 +26,8 @@ from ..tiles import degrade, tile_order, tile_rank_map
 from .common import batched_logits, group_records, method_label, resolve_map
 
 METRIC = "degradation"
-PAPER_TILES = (8, 14)
+#: Paper §4.6: the validation set is degraded with 8 × 8 and with 14 × 14 tiles.
+DEGRADATION_TILES = (8, 14)
 
 
 def removal_steps(n_tiles: int, points: int | None = None) -> np.ndarray:

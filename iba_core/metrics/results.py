@@ -20,6 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..cache import write_atomic
 from ..jsonable import jsonable
 
 KEY_FIELDS = ("metric", "image", "method", "setting")
@@ -222,5 +223,5 @@ def write_table(records: Sequence[dict], out: str | os.PathLike) -> tuple[str, P
     """Render the tables and save them next to `out` (results.table.md); returns (text, path)."""
     text = format_tables(records)
     path = table_path(out)
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))  # never half a table
     return text, path

@@ -21,12 +21,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..settings import stats_samples
+from ..errors import UserError
 from . import results as res
+from .bbox import LARGEST_BOX_SHARE
+from .beta_table import PAPER_BETA_K
 from .common import stable_seed
-
-#: Default tile sizes per metric.
-DEFAULT_TILES = {"degradation": (8, 14), "sensitivity-n": (8,)}
+from .degradation import DEGRADATION_TILES
+from .sensitivity_n import SENSITIVITY_TILES
 
 
 @dataclass
@@ -39,9 +40,9 @@ class EvalOptions:
     n_count: int = 16  # sensitivity-n: number of log-spaced n values
     seed: int = 0
     boxes: Path | None = None
-    max_box_fraction: float = 0.33
+    max_box_fraction: float = LARGEST_BOX_SHARE
     layer: str | None = None  # beta-table
-    beta_ks: Sequence[float] = (0.01, 0.1, 1.0, 10.0, 100.0)
+    beta_ks: Sequence[float] = PAPER_BETA_K
     steps: int = 10
     stats_images: str | None = None
     stats_n: int | None = None
@@ -125,7 +126,7 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
     from .degradation import degradation_curves
 
     o = ctx.options
-    tiles = list(o.tiles or DEFAULT_TILES["degradation"])
+    tiles = list(o.tiles or DEGRADATION_TILES)
 
     def setting(t: int) -> str:
         return f"{ctx.model_id}|tile={t}" + (f"|points={o.points}" if o.points else "")
@@ -146,22 +147,22 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
 
 
 def _run_bbox(ctx: _Context, item, methods: dict) -> None:
-    from .bbox import bbox_ratio, box_mask, find_annotation, parse_voc
+    from .bbox import bbox_ratio, boxes_on_crop, find_annotation, parse_voc
 
     o = ctx.options
     if o.boxes is None:
-        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+        raise UserError("The bbox metric needs object boxes (Pascal-VOC XML files named like the images).",
+                        cli_hint="Name their folder with --boxes DIR.",
+                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
     if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
         return
-    crop = ctx.network.preprocess.crop_size if hasattr(ctx.network.preprocess, "crop_size") else 224
-    resize = getattr(ctx.network.preprocess, "resize", 256)
     xml = find_annotation(o.boxes, item.key)
     reason, mask = None, None
     if xml is None:
         reason = "no annotation"
     else:
-        mask = box_mask(parse_voc(xml), resize, crop)
+        mask, _ = boxes_on_crop(parse_voc(xml), ctx.network.preprocess)
         share = float(mask.mean())
         if mask.sum() == 0:
             reason = "box outside the crop"
@@ -184,7 +185,7 @@ def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
     from .sensitivity_n import correlations, logit_drops
 
     o = ctx.options
-    tiles = list(o.tiles or DEFAULT_TILES["sensitivity-n"])
+    tiles = list(o.tiles or SENSITIVITY_TILES)
 
     def setting(t: int) -> str:
         return f"{ctx.model_id}|tile={t}|sets={o.sets}|n_count={o.n_count}|seed={o.seed}"
@@ -344,9 +345,10 @@ def _stats_getter(network, options: EvalOptions):
 
     def get(layer: str):
         if layer not in cache:
-            from ..stats import get_stats
+            from ..feature_stats import app_samples, get_stats
 
-            cache[layer] = get_stats(network, layer, images=options.stats_images, n=options.stats_n or stats_samples())
+            n = options.stats_n or app_samples(network, options.stats_images)
+            cache[layer] = get_stats(network, layer, images=options.stats_images, n=n)
         return cache[layer]
 
     return get

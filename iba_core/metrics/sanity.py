@@ -1,4 +1,4 @@
-"""Sanity check: cascading weight randomisation (Adebayo et al. 2018; paper §4.2 and appendix).
+"""Sanity check: cascading weight randomisation (Adebayo et al. 2018; paper §4.3 and appendix).
 
 Starting at the logits, the network's parameterised modules are re-initialised group by group down to
 the first layer, cumulatively, on a deep copy (the caller's model is never touched). After each group

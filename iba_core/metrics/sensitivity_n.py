@@ -1,4 +1,4 @@
-"""Sensitivity-n (Ancona et al. 2018; paper §4.3).
+"""Sensitivity-n (Ancona et al. 2018; paper §4.4).
 
 For n log-spaced between 1 tile and 80 % of the tiles, `sets` random sets T of n tiles are set to
 zero (in the network's normalised input space, as in the original). Per image and n, the score is the
@@ -26,6 +26,8 @@ from ..tiles import tile_mask, tile_sums
 from .common import batched_logits, group_records, method_label, resolve_map
 
 METRIC = "sensitivity-n"
+#: Paper §4.4: the metric is run with 8 × 8 tiles (single pixels were not discriminative).
+SENSITIVITY_TILES = (8,)
 
 
 def n_values(n_tiles: int, count: int = 16, max_fraction: float = 0.8) -> np.ndarray:
@@ -118,14 +120,6 @@ def correlations(drops: LogitDrops, attribution, x: torch.Tensor | None = None) 
         removed = per_tile[drops.tile_sets(i)].sum(axis=1)
         out[i] = pearson(removed, drops.drops[i])
     return out
-
-
-def sensitivity_n_correlations(
-    model: nn.Module, x: torch.Tensor, attribution, target: int, tile: int = 8, **kwargs
-) -> tuple[np.ndarray, np.ndarray]:
-    """(ns, correlations) for one image and one map; kwargs go to `logit_drops`."""
-    drops = logit_drops(model, x, target, tile, **kwargs)
-    return drops.ns, correlations(drops, attribution, x)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ from .spec import (
     WeightsSource,
     WeightsUnavailableError,
     derive_spec,
-    discover_layers,
 )
 from .cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, read_class_list
-from .state_files import UnsafeWeightsError, WeightsMismatchError
+from .state_files import UnsafeWeightsError, WeightsMismatchError, require_floating
 from .torchvision_any import is_torchvision_key, load_torchvision, model_name
-from .weights import find_weights, missing_weights_message, weights_status
+from .weights import find_weights, missing_weights_error, weights_status
+from ..trust import LOCAL, Trust
 
 #: Modules of this package that define a SPEC, in display order.
 _FAMILIES = ("efficientnet_lite", "resnet", "vgg")
@@ -68,6 +68,7 @@ def load_network(
     device: str | torch.device = "cpu",
     *,
     trust_pickle: bool = False,
+    trust: Trust = LOCAL,
 ) -> Network:
     """Build a network in eval mode, parameters frozen, on `device`. The key's form picks the source:
 
@@ -79,12 +80,17 @@ def load_network(
     for structure and speed tests), or a path to a state-dict file (.pth/.pt, or .safetensors for
     torchvision and card networks). Files are read with weights_only=True: a pickled whole module is
     refused unless `trust_pickle=True` (the CLI's --trust-pickle; the app never passes it).
+
+    trust: what a model card may do (`iba_core.trust`): run a code builder only with `trust.code` (the CLI's
+    --trust-code, the app's IBA_TRUST_CODE=1), name paths outside its folder only where allowed. Default:
+    the local user's (any path), without code. Random weights are seeded in a forked RNG: the same weights
+    every time, the process's global RNG untouched.
     """
     from .weights import load_state_dict
 
     device = torch.device(device)
     if is_card_key(key):
-        spec, model, weights_id, categories = load_card(key, weights, trust_pickle=trust_pickle)
+        spec, model, weights_id, categories = load_card(key, weights, trust_pickle=trust_pickle, trust=trust)
         return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
     if is_torchvision_key(key):
         spec, model, weights_id = load_torchvision(key, weights, trust_pickle=trust_pickle)
@@ -97,10 +103,12 @@ def load_network(
     else:
         state, weights_id = load_state_dict(spec, None if weights in (None, "pretrained") else weights,
                                             trust_pickle=trust_pickle)
-    if state is None:
-        torch.manual_seed(0)  # random weights are reproducible so their statistics can be cached
+    if state is not None:
+        require_floating(state, spec.title)
     try:
-        model = spec.build(state)
+        with torch.random.fork_rng(devices=[]):  # the global RNG stays as it was (one process, many sessions)
+            torch.manual_seed(0)  # random weights are reproducible so their statistics can be cached
+            model = spec.build(state)
     except RuntimeError as err:  # mismatched state dict
         raise WeightsUnavailableError(f"The weights do not fit {spec.title}: {err}") from err
     categories = spec.categories() if spec.categories else []
@@ -156,8 +164,8 @@ def network_from_module(
 
 __all__ = [
     "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "ModelCardError", "Network", "NetworkSpec", "Preprocess", "Stages",
-    "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError", "WeightsSource", "WeightsUnavailableError",
-    "check_network_key", "derive_spec", "discover_layers", "find_weights", "get_spec", "load_network",
-    "missing_weights_message", "network_from_module", "network_kind", "read_card", "read_class_list",
+    "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError", "WeightsSource", "WeightsUnavailableError",
+    "check_network_key", "derive_spec", "find_weights", "get_spec", "load_network",
+    "missing_weights_error", "network_from_module", "network_kind", "read_card", "read_class_list",
     "weights_status",
 ]

@@ -25,6 +25,12 @@ short hash of the weights file's bytes, so statistics caches are per weights.
 
 Weights are read safely (`state_files.read_weights`): tensors only, a pickled module only with
 `trust_pickle=True` (the CLI's `--trust-pickle`; the app never passes it).
+
+A card is data (`iba_core.trust`): a `package.module:function` builder, or a module beside the card, runs
+only with `Trust.code` (the CLI's `--trust-code`, the app's IBA_TRUST_CODE=1); the card's paths resolve
+(symlinks first) inside its folder unless the `Trust` allows outside paths. The preprocessing numbers are
+checked against sensible ranges (`RESIZE_RANGE`, `CROP_RANGE`, `MEAN_RANGE`, `STD_RANGE`) before anything
+is allocated.
 """
 from __future__ import annotations
 
@@ -40,6 +46,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..errors import UserError
+from ..trust import LOCAL, Trust, check_code, check_inside, shown
 from .spec import CROP, IMAGENET_MEAN, IMAGENET_STD, RESIZE, NetworkSpec, derive_spec
 from .state_files import fit_state_dict, read_weights, weights_hash
 from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
@@ -48,9 +56,15 @@ from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of,
 CARD_PREFIX = "card:"
 KNOWN_ENTRIES = ("name", "title", "arch", "arch_args", "weights", "classes", "layer", "stats_images", "preprocess")
 PREPROCESS_ENTRIES = ("resize", "crop", "mean", "std")
+#: Sensible preprocessing, in px: a larger crop allocates gigabytes per image (crop = 100000: 120 GB).
+RESIZE_RANGE = (16, 2048)
+CROP_RANGE = (16, 1024)
+#: Per channel (red, green, blue), for pixel values in 0…1.
+MEAN_RANGE = (0.0, 1.0)
+STD_RANGE = (0.001, 10.0)
 
 
-class ModelCardError(ValueError):
+class ModelCardError(UserError):
     """A model card, or a file it names, that cannot be used; the message is one sentence for users."""
 
 
@@ -79,8 +93,9 @@ class ModelCard:
         return CARD_PREFIX + self.name
 
 
-def read_card(path: str | os.PathLike) -> ModelCard:
-    """Parse and check a model card (paths made absolute, relative to the card's folder)."""
+def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
+    """Parse and check a model card (paths made absolute, relative to the card's folder, and inside it unless
+    `trust` allows outside paths)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ModelCardError(f"Model card not found: {path}.")
@@ -109,7 +124,7 @@ def read_card(path: str | os.PathLike) -> ModelCard:
         value = text(name)
         if value is None:
             return None
-        target = (path.parent / Path(value).expanduser()).resolve()
+        target = check_inside(value, path.parent, trust, what=f"{name} path")
         if not (target.is_dir() if folder else target.is_file()):
             kind = "folder" if folder else "file"
             raise ModelCardError(f"The model card {path} names the {name} {kind} {value}, "
@@ -125,14 +140,19 @@ def read_card(path: str | os.PathLike) -> ModelCard:
     if bad:
         raise ModelCardError(f"The model card {path} has unknown [preprocess] entries {', '.join(bad)}; "
                              f"known: {', '.join(PREPROCESS_ENTRIES)}.")
-    for k in ("resize", "crop"):
-        if k in preprocess and not (isinstance(preprocess[k], int) and preprocess[k] > 0):
-            raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a positive integer.")
-    for k in ("mean", "std"):
+    for k, (low, high) in (("resize", RESIZE_RANGE), ("crop", CROP_RANGE)):
+        v = preprocess.get(k)
+        if k in preprocess and not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high):
+            raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a whole number of pixels from "
+                                 f"{low} to {high}, not {shown(v, 20)}.")
+    for k, (low, high) in (("mean", MEAN_RANGE), ("std", STD_RANGE)):
         if k in preprocess:
             v = preprocess[k]
-            if not (isinstance(v, list) and len(v) == 3 and all(isinstance(c, (int, float)) for c in v)):
-                raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a list of three numbers.")
+            if not (isinstance(v, list) and len(v) == 3
+                    and all(isinstance(c, (int, float)) and not isinstance(c, bool) and low <= c <= high
+                            for c in v)):
+                raise ModelCardError(f"In the model card {path}, preprocess.{k} must be three numbers (red, green, "
+                                     f"blue) from {low:g} to {high:g}, not {shown(v, 40)}.")
             preprocess[k] = tuple(float(c) for c in v)
     card = ModelCard(
         path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
@@ -146,7 +166,10 @@ def read_card(path: str | os.PathLike) -> ModelCard:
 
 
 def read_class_list(path: str | os.PathLike) -> list[str]:
-    """Class names in index order from a text file (one a line), JSON (list or {index: name}) or CSV (index,name)."""
+    """Class names in index order from a text file (one a line), JSON (list or {index: name}) or CSV (index,name).
+
+    Names may repeat (ImageNet's own list names two classes "crane"); `classes.resolve_class` then asks for the
+    index instead of picking one."""
     path = Path(path)
     try:
         content = path.read_text(encoding="utf-8-sig")
@@ -191,8 +214,11 @@ def _indexed(path: Path, pairs) -> list[str]:
     return [found[i] for i in range(len(found))]
 
 
-def import_builder(spec: str, card_dir: Path | None = None):
-    """The function named by "package.module:function" (also found next to the card)."""
+def import_builder(spec: str, card_dir: Path | None = None, trust: Trust = LOCAL, *, card: Path | None = None):
+    """The function named by "package.module:function" (also found next to the card): Python code, so
+    imported only when `trust.code` allows it (importing a module runs it)."""
+    where = f"The model card {card}" if card is not None else "The model card"
+    check_code(f"{where} names the builder {shown(spec, 60)}", trust)
     module_name, _, func_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -222,13 +248,14 @@ def _output_size(model: nn.Module, crop: int) -> int | None:
 
 
 def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *,
-              trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+              trust_pickle: bool = False, trust: Trust = LOCAL) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model with its weights, weights id, class names) of a model card.
 
     weights: "pretrained" (the card's weights), "random" (the builder's initialisation, seeded), or a
-    path overriding the card's file.
+    path overriding the card's file. trust: whether a code builder may run and the card's paths may leave
+    its folder (`iba_core.trust`; default: the local user's, without code).
     """
-    card = read_card(path)
+    card = read_card(path, trust)
     classes = read_class_list(card.classes) if card.classes else None
     weights_file = card.weights
     if weights not in (None, "pretrained", "random"):
@@ -243,8 +270,8 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         model, state = state, None
     elif card.arch is None:
         raise ModelCardError(f"The model card {card.path} names no arch; add arch = \"torchvision:NAME\" or "
-                             "\"package.module:function\" (only a whole pickled module, with --trust-pickle, "
-                             "needs none).")
+                             "\"package.module:function\".",
+                             cli_hint="Only a whole pickled module loaded with --trust-pickle needs none.")
     elif card.arch.startswith(TORCHVISION):
         tv_name = model_name(card.arch)
         tv_weights = default_weights(tv_name)
@@ -257,10 +284,11 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         except (TypeError, ValueError) as err:
             raise ModelCardError(f"Could not build {card.arch} with {kwargs}: {err}.") from None
     else:
-        builder = import_builder(card.arch, card.path.parent)
-        torch.manual_seed(0)
+        builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
         try:
-            model = builder(**card.arch_args)
+            with torch.random.fork_rng(devices=[]):  # seeded for reproducible random weights; global RNG untouched
+                torch.manual_seed(0)
+                model = builder(**card.arch_args)
         except Exception as err:  # noqa: BLE001 - the user's code
             raise ModelCardError(f"The builder {card.arch} failed: {type(err).__name__}: {err}.") from None
         if not isinstance(model, nn.Module):

@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from ..errors import UserError
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -39,15 +40,15 @@ LOGITS = "fc"
 Stages = list[tuple[str | None, nn.Module]]
 
 
-class WeightsUnavailableError(RuntimeError):
-    """The pretrained weights for a network are not on this machine and cannot be downloaded."""
+class WeightsUnavailableError(UserError, RuntimeError):
+    """The pretrained weights for a network are not on this machine and cannot be downloaded.
+
+    A UserError (message + each front end's hint) that is still caught as a RuntimeError."""
 
 
-class UnknownModelError(KeyError):
-    """A network key or layer name that the registry does not know."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; ours is a sentence
-        return str(self.args[0])
+class UnknownModelError(UserError, KeyError):
+    """A network key or layer name that the registry does not know (a UserError still caught as a KeyError;
+    its str is the sentence, not KeyError's quoted form)."""
 
 
 class Flatten(nn.Module):
@@ -492,8 +493,3 @@ def find_layers(model: nn.Module, input_size: int = CROP) -> list[LayerInfo]:
             h.remove()
         model.train(was_training)
     return [LayerInfo(n, shapes[n], runs[n], layouts[n]) for n in order]
-
-
-def discover_layers(model: nn.Module, input_size: int = CROP) -> list[tuple[str, tuple[int, ...], int]]:
-    """(dotted name, output shape, times run) of every module `find_layers` finds (maps and tokens on a grid)."""
-    return [(info.name, info.shape, info.runs) for info in find_layers(model, input_size)]

@@ -9,8 +9,10 @@ why and what to save instead:
 - a TorchScript archive (`torch.jit.save`) or an ExportedProgram (`torch.export.save`): a compiled
   program, not a state dict.
 
-A state dict that does not fit the model (missing or unexpected keys, shape mismatches) gives one
-message listing the first few mismatches.
+A state dict that does not fit the model (missing or unexpected keys, shape mismatches, integer or
+boolean tensors where the model holds floating-point parameters) gives one message listing the first few
+mismatches. Messages are whole sentences: what the file's reader said is not echoed (it can be long or
+cut), and names taken from the file are shortened.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..errors import UserError
+from ..trust import shown
 from .spec import WeightsUnavailableError
 
 #: How many mismatches a message lists.
@@ -30,7 +34,7 @@ SHOWN = 5
 SAVE_INSTEAD = "save the weights instead: torch.save(model.state_dict(), path) (or safetensors' save_file)"
 
 
-class UnsafeWeightsError(ValueError):
+class UnsafeWeightsError(UserError):
     """A weights file that holds more than tensors (a pickled module, TorchScript, an ExportedProgram)."""
 
 
@@ -75,8 +79,10 @@ def read_weights(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict
 
         try:
             return load_file(str(path), device="cpu")
-        except (SafetensorError, OSError, ValueError) as err:
-            raise WeightsUnavailableError(f"Could not read the safetensors file {path}: {err}") from err
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise WeightsUnavailableError(
+                f"Could not read the safetensors file {path}: it is damaged or not a safetensors file; save the "
+                "weights again with safetensors' save_file(model.state_dict(), path).") from err
     kind = _archive_kind(path)
     if kind is not None:
         raise UnsafeWeightsError(
@@ -87,14 +93,15 @@ def read_weights(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict
     except Exception as err:  # noqa: BLE001 - pickle errors come in many types
         if not _is_unsafe_pickle(err):
             raise WeightsUnavailableError(
-                f"Could not read weights file {path}: it is not a PyTorch state dict (.pth/.pt) or a safetensors "
-                f"file, or it is damaged ({type(err).__name__}: {str(err).splitlines()[0][:80]}).") from err
+                f"Could not read the weights file {path}: it is not a PyTorch state dict (.pth/.pt) or a "
+                f"safetensors file, or it is damaged; {SAVE_INSTEAD}.") from err
         if not trust_pickle:
             raise UnsafeWeightsError(
                 f"{path} holds pickled Python objects (probably a whole model saved with torch.save(model, "
                 f"path)); loading them could run arbitrary code, so it is refused. {SAVE_INSTEAD[0].upper()}"
-                f"{SAVE_INSTEAD[1:]}. On the command line, --trust-pickle loads such a file you made yourself "
-                "(the app never does).") from None
+                f"{SAVE_INSTEAD[1:]}.",
+                cli_hint="Or, for a file you made yourself, add --trust-pickle to load it.",
+                app_hint="Then use the saved file.") from None
         obj = torch.load(path, map_location="cpu", weights_only=False)
     return _unwrap(obj, path)
 
@@ -121,6 +128,35 @@ def _unwrap(obj, path: Path) -> dict[str, torch.Tensor] | nn.Module:
         f"{path} holds no state dict (a mapping of parameter names to tensors); {SAVE_INSTEAD}.")
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _fits_dtype(stored: torch.Tensor, own: torch.Tensor) -> bool:
+    """Whether a stored tensor can stand for the model's: floating-point parameters need floating-point
+    values (an int32 or bool file would load as a garbage network after a silent cast)."""
+    return not own.is_floating_point() or stored.is_floating_point()
+
+
+def require_floating(state: dict[str, torch.Tensor], title: str) -> None:
+    """Refuse a state dict whose tensors are integers or booleans where a network keeps floating-point
+    parameters (for networks whose model is built with the weights; `fit_state_dict` checks against the model).
+    BatchNorm's step counters (`num_batches_tracked`) are integers by nature."""
+    wrong = [(k, v) for k, v in state.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()
+             and not k.endswith("num_batches_tracked")]
+    if wrong:
+        _refuse_dtypes([(k, _dtype_name(v.dtype), "float") for k, v in wrong], title)
+
+
+def _refuse_dtypes(wrong: list[tuple[str, str, str]], title: str) -> None:
+    shown_dtypes = 3  # a whole file of int32 tensors would otherwise list a hundred
+    more = f" and {len(wrong) - shown_dtypes} more" if len(wrong) > shown_dtypes else ""
+    listed = ", ".join(f"{shown(k, 60)} {a}" for k, a, _ in wrong[:shown_dtypes])
+    raise WeightsMismatchError(
+        f"The weights file holds {len(wrong)} integer or boolean tensor(s) where {title} has floating-point "
+        f"parameters ({listed}{more}); save the trained weights with torch.save(model.state_dict(), path).")
+
+
 def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str, *,
                    classes: int | None = None) -> nn.Module:
     """Load `state` into `model`, or one message listing the first mismatches.
@@ -133,15 +169,23 @@ def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str,
     shapes = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
               if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
     if missing or unexpected or shapes:
-        problems = [f"missing key {k}" for k in missing] + [f"unexpected key {k}" for k in unexpected]
-        problems += [f"{k}: file {list(a)}, model {list(b)}" for k, a, b in shapes]
+        problems = [f"missing key {shown(k, 60)}" for k in missing]
+        problems += [f"unexpected key {shown(k, 60)}" for k in unexpected]
+        problems += [f"{shown(k, 60)}: file {list(a)}, model {list(b)}" for k, a, b in shapes]
         total = len(problems)
         more = f" (and {total - SHOWN} more)" if total > SHOWN else ""
         lead = ""
-        if classes is not None and shapes and shapes[-1][2][:1] == (classes,) and shapes[-1][1]:
+        # The output layer's first dimension is the number of outputs; only name the class list when that is
+        # what differs (a file from another architecture can differ in its inputs with as many outputs).
+        if (classes is not None and shapes and shapes[-1][2][:1] == (classes,) and shapes[-1][1]
+                and shapes[-1][1][0] != classes):
             lead = (f"The class list has {classes} names but the weights' output layer has "
                     f"{shapes[-1][1][0]} outputs. ")
         raise WeightsMismatchError(
             f"{lead}The weights do not fit {title}: {total} mismatch(es): {'; '.join(problems[:SHOWN])}{more}.")
+    wrong = [(k, _dtype_name(state[k].dtype), _dtype_name(own[k].dtype)) for k in own
+             if not _fits_dtype(state[k], own[k])]
+    if wrong:
+        _refuse_dtypes(wrong, title)
     model.load_state_dict(state)
     return model

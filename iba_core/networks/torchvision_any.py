@@ -78,7 +78,8 @@ def categories_of(weights) -> list[str]:
 
 
 def build_model(name: str, **kwargs) -> nn.Module:
-    """torchvision's `name` with random initialisation (seeded, so random weights are reproducible).
+    """torchvision's `name` with random initialisation (seeded, so random weights are reproducible, and in a
+    forked RNG, so the process's global RNG is untouched: the app's process serves every browser session).
 
     Linear layers that torchvision initialises to zero (ViT's classification head) get small random
     weights instead: with a zero head every logit is 0 whatever the image, every gradient vanishes and
@@ -86,12 +87,13 @@ def build_model(name: str, **kwargs) -> nn.Module:
     """
     from torchvision.models import get_model_builder
 
-    torch.manual_seed(0)
-    model = get_model_builder(name)(weights=None, **kwargs)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.Linear) and not module.weight.any():
-                module.weight.normal_(0.0, 0.02)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = get_model_builder(name)(weights=None, **kwargs)
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, nn.Linear) and not module.weight.any():
+                    module.weight.normal_(0.0, 0.02)
     return model
 
 

@@ -8,6 +8,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from ..errors import user_message
 from ..settings import weights_dir
 from .spec import NetworkSpec, WeightsUnavailableError
 
@@ -37,16 +38,17 @@ def find_weights(spec: NetworkSpec, weights_file: str | os.PathLike | None = Non
 
 
 def weights_status(spec: NetworkSpec) -> str:
-    """One sentence a user can act on: where the weights come from, or how to get them."""
+    """One sentence a user can act on (for the CLI's network list): where the weights come from, or how to
+    get them."""
     path = find_weights(spec)
     if path is not None:
         return f"weights found: {path}"
-    return missing_weights_message(spec)
+    return user_message(missing_weights_error(spec), "cli")
 
 
-def missing_weights_message(spec: NetworkSpec, *, app: bool = False) -> str:
-    """What to do when `spec`'s weights are neither here nor downloadable, for the CLI (default; the CLI
-    adds its own --weights hint) or, with app=True, in the app's words: its network menu, no flags."""
+def missing_weights_error(spec: NetworkSpec) -> WeightsUnavailableError:
+    """The error for `spec`'s weights being neither here nor downloadable, with what to do in each front end:
+    the CLI's --weights and IBA_WEIGHTS_DIR, the app's Network menu."""
     from . import DEFAULT_NETWORK, get_spec
 
     target = weights_dir() or hub_checkpoint_dir()
@@ -54,18 +56,12 @@ def missing_weights_message(spec: NetworkSpec, *, app: bool = False) -> str:
     where = f"; it is available from {source.url}" if source and source.url else ""
     file = source.file if source else "with its weights"
     fallback = get_spec(DEFAULT_NETWORK).title
-    if app:
-        return (
-            f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded "
-            f"(offline?). To use it, place the file {file} in the folder {target}{where}, then choose "
-            f"{spec.title} in the Network menu again. Meanwhile, choose {fallback} there: it works without "
-            "a download."
-        )
-    return (
-        f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded "
-        f"(offline?). Place the file {file} in {target} "
-        f"(or set IBA_WEIGHTS_DIR to its folder){where}. Meanwhile, {fallback} "
-        "works without a download."
+    return WeightsUnavailableError(
+        f"The pretrained weights for {spec.title} are not on this machine and cannot be downloaded (offline?); "
+        f"meanwhile, {fallback} works without a download. To use {spec.title}, place the file {file} in "
+        f"{target}{where}.",
+        cli_hint="Or set IBA_WEIGHTS_DIR to the folder that holds it, or name the file with --weights FILE.",
+        app_hint=f"Then choose {spec.title} in the Network menu again.",
     )
 
 
@@ -88,11 +84,11 @@ def load_state_dict(spec: NetworkSpec, weights_file: str | os.PathLike | None, *
     if path is None:
         url = spec.weights.url if spec.weights else None
         if url is None or not _reachable(url):
-            raise WeightsUnavailableError(missing_weights_message(spec))
+            raise missing_weights_error(spec)
         try:
             state = torch.hub.load_state_dict_from_url(url, progress=True, map_location="cpu", weights_only=True)
         except Exception as err:  # network errors come in many types; all mean "not available"
-            raise WeightsUnavailableError(missing_weights_message(spec)) from err
+            raise missing_weights_error(spec) from err
         return state, spec.weights.file
     from .state_files import read_weights
 

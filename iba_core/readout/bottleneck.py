@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bottleneck import (
+    check_beta_k,
+    check_sigma,
     information_map_bits,
     inject_noise,
     kl_per_element,
@@ -96,10 +98,8 @@ class ReadoutBottleneck(nn.Module):
             reads = (layer, *reads)
         if len(set(reads)) != len(reads):
             raise ValueError(f"Read-out layers must be distinct, got {', '.join(reads)}.")
-        if not np.isfinite(beta_k) or beta_k < 0:
-            raise ValueError(f"β·k must be a non-negative number, got {beta_k}.")
-        if sigma < 0:
-            raise ValueError(f"σ_s must be ≥ 0, got {sigma}.")
+        check_beta_k(beta_k)  # before the probe pass; ReadoutConfig checks σ_s against the map too
+        check_sigma(sigma)
         passes = network_passes(network, layer, reads)
         size = network.preprocess.crop_size
         probe = torch.zeros(1, 3, size, size, device=network.device)

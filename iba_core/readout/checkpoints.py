@@ -23,7 +23,7 @@ from torch import nn
 
 from ..settings import ASSETS_DIR
 from .bottleneck import ReadoutBottleneck, ReadoutResult
-from .config import ReadoutCheckpointError, ReadoutConfig, check_compatible
+from .config import APP_CHECKPOINT_HINT, ReadoutCheckpointError, ReadoutConfig, check_compatible, readout_cli_hint
 
 CHECKPOINT_FORMAT = "iba-explorer/readout-bottleneck"
 CHECKPOINT_VERSION = 1
@@ -186,6 +186,15 @@ def cached_readout(network, ckpt_path: str | os.PathLike) -> ReadoutBottleneck:
     return rb
 
 
+def no_checkpoint_error(network) -> ReadoutCheckpointError:
+    """The error for a network that has no readout checkpoint: none shipped and none chosen."""
+    return ReadoutCheckpointError(
+        f"The Readout Bottleneck is not available here: no readout checkpoint was trained for {network.spec.title}.",
+        cli_hint=readout_cli_hint(network),
+        app_hint=APP_CHECKPOINT_HINT.format(title=network.spec.title),
+    )
+
+
 def readout_attribute(network, ckpt_path: str | os.PathLike | None, x: torch.Tensor, target: int | None = None,
                       batch: int = 10, seed: int = 0) -> ReadoutResult:
     """Readout Bottleneck attribution for one preprocessed image (1, 3, H, W).
@@ -197,8 +206,5 @@ def readout_attribute(network, ckpt_path: str | os.PathLike | None, x: torch.Ten
     if ckpt_path is None:
         ckpt_path = default_checkpoint(network.key)
         if ckpt_path is None:
-            raise ReadoutCheckpointError(
-                f"No readout checkpoint ships for {network.key}; train one with "
-                f"`python -m iba_core train-readout --model {network.key} --images DIR` and pass --readout CKPT."
-            )
+            raise no_checkpoint_error(network)
     return cached_readout(network, ckpt_path).explain(x, target, batch=batch, seed=seed)

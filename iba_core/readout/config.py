@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ..bottleneck import INIT_ALPHA, MIN_STD
-from ..networks import LOGITS
+from ..bottleneck import INIT_ALPHA, MIN_STD, check_beta_k, check_sigma
+from ..errors import UserError
+from ..networks import LOGITS, REGISTRY
 
 #: α is kept in [-ALPHA_MAX, ALPHA_MAX] by a tanh scaling (see `iba_core.readout.network`).
 ALPHA_MAX = 10.0
@@ -18,11 +19,22 @@ ALPHA_MAX = 10.0
 DEFAULT_HIDDEN = (128, 64)
 
 
-class ReadoutCheckpointError(ValueError):
+class ReadoutCheckpointError(UserError):
     """A readout checkpoint that is missing, unreadable, or made for another network/weights/layer.
 
-    str(err) is one sentence a user can act on.
+    str(err) is one sentence saying what is wrong; its hints say what to do on the command line and in the app.
     """
+
+
+#: What to do about a missing or unfitting checkpoint in the app: the Compare page's readout menu and notes.
+APP_CHECKPOINT_HINT = ("Choose a checkpoint made for {title} in the Compare page's Readout Bottleneck menu; its "
+                       "“Readout Bottleneck checkpoints” section says how to train one.")
+
+
+def readout_cli_hint(network, verb: str = "Train") -> str:
+    """The CLI's way to a checkpoint for `network`: the training command, then --readout."""
+    return (f"{verb} one with `python -m iba_core train-readout --model {network.key} --images DIR` and pass it "
+            "with --readout CKPT.")
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,11 @@ class ReadoutConfig:
     init_alpha: float = INIT_ALPHA
     alpha_max: float = ALPHA_MAX
     min_std: float = MIN_STD
+
+    def __post_init__(self) -> None:
+        # the settings it shares with the Per-Sample Bottleneck, with the same ranges (σ_s: within the map)
+        check_beta_k(self.beta_k)
+        check_sigma(self.sigma, tuple(self.feature_shape[1:]))
 
     @property
     def k(self) -> int:
@@ -67,10 +84,12 @@ class ReadoutConfig:
 def check_compatible(config: ReadoutConfig, network) -> None:
     """Raise ReadoutCheckpointError unless `config` was made for this network, weights and layers."""
     if config.model != network.key:
+        trained_for = REGISTRY[config.model].title if config.model in REGISTRY else config.model
         raise ReadoutCheckpointError(
-            f"This readout checkpoint was trained for the network {config.model!r}, but the loaded network is "
-            f"{network.key!r}. Use a checkpoint made for {network.key} (python -m iba_core train-readout "
-            f"--model {network.key} …)."
+            f"This readout checkpoint was trained for the network {trained_for}, but the loaded network is "
+            f"{network.spec.title}.",
+            cli_hint=readout_cli_hint(network, "Use a checkpoint made for it, or train"),
+            app_hint=APP_CHECKPOINT_HINT.format(title=network.spec.title),
         )
     if config.weights_id != network.weights_id:
         raise ReadoutCheckpointError(

@@ -1,9 +1,9 @@
 """Drawing results, with no Streamlit: Plotly figures, PNG images and downloadable files.
 
-- `figures`: interactive Plotly figures (bits heatmaps, λ, loss curves, the β × layer grid,
-  degradation curves, the sanity check's SSIM);
+- `figures`: interactive Plotly figures (bits heatmaps, the β × layer grid, degradation curves, the sanity
+  check's SSIM);
 - `overlays`: PIL images (heatmap over the photo, the "not needed" view, boxes) and PNG bytes;
-- `grid`: the comparison grid as one PNG (`grid_png`, `cell_png`) and the colour range of a map (`limits_text`);
+- `comparison`: the comparison grid as one PNG (`grid_png`, `cell_png`) and the colour range of a map (`limits_text`);
 - `sanity`: the sanity check's strip of heatmaps as a PNG;
 - `report`: the Per-Sample run's JSON report and the heatmap as .npy bytes;
 - `text`: numbers as short texts (probabilities, times, β);
@@ -17,13 +17,12 @@ from ..lazy import lazy_exports
 
 #: public name → module (in this package) that defines it
 _PUBLIC = {
-    "heatmap_figure": "figures", "lambda_figure": "figures", "curves_figure": "figures", "grid_figure": "figures",
-    "degradation_figure": "figures", "ssim_figure": "figures", "BITS_COLORSCALE": "figures",
-    "LAMBDA_COLORSCALE": "figures", "BITS_UNIT": "figures",
+    "heatmap_figure": "figures", "grid_figure": "figures", "degradation_figure": "figures", "ssim_figure": "figures",
+    "BITS_COLORSCALE": "figures", "BITS_UNIT": "figures",
     "colorize": "overlays", "overlay_image": "overlays", "not_needed_mask": "overlays",
     "not_needed_fraction": "overlays", "not_needed_outline": "overlays", "png_bytes": "overlays",
     "draw_boxes": "overlays", "OUTLINE_RGB": "overlays",
-    "grid_png": "grid", "cell_png": "grid", "colour_limits": "grid", "limits_text": "grid",
+    "grid_png": "comparison", "cell_png": "comparison", "colour_limits": "comparison", "limits_text": "comparison",
     "sanity_strip_png": "sanity",
     "run_report": "report", "heatmap_npy_bytes": "report",
     "format_seconds": "text", "format_probability": "text", "format_beta": "text",

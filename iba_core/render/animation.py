@@ -275,6 +275,107 @@ def animation_gif(history: Sequence["StepInfo"], scale: ColourScale = ColourScal
 # ---- curves ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _CurvesPlot:
+    """Where the curves chart draws: the plot area in pixels and the scales of its three axes."""
+
+    left: float
+    right: float
+    top_y: float
+    bottom_y: float
+    height: int  # of the whole picture (the x axis' title sits at its bottom)
+    legend_h: float
+    steps: int  # the x axis runs from step 1 to here
+    loss_top: float  # nats at the top of the left axis
+    loss_ticks: tuple[float, ...]
+
+    def x_of(self, step: float) -> float:
+        return self.left + (step - 0.5) / self.steps * (self.right - self.left)
+
+    def y_loss(self, v: float) -> float:
+        return self.bottom_y - v / self.loss_top * (self.bottom_y - self.top_y)
+
+    def y_p(self, v: float) -> float:
+        return self.bottom_y - v * (self.bottom_y - self.top_y)
+
+
+def _curves_plot(draw: ImageDraw.ImageDraw, history: Sequence["StepInfo"], total_steps: int | None, width: int,
+                 height: int, font, font_size: int) -> _CurvesPlot:
+    """The chart's layout: round loss ticks, and room on the left for their labels, above for the legend."""
+    steps = max(total_steps or (history[-1].steps if history else 1), 1)
+    legend_h = font_size + 10
+    loss_top = max([max(h.ce, h.beta_info) for h in history] + [1e-6])
+    loss_ticks = _ticks(loss_top * 1.05, 0.0, 4)
+    loss_top = max(loss_ticks[-1], loss_top) if loss_ticks else loss_top
+    label_w = max([_text_size(draw, _tick_text(t), font)[0] for t in loss_ticks] + [_text_size(draw, "nats", font)[0]])
+    return _CurvesPlot(left=label_w + 12, right=width - 40, top_y=legend_h + 6, bottom_y=height - (font_size + 22),
+                       height=height, legend_h=legend_h, steps=steps, loss_top=loss_top, loss_ticks=tuple(loss_ticks))
+
+
+def _draw_curve_axes(draw: ImageDraw.ImageDraw, plot: _CurvesPlot, font, font_size: int) -> None:
+    """Grid lines and labels of the loss axis (left), the p axis (right) and the step axis (below)."""
+    for t in plot.loss_ticks:
+        y = plot.y_loss(t)
+        draw.line([(plot.left, y), (plot.right, y)], fill=_GRID)
+        text = _tick_text(t)
+        tw, th = _text_size(draw, text, font)
+        draw.text((plot.left - 6 - tw, y - th / 2 - 2), text, fill=_MUTED, font=font)
+    for p in (0.0, 0.5, 1.0):
+        draw.text((plot.right + 6, plot.y_p(p) - font_size / 2 - 2), f"{p:g}", fill=_P_RGB, font=font)
+    draw.line([(plot.left, plot.bottom_y), (plot.right, plot.bottom_y)], fill=_MUTED)
+    every = max(1, math.ceil(plot.steps / 10))
+    for s in range(1, plot.steps + 1):
+        if s % every and s != 1:
+            continue
+        x = plot.x_of(s)
+        draw.line([(x, plot.bottom_y), (x, plot.bottom_y + 3)], fill=_MUTED)
+        tw, _ = _text_size(draw, str(s), font)
+        draw.text((x - tw / 2, plot.bottom_y + 5), str(s), fill=_MUTED, font=font)
+    tw, _ = _text_size(draw, "step", font)
+    draw.text((plot.left + (plot.right - plot.left) / 2 - tw / 2, plot.height - font_size - 4), "step", fill=_MUTED,
+              font=font)
+    draw.text((2, plot.bottom_y + 5), "nats", fill=_MUTED, font=font)
+
+
+def _curve_series(history: Sequence["StepInfo"], plot: _CurvesPlot) -> list[tuple[str, tuple, list]]:
+    """(name, colour, [(x, y) in pixels]) of the three curves, in the legend's order."""
+    series = [("L_CE", _CE_RGB, [(h.step, plot.y_loss(h.ce)) for h in history]),
+              ("β·L_I", _INFO_RGB, [(h.step, plot.y_loss(h.beta_info)) for h in history]),
+              ("p(target)", _P_RGB, [(h.step, plot.y_p(h.p_target)) for h in history])]
+    return [(name, colour, [(plot.x_of(s), y) for s, y in points]) for name, colour, points in series]
+
+
+def _draw_dotted(draw: ImageDraw.ImageDraw, xy: list, colour: tuple) -> None:
+    """A dotted polyline: every other 6-pixel piece of each segment."""
+    for (x0, y0), (x1, y1) in zip(xy, xy[1:]):
+        n = max(int(math.hypot(x1 - x0, y1 - y0) / 6), 1)
+        for i in range(0, n, 2):
+            a, b = i / n, min((i + 1) / n, 1.0)
+            draw.line([(x0 + a * (x1 - x0), y0 + a * (y1 - y0)), (x0 + b * (x1 - x0), y0 + b * (y1 - y0))],
+                      fill=colour, width=2)
+
+
+def _draw_curve(draw: ImageDraw.ImageDraw, name: str, colour: tuple, xy: list) -> None:
+    """One curve with a dot at each step; p(target) dotted, as on the Plotly charts."""
+    if len(xy) > 1:
+        if name == "p(target)":
+            _draw_dotted(draw, xy, colour)
+        else:
+            draw.line(xy, fill=colour, width=2)
+    for x, y in xy:
+        draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
+
+
+def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, font, font_size: int) -> None:
+    """The curves' names on top, each after a short line in its colour, and where p is read."""
+    x, mid = plot.left, plot.legend_h / 2
+    for name, colour, _ in series:
+        draw.line([(x, mid + 1), (x + 16, mid + 1)], fill=colour, width=3)
+        draw.text((x + 20, mid - font_size / 2 - 1), name, fill=_TEXT, font=font)
+        x += 20 + _text_size(draw, name, font)[0] + 16
+    draw.text((x, mid - font_size / 2 - 1), "(p on the right axis)", fill=_MUTED, font=font)
+
+
 def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
                  width: int = 520, height: int = 190, font_size: int = 12) -> Image.Image:
     """L_CE and β·L_I (nats, left axis) and p(target) (0–1, right axis) over the steps so far.
@@ -285,74 +386,13 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
     font = _font(font_size)
     out = Image.new("RGB", (width, height), _WHITE)
     draw = ImageDraw.Draw(out)
-    steps = max(total_steps or (history[-1].steps if history else 1), 1)
-    legend_h = font_size + 10
-    loss_top = max([max(h.ce, h.beta_info) for h in history] + [1e-6])
-    loss_ticks = _ticks(loss_top * 1.05, 0.0, 4)
-    loss_top = max(loss_ticks[-1], loss_top) if loss_ticks else loss_top
-    label_w = max([_text_size(draw, _tick_text(t), font)[0] for t in loss_ticks] + [_text_size(draw, "nats", font)[0]])
-    left, right, top_y, bottom_y = label_w + 12, width - 40, legend_h + 6, height - (font_size + 22)
-    plot_w, plot_h = right - left, bottom_y - top_y
-
-    def x_of(step: float) -> float:
-        return left + (step - 0.5) / steps * plot_w
-
-    def y_loss(v: float) -> float:
-        return bottom_y - v / loss_top * plot_h
-
-    def y_p(v: float) -> float:
-        return bottom_y - v * plot_h
-
-    # Grid, axes and tick labels.
-    for t in loss_ticks:
-        y = y_loss(t)
-        draw.line([(left, y), (right, y)], fill=_GRID)
-        text = _tick_text(t)
-        tw, th = _text_size(draw, text, font)
-        draw.text((left - 6 - tw, y - th / 2 - 2), text, fill=_MUTED, font=font)
-    for p in (0.0, 0.5, 1.0):
-        draw.text((right + 6, y_p(p) - font_size / 2 - 2), f"{p:g}", fill=_P_RGB, font=font)
-    draw.line([(left, bottom_y), (right, bottom_y)], fill=_MUTED)
-    every = max(1, math.ceil(steps / 10))
-    for s in range(1, steps + 1):
-        if s % every and s != 1:
-            continue
-        x = x_of(s)
-        draw.line([(x, bottom_y), (x, bottom_y + 3)], fill=_MUTED)
-        tw, _ = _text_size(draw, str(s), font)
-        draw.text((x - tw / 2, bottom_y + 5), str(s), fill=_MUTED, font=font)
-    tw, _ = _text_size(draw, "step", font)
-    draw.text((left + plot_w / 2 - tw / 2, height - font_size - 4), "step", fill=_MUTED, font=font)
-    draw.text((2, bottom_y + 5), "nats", fill=_MUTED, font=font)
-
-    if mark is not None and 1 <= mark <= steps:
-        x = x_of(mark)
-        draw.line([(x, top_y), (x, bottom_y)], fill=(150, 150, 160), width=2)
-
-    series = [("L_CE", _CE_RGB, [(h.step, y_loss(h.ce)) for h in history]),
-              ("β·L_I", _INFO_RGB, [(h.step, y_loss(h.beta_info)) for h in history]),
-              ("p(target)", _P_RGB, [(h.step, y_p(h.p_target)) for h in history])]
-    for name, colour, points in series:
-        xy = [(x_of(s), y) for s, y in points]
-        if len(xy) > 1:
-            if name == "p(target)":  # dotted, as on the Plotly charts
-                for (x0, y0), (x1, y1) in zip(xy, xy[1:]):
-                    n = max(int(math.hypot(x1 - x0, y1 - y0) / 6), 1)
-                    for i in range(0, n, 2):
-                        a, b = i / n, min((i + 1) / n, 1.0)
-                        draw.line([(x0 + a * (x1 - x0), y0 + a * (y1 - y0)), (x0 + b * (x1 - x0), y0 + b * (y1 - y0))],
-                                  fill=colour, width=2)
-            else:
-                draw.line(xy, fill=colour, width=2)
-        for x, y in xy:
-            draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
-
-    # Legend on top.
-    x = left
-    for name, colour, _ in series:
-        draw.line([(x, legend_h / 2 + 1), (x + 16, legend_h / 2 + 1)], fill=colour, width=3)
-        draw.text((x + 20, legend_h / 2 - font_size / 2 - 1), name, fill=_TEXT, font=font)
-        x += 20 + _text_size(draw, name, font)[0] + 16
-    suffix = "(p on the right axis)"
-    draw.text((x, legend_h / 2 - font_size / 2 - 1), suffix, fill=_MUTED, font=font)
+    plot = _curves_plot(draw, history, total_steps, width, height, font, font_size)
+    _draw_curve_axes(draw, plot, font, font_size)
+    if mark is not None and 1 <= mark <= plot.steps:
+        x = plot.x_of(mark)
+        draw.line([(x, plot.top_y), (x, plot.bottom_y)], fill=(150, 150, 160), width=2)
+    series = _curve_series(history, plot)
+    for name, colour, xy in series:
+        _draw_curve(draw, name, colour, xy)
+    _draw_legend(draw, series, plot, font, font_size)
     return out

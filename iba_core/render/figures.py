@@ -1,11 +1,10 @@
 """Plotly figures for the interactive views, with no Streamlit.
 
-Heatmaps in bits per pixel with a colour bar, the bottleneck's λ, the optimisation curves, the β × layer
-grid, the degradation curves and the sanity check's SSIM. Colours match the PNG overlays (`overlays`).
+Heatmaps in bits per pixel with a colour bar, the β × layer grid, the degradation curves and the sanity
+check's SSIM. Colours match the PNG overlays (`overlays`).
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -15,8 +14,7 @@ from plotly.subplots import make_subplots
 from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
-    from ..grid import GridCell
-    from ..per_sample import StepInfo
+    from ..beta_layer import GridCell
 
 
 def _colorscale(cmap: str, n: int = 11) -> list[list]:
@@ -34,7 +32,6 @@ def _colorscale(cmap: str, n: int = 11) -> list[list]:
 
 #: Sequential colour scale for information maps; dark = few bits, bright = many.
 BITS_COLORSCALE = _colorscale("inferno")
-LAMBDA_COLORSCALE = _colorscale("viridis")
 BITS_UNIT = "bits / pixel"
 
 _FONT = dict(family='"Source Sans Pro", "Source Sans 3", "Helvetica Neue", Arial, sans-serif', size=12, color="#31333F")
@@ -105,40 +102,6 @@ def heatmap_figure(
     downsample > 1 mean-pools the map (still bits per original pixel) for a lighter live view.
     """
     return _map_figure(bits, title, BITS_UNIT, zmax=zmax, hover_unit=BITS_UNIT, height=height, downsample=downsample)
-
-
-def lambda_figure(lambda_mean: np.ndarray, title: str = "λ (mean over channels)", *, height: int = 360) -> go.Figure:
-    """The bottleneck's mask λ per feature-map cell: 1 lets the feature through, 0 replaces it by noise."""
-    return _map_figure(lambda_mean, title, "λ", zmin=0.0, zmax=1.0, colorscale=LAMBDA_COLORSCALE, height=height)
-
-
-def curves_figure(history: Sequence["StepInfo"], title: str = "Optimisation", *, height: int = 360) -> go.Figure:
-    """L_CE and β·L_I (nats, left axis) and p(target) (right axis, 0–1) over the steps."""
-    steps = [h.step for h in history]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(x=steps, y=[h.ce for h in history], name="L_CE", mode="lines+markers"))
-    fig.add_trace(go.Scatter(x=steps, y=[h.beta_info for h in history], name="β·L_I", mode="lines+markers"))
-    fig.add_trace(
-        go.Scatter(
-            x=steps, y=[h.p_target for h in history], name="p(target)", mode="lines+markers",
-            line=dict(dash="dot"),
-        ),
-        secondary_y=True,
-    )
-    total = history[-1].steps if history else 1
-    fig.update_xaxes(title_text="step", range=[0.5, max(total, 1) + 0.5], dtick=max(1, math.ceil(total / 10)))
-    fig.update_yaxes(title_text="loss (nats)", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="p(target)", range=[0, 1.02], tickvals=[0, 0.25, 0.5, 0.75, 1.0],
-                     secondary_y=True, showgrid=False)
-    fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)),
-        margin=dict(l=10, r=10, t=60, b=10),
-        height=height,
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0, font=dict(size=11)),
-        font=_FONT,
-        template=_TEMPLATE,
-    )
-    return fig
 
 
 # ---- β × layer grid ---------------------------------------------------------------------------

@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import io
+from typing import Callable
 
 import numpy as np
 
 
-def sanity_strip_png(strip, dpi: int = 90) -> bytes:
-    """Original and randomised heatmaps in one row, each normalised like the SSIM sees it, titled with its SSIM.
+def sanity_strip_png(strip, normalise: Callable[[np.ndarray], np.ndarray], dpi: int = 90) -> bytes:
+    """Original and randomised heatmaps in one row, each through `normalise`, titled with its SSIM.
 
     strip: the sanity check's result (`iba_core.app.evaluation.SanityStrip`: .original, .levels, .heatmaps, .ssim).
+    normalise: a heatmap → values in [0, 1]; pass `iba_core.metrics.normalise_heatmap` to show the maps as the
+    SSIM sees them (the caller picks it, so drawing needs no metrics).
     """
     from matplotlib.figure import Figure  # no pyplot: no global state, safe in a server thread
-
-    from ..metrics.sanity import normalise_heatmap
 
     panels = [("original", strip.original, None)]
     panels += [(f"→ {name}", h, s) for name, h, s in zip(strip.levels, strip.heatmaps, strip.ssim)]
@@ -21,7 +22,7 @@ def sanity_strip_png(strip, dpi: int = 90) -> bytes:
     fig = Figure(figsize=(cols * 1.8, 2.1), dpi=dpi)
     axes = fig.subplots(1, cols, squeeze=False).ravel()
     for ax, (title, values, score) in zip(axes, panels):
-        ax.imshow(normalise_heatmap(values).astype(np.float32), cmap="inferno", vmin=0, vmax=1,
+        ax.imshow(np.asarray(normalise(values), dtype=np.float32), cmap="inferno", vmin=0, vmax=1,
                   interpolation="nearest")
         ax.set_axis_off()
         ax.set_title(title if score is None else f"{title}\nSSIM {score:.2f}", fontsize=8)

@@ -9,6 +9,12 @@ from PIL import Image
 
 from iba_core.app import inputs
 from iba_core.images import ImageError
+from iba_core.networks.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+
+#: ImageNet's preprocessing: short side to 256, centre crop 224.
+IMAGENET = Preprocess(IMAGENET_MEAN, IMAGENET_STD, resize=256, crop=224)
+#: A network of its own: short side to 220, centre crop 192.
+SMALL = Preprocess(IMAGENET_MEAN, IMAGENET_STD, resize=220, crop=192)
 
 VOC = """<annotation><size><width>448</width><height>448</height></size>
 <object><name>cat</name><bndbox><xmin>64</xmin><ymin>64</ymin><xmax>192</xmax><ymax>192</ymax></bndbox></object>
@@ -35,40 +41,61 @@ def test_sample_input_names_the_photo() -> None:
 
 
 def test_parse_box() -> None:
-    assert inputs.parse_box("10, 20, 100, 200") == (10, 20, 100, 200)
-    assert inputs.parse_box("100 200 10 20") == (10, 20, 100, 200)
-    assert inputs.parse_box("-5, 0, 300, 224") == (0, 0, 224, 224)
-    for bad in ("1, 2, 3", "a, b, c, d", "5, 5, 5, 9"):
+    assert inputs.parse_box("10, 20, 100, 200", 224) == (10, 20, 100, 200)
+    assert inputs.parse_box("100 200 10 20", 224) == (10, 20, 100, 200)
+    assert inputs.parse_box("-5, 0, 300, 224", 224) == (0, 0, 224, 224)
+    assert inputs.parse_box("-5, 0, 300, 224", 192) == (0, 0, 192, 192)  # clipped to this network's crop
+    for bad in ("1, 2, 3", "a, b, c, d", "5, 5, 5, 9", "1, 2, inf, 4", "nan, 2, 3, 4"):
         with pytest.raises(ValueError):
-            inputs.parse_box(bad)
+            inputs.parse_box(bad, 224)
     with pytest.raises(ValueError, match="four numbers"):
-        inputs.parse_box("1, 2, 3")
+        inputs.parse_box("1, 2, 3", 224)
+
+
+def test_a_long_bad_box_is_not_echoed() -> None:
+    pasted = "1, 2, " + "x" * 5000
+    with pytest.raises(ValueError) as err:
+        inputs.parse_box(pasted, 224)
+    assert "xxxx" not in str(err.value) and len(str(err.value)) < 120
 
 
 def test_crop_box_mask() -> None:
-    mask = inputs.crop_box_mask((10, 20, 110, 70))
+    mask = inputs.crop_box_mask((10, 20, 110, 70), 224)
     assert mask.shape == (224, 224) and mask.sum() == 100 * 50
     assert mask[20, 10] and not mask[19, 10] and not mask[20, 110]
+    assert inputs.crop_box_mask((10, 20, 110, 70), 192).shape == (192, 192)
 
 
 def test_voc_boxes_map_to_the_crop() -> None:
-    mask, boxes = inputs.voc_boxes(VOC.encode())
+    mask, boxes = inputs.voc_boxes(VOC.encode(), IMAGENET)
     # 448 → 256 (×4/7), crop offset 16: 64 → 20.57, 192 → 93.71
     assert boxes[0] == pytest.approx((64 * 4 / 7 - 16, 64 * 4 / 7 - 16, 192 * 4 / 7 - 16, 192 * 4 / 7 - 16))
     assert mask.shape == (224, 224) and mask.any()
     with pytest.raises(ValueError, match="not XML"):
-        inputs.voc_boxes(b"not xml")
+        inputs.voc_boxes(b"not xml", IMAGENET)
     with pytest.raises(ValueError, match="no <object>"):
-        inputs.voc_boxes("<annotation><size><width>9</width><height>9</height></size></annotation>")
+        inputs.voc_boxes("<annotation><size><width>9</width><height>9</height></size></annotation>", IMAGENET)
+
+
+def test_voc_boxes_follow_the_networks_own_preprocessing() -> None:
+    mask, boxes = inputs.voc_boxes(VOC, SMALL)
+    # 448 → 220 (×55/112), crop offset round(14.0) = 14: 64 → 17.43, 192 → 80.29
+    s = 220 / 448
+    assert boxes[0] == pytest.approx((64 * s - 14, 64 * s - 14, 192 * s - 14, 192 * s - 14), rel=1e-6)
+    assert mask.shape == (192, 192)
+    # pixel centres i + 0.5 inside [17.43, 80.29]: rows and columns 17 … 79
+    assert mask.sum() == 63 * 63 and mask[17, 17] and mask[79, 79] and not mask[16, 17] and not mask[80, 79]
 
 
 def test_box_input_prefers_the_annotation() -> None:
-    mask, boxes = inputs.box_input("10, 20, 110, 70")
+    mask, boxes = inputs.box_input("10, 20, 110, 70", None, IMAGENET)
     assert boxes == [(10, 20, 110, 70)] and mask.sum() == 100 * 50
-    from_xml, xml_boxes = inputs.box_input("not even a box", VOC)
-    assert len(xml_boxes) == 1 and np.array_equal(from_xml, inputs.voc_boxes(VOC)[0])
+    from_xml, xml_boxes = inputs.box_input("not even a box", VOC, IMAGENET)
+    assert len(xml_boxes) == 1 and np.array_equal(from_xml, inputs.voc_boxes(VOC, IMAGENET)[0])
     with pytest.raises(ValueError):
-        inputs.box_input("1, 2")
+        inputs.box_input("1, 2", None, IMAGENET)
+    typed, _ = inputs.box_input("10, 20, 110, 300", None, SMALL)  # typed in this network's 192 crop
+    assert typed.shape == (192, 192) and typed.sum() == 100 * (192 - 20)
 
 
 def _gif(frames: int) -> bytes:

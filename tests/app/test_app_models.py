@@ -18,6 +18,7 @@ from iba_core.app import models  # noqa: E402
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
 from iba_core.networks import ModelCardError, UnsafeWeightsError, WeightsMismatchError, read_card  # noqa: E402
 from iba_core.networks.cards import card_text, write_card  # noqa: E402
+from iba_core.trust import NotTrustedError, Trust  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,14 @@ def test_find_cards_lists_usable_cards_and_says_why_others_cannot_be_used(tmp_pa
     (root / ".adding-x-1234").mkdir()
     write_test_card(root / ".adding-x-1234", name="half")  # a working folder: never listed
     monkeypatch.setenv(settings.MODELS_DIR_ENV, str(root))
+    monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
+    monkeypatch.delenv(settings.TRUST_CODE_ENV, raising=False)
+
+    # The cards name files outside the models folder: unusable in the app until its owner allows that folder.
+    outside = {c.name: c.error for c in models.find_cards()}
+    assert "outside the model card's folder" in outside["direct"] and settings.DATA_DIRS_ENV in outside["direct"]
+    assert models.network_options(models.find_cards()) == [*models.REGISTRY, models.TORCHVISION_CHOICE]
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(folder))
 
     cards = models.find_cards()
     assert [c.name for c in cards] == ["broken", "direct", "nested"]
@@ -131,9 +140,10 @@ def test_write_card_leaves_nothing_when_the_card_is_refused(tmp_path) -> None:
 # ---- adding a network ---------------------------------------------------------------------------------
 
 
-def test_add_network_writes_a_card_that_loads(tmp_path, folder, state_bytes) -> None:
+def test_add_network_writes_a_card_that_loads(tmp_path, folder, state_bytes, monkeypatch) -> None:
     from iba_core.networks import load_network
 
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(folder))  # the owner lets visitors name files in it
     root = tmp_path / "models"
     card = add_network(new_network(state_bytes, stats_images=str(folder / "images"), layer="layer3",
                                    title="Berries", preprocess={"crop": 192, "resize": None}), root)
@@ -164,7 +174,9 @@ def test_add_network_writes_a_card_that_loads(tmp_path, folder, state_bytes) -> 
     ("no folder", ModelCardError, "does not exist"),
     ("unknown arch", ModelCardError, "no classification network"),
 ])
-def test_add_network_refusals_leave_the_folder_as_it_was(case, error, message, tmp_path, state_bytes) -> None:
+def test_add_network_refusals_leave_the_folder_as_it_was(case, error, message, tmp_path, state_bytes,
+                                                         monkeypatch) -> None:
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(tmp_path))
     root = tmp_path / "models"
     root.mkdir()
     (root / "taken").mkdir()
@@ -207,16 +219,16 @@ def test_add_network_refusals_leave_the_folder_as_it_was(case, error, message, t
 
 
 def test_statistics_come_from_the_card_folder(card_net, folder) -> None:
-    from iba_core.app import statistics
+    from iba_core.app import stats_source
 
-    assert statistics.stats_folder(card_net) == str(folder.resolve() / "images")
-    assert statistics.stats_folder(card_net, "/elsewhere") == "/elsewhere"
-    assert statistics.domain_warning(card_net) is None
-    assert "Not estimated yet for layer2" in statistics.stats_status(card_net, "layer2")
-    stats = statistics.choose_stats(card_net, "layer2")  # IBA_STATS_SAMPLES, as the app asks
+    assert stats_source.stats_folder(card_net) == str(folder.resolve() / "images")
+    assert stats_source.stats_folder(card_net, "/elsewhere") == "/elsewhere"
+    assert stats_source.domain_warning(card_net) is None
+    assert "Not estimated yet for layer2" in stats_source.stats_status(card_net, "layer2")
+    stats = stats_source.choose_stats(card_net, "layer2")  # IBA_STATS_SAMPLES, as the app asks
     assert stats.n == 12 and "images" in stats.source
-    assert statistics.stats_status(card_net, "layer2").startswith("Ready, from the model card's image folder")
-    got = statistics.stats_for_methods(card_net, ["saliency", "iba_10"])
+    assert stats_source.stats_status(card_net, "layer2").startswith("Ready, from the model card's image folder")
+    got = stats_source.stats_for_methods(card_net, ["saliency", "iba_10"])
     assert got is not None and got.n == 12
     # the Per-Sample methods read the same statistics from the card's folder themselves
     x = torch.zeros(1, 3, card_net.spec.crop, card_net.spec.crop)
@@ -225,20 +237,20 @@ def test_statistics_come_from_the_card_folder(card_net, folder) -> None:
 
 
 def test_a_card_without_a_folder_gets_the_out_of_domain_warning(tmp_path, folder, offline_model) -> None:
-    from iba_core.app import statistics
+    from iba_core.app import stats_source
     from iba_core.networks import load_network
 
     card = write_test_card(tmp_path, name="plain", weights=str(folder / "fruit.pth"),
                            classes=str(folder / "classes.txt"))
     plain = load_network(str(card))
-    assert "Out-of-domain statistics distort the bits" in statistics.domain_warning(plain)
-    assert statistics.domain_warning(plain, folder / "images") is None
-    assert statistics.domain_warning(offline_model) is None  # the built-ins: natural photos are in their domain
+    assert "Out-of-domain statistics distort the bits" in stats_source.domain_warning(plain)
+    assert stats_source.domain_warning(plain, folder / "images") is None
+    assert stats_source.domain_warning(offline_model) is None  # the built-ins: natural photos are in their domain
 
 
 def test_map_keys_name_statistics_by_their_source(card_net) -> None:
     from iba_core.app.maps import map_key
-    from iba_core.stats import FeatureStats
+    from iba_core.feature_stats import FeatureStats
 
     a = FeatureStats(torch.zeros(1), torch.ones(1), 12, "card:fruit", "w", "layer2", "folder /a")
     b = FeatureStats(torch.zeros(1), torch.ones(1), 12, "card:fruit", "w", "layer2", "folder /b")
@@ -267,3 +279,24 @@ def test_sanity_check_randomises_a_card_network_module_by_module(card_net) -> No
     strip = sanity_strip(card_net, x, 2, "saliency", 2)
     assert strip.levels == ["fc", "layer4.1.bn2"] and len(strip.heatmaps) == 2
     assert all(torch.equal(before[k], v) for k, v in card_net.model.state_dict().items())  # a copy is randomised
+
+
+def test_add_network_reads_server_paths_only_inside_allowed_folders(tmp_path, folder, state_bytes,
+                                                                   monkeypatch) -> None:
+    monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(tmp_path / "models"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("a refused path was read")
+
+    monkeypatch.setattr(models.shutil, "copyfile", never)
+    monkeypatch.setattr("iba_core.images.find_images", never)
+    for fields in ({"weights": FileGiven.local(folder / "fruit.pth")}, {"stats_images": str(folder / "images")}):
+        with pytest.raises(NotTrustedError, match="outside the folders this app may read") as err:
+            add_network(new_network(state_bytes, **fields), tmp_path / "models")
+        assert settings.DATA_DIRS_ENV in err.value.app_hint and "upload" in err.value.app_hint.lower()
+    monkeypatch.undo()
+    # An app listening on this machine only: its visitor is its owner, any path is read.
+    card = add_network(new_network(state_bytes, weights=FileGiven.local(folder / "fruit.pth")), tmp_path / "models",
+                       trust=Trust.for_app(localhost=True))
+    assert card.is_file()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from iba_core.app.state import RunRecord, SharedModel
+from iba_core.app.state import RunRecord, SharedModel, Subject
 from iba_core.per_sample import AttributionResult, BottleneckSettings, StepInfo
 
 
@@ -130,3 +130,9 @@ def test_run_record_keeps_timing_and_the_original() -> None:
     results = record.report()["results"]
     assert results["seconds"] == 2.5 and results["statistics_seconds"] == 1.25
     assert results["bottleneck_lost_class"] is True
+
+
+def test_subject_names_the_image_network_and_class(offline_model) -> None:
+    subject = Subject.of("cat.jpg", offline_model, 285)
+    assert subject == Subject("cat.jpg", offline_model.spec.title, offline_model.class_name(285), 285)
+    assert subject.caption == f"cat.jpg · {offline_model.spec.title} · explaining **{subject.class_name}** (#285)"

@@ -31,7 +31,7 @@ def fast_method(key: str, **extra):
 
 def small_stats(network, x_size: int = SMALL):
     """Feature statistics at the default layer for small random inputs (IBA needs matching shapes)."""
-    from iba_core.stats import FeatureStats, estimate_stats
+    from iba_core.feature_stats import FeatureStats, estimate_stats
 
     layer = network.spec.default_layer
     g = torch.Generator().manual_seed(1)
@@ -41,7 +41,7 @@ def small_stats(network, x_size: int = SMALL):
 
 def fingerprint(model: nn.Module) -> dict:
     """Everything a method must leave unchanged: flags, requires_grad, .grad, parameter/buffer values, hooks."""
-    from iba_core.model_state import hook_count
+    from reference_impl import hook_count
 
     tensors = {}
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from iba_core.methods import get_method, method_keys
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 
 from method_helpers import fast_method, fingerprint
 
@@ -48,16 +48,16 @@ def test_offline_model(key, offline_model, chelsea_x, offline_stats):
         assert amap.extra["layer"] == offline_model.spec.default_layer
 
 
-@pytest.mark.parametrize("network", ["resnet50", "vgg16"])
+@pytest.mark.parametrize("name", ["resnet50", "vgg16"])
 @pytest.mark.parametrize("key", ALL)
-def test_random_networks(key, network, random_networks, small_x, request):
-    network, stats = random_networks[network]
+def test_random_networks(key, name, random_networks, small_x, request):
+    network, stats = random_networks[name]
     extra = {"stats": stats} if get_method(key).needs_stats else {}
     before = fingerprint(network.model)
     if key == "readout":  # no readout is trained for these networks: the method says so, and why
         assert "readout checkpoint" in get_method(key).available_for(network)
         return
-    if key in PATTERN_METHODS and network == "vgg16":  # ResNet-50: from 2 offline photos (`fast_method`)
+    if key in PATTERN_METHODS and name == "vgg16":  # ResNet-50: from 2 offline photos (`fast_method`)
         extra["patterns"] = request.getfixturevalue("vgg_patterns")
     amap = fast_method(key, **extra).attribute(network, small_x, 7)
     _check(amap, small_x, network.model, before)

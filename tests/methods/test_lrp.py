@@ -24,9 +24,9 @@ def _bias_free_net() -> nn.Module:
     )
 
 
-@pytest.mark.parametrize("network", ["offline", "resnet50", "vgg16"])
-def test_canonised_copy_computes_the_same_logits(network, offline_model, resnet_random, vgg_random):
-    network = {"offline": offline_model, "resnet50": resnet_random, "vgg16": vgg_random}[network]
+@pytest.mark.parametrize("name", ["offline", "resnet50", "vgg16"])
+def test_canonised_copy_computes_the_same_logits(name, offline_model, resnet_random, vgg_random):
+    network = {"offline": offline_model, "resnet50": resnet_random, "vgg16": vgg_random}[name]
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     model = working_copy(network.model)
     with torch.no_grad():
@@ -38,7 +38,7 @@ def test_canonised_copy_computes_the_same_logits(network, offline_model, resnet_
     scale = float(reference.abs().max())
     torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-5 * scale)
     torch.testing.assert_close(after, reference, rtol=0, atol=0)  # canonizers removed cleanly
-    expected_sums = {"resnet50": 16, "vgg16": 0}.get(network)
+    expected_sums = {"resnet50": 16, "vgg16": 0}.get(name)
     if expected_sums is None:  # EfficientNet: one Sum per MBConv block with an identity skip
         expected_sums = sum(has_identity_skip(b) for b in network.model._blocks)
         assert 0 < expected_sums < len(network.model._blocks)
@@ -116,12 +116,12 @@ def test_alpha0beta1eps5_is_non_negative_on_relu_networks(vgg_random, small_x):
     assert (values >= 0).all() and values.max() > 0
 
 
-@pytest.mark.parametrize("network", ["offline", "resnet50"])
-def test_alpha0beta1eps5_runs_with_the_spec_canonizers(network, offline_model, resnet_random):
+@pytest.mark.parametrize("name", ["offline", "resnet50"])
+def test_alpha0beta1eps5_runs_with_the_spec_canonizers(name, offline_model, resnet_random):
     """Beyond the paper (no skip-connection support there): the canonizers make it run on both."""
     from method_helpers import fingerprint
 
-    network = {"offline": offline_model, "resnet50": resnet_random}[network]
+    network = {"offline": offline_model, "resnet50": resnet_random}[name]
     before = fingerprint(network.model)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
     values = get_method("lrp_alpha0beta1eps5").attribute(network, x, 3).values

@@ -13,7 +13,8 @@ from torch import nn
 
 from method_helpers import TinyConvNet, wrap
 from iba_core.methods import get_method
-from iba_core.methods.pattern import _apply_weight, estimate_patterns, pattern_graph
+from iba_core.methods.pattern import estimate_patterns, pattern_graph
+from iba_core.methods.pattern.layer_kinds import apply_weight
 
 
 def _cov_pattern(x: np.ndarray, y: np.ndarray, w: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -239,7 +240,7 @@ def test_depthwise_pattern_equals_the_per_channel_closed_form(kind):
     with torch.no_grad():
         h = F.relu(net[0](data))
         y = depthwise(h)
-        np.testing.assert_allclose(_apply_weight(depthwise, h, depthwise.weight)
+        np.testing.assert_allclose(apply_weight(depthwise, h, depthwise.weight)
                                    + (0 if depthwise.bias is None else depthwise.bias.view(1, -1, 1, 1)),
                                    y, rtol=1e-5, atol=1e-6)  # the layer's own forward, padding included
     patterns, _ = estimate_patterns(wrap(net), data.split(4))
@@ -294,9 +295,9 @@ def test_offline_network_cli_compare(monkeypatch, tmp_path):
     (offline) network exits 0 with finite, non-constant maps for both (patterns from 4 photos here)."""
     from iba_core.cli import main
     from iba_core.images import load_sample
-    from iba_core.methods import pattern
+    from iba_core.methods.pattern import method as method_module
 
-    monkeypatch.setattr(pattern, "DEFAULT_SAMPLES", 4)  # first-use estimation in seconds, not minutes
+    monkeypatch.setattr(method_module, "DEFAULT_SAMPLES", 4)  # first-use estimation in seconds, not minutes
     image = tmp_path / "chelsea.jpg"
     load_sample("chelsea").save(image, quality=95)
     out = tmp_path / "out"
@@ -388,7 +389,7 @@ def test_a_failure_midway_leaves_the_network_as_it_was():
     """Estimation and the map run the user's modules: flags, requires_grad and hooks are restored on errors."""
     from types import SimpleNamespace
 
-    from iba_core.model_state import hook_count
+    from reference_impl import hook_count
 
     class Boom(RuntimeError):
         pass

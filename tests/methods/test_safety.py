@@ -8,7 +8,7 @@ from torch import nn
 
 from method_helpers import TinyConvNet, fast_method, fingerprint, wrap
 from iba_core.methods import get_method, method_keys
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 
 #: No readout is trained for the random networks here; PatternAttribution would first estimate patterns:
 #: test_pattern.py and test_pattern_graph.py check the same for it.

@@ -7,6 +7,7 @@ from iba_core.metrics.bbox import (
     Box,
     bbox_ratio,
     box_mask,
+    boxes_on_crop,
     crop_geometry,
     find_annotation,
     format_table,
@@ -62,6 +63,30 @@ def test_box_mask_matches_the_real_preprocessing(size):
     mask = box_mask(Annotation(w, h, [Box("x", *box)]))
     iou = (mask & crop).sum() / (mask | crop).sum()
     assert iou > 0.97, iou
+
+
+@pytest.mark.parametrize("size", [(500, 375), (300, 451)])
+def test_boxes_on_crop_follow_the_networks_own_preprocessing(size):
+    """Resize 220, crop 192 (a model card of its own): the mask is where that preprocessing puts the box."""
+    w, h = size
+    box = (int(w * 0.3), int(h * 0.25), int(w * 0.6), int(h * 0.7))
+    img = np.zeros((h, w, 3), dtype=np.uint8)
+    img[box[1]:box[3], box[0]:box[2]] = 255
+    preprocess = Preprocess(IMAGENET_MEAN, IMAGENET_STD, resize=220, crop=192)
+    crop = np.asarray(preprocess.crop(Image.fromarray(img)))[..., 0] > 127
+    mask, boxes = boxes_on_crop(Annotation(w, h, [Box("x", *box)]), preprocess)
+    assert mask.shape == crop.shape == (192, 192) and len(boxes) == 1
+    assert (mask & crop).sum() / (mask | crop).sum() > 0.97
+
+
+def test_the_skipped_note_states_the_largest_box_share(monkeypatch):
+    import iba_core.metrics.bbox as bbox
+
+    recs = [{"metric": "bbox", "image": "a", "method": "m", "setting": "s", "model": "net", "ratio": 1.0},
+            {"metric": "bbox", "image": "c", "method": "*", "setting": "s", "model": "net", "skipped": "big"}]
+    assert "(box > 33% of the crop or no box)" in format_table(recs)
+    monkeypatch.setattr(bbox, "LARGEST_BOX_SHARE", 0.5)
+    assert "(box > 50% of the crop or no box)" in format_table(recs)
 
 
 def test_find_annotation_and_table(tmp_path):

@@ -9,7 +9,8 @@ from iba_core.metrics.degradation import (
     removal_steps,
     summarise,
 )
-from iba_core.tiles import degrade, remove_tiles, tile_order, tile_rank_map
+from iba_core.tiles import degrade, tile_order, tile_rank_map
+from reference_impl import remove_tiles
 from metric_helpers import SIZE, TILE, Counting, OneTileNet, one_tile_image
 
 N_TILES = (SIZE // TILE) ** 2

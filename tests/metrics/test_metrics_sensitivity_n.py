@@ -9,12 +9,17 @@ from iba_core.metrics.sensitivity_n import (
     logit_drops,
     n_values,
     pearson,
-    sensitivity_n_correlations,
 )
-from iba_core.tiles import remove_tiles
+from reference_impl import remove_tiles
 from metric_helpers import SIZE, TILE, Counting
 
 N_TILES = (SIZE // TILE) ** 2
+
+
+def sensitivity_n_correlations(model, x, attribution, target, tile, **kwargs):
+    """(ns, correlations) for one image and one map: the metric's two steps."""
+    drops = logit_drops(model, x, target, tile, **kwargs)
+    return drops.ns, correlations(drops, attribution, x)
 
 
 def occlusion_map(model, x, target, tile):

@@ -23,7 +23,7 @@ def any_network():
 @pytest.fixture(scope="session")
 def noise_stats():
     """(network, layer, size) → FeatureStats of the layer from two seeded random images of that size."""
-    from iba_core.stats import FeatureStats, estimate_stats
+    from iba_core.feature_stats import FeatureStats, estimate_stats
 
     made: dict = {}
 

@@ -10,6 +10,9 @@ from torch import nn
 from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card
 from iba_core.networks import (ModelCardError, UnsafeWeightsError, WeightsMismatchError, WeightsUnavailableError,
                                load_network, read_class_list)
+from iba_core.trust import Trust
+
+CODE = Trust.local(code=True)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def test_builder_function_arch(tmp_path):
     torch.save(make_resnet18().state_dict(), tmp_path / "fruit.pth")
     (tmp_path / "classes.txt").write_text("\n".join(CLASSES))
     card = write_card(tmp_path, name="fn", arch="my_fruit_arch:build", extra="[arch_args]\nwidth = 7\n")
-    net = load_network(card)
+    net = load_network(card, trust=CODE)
     assert net.categories == CLASSES and net.spec.resize == 256 and net.spec.mean == (0.485, 0.456, 0.406)
 
 
@@ -139,7 +142,7 @@ def test_wrong_class_count(tmp_path):
     (tmp_path / "seven_arch.py").write_text(
         "import torchvision\n\ndef build():\n    return torchvision.models.resnet18(num_classes=7)\n")
     with pytest.raises(ModelCardError, match="has 6 names but the network has 7 outputs"):
-        load_network(write_card(tmp_path, name="fn", arch="seven_arch:build"))
+        load_network(write_card(tmp_path, name="fn", arch="seven_arch:build"), trust=CODE)
 
 
 def test_missing_files(tmp_path):
@@ -154,11 +157,11 @@ def test_missing_files(tmp_path):
     with pytest.raises(WeightsUnavailableError, match="Weights file not found"):
         load_network(write_card(tmp_path), weights=tmp_path / "gone.pth")
     (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
-    with pytest.raises(WeightsUnavailableError, match="Could not read weights file .*junk.pth: it is not") as err:
+    with pytest.raises(WeightsUnavailableError, match="Could not read the weights file .*junk.pth: it is not") as err:
         load_network(write_card(tmp_path), weights=tmp_path / "junk.pth")
     assert "\n" not in str(err.value)
     with pytest.raises(ModelCardError, match="Cannot import 'no_such_pkg.mod'.*No module named"):
-        load_network(write_card(tmp_path, arch="no_such_pkg.mod:build"))
+        load_network(write_card(tmp_path, arch="no_such_pkg.mod:build"), trust=CODE)
 
 
 def test_bad_toml(tmp_path):
@@ -182,8 +185,9 @@ def test_card_without_arch_needs_a_trusted_whole_module(tmp_path):
     (tmp_path / "classes.txt").write_text("\n".join(CLASSES))
     card = tmp_path / "whole.toml"
     card.write_text('weights = "whole.pth"\nclasses = "classes.txt"\n')
-    with pytest.raises(UnsafeWeightsError, match="--trust-pickle"):
+    with pytest.raises(UnsafeWeightsError, match="pickled Python objects") as err:
         load_network(card)
+    assert "--trust-pickle" in err.value.cli_hint
     assert load_network(card, trust_pickle=True).categories == CLASSES
     card.write_text('classes = "classes.txt"\n')
     with pytest.raises(ModelCardError, match="names no arch"):

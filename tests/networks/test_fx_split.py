@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 from any_network_sizes import SIZES
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 from iba_core.networks import network_from_module
 from iba_core.networks.fx_split import CutError, cut_at
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
-from iba_core.stats import FeatureStats
+from iba_core.feature_stats import FeatureStats
 
 
 def _image(size: int) -> torch.Tensor:

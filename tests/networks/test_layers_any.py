@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from iba_core.networks import derive_spec, discover_layers, load_network
+from iba_core.networks import derive_spec, load_network
 from iba_core.networks.spec import find_layers
 from iba_core.networks.tokens import MAP, FeatureLayout, infer_layout, layout_of_shape
 from tiny_transformer import TinyViT
@@ -60,8 +60,6 @@ def test_resnet18_layers_maps_unusable_relus_and_default(any_network):
     assert net.layer_label("layer2") == "layer2 · 128×28×28 map"
     names = [info.name for info in net.layer_table()]
     assert names.index("layer1") < names.index("layer2") < names.index("layer4")  # execution order
-    # the old tuple form still works (the CLI reads it)
-    assert ("layer2", (1, 128, 28, 28), 1) in discover_layers(net.model)
 
 
 def test_vit_layers_are_tokens_with_class_token_and_middle_block_default(any_network):

@@ -11,7 +11,7 @@ import torch
 
 from any_network_sizes import SIZES
 from iba_core.methods import get_method, method_keys
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 
 #: Cheap settings (the defaults are the paper's: 50 IG steps, 50 SmoothGrad samples, 10 IBA steps × 10 copies).
 CHEAP = {

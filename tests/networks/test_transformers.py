@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from iba_core.model_state import hook_count
+from reference_impl import hook_count
 from iba_core.networks import network_from_module
 from iba_core.networks.tokens import FeatureLayout
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
-from iba_core.stats import FeatureStats, compute_stats, estimate_stats
+from iba_core.feature_stats import FeatureStats, compute_stats, estimate_stats
 from tiny_transformer import TinyViT
 
 FAST = BottleneckSettings(steps=2, batch=2, precision="fp32")

@@ -53,3 +53,20 @@ def open_page(app: AppTest) -> Callable[[str], AppTest]:
 @pytest.fixture(scope="session")
 def chelsea_png() -> bytes:
     return png_of_chelsea()
+
+
+@pytest.fixture
+def lock_waits(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per time a page takes the shared network's lock: whether it shows that it waits (through
+    `pages._widgets.network_turn`, which passes `on_wait`) rather than taking the lock bare."""
+    from iba_core.app.state import SharedModel
+
+    seen: list[bool] = []
+    busy = SharedModel.busy
+
+    def recording(self, on_wait=None, poll_s=None):
+        seen.append(on_wait is not None)
+        return busy(self, on_wait, poll_s)
+
+    monkeypatch.setattr(SharedModel, "busy", recording)
+    return seen

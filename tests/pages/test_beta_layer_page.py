@@ -8,6 +8,7 @@ import numpy as np
 
 from page_helpers import assert_clean, timed_run
 
+from iba_core.app.state import GridRun
 from iba_core.per_sample import LOST_CLASS_MESSAGE, bottleneck_lost_class
 from iba_core.render.figures import LOST_CLASS_MARK
 
@@ -25,7 +26,7 @@ def grid_spec(at) -> dict:
     return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key}["bl_grid"]
 
 
-def test_grid_fills_with_ten_cells(open_page) -> None:
+def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     at = open_page("beta_layer")
     assert at.selectbox(key="bl_layer_efficientnet_lite0").value == "block3_2"
     # Fewer, smaller steps keep the ten runs quick (5 steps are enough for β·k = 1000 to lose the class).
@@ -36,7 +37,9 @@ def test_grid_fills_with_ten_cells(open_page) -> None:
     assert not at.error, [e.value for e in at.error]
 
     entry = at.session_state["bl_grids"][at.session_state["bl_last"]]
-    cells = entry["cells"]
+    assert isinstance(entry, GridRun)  # results are kept as dataclasses, not dicts
+    assert lock_waits and all(lock_waits)  # the network taken through the waiting helper
+    cells = entry.cells
     assert len(cells) == 10
     assert [c.row for c in cells] == ["beta"] * 5 + ["layer"] * 5
     assert [c.beta_k for c in cells[:5]] == [0.1, 1.0, 10.0, 100.0, 1000.0]
@@ -75,7 +78,7 @@ def test_grid_fills_with_ten_cells(open_page) -> None:
     assert at.checkbox(key="bl_per_map").value is False
     at.checkbox(key="bl_per_map").check().run()
     assert_clean(at)
-    assert at.session_state["bl_grids"][at.session_state["bl_last"]]["cells"] is cells
+    assert at.session_state["bl_grids"][at.session_state["bl_last"]].cells is cells
     traces = grid_spec(at)["data"]
     assert all("coloraxis" not in t and t["zmax"] == max(float(z(t).max()), 1e-6) for t in traces)
     assert "its own colour scale" in " ".join(c.value for c in at.caption)
@@ -87,11 +90,11 @@ def test_same_grid_again_is_served_from_the_session(open_page) -> None:
     at.number_input(key="bl_batch").set_value(2)
     at.button(key="bl_run_button").click().run()
     assert_clean(at)
-    first = at.session_state["bl_grids"][at.session_state["bl_last"]]["cells"]
+    first = at.session_state["bl_grids"][at.session_state["bl_last"]].cells
 
     at, seconds = timed_run(at.button(key="bl_run_button").click())
     assert_clean(at)
-    again = at.session_state["bl_grids"][at.session_state["bl_last"]]["cells"]
+    again = at.session_state["bl_grids"][at.session_state["bl_last"]].cells
     assert again is first
     assert len(at.session_state["bl_grids"]) == 1
 

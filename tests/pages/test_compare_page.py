@@ -11,7 +11,8 @@ from page_helpers import assert_clean, timed_run
 
 from iba_core.app.choices import DEFAULT_COMPARE_METHODS, READOUT_METHOD
 from iba_core.app.maps import cell_pictures
-from iba_core.render.grid import limits_text, map_limits
+from iba_core.app.state import CompareRun
+from iba_core.render.comparison import limits_text, map_limits
 from iba_core.methods.base import Method
 
 CHEAP = ["saliency", "grad_cam"]
@@ -31,7 +32,7 @@ def calls(monkeypatch) -> list[tuple[str, dict]]:
     return seen
 
 
-def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls) -> None:
+def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls, lock_waits) -> None:
     at = open_page("compare")
     assert set(at.multiselect(key="cmp_methods").value) == set(DEFAULT_COMPARE_METHODS)
     at.multiselect(key="cmp_methods").set_value(CHEAP)
@@ -44,9 +45,11 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls)
 
     cache = at.session_state["map_cache"]
     last = at.session_state["cmp_last"]
-    assert [k[4] for k in last["keys"]] == [*CHEAP, READOUT_METHOD]
+    assert isinstance(last, CompareRun)  # results are kept as dataclasses, not dicts
+    assert lock_waits and all(lock_waits)  # the network taken through the waiting helper
+    assert [k[4] for k in last.keys] == [*CHEAP, READOUT_METHOD]
     assert len(cache.entries) == 3 and cache.computed == 3
-    assert last["readout"]
+    assert last.readout
     # Input plus one image per map.
     assert len(at.image) >= 1 + len(CHEAP) + 1
     captions = " ".join(c.value for c in at.caption)
@@ -62,7 +65,7 @@ def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls)
     assert_clean(at)
     assert [k for k, _ in calls] == [*CHEAP, READOUT_METHOD, "gradient"]
     assert at.session_state["map_cache"].computed == 4
-    assert [k[4] for k in at.session_state["cmp_last"]["keys"]] == [*CHEAP, "gradient", READOUT_METHOD]
+    assert [k[4] for k in at.session_state["cmp_last"].keys] == [*CHEAP, "gradient", READOUT_METHOD]
 
 
 def test_without_a_readout_its_cell_explains_why(open_page, calls) -> None:
@@ -72,7 +75,7 @@ def test_without_a_readout_its_cell_explains_why(open_page, calls) -> None:
     at.button(key="cmp_run_button").click().run()
     assert_clean(at)
     assert [k for k, _ in calls] == ["saliency"]
-    assert not at.session_state["cmp_last"]["readout"]
+    assert not at.session_state["cmp_last"].readout
     assert any("needs a trained checkpoint" in i.value for i in at.info)
 
 
@@ -112,9 +115,9 @@ def test_bits_maps_share_one_scale_and_every_cell_has_one_size(open_page) -> Non
 
     # The cells the page shows (the input too) are PNGs of one size, drawn with the stated ranges.
     last = at.session_state["cmp_last"]
-    entries = [at.session_state["map_cache"].get(k) for k in last["keys"]]
+    entries = [at.session_state["map_cache"].get(k) for k in last.keys]
     pictures = cell_pictures(entries)
-    sizes = {Image.open(io.BytesIO(png)).size for png in [last["input_png"], *(png for png, _ in pictures)]}
+    sizes = {Image.open(io.BytesIO(png)).size for png in [last.input_png, *(png for png, _ in pictures)]}
     assert len(sizes) == 1
     assert [limits_text(e.amap, lim) for e, (_, lim) in zip(entries, pictures)] == list(ranges.values())
 

@@ -2,8 +2,17 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+
+import pytest
 
 from page_helpers import assert_clean, timed_run
+
+from iba_core.app.evaluation import BoxRun, DegradationRun, SanityRun
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
+from card_fixtures import CLASSES, write_card  # noqa: E402
 
 CHEAP = ["saliency", "grad_cam"]
 #: The page's default: two cheap baselines and the paper's Per-Sample Bottleneck (β = 10/k).
@@ -31,7 +40,7 @@ def assert_no_clipped_column(table) -> None:
         assert config[name].get("help"), f"column {name!r} has no tooltip"
 
 
-def test_degradation_curves_and_areas(open_page) -> None:
+def test_degradation_curves_and_areas(open_page, lock_waits) -> None:
     at = open_page("evaluate")
     assert at.multiselect(key="ev_methods").value == DEFAULT
     at.multiselect(key="ev_methods").set_value(CHEAP)  # the curves' logic is the same; the baselines are quick
@@ -41,8 +50,10 @@ def test_degradation_curves_and_areas(open_page) -> None:
     assert not at.error, [e.value for e in at.error]
 
     entry = at.session_state["ev_degradation"]
-    assert list(entry["curves"]) == CHEAP and entry["tile"] == 14
-    for c in entry["curves"].values():
+    assert isinstance(entry, DegradationRun)  # results are kept as dataclasses, not dicts
+    assert lock_waits and all(lock_waits)  # maps, then curves: each through the waiting helper
+    assert list(entry.curves) == CHEAP and entry.tile == 14
+    for c in entry.curves.values():
         assert len(c.removed) == 5 and c.n_tiles == 256
     chart = specs(at)["ev_deg_chart"]
     assert len(chart["data"]) == 2 * len(CHEAP)  # MoRF and LeRF per method
@@ -56,18 +67,46 @@ def test_degradation_curves_and_areas(open_page) -> None:
     assert seconds < 60, f"degradation took {seconds:.0f} s"
 
 
-def test_bbox_ratios_for_a_typed_box(open_page) -> None:
+def test_bbox_ratios_for_a_typed_box(open_page, lock_waits) -> None:
     at = open_page("evaluate")
     at.text_input(key="ev_box").set_value("60, 40, 170, 200")
     at.button(key="ev_box_button").click().run()  # the default methods, Per-Sample IBA β = 10/k among them
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    rows = at.session_state["ev_bbox"]["rows"]
+    entry = at.session_state["ev_bbox"]
+    assert isinstance(entry, BoxRun) and lock_waits and all(lock_waits)
+    rows = entry.rows
     assert [r["Method"] for r in rows] == ["Saliency", "Grad-CAM", "Per-Sample IBA β=10/k"]
     assert_no_clipped_column(at.dataframe[0])
     assert all(0.0 <= r["bbox ratio"] <= 1.0 for r in rows)
     assert abs(rows[0]["random ≈"] - (110 * 160) / 224**2) < 1e-3
     assert any("box on the crop" in c for im in at.image for c in im.captions)
+
+
+def test_the_box_limit_in_the_text_is_the_metrics_constant(open_page, monkeypatch) -> None:
+    """The page formats metrics.bbox.LARGEST_BOX_SHARE (paper §4.5): change it and the text follows."""
+    import iba_core.app.evaluation as evaluation
+    import iba_core.metrics.bbox as bbox
+
+    def scored(box: str):
+        at = open_page("evaluate")
+        at.multiselect(key="ev_methods").set_value(CHEAP)
+        at.text_input(key="ev_box").set_value(box)
+        at.button(key="ev_box_button").click().run()
+        assert_clean(at)
+        captions = " ".join(c.value for c in at.caption)
+        return captions, [w.value for w in at.warning], at.session_state["ev_bbox"]
+
+    small = "60, 40, 170, 150"  # 110 × 110 px: 24 % of the crop
+    captions, warnings, entry = scored(small)
+    assert f"larger than {bbox.LARGEST_BOX_SHARE:.0%} of the crop" in captions and "33%" in captions
+    assert not entry.large and not warnings
+
+    monkeypatch.setattr(bbox, "LARGEST_BOX_SHARE", 0.2)
+    monkeypatch.setattr(evaluation, "LARGEST_BOX_SHARE", 0.2)
+    captions, warnings, entry = scored(small)
+    assert "larger than 20% of the crop" in captions and "33%" not in captions
+    assert entry.large and any("more than 20% of the crop" in w for w in warnings)
 
 
 def test_bad_box_is_a_readable_error(open_page) -> None:
@@ -78,14 +117,16 @@ def test_bad_box_is_a_readable_error(open_page) -> None:
     assert any("four numbers" in e.value for e in at.error)
 
 
-def test_sanity_strip_with_a_cheap_method(open_page) -> None:
+def test_sanity_strip_with_a_cheap_method(open_page, lock_waits) -> None:
     at = open_page("evaluate")
     assert at.selectbox(key="ev_san_method").value == "saliency"
     at.slider(key="ev_san_levels").set_value(2)
     at, seconds = timed_run(at.button(key="ev_san_button").click())
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    strip = at.session_state["ev_sanity"]["strip"]
+    entry = at.session_state["ev_sanity"]
+    assert isinstance(entry, SanityRun) and lock_waits and all(lock_waits)
+    strip = entry.strip
     assert len(strip.levels) == 2 and strip.levels[0] == "logits"
     assert all(-1.0 <= s <= 1.0 for s in strip.ssim)
     assert strip.heatmaps[0].shape == (224, 224)
@@ -113,3 +154,34 @@ def test_reasons_a_method_is_missing_use_the_apps_words(offline_model, monkeypat
     text = unavailable_text(offered, display_names())
     assert "EfficientNet-Lite0" in text and "Readout Bottleneck checkpoints" in text
     assert "python -m" not in text and "--" not in text and "efficientnet_lite0" not in text
+
+
+# ---- a network with a crop of its own ---------------------------------------------------------------
+
+
+@pytest.fixture
+def small_crop_card(tmp_path, monkeypatch) -> str:
+    """A model card (random-weights ResNet-18) whose preprocessing is resize 220, centre crop 192, in the
+    models folder the app lists."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    card = write_card(folder, name="small", weights=None, extra="[preprocess]\nresize = 220\ncrop = 192\n")
+    monkeypatch.setenv("IBA_MODELS_DIR", str(folder))
+    return str(card.resolve())
+
+
+def test_a_box_is_read_in_the_networks_own_crop(open_page, small_crop_card) -> None:
+    """A card network with a 192 crop: the box is typed in its crop and scored without a shape error."""
+    at = open_page("evaluate")
+    at.selectbox(key="network").set_value(small_crop_card).run()
+    assert_clean(at)
+    assert "pixels of the 192 crop" in at.text_input(key="ev_box").label
+    at.multiselect(key="ev_methods").set_value(CHEAP)
+    at.text_input(key="ev_box").set_value("60, 40, 170, 300")  # clipped to the 192 crop
+    at.button(key="ev_box_button").click().run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    entry = at.session_state["ev_bbox"]
+    assert entry.share == pytest.approx(110 * (192 - 40) / 192**2)
+    assert entry.picture.size == (192, 192) and all(0.0 <= r["bbox ratio"] <= 1.0 for r in entry.rows)

@@ -54,5 +54,5 @@ def test_a_registered_method_appears_on_the_compare_page(registered, open_page) 
     at.button(key="cmp_run_button").click().run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    assert [k[4] for k in at.session_state["cmp_last"]["keys"]] == [registered]
+    assert [k[4] for k in at.session_state["cmp_last"].keys] == [registered]
     assert any(throwaway.Brightness.name in c.value for c in at.caption)

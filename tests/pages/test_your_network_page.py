@@ -127,12 +127,12 @@ def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeyp
     at = clean(at.button(key="cmp_run_button").click().run())
     assert [k for k, _ in seen] == ["saliency", "grad_cam", "iba_10"]
     last = at.session_state["cmp_last"]
-    iba = at.session_state["map_cache"].get(last["keys"][-1]).amap
+    iba = at.session_state["map_cache"].get(last.keys[-1]).amap
     assert iba.extra["stats_samples"] == 12  # the Per-Sample IBA reads the card folder's 12 images' statistics
-    assert [k[4] for k in last["keys"]] == ["saliency", "grad_cam", "iba_10"]
-    assert last["model"] == "fruit (model card)" and last["class_name"] in CLASSES
+    assert [k[4] for k in last.keys] == ["saliency", "grad_cam", "iba_10"]
+    assert last.subject.model == "fruit (model card)" and last.subject.class_name in CLASSES
     cache = at.session_state["map_cache"]
-    for key in last["keys"]:
+    for key in last.keys:
         values = cache.get(key).amap.values
         assert values.shape == (224, 224) and np.isfinite(values).all()
     assert len(at.image) >= 4  # the input and three maps
@@ -140,7 +140,8 @@ def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeyp
 
 
 def test_a_card_without_an_image_folder_warns_and_a_folder_given_ends_the_warning(open_page, plain, models,
-                                                                                  tmp_path) -> None:
+                                                                                  tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path))  # the owner lets visitors name folders in it
     at = choose(open_page("per_sample"), plain)
     assert "Out-of-domain statistics distort the bits" in warnings(at)
     # A folder without a readable image: one sentence, no run.
@@ -163,16 +164,16 @@ def test_beta_layer_and_evaluate_pages_work_with_the_card_network(open_page, fru
     at.number_input(key="bl_batch").set_value(2)
     at = clean(at.button(key="bl_run_button").click().run())
     grid = at.session_state["bl_grids"][at.session_state["bl_last"]]
-    assert grid["title"] == "fruit (model card)" and all(np.isfinite(c.heatmap).all() for c in grid["cells"])
+    assert grid.subject.model == "fruit (model card)" and all(np.isfinite(c.heatmap).all() for c in grid.cells)
 
     at = clean(at.switch_page("pages/evaluate.py").run())
     at.multiselect(key="ev_methods").set_value(["saliency", "grad_cam"])
     at.number_input(key="ev_points").set_value(3)
     at = clean(at.button(key="ev_deg_button").click().run())
-    assert set(at.session_state["ev_degradation"]["curves"]) == {"saliency", "grad_cam"}
+    assert set(at.session_state["ev_degradation"].curves) == {"saliency", "grad_cam"}
     at.slider(key="ev_san_levels").set_value(2)
     at = clean(at.button(key="ev_san_button").click().run())
-    assert at.session_state["ev_sanity"]["strip"].levels == ["fc", "layer4.1.bn2"]  # module by module
+    assert at.session_state["ev_sanity"].strip.levels == ["fc", "layer4.1.bn2"]  # module by module
 
 
 def test_a_torchvision_classifier_without_weights_offline_says_so(open_page, monkeypatch, tmp_path) -> None:
@@ -224,7 +225,9 @@ def test_the_form_writes_a_card_and_chooses_it(open_page, models, state_dict_byt
     assert "default layer layer3" in " ".join(c.value for c in at.caption)
 
 
-def test_a_refused_upload_keeps_the_previous_state(open_page, models, fruit, state_dict_bytes, tmp_path) -> None:
+def test_a_refused_upload_keeps_the_previous_state(open_page, models, fruit, state_dict_bytes, tmp_path,
+                                                   monkeypatch) -> None:
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path))
     at = per_sample_run(choose(open_page("per_sample"), fruit), steps=1)
     before = at.session_state["ps_run"].run_id
     listing = sorted(p.name for p in models.iterdir())
@@ -259,3 +262,15 @@ def test_a_refused_upload_keeps_the_previous_state(open_page, models, fruit, sta
     assert "holds no images" in " ".join(e.value for e in at.error)
     assert sorted(p.name for p in models.iterdir()) == listing
     assert at.session_state["ps_run"].run_id == before
+
+
+def test_a_typed_folder_outside_the_owners_folders_is_not_scanned(open_page, plain, monkeypatch) -> None:
+    monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
+    at = choose(open_page("per_sample"), plain)
+    at.text_input(key="ps_folder").input("/usr")
+    at.number_input(key="ps_steps").set_value(1)
+    at = at.button(key="ps_run_button").click().run()
+    assert_clean(at)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "/usr is outside the folders this app may read" in errors[0], errors
+    assert "IBA_DATA_DIRS" in errors[0] and "ps_run" not in at.session_state

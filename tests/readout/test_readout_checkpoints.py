@@ -43,8 +43,9 @@ def test_export_drops_the_resume_state(readout, tmp_path):
 
 def test_mismatched_checkpoints_give_clear_errors(readout, offline_model, tmp_path):
     path = save_checkpoint(tmp_path / "r.pt", make_checkpoint(readout))
-    with pytest.raises(ReadoutCheckpointError, match="trained for the network 'efficientnet_lite0'.*'resnet50'"):
+    with pytest.raises(ReadoutCheckpointError, match="trained for the network EfficientNet-Lite0.*is ResNet-50") as err:
         load_readout(path, load_network("resnet50", weights="random"))
+    assert "train-readout --model resnet50" in err.value.cli_hint and "Compare page" in err.value.app_hint
     with pytest.raises(ReadoutCheckpointError, match="weights 'efficientnet-lite0.*'random'"):
         load_readout(path, load_network("efficientnet_lite0", weights="random"))
     with pytest.raises(ReadoutCheckpointError, match="not found"):

@@ -7,9 +7,9 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from iba_core.grid import GridCell
+from iba_core.beta_layer import GridCell
 from iba_core.render import figures
-from render_helpers import blob, history
+from render_helpers import blob
 
 
 def test_heatmap_figure_has_bits_colorbar_and_image_axes() -> None:
@@ -33,22 +33,6 @@ def test_heatmap_figure_fixed_scale_and_degenerate_maps() -> None:
     assert np.isfinite(np.asarray(figures.heatmap_figure(nan, "nan").data[0].z)).all()
     with pytest.raises(ValueError):
         figures.heatmap_figure(np.zeros((2, 2, 2)), "3-D")
-
-
-def test_lambda_figure_is_on_zero_one_scale() -> None:
-    trace = figures.lambda_figure(np.full((28, 28), 0.3)).data[0]
-    assert (trace.zmin, trace.zmax) == (0.0, 1.0)
-    assert "λ" in trace.colorbar.title.text
-
-
-def test_curves_figure_has_three_named_traces_and_probability_axis() -> None:
-    fig = figures.curves_figure(history(4))
-    names = [t.name for t in fig.data]
-    assert names == ["L_CE", "β·L_I", "p(target)"]
-    assert list(fig.data[2].y) == pytest.approx([0.6, 0.7, 0.8, 0.9])
-    assert fig.data[2].yaxis == "y2" and tuple(fig.layout.yaxis2.range) == (0, 1.02)
-    assert list(fig.data[0].x) == [1, 2, 3, 4]
-    assert figures.curves_figure([]).data[0].x == ()  # before the first step: an empty chart, no crash
 
 
 def test_grid_figure_places_cells_in_two_rows() -> None:

@@ -31,14 +31,13 @@ ranks, statistics are computed on rank 0 and broadcast, and only rank 0 writes f
 """
 from __future__ import annotations
 
-from ...datasets import DataError, folder_labels, read_class_map
+from ...datasets import DataError, folder_labels, offline_photos, read_class_map
 from .config import RESUME_OVERRIDABLE, TrainConfig
-from ...stats import offline_photos
 from .data import ImageFolderDataset, SamplePhotoDataset, SkipSampler, build_dataset
 from .distributed import DistInfo, setup_distributed
 from .loop import train_readout
 from .preview import PREVIEW_SAMPLE, save_preview
-from .statistics import channel_stats, compute_statistics
+from .readout_stats import channel_stats, compute_statistics
 
 __all__ = [
     "DataError", "DistInfo", "ImageFolderDataset", "PREVIEW_SAMPLE", "RESUME_OVERRIDABLE", "SamplePhotoDataset",

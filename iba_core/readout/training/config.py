@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-import numpy as np
-
+from ...bottleneck import check_beta_k, check_sigma
+from ...errors import check_range
 from ...networks import DEFAULT_NETWORK
 from ..config import DEFAULT_HIDDEN
 
@@ -12,6 +12,12 @@ from ..config import DEFAULT_HIDDEN
 #: the others (lr, batch size, β, layers, …) cannot change mid-run.
 RESUME_OVERRIDABLE = ("epochs", "device", "workers", "out", "save_every", "max_steps", "preview", "images",
                       "class_map", "weights", "log_every")
+
+
+#: Ranges of the training settings (paper §4.1: Adam, lr 1e-5, batch 16, 10–20 epochs): wide, but finite.
+EPOCHS_RANGE = (1, 100_000)
+BATCH_SIZE_RANGE = (1, 4096)
+TRAIN_LR_RANGE = (1e-9, 1.0)  # the readout's weights; above 1 Adam makes them jump
 
 
 @dataclass
@@ -53,13 +59,21 @@ class TrainConfig:
         kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
         return cls(**kw)
 
+    def __post_init__(self) -> None:
+        self.check_ranges()  # at construction; `validate` (before a run) also checks how the fields fit together
+
+    def check_ranges(self) -> "TrainConfig":
+        """A UserError naming the range for a setting outside it (β·k and σ_s as for every bottleneck)."""
+        check_range("The number of epochs", self.epochs, *EPOCHS_RANGE, integer=True)
+        check_range("The batch size", self.batch_size, *BATCH_SIZE_RANGE, integer=True)
+        check_range("The learning rate", self.lr, *TRAIN_LR_RANGE)
+        check_beta_k(self.beta_k)
+        check_sigma(self.sigma)
+        return self
+
     def validate(self) -> "TrainConfig":
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch size must be ≥ 1.")
-        if not self.lr > 0:
-            raise ValueError(f"The learning rate must be positive, got {self.lr}.")
-        if not np.isfinite(self.beta_k) or self.beta_k < 0:
-            raise ValueError(f"β·k must be a non-negative number, got {self.beta_k}.")
+        """Every check, before a run: the ranges, the image source, labels and counts."""
+        self.check_ranges()
         if self.images is None and self.sample_photos < 1:
             raise ValueError("Give an image folder, or a number of sample-photo crops per epoch.")
         if self.labels not in ("auto", "folders", "top1"):

@@ -17,9 +17,8 @@ from typing import Iterator
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from ...datasets import DataError, folder_labels
+from ...datasets import DataError, folder_labels, offline_photos, random_resized_crop
 from ...images import ImageError, find_images, load_image, sample_image_names
-from ...stats import _random_resized_crop, offline_photos
 from .config import TrainConfig
 
 def _item_rng(seed: int, epoch: int, index: int) -> random.Random:
@@ -42,7 +41,7 @@ class _EpochDataset(Dataset):
 
     def _tensor(self, img, index: int) -> torch.Tensor:
         if self.augment:
-            img = _random_resized_crop(img, self.preprocess.crop_size, _item_rng(self.seed, self.epoch, index))
+            img = random_resized_crop(img, self.preprocess.crop_size, _item_rng(self.seed, self.epoch, index))
         else:
             img = self.preprocess.crop(img)
         return _to_tensor(img, self.preprocess.mean, self.preprocess.std)

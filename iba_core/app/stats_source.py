@@ -1,0 +1,122 @@
+"""Which feature statistics (μ_R, σ_R of a layer) a run uses, and a line that says so.
+
+The images behind them: a folder given on the page, else the folder a model card names (`stats_images`,
+the network's own data), else augmented crops of the offline sample photos. For a model card's network
+without a folder those photos are likely out of its domain, which distorts the bits: `domain_warning`
+says so. Estimates are cached per network, weights (a card's weights file hash), layer and image source.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from ..feature_stats import FeatureStats, app_samples, cached_stats, get_stats, photo_pool, stored_stats
+from ..methods import get_method
+from ..networks import Network
+from ..progress import ProgressFn
+from ..settings import STATS_SAMPLES_ENV
+from .models import is_card_network
+
+
+def stats_folder(network: Network, folder: str | os.PathLike | None = None) -> str | None:
+    """The image folder statistics come from: `folder` if given, else the model card's `stats_images`
+    (None: the offline sample photos)."""
+    if folder:
+        return str(folder)
+    return getattr(network.spec, "stats_images", None) or None
+
+
+def domain_warning(network: Network, folder: str | os.PathLike | None = None) -> str | None:
+    """A warning for a model card's network whose statistics would come from the offline sample photos."""
+    if not is_card_network(network) or stats_folder(network, folder):
+        return None
+    n = app_samples(network, folder)
+    return (
+        f"{network.spec.title} has no image folder for its feature statistics, so they come from {n} augmented "
+        "crops of the offline sample photos (cats, coffee, astronauts, …), which are probably not what it was "
+        "trained on. Out-of-domain statistics distort the bits: the noise does not look like your data's features. "
+        "Add stats_images = \"folder of your images\" to the model card, or enter such a folder under "
+        f"*Feature statistics* on the Per-Sample and β × layer pages; {STATS_SAMPLES_ENV} sets how many "
+        "samples are used."
+    )
+
+
+def choose_stats(
+    network: Network,
+    layer: str,
+    *,
+    folder: str | os.PathLike | None = None,
+    n: int | None = None,
+    progress: ProgressFn | None = None,
+) -> FeatureStats:
+    """Statistics for a run: from `folder` (or the model card's folder) if there is one, else the best cached
+    ones with ≥ n samples, else freshly estimated from n augmented sample photos (then cached on disk).
+
+    A folder holding no readable image raises FileNotFoundError / ValueError with a sentence saying so.
+    """
+    folder = stats_folder(network, folder)
+    n = n or app_samples(network, folder)
+    if folder:
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"Image folder not found: {path}. Enter a folder that holds images.")
+        return get_stats(network, layer, images=path, n=n, progress=progress)
+    best = next(iter(cached_stats(network, layer)), None)
+    if best is not None and best.n >= n:
+        return best
+    return get_stats(network, layer, n=n, progress=progress)
+
+
+def stats_status(network: Network, layer: str) -> str:
+    """One line on the statistics a run at `layer` would use now."""
+    folder = stats_folder(network)
+    n = app_samples(network, folder)
+    if folder:
+        found = stored_stats(network, layer, images=folder, n=n)
+        if found is not None:
+            return f"Ready, from the model card's image folder: {found.describe()}."
+        return (f"Not estimated yet for {layer}: the first run estimates μ and σ of this layer from up to "
+                f"{n} images in the model card's folder {folder}, and keeps them on disk (per weights file).")
+    best = next(iter(cached_stats(network, layer)), None)
+    if best is None or best.n < n:
+        best = stored_stats(network, layer, n=n)
+    if best is not None and best.n >= n:
+        return f"Ready: {best.describe()}."
+    return (
+        f"Not estimated yet for {layer}: the first run estimates μ and σ of this layer from {n} augmented crops "
+        f"of the {len(photo_pool())} offline photos, and keeps them on disk."
+    )
+
+
+def stats_for_methods(network: Network, methods: Iterable[str],
+                      progress: ProgressFn | None = None) -> FeatureStats | None:
+    """The statistics that the methods in `methods` read with their default settings (the network's default
+    layer, `feature_stats.app_samples` samples; a model card's image folder if it names one), estimated now if
+    any of them needs statistics; else None.
+
+    Estimating here, before the maps, lets a page show the estimate's own progress.
+    """
+    if not any(get_method(key).needs_stats for key in methods):
+        return None
+    folder = stats_folder(network)
+    return get_stats(network, network.spec.default_layer, images=folder, n=app_samples(network, folder),
+                     progress=progress)
+
+
+
+
+def seconds_left(done: int, total: int, elapsed: float) -> float | None:
+    """Seconds still to go at the pace so far (None before anything is done or without a total)."""
+    if done <= 0 or total <= 0 or elapsed < 0:
+        return None
+    return max(total - done, 0) * elapsed / done
+
+
+def stats_progress_text(layer: str, done: int, total: int, elapsed: float) -> str:
+    """The progress bar's line while statistics are estimated: images done and, once known, the time left."""
+    text = f"Estimating feature statistics for {layer}: {done} / {total} images"
+    left = seconds_left(done, total, elapsed)
+    if left is not None and done < total:
+        text += f", about {left:.0f} s left" if left < 120 else f", about {left / 60:.0f} min left"
+    return text

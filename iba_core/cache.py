@@ -1,0 +1,221 @@
+"""One way to keep things on disk: safe names, atomic writes, a checksum, the identity of what made them.
+
+Every cached file (feature statistics, PatternAttribution's patterns, the precision memo, …) goes through
+here. A file that is missing loads as None; one that is truncated, corrupted, of another format version,
+has a wrong checksum, an identity that differs from what the caller expects, or fails the caller's own
+check, is reported with a warning, removed, and loads as None too, so the caller rebuilds it.
+
+Arrays live in an .npz (loaded with allow_pickle=False); the metadata — the format version, the checksum
+and the caller's identity `meta` — is JSON in a 0-d string entry `__meta__` of the same file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+#: Bump when the layout of cached files changes: older files are then rebuilt.
+FORMAT_VERSION = 1
+
+_META_KEY = "__meta__"
+_SLUG_CHARS = 40
+
+
+def safe_name(*parts: str) -> str:
+    """A file-name-safe, collision-free name for a key such as ("card:/x/y.toml", "layer3").
+
+    A readable slug (letters, digits, `.`, `-`, `_`) plus a short hash of the exact parts, so keys
+    that slug alike ("a:b" and "a/b") still get distinct names.
+    """
+    key = "\x1f".join(str(p) for p in parts)
+    # each part slugged on its own and cut from the left (a path's file name says more than its folders)
+    slugs = [re.sub(r"[^A-Za-z0-9.-]+", "_", str(p))[-_SLUG_CHARS:].strip("._-") for p in parts]
+    slug = "__".join(s for s in slugs if s)[-3 * _SLUG_CHARS:].lstrip("._-")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return f"{slug or 'item'}__{digest}"
+
+
+def cache_file(kind: str, *parts: str, suffix: str) -> Path:
+    """`settings.cache_dir() / kind / (safe_name(*parts) + suffix)`."""
+    from .settings import cache_dir
+
+    return cache_dir() / kind / (safe_name(*parts) + suffix)
+
+
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over each array's name, dtype, shape and bytes, in sorted key order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _file_mode() -> int:
+    """The mode a plain open() gives a new file: 0o666 less the umask (read once, at import: os.umask
+    can only be read by setting it, which must not happen while other threads create files)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_FILE_MODE = _file_mode()
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Write through a uniquely named temp file in the same folder, then os.replace: readers never see
+    half a file and two writers never share a temp file. `write(tmp)` fills the temp file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, _FILE_MODE)  # mkstemp makes the file private (0600); a plain open() would not
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _reject(path: Path, reason: str) -> None:
+    warnings.warn(f"The cached file {path} is unusable ({reason}); it is removed and will be rebuilt.", stacklevel=3)
+    try:
+        path.unlink()
+    except OSError:
+        pass  # a read-only cache: the caller rebuilds in memory all the same
+
+
+def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict, *, compress: bool = True) -> None:
+    """Save `arrays` and the identity `meta` (JSON-able) atomically with the format version and a checksum.
+
+    compress=False for large float arrays that barely compress (VGG-16's 553 MB of patterns: zlib would
+    add about a minute to the save and seconds to every load).
+    """
+    path = Path(path)
+    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+    if _META_KEY in arrays:
+        raise ValueError(f"{_META_KEY} is reserved for the file's metadata.")
+    if any(a.dtype.hasobject for a in arrays.values()):
+        raise ValueError("Cached arrays must hold numbers or text, not Python objects (they load without pickle).")
+    header = {"version": FORMAT_VERSION, "checksum": checksum(arrays), "meta": meta}
+    text = json.dumps(header, sort_keys=True)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            (np.savez_compressed if compress else np.savez)(f, **arrays, **{_META_KEY: np.array(text)})
+
+    write_atomic(path, write)
+
+
+def load_arrays(
+    path: str | os.PathLike,
+    *,
+    expect: dict | None = None,
+    check: Callable[[dict, dict], str | None] | None = None,
+) -> tuple[dict[str, np.ndarray], dict] | None:
+    """(arrays, meta) saved by `save_arrays`, or None when missing or unusable (warned about and removed).
+
+    expect: identity entries the file's meta must have (equal values); check(arrays, meta) returns a
+    reason the contents are wrong, or None.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:  # our handle: closed on any error
+            if _META_KEY not in data.files:
+                _reject(path, "no metadata: an older format")
+                return None
+            header = json.loads(str(data[_META_KEY][()]))
+            arrays = {name: data[name] for name in data.files if name != _META_KEY}
+    except Exception as err:  # noqa: BLE001 - any damage (bad zip, bad CRC, bad JSON, a short read) means rebuild
+        _reject(path, f"unreadable: {type(err).__name__}")
+        return None
+    if not isinstance(header, dict) or not isinstance(header.get("meta"), dict):
+        _reject(path, "malformed metadata")
+        return None
+    if header.get("version") != FORMAT_VERSION:
+        _reject(path, f"format version {header.get('version')!r}, expected {FORMAT_VERSION}")
+        return None
+    if header.get("checksum") != checksum(arrays):
+        _reject(path, "its checksum does not match its contents")
+        return None
+    meta = header["meta"]
+    if expect:
+        differ = sorted(k for k, v in expect.items() if meta.get(k) != _jsonable(v))
+        if differ:
+            _reject(path, f"made for another {', '.join(differ)}")
+            return None
+    if check is not None:
+        reason = check(arrays, meta)
+        if reason:
+            _reject(path, reason)
+            return None
+    return arrays, meta
+
+
+def read_meta(path: str | os.PathLike) -> dict | None:
+    """The identity `meta` of a file saved by `save_arrays`, read without its arrays and unchecked (to pick
+    files by identity before loading them); None when the file is missing or has no readable metadata."""
+    try:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:  # our handle: closed on any error
+            header = json.loads(str(data[_META_KEY][()]))
+        return header["meta"] if isinstance(header.get("meta"), dict) else None
+    except Exception:  # noqa: BLE001 - unreadable: load_arrays reports and removes it when it is asked for
+        return None
+
+
+def copy_in(source: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Copy a file (shipped data, say) into the cache atomically; the cached copy is the one `load_arrays`
+    may remove when it finds it damaged, never the original."""
+    data = Path(source).read_bytes()
+    write_atomic(Path(path), lambda tmp: tmp.write_bytes(data))
+
+
+def save_json(path: str | os.PathLike, obj: dict) -> None:
+    """Save a small dict as JSON atomically, with the format version and a checksum."""
+    path = Path(path)
+    body = json.dumps(obj, sort_keys=True)
+    text = json.dumps({"version": FORMAT_VERSION, "checksum": _text_sum(body), "data": obj}, indent=1, sort_keys=True)
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def load_json(path: str | os.PathLike) -> dict | None:
+    """The dict saved by `save_json`, or None when missing or unusable (warned about and removed)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        header = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        _reject(path, f"unreadable: {type(err).__name__}")
+        return None
+    if not isinstance(header, dict) or not isinstance(header.get("data"), dict):
+        _reject(path, "malformed contents")
+        return None
+    if header.get("version") != FORMAT_VERSION:
+        _reject(path, f"format version {header.get('version')!r}, expected {FORMAT_VERSION}")
+        return None
+    if header.get("checksum") != _text_sum(json.dumps(header["data"], sort_keys=True)):
+        _reject(path, "its checksum does not match its contents")
+        return None
+    return header["data"]
+
+
+def _text_sum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _jsonable(value: object) -> object:
+    """`value` as it reads back from JSON (tuples become lists), so expect= compares like with like."""
+    return json.loads(json.dumps(value))

@@ -1,0 +1,130 @@
+"""What the person running the program allows: code from model cards, card paths outside the card's folder,
+and which paths on this machine may be typed in (the app's form and folder fields).
+
+A model card is data. Its `package.module:function` builder (and a module beside the card) is Python code,
+run only when `Trust.code` is set: on the command line `--trust-code`, in the app `IBA_TRUST_CODE=1` set by
+its owner (like Hugging Face's `trust_remote_code`). The paths a card names stay inside the card's folder
+(symlinks resolved first) unless outside paths are allowed or they lead into an allowed server folder.
+
+    Trust.local(code=args.trust_code)        # the command line and Python: the local user, any path
+    Trust.for_app(localhost=...)             # the app: IBA_TRUST_CODE, IBA_DATA_DIRS, the models folder
+
+A `Trust` is passed explicitly into the functions that load (no process-wide state). Refusals are
+`NotTrustedError` (a `UserError`): what was refused, and for each front end the flag or setting that allows it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from . import settings
+from .errors import UserError
+
+#: `Trust.server_paths` value allowing every path on this machine.
+ANY: Literal["any"] = "any"
+
+#: How each front end allows code from a model card (Python: `trust=Trust.local(code=True)`).
+CODE_CLI_HINT = "Add --trust-code to run it, only for a card whose code you trust."
+CODE_APP_HINT = f"The app runs it only when its owner starts the app with {settings.TRUST_CODE_ENV}=1."
+#: How the app allows a card's path outside the card's folder (the command line always does).
+OUTSIDE_APP_HINT = (f"The app reads such paths only when its owner sets {settings.TRUST_CODE_ENV}=1 or names "
+                    f"their folder in {settings.DATA_DIRS_ENV}.")
+#: How the app allows a typed path on its machine.
+SERVER_APP_HINT = f"Upload the file instead, or ask the app's owner to name its folder in {settings.DATA_DIRS_ENV}."
+#: The longest part of a path or name a message repeats.
+SHOWN_CHARS = 80
+
+
+class NotTrustedError(UserError):
+    """Something the person running the program has not allowed; the hints say how to allow it."""
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What may happen: run code from model cards (`code`), follow card paths outside the card's folder
+    (`outside_paths`), and read typed paths on this machine (`server_paths`: allowed folders, or ANY)."""
+
+    code: bool = False
+    outside_paths: bool = False
+    server_paths: tuple[Path, ...] | Literal["any"] = ()
+
+    @classmethod
+    def local(cls, *, code: bool = False) -> "Trust":
+        """The command line's and Python's: the local user may read any path; code only when allowed."""
+        return cls(code=code, outside_paths=True, server_paths=ANY)
+
+    @classmethod
+    def for_app(cls, *, localhost: bool = False) -> "Trust":
+        """The app's, from its owner's environment: code and outside card paths with IBA_TRUST_CODE=1; typed
+        paths inside the models folder and the IBA_DATA_DIRS folders, anywhere when the app listens on this
+        machine only (`localhost`: its visitors are its owner)."""
+        code = settings.trust_code()
+        roots: tuple[Path, ...] | Literal["any"] = ANY
+        if not localhost:
+            roots = tuple(dict.fromkeys(_resolved(p) for p in (settings.models_dir(), *settings.data_dirs())))
+        return cls(code=code, outside_paths=code, server_paths=roots)
+
+
+#: The default of the library's loaders: the local user's, without code.
+LOCAL = Trust.local()
+
+
+def is_local_address(address: str | None) -> bool:
+    """Whether a server address (Streamlit's `server.address`) listens on this machine only; an unset
+    address listens on every interface."""
+    text = (address or "").strip().lower().strip("[]")
+    return text in ("localhost", "::1") or text.startswith("127.")
+
+
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """`text` as a message repeats it: at most `limit` characters, the cut marked with '…'."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _resolved(path: Path) -> Path:
+    """The absolute path with every symlink resolved (so a link cannot point out of an allowed folder)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def server_path_allowed(path: str | os.PathLike, trust: Trust) -> bool:
+    """Whether `path` (symlinks resolved) lies in a folder `trust.server_paths` allows."""
+    if trust.server_paths == ANY:
+        return True
+    resolved = _resolved(Path(path))
+    return any(_inside(resolved, root) for root in trust.server_paths)
+
+
+def check_code(what: str, trust: Trust) -> None:
+    """Refuse to run code (`what`, e.g. 'The model card x.toml names the builder os:system') unless allowed."""
+    if not trust.code:
+        raise NotTrustedError(f"{what}, which is Python code, and code from a model card runs only when allowed.",
+                              cli_hint=CODE_CLI_HINT, app_hint=CODE_APP_HINT)
+
+
+def check_inside(path: str | os.PathLike, root: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:
+    """`path` (relative to `root` unless absolute) resolved, symlinks first; refused when it leads outside
+    `root` unless outside paths are allowed or it lies in an allowed server folder."""
+    root = _resolved(Path(root))
+    resolved = _resolved(root / Path(path).expanduser())
+    if _inside(resolved, root) or trust.outside_paths or server_path_allowed(resolved, trust):
+        return resolved
+    raise NotTrustedError(f"The {what} {shown(path)} leads outside the model card's folder {shown(root)}, so it is "
+                          "not read.", app_hint=OUTSIDE_APP_HINT)
+
+
+def check_server_path(path: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:
+    """`path` resolved (symlinks first) when `trust` lets it be read, else a refusal saying what to do."""
+    resolved = _resolved(Path(path))
+    if server_path_allowed(resolved, trust):
+        return resolved
+    folders = ", ".join(shown(p) for p in trust.server_paths) if trust.server_paths != ANY else ""
+    raise NotTrustedError(
+        f"The {what} {shown(path)} is outside the folders this app may read ({folders or 'none'}), so it is not "
+        "read.", app_hint=SERVER_APP_HINT)

@@ -1,0 +1,149 @@
+"""β × layer grid (iba_core.beta_layer)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from iba_core.beta_layer import (
+    DEFAULT_BETAS,
+    LAYER_ROW_BETA,
+    GridCell,
+    beta_layer_grid,
+    depth_layers,
+    lost_class_cells,
+    lost_class_warning,
+)
+from iba_core.images import load_sample
+from iba_core.networks import REGISTRY, UnknownModelError, get_spec, load_network
+from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
+from iba_core.feature_stats import get_stats
+
+
+def test_depth_layers_reproduce_the_papers_resnet_row() -> None:
+    assert depth_layers(get_spec("resnet50")) == ["conv1", "conv2_3", "conv3_4", "conv4_6", "conv5_3"]
+
+
+@pytest.mark.parametrize("key", list(REGISTRY))
+def test_depth_layers_spread_in_order_and_include_the_default(key: str) -> None:
+    spec = get_spec(key)
+    layers = depth_layers(spec)
+    assert len(layers) == 5 and len(set(layers)) == 5
+    assert spec.default_layer in layers
+    positions = [spec.layers.index(name) for name in layers]
+    assert positions == sorted(positions)
+    stage = lambda name: name.split("_")[0]  # noqa: E731
+    assert stage(layers[0]) == stage(spec.layers[0])  # from the first stage…
+    assert positions[-1] == len(spec.layers) - 1  # …to the deepest layer
+
+
+def test_depth_layers_swap_in_a_chosen_layer() -> None:
+    spec = get_spec("vgg16")
+    layers = depth_layers(spec, include="conv2_1")
+    assert "conv2_1" in layers and len(layers) == 5
+    assert depth_layers(spec, count=3) == ["conv1_2", "conv4_1", "conv5_3"]  # default conv4_1 swapped in
+    with pytest.raises(UnknownModelError):
+        depth_layers(spec, include="conv9_9")
+
+
+@pytest.fixture(scope="module")
+def network():
+    # One torch thread: on a busy 2-core machine two OpenMP workers stall each other (runs 3–5× slower).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield load_network("efficientnet_lite0")
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def stats_for(network, tmp_path, monkeypatch):
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
+    calls: list[str] = []
+
+    def get(layer: str):
+        calls.append(layer)
+        return get_stats(network, layer, n=8)
+
+    get.calls = calls
+    return get
+
+
+def test_grid_has_ten_finite_cells(network, stats_for, monkeypatch) -> None:
+    runs: list[tuple[float, int]] = []
+    original = PerSampleBottleneck.attribute
+
+    def counting(self, x, target=None, callback=None):
+        runs.append((self.settings.beta_k, target))
+        return original(self, x, target, callback)
+
+    monkeypatch.setattr(PerSampleBottleneck, "attribute", counting)
+    x = network.preprocess(load_sample("chelsea"))
+    progress: list[tuple[int, int, str]] = []
+    seen = []
+    cells = beta_layer_grid(
+        network, x, None, "block3_2", stats_for, settings=BottleneckSettings(steps=2, batch=2),
+        progress=lambda d, t, label: progress.append((d, t, label)), on_cell=seen.append,
+    )
+    assert len(cells) == 10 and seen == cells
+    assert [c.row for c in cells] == ["beta"] * 5 + ["layer"] * 5
+    assert [c.beta_k for c in cells[:5]] == list(DEFAULT_BETAS)
+    assert all(c.layer == "block3_2" for c in cells[:5])
+    assert all(c.beta_k == LAYER_ROW_BETA for c in cells[5:])
+    assert [c.label for c in cells[5:]] == depth_layers(network.spec, include="block3_2")
+    for c in cells:
+        assert c.heatmap.shape == (224, 224)
+        assert np.isfinite(c.heatmap).all() and (c.heatmap >= 0).all()
+        assert 0.0 <= c.p_with <= 1.0
+        assert c.total_bits == pytest.approx(float(c.heatmap.sum()), rel=1e-3)
+        assert 0.0 <= c.p_without <= 1.0 and c.lost_class == bottleneck_lost_class(c.p_without, c.p_with)
+    assert [p[0] for p in progress] == list(range(1, 11)) and all(p[1] == 10 for p in progress)
+
+    # target=None explains the top-1 class (285, Egyptian cat) in every cell.
+    assert {t for _, t in runs} == {285}
+    # (β·k = 10, block3_2) appears in both rows but runs once; statistics once per layer.
+    assert len(runs) == 9
+    assert sorted(stats_for.calls) == sorted(set(stats_for.calls)) and len(stats_for.calls) == 5
+
+
+def test_grid_with_explicit_layers_and_betas(network, stats_for) -> None:
+    x = network.preprocess(load_sample("coffee"))
+    cells = beta_layer_grid(
+        network, x, 967, "block2_2", stats_for, betas=(1.0, 100.0), layers=["stem", "head"],
+        settings=BottleneckSettings(steps=1, batch=1),
+    )
+    assert [(c.row, c.beta_k, c.layer) for c in cells] == [
+        ("beta", 1.0, "block2_2"), ("beta", 100.0, "block2_2"), ("layer", 10.0, "stem"), ("layer", 10.0, "head"),
+    ]
+
+
+def test_grid_rejects_unknown_layer(network, stats_for) -> None:
+    x = torch.zeros(1, 3, 224, 224)
+    with pytest.raises(UnknownModelError):
+        beta_layer_grid(network, x, 0, "no_such_layer", stats_for)
+
+
+def test_beta_1000_cell_says_the_bottleneck_lost_the_class(network, stats_for) -> None:
+    """Paper §4.1: β ≥ 1000/k discards all information; the grid cell carries the flag."""
+    x = network.preprocess(load_sample("chelsea"))
+    cells = beta_layer_grid(network, x, 285, "block3_2", stats_for, betas=(10.0, 1000.0), layers=[],
+                            settings=BottleneckSettings(steps=5, batch=2, precision="fp32"))
+    kept, lost = cells
+    assert lost.lost_class and not kept.lost_class
+    assert lost.p_with < 0.1 * lost.p_without and lost.total_bits < kept.total_bits
+    assert lost_class_cells(cells) == [lost]
+    assert lost_class_warning(cells).startswith("β·k = 1000 at block3_2 (p = 0.")
+    assert lost_class_warning([kept]) == ""
+
+
+def test_lost_class_warning_names_each_lost_cell_once() -> None:
+    heat = np.zeros((4, 4), np.float32)
+    lost = GridCell("beta", "β·k = 10", 10.0, "stem", heat, 0.001, 3.0, 0.5, True)
+    cells = [lost, GridCell("beta", "β·k = 1", 1.0, "stem", heat, 0.4, 9.0, 0.5, False),
+             GridCell("layer", "stem", 10.0, "stem", heat, 0.001, 3.0, 0.5, True),  # the same run, other row
+             GridCell("layer", "head", 10.0, "head", heat, 0.002, 1.0, 0.5, True)]
+    assert [c.name for c in lost_class_cells(cells)] == ["β·k = 10 at stem", "β·k = 10 at head"]
+    text = lost_class_warning(cells)
+    assert text == ("β·k = 10 at stem (p = 0.00, without the bottleneck 0.50); "
+                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + LOST_CLASS_MESSAGE + ".")
