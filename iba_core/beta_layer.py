@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .bottleneck import DEFAULT_BETA_K
 from .networks import Network, NetworkSpec
 from .progress import ProgressFn
 from .per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
@@ -18,7 +19,7 @@ from .feature_stats import FeatureStats
 
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
-LAYER_ROW_BETA = 10.0
+LAYER_ROW_BETA = DEFAULT_BETA_K
 
 
 @dataclass

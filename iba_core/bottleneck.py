@@ -17,6 +17,8 @@ INIT_ALPHA = 5.0
 #: Paper code: a floor on the estimated std keeps dead channels (std 0) from dividing by zero.
 MIN_STD = 0.01
 NATS_TO_BITS = 1.0 / math.log(2.0)
+#: Paper §4.1: β = 10/k (k = h·w·c of the layer) unless said otherwise, for both bottlenecks.
+DEFAULT_BETA_K = 10.0
 
 #: β·k that makes sense (β = β·k / k). The paper's search space is 0.001…300 (Appendix, hyperparameters), and
 #: β ≥ 1000/k already discards all information (§4.1). float32 breaks far beyond: on the tests' TinyNet

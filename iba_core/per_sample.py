@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .bottleneck import (
+    DEFAULT_BETA_K,
     INIT_ALPHA,
     MIN_STD,
     check_beta_k,
@@ -73,7 +74,7 @@ INACTIVE_THRESHOLD_RANGE = (0.0, 0.999)  # a fraction of the statistics samples 
 class BottleneckSettings:
     """Hyperparameters; defaults are the paper's (Appendix, Per-Sample Bottleneck table)."""
 
-    beta_k: float = 10.0  # β·k with k = h·w·c; paper β = 10/k
+    beta_k: float = DEFAULT_BETA_K  # β·k with k = h·w·c; paper β = 10/k
     steps: int = 10  # T = 10 Adam iterations
     batch: int = 10  # B = 10 noisy copies of the sample
     lr: float = 1.0  # η = 1

@@ -12,6 +12,34 @@ from torch import nn
 TEST_STATS_SAMPLES = 96
 
 
+def pytest_addoption(parser) -> None:
+    from hardware import CPU_KINDS
+
+    parser.addoption(
+        "--cpu-kind", choices=sorted(CPU_KINDS), default=None,
+        help="run the whole suite as if the CPU were this kind (faked feature flags, no GPU bf16): "
+             "`bash .ci/run --cpu-kind avx2` checks an AVX2-only machine's path on any machine. "
+             "Tests that start a separate process (CLI subprocess, browser) see the real CPU.",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _faked_cpu_kind(request):
+    """With --cpu-kind, iba_core.precision sees that CPU's flags (and no bf16 GPU) for the whole session."""
+    kind = request.config.getoption("--cpu-kind")
+    if kind is None:
+        yield None
+        return
+    from hardware import CPU_KINDS
+    from iba_core import precision
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(precision, "cpu_flags", lambda: set(CPU_KINDS[kind]))
+    patch.setattr(precision, "cuda_bf16", lambda: False)
+    yield kind
+    patch.undo()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """Every test session writes its statistics and results into a fresh cache, never ~/.cache."""

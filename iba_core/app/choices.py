@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..methods import Method, get_method, method_keys
-from ..per_sample import BottleneckSettings
+from ..bottleneck import DEFAULT_BETA_K  # noqa: F401  (the pages read the default here, with the choices)
 from .maps import MapRequest
 
 if TYPE_CHECKING:
@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 BETA_K_CHOICES: tuple[float, ...] = tuple(
     round(m * 10.0**e, 6) for e in range(-2, 3) for m in (1, 2, 5)
 ) + (1000.0,)
-#: The Per-Sample Bottleneck's own default (the paper's β = 10/k).
-DEFAULT_BETA_K = BottleneckSettings.beta_k
 
 #: Thresholds for the "not needed" view, in bits per pixel.
 THRESHOLD_CHOICES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -73,8 +71,8 @@ def method_choices(network, *, exclude: Iterable[str] = (),
 
 
 def app_reason(key: str, network, reason: str) -> str:
-    """Why a method cannot run, in the app's words: the methods' own reasons are written for the command line
-    (a missing readout checkpoint names the training command); the app points to its own controls instead."""
+    """Why a method cannot run, in the app's words: the methods' own reasons name no front end; for a missing
+    readout checkpoint the app adds where on its pages to find or make one."""
     spec = getattr(network, "spec", None)
     if key == READOUT_METHOD and spec is not None:
         return (f"no Readout Bottleneck checkpoint for {spec.title} yet; the Compare page's “Readout Bottleneck "

@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from ..bottleneck import DEFAULT_BETA_K
 from ..per_sample import BottleneckSettings, PerSampleBottleneck
 from .base import Method, spec_of
 
@@ -25,7 +26,7 @@ class PerSampleIBA(Method):
     cost = "slow"
     needs_stats = True
 
-    def __init__(self, beta_k: float = 10.0, **settings):
+    def __init__(self, beta_k: float = DEFAULT_BETA_K, **settings):
         super().__init__(beta_k=beta_k, **settings)
         beta_k = self.bottleneck_settings().beta_k  # checked now: a bad value fails before any network loads
         label = f"{beta_k:g}"

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bottleneck import (
+    DEFAULT_BETA_K,
     check_beta_k,
     check_sigma,
     information_map_bits,
@@ -88,7 +89,7 @@ class ReadoutBottleneck(nn.Module):
         *,
         hidden: Sequence[int] = DEFAULT_HIDDEN,
         sigma: float = 1.0,
-        beta_k: float = 10.0,
+        beta_k: float = DEFAULT_BETA_K,
     ) -> "ReadoutBottleneck":
         """An untrained readout for `network`; its statistics still have to be set (`set_statistics`)."""
         spec = network.spec

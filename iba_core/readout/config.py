@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ..bottleneck import INIT_ALPHA, MIN_STD, check_beta_k, check_sigma
+from ..bottleneck import DEFAULT_BETA_K, INIT_ALPHA, MIN_STD, check_beta_k, check_sigma
 from ..errors import UserError
 from ..networks import LOGITS, REGISTRY
 
@@ -50,7 +50,7 @@ class ReadoutConfig:
     input_size: tuple[int, int] = (224, 224)
     hidden: tuple[int, int] = DEFAULT_HIDDEN
     sigma: float = 1.0  # σ_s of the mask smoothing (paper: 1)
-    beta_k: float = 10.0  # β·k (paper: β = 10/k)
+    beta_k: float = DEFAULT_BETA_K  # β·k (paper: β = 10/k)
     init_alpha: float = INIT_ALPHA
     alpha_max: float = ALPHA_MAX
     min_std: float = MIN_STD

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ...bottleneck import check_beta_k, check_sigma
+from ...bottleneck import DEFAULT_BETA_K, check_beta_k, check_sigma
 from ...errors import check_range
 from ...networks import DEFAULT_NETWORK
 from ..config import DEFAULT_HIDDEN
@@ -39,7 +39,7 @@ class TrainConfig:
     epochs: int = 20  # paper §4.1: E = 20 (its appendix table says 10)
     batch_size: int = 16  # paper: 16
     lr: float = 1e-5  # paper: 1e-5
-    beta_k: float = 10.0  # paper: β = 10/k
+    beta_k: float = DEFAULT_BETA_K  # paper: β = 10/k
     sigma: float = 1.0  # paper: σ_s = 1
     seed: int = 0
     stats_n: int = 1000  # images for the feature statistics
