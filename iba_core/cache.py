@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -59,15 +59,17 @@ def checksum(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _file_mode() -> int:
-    """The mode a plain open() gives a new file: 0o666 less the umask (read once, at import: os.umask
-    can only be read by setting it, which must not happen while other threads create files)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-_FILE_MODE = _file_mode()
+def _new_temp_file(path: Path) -> Path:
+    """An empty file beside `path` under a name no other writer uses, with the mode a plain open() gives
+    (0o666 less the umask, applied by the kernel; mkstemp's would be private, 0600)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"No free temporary name beside {path}.")
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
@@ -75,12 +77,9 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     half a file and two writers never share a temp file. `write(tmp)` fills the temp file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _new_temp_file(path)
     try:
         write(tmp)
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes the file private (0600); a plain open() would not
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

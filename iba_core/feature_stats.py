@@ -26,7 +26,8 @@ from .bottleneck import MIN_STD
 from .datasets import FolderBatches, photo_pool, sample_photo_batches
 from .images import find_images
 from .progress import ProgressFn
-from .settings import ASSETS_DIR, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV, cache_dir, stats_samples
+from .errors import check_range
+from .settings import ASSETS_DIR, MAX_SAMPLES, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV, cache_dir, stats_samples
 
 #: Fewer distinct photos than this behind crop-based statistics makes them rough (see FeatureStats.is_rough).
 RECOMMENDED_PHOTOS = 100
@@ -411,7 +412,7 @@ def get_stats(
     again; statistics that come out implausible are used (with a warning) but not kept.
     """
     network.spec.check_layer(layer)
-    n = n or default_samples(network, images)
+    n = int(check_range("The number of samples", n or default_samples(network, images), 1, MAX_SAMPLES, integer=True))
     source_key = stats_source_key(images, n)
     if not refresh:
         found = _stored(network, layer, source_key)

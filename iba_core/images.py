@@ -21,6 +21,8 @@ from typing import IO, Union
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from .errors import UserError
+
 __all__ = [
     "FORMAT_INFO",
     "FRAMES_INFO",
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-class ImageError(ValueError):
+class ImageError(UserError):
     """The one error type for any image we refuse; str(err) is a clear, user-facing sentence."""
 
 

@@ -6,11 +6,13 @@
 | IBA_WEIGHTS_DIR     | a folder holding pretrained weights files                | (none)                   |
 | IBA_MODELS_DIR      | your networks: model cards the app lists and adds to     | ~/.config/iba-explorer/models |
 | IBA_STATS_SAMPLES   | samples behind statistics the app and methods estimate   | 1000 (100 from the offline photos for a network without shipped statistics) |
+| IBA_MAX_STATS_SAMPLES | the most samples a visitor of the app may ask statistics from | 2000              |
 | IBA_TORCH_THREADS   | torch threads for app computations                       | usable cores − 1         |
 | IBA_TRUST_CODE      | 1: the app runs code model cards name (builders, modules) | off                      |
 |                     | and follows card paths outside the card's folder         |                          |
 | IBA_DATA_DIRS       | folders, ':'-separated, whose paths app visitors may type | (none; the models folder |
-|                     | (weights, image folders) and cards may point into        | is always allowed)       |
+|                     | (weights, image folders) and cards may point into; a     | is always allowed)       |
+|                     | relative entry is relative to the app's working folder   |                          |
 """
 from __future__ import annotations
 
@@ -21,10 +23,15 @@ CACHE_DIR_ENV = "IBA_CACHE_DIR"
 WEIGHTS_DIR_ENV = "IBA_WEIGHTS_DIR"
 MODELS_DIR_ENV = "IBA_MODELS_DIR"
 STATS_SAMPLES_ENV = "IBA_STATS_SAMPLES"
+MAX_STATS_SAMPLES_ENV = "IBA_MAX_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
 TRUST_CODE_ENV = "IBA_TRUST_CODE"
 DATA_DIRS_ENV = "IBA_DATA_DIRS"
 
+#: The app's cap on a visitor's statistics samples unless its owner sets IBA_MAX_STATS_SAMPLES.
+DEFAULT_MAX_STATS_SAMPLES = 2000
+#: The most samples any front end estimates statistics from (the paper's statistics use far fewer).
+MAX_SAMPLES = 1_000_000
 #: Samples behind feature statistics unless told otherwise (paper appendix: statistics over many images).
 RECOMMENDED_SAMPLES = 1000
 
@@ -68,9 +75,18 @@ def trust_code() -> bool:
 
 def data_dirs() -> tuple[Path, ...]:
     """The folders named by IBA_DATA_DIRS (separated by os.pathsep, ':' on Linux), whose paths visitors of the
-    app may type (weights, image folders); empty entries are skipped."""
+    app may type (weights, image folders), as absolute paths; empty entries are skipped, and a relative entry
+    is taken relative to the working folder the app was started in (where `streamlit run` ran)."""
     env = os.environ.get(DATA_DIRS_ENV, "")
-    return tuple(Path(part.strip()).expanduser() for part in env.split(os.pathsep) if part.strip())
+    return tuple(Path(os.path.abspath(Path(part.strip()).expanduser()))
+                 for part in env.split(os.pathsep) if part.strip())
+
+
+def max_stats_samples() -> int:
+    """The most samples the app estimates statistics from on a visitor's request (IBA_MAX_STATS_SAMPLES, else
+    2000): each sample is a forward pass while the shared network is busy, so a larger number would make
+    every other session wait (ViT-B/16 on 2 cores: about 0.5 s a sample)."""
+    return _positive_int(MAX_STATS_SAMPLES_ENV) or DEFAULT_MAX_STATS_SAMPLES
 
 
 def stats_samples(default: int = RECOMMENDED_SAMPLES) -> int:

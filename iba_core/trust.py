@@ -4,9 +4,11 @@ and which paths on this machine may be typed in (the app's form and folder field
 A model card is data. Its `package.module:function` builder (and a module beside the card) is Python code,
 run only when `Trust.code` is set: on the command line `--trust-code`, in the app `IBA_TRUST_CODE=1` set by
 its owner (like Hugging Face's `trust_remote_code`). The paths a card names stay inside the card's folder
-(symlinks resolved first) unless outside paths are allowed or they lead into an allowed server folder.
+(symlinks resolved first) unless outside paths are allowed (the same setting: `--trust-code`,
+`IBA_TRUST_CODE=1`) or, in the app, they lead into one of its owner's folders (the models folder, IBA_DATA_DIRS).
 
-    Trust.local(code=args.trust_code)        # the command line and Python: the local user, any path
+    Trust.local(code=args.trust_code)        # the command line and Python: the local user's typed paths;
+                                             # card code and card paths outside its folder only with code
     Trust.for_app(localhost=...)             # the app: IBA_TRUST_CODE, IBA_DATA_DIRS, the models folder
 
 A `Trust` is passed explicitly into the functions that load (no process-wide state). Refusals are
@@ -14,6 +16,7 @@ A `Trust` is passed explicitly into the functions that load (no process-wide sta
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +31,13 @@ ANY: Literal["any"] = "any"
 #: How each front end allows code from a model card (Python: `trust=Trust.local(code=True)`).
 CODE_CLI_HINT = "Add --trust-code to run it, only for a card whose code you trust."
 CODE_APP_HINT = f"The app runs it only when its owner starts the app with {settings.TRUST_CODE_ENV}=1."
-#: How the app allows a card's path outside the card's folder (the command line always does).
+#: How each front end allows a card's path outside the card's folder (the same setting as code).
+OUTSIDE_CLI_HINT = "Add --trust-code to follow it, only for a card you trust, or move the file into the card's folder."
 OUTSIDE_APP_HINT = (f"The app reads such paths only when its owner sets {settings.TRUST_CODE_ENV}=1 or names "
                     f"their folder in {settings.DATA_DIRS_ENV}.")
 #: How the app allows a typed path on its machine.
-SERVER_APP_HINT = f"Upload the file instead, or ask the app's owner to name its folder in {settings.DATA_DIRS_ENV}."
+SERVER_APP_HINT = (f"Upload a file instead; a folder is read once the app's owner names it (or a folder above it) "
+                   f"in {settings.DATA_DIRS_ENV}.")
 #: The longest part of a path or name a message repeats.
 SHOWN_CHARS = 80
 
@@ -44,38 +49,48 @@ class NotTrustedError(UserError):
 @dataclass(frozen=True)
 class Trust:
     """What may happen: run code from model cards (`code`), follow card paths outside the card's folder
-    (`outside_paths`), and read typed paths on this machine (`server_paths`: allowed folders, or ANY)."""
+    (`outside_paths`; else only into `card_folders`, the owner's named folders), and read typed paths on this
+    machine (`server_paths`: allowed folders, or ANY; ANY never lets a card's path out of its folder)."""
 
     code: bool = False
     outside_paths: bool = False
     server_paths: tuple[Path, ...] | Literal["any"] = ()
+    card_folders: tuple[Path, ...] = ()
 
     @classmethod
     def local(cls, *, code: bool = False) -> "Trust":
-        """The command line's and Python's: the local user may read any path; code only when allowed."""
-        return cls(code=code, outside_paths=True, server_paths=ANY)
+        """The command line's and Python's: the local user may read any path they type; code from a card, and
+        a card's paths outside its folder, only when allowed (`code`: --trust-code), as in the app."""
+        return cls(code=code, outside_paths=code, server_paths=ANY)
 
     @classmethod
     def for_app(cls, *, localhost: bool = False) -> "Trust":
         """The app's, from its owner's environment: code and outside card paths with IBA_TRUST_CODE=1; typed
         paths inside the models folder and the IBA_DATA_DIRS folders, anywhere when the app listens on this
-        machine only (`localhost`: its visitors are its owner)."""
+        machine only (`localhost`: its visitors are its owner) and its owner names no IBA_DATA_DIRS (an owner
+        who names them, e.g. behind a reverse proxy on 127.0.0.1, is held to them)."""
         code = settings.trust_code()
-        roots: tuple[Path, ...] | Literal["any"] = ANY
-        if not localhost:
-            roots = tuple(dict.fromkeys(_resolved(p) for p in (settings.models_dir(), *settings.data_dirs())))
-        return cls(code=code, outside_paths=code, server_paths=roots)
+        named = settings.data_dirs()
+        roots = tuple(dict.fromkeys(_resolved(p) for p in (settings.models_dir(), *named)))
+        anywhere = localhost and not named
+        return cls(code=code, outside_paths=code, server_paths=ANY if anywhere else roots, card_folders=roots)
 
 
-#: The default of the library's loaders: the local user's, without code.
+#: The default of the library's loaders: the local user's, without code (so a card's paths stay in its folder).
 LOCAL = Trust.local()
 
 
 def is_local_address(address: str | None) -> bool:
-    """Whether a server address (Streamlit's `server.address`) listens on this machine only; an unset
-    address listens on every interface."""
+    """Whether a server address (Streamlit's `server.address`) listens on this machine only: a loopback IP
+    literal (127.0.0.0/8, ::1) or the name "localhost"; any other name (even "127.x.example") and an unset
+    address (every interface) are not."""
     text = (address or "").strip().lower().strip("[]")
-    return text in ("localhost", "::1") or text.startswith("127.")
+    if text == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
 
 
 def shown(text: object, limit: int = SHOWN_CHARS) -> str:
@@ -110,13 +125,14 @@ def check_code(what: str, trust: Trust) -> None:
 
 def check_inside(path: str | os.PathLike, root: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:
     """`path` (relative to `root` unless absolute) resolved, symlinks first; refused when it leads outside
-    `root` unless outside paths are allowed or it lies in an allowed server folder."""
+    `root` unless outside paths are allowed or it lies in one of the owner's folders (`trust.card_folders`)."""
     root = _resolved(Path(root))
     resolved = _resolved(root / Path(path).expanduser())
-    if _inside(resolved, root) or trust.outside_paths or server_path_allowed(resolved, trust):
+    if (_inside(resolved, root) or trust.outside_paths
+            or any(_inside(resolved, folder) for folder in trust.card_folders)):
         return resolved
     raise NotTrustedError(f"The {what} {shown(path)} leads outside the model card's folder {shown(root)}, so it is "
-                          "not read.", app_hint=OUTSIDE_APP_HINT)
+                          "not read.", cli_hint=OUTSIDE_CLI_HINT, app_hint=OUTSIDE_APP_HINT)
 
 
 def check_server_path(path: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:

@@ -12,7 +12,7 @@ import logging
 import runpy
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -29,7 +29,7 @@ from iba_core.app.models import (
     kept_option, network_label, network_options, parse_triple, source_note, source_version, torchvision_key,
     torchvision_names,
 )
-from iba_core.app.state import SharedModel, load_shared
+from iba_core.app.state import SharedModel, Subject, load_shared
 from iba_core.app.stats_source import (
     choose_stats, domain_warning, stats_folder, stats_for_methods, stats_progress_text, stats_status,
 )
@@ -41,7 +41,7 @@ from iba_core.networks import (
 from iba_core.networks.cards import CROP_RANGE, RESIZE_RANGE
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_probability
-from iba_core.settings import models_dir, weights_dir
+from iba_core.settings import max_stats_samples, models_dir, weights_dir
 from iba_core.trust import ANY, Trust, check_server_path, is_local_address
 from iba_core.feature_stats import FeatureStats, app_samples
 
@@ -73,6 +73,20 @@ def through_app() -> None:
         return
     runpy.run_path(str(APP_SCRIPT), run_name="__main__")
     st.stop()
+
+
+# ---- text from users ---------------------------------------------------------------------------
+
+#: Markdown's special characters, and ':' (Streamlit's `:color[…]`, `:material/…:` and GFM's bare
+#: http:// links need it).
+MARKDOWN_SPECIAL = frozenset("\\`*_[]()#+-!<>|~$:")
+
+
+def plain(text: object) -> str:
+    """`text` (a card's title, a class name, a file name: anything a user chose) safe inside the Markdown of
+    st.markdown, st.caption, st.info… and widget labels: every Markdown character escaped and line breaks made
+    spaces, so it shows as typed and never as a link, an image, a heading or formatting."""
+    return "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in " ".join(str(text).splitlines()))
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -231,7 +245,7 @@ def image_picker() -> ImageInput | None:
         return chosen
     kept = st.session_state.get("_keep_upload")
     if kept is not None:
-        st.caption(f"Using **{kept[0]}**, uploaded earlier.")
+        st.caption(f"Using **{plain(kept[0])}**, uploaded earlier.")
         chosen = upload_input(*kept)
         _format_caption(chosen)
         return chosen
@@ -276,8 +290,8 @@ def network_picker() -> SharedModel | None:
         st.caption(source_note(key, shared.network))
     unusable = [c for c in cards if c.error]
     if unusable:
-        st.caption("Model cards in the models folder that cannot be used: "
-                   + " ".join(c.error for c in unusable))
+        st.caption("Model cards in the models folder that cannot be used:  \n"
+                   + "  \n".join(f"· {plain(c.name)}: {plain(c.error)}" for c in unusable))
     add_network_form(trust)
     return shared
 
@@ -385,8 +399,8 @@ def _add_network(trust: Trust, name, arch, weights, weights_path, classes, resiz
         show_error(err)
         return
     st.session_state["_keep_network"] = str(card)
-    st.session_state[ADDED_KEY] = (f"Added {card.stem}: its model card is {card}. It is chosen in the Network menu "
-                                   "now, on every page.")
+    st.session_state[ADDED_KEY] = (f"Added {plain(card.stem)}: its model card is {plain(card)}. It is chosen in the "
+                                   "Network menu now, on every page.")
     st.rerun()
 
 
@@ -415,7 +429,7 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
         best = top5[0]
         size = network.preprocess.crop_size
         st.image(cropped, width=224, caption=(
-            f"The {size} × {size} centre crop the network sees. Top prediction: {best[1]} "
+            f"The {size} × {size} centre crop the network sees. Top prediction: {plain(best[1])} "
             f"({format_probability(best[2])})"
         ))
         for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
@@ -423,12 +437,19 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     return Inputs(image, shared, cropped, x, top5, right, stats_note)
 
 
+def subject_caption(subject: Subject) -> str:
+    """`Subject.caption` (image · network · class, Markdown) with the names escaped (`plain`)."""
+    return replace(subject, image=plain(subject.image), model=plain(subject.model),
+                   class_name=plain(subject.class_name)).caption
+
+
 def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | None = None) -> None:
     """In `slot`: the warning that the sample photos' statistics distort the bits of a model card's network
     without an image folder (`iba_core.app.stats_source.domain_warning`), or nothing."""
     warning = domain_warning(network, folder)
-    if warning:
-        slot.warning(warning, icon=":material/warning:")
+    if warning:  # it starts with the network's title, which a card chose: escaped, the rest is the app's Markdown
+        title = network.spec.title
+        slot.warning(warning.replace(title, plain(title), 1), icon=":material/warning:")
     else:
         slot.empty()
 
@@ -462,7 +483,7 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     key_suffix = f"{inputs.network.key}_{inputs.image.digest}"  # new image → back to its top-1
     chosen = st.radio(
         "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
-        format_func=lambda i: next(f"{n} · {format_probability(p)}" for j, n, p in top if j == i),
+        format_func=lambda i: next(f"{plain(n)} · {format_probability(p)}" for j, n, p in top if j == i),
         help="The network's five most probable classes for this image, with their probabilities.",
     )
     n = len(inputs.network.categories)
@@ -504,9 +525,11 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
             + "A folder of images like those the network was trained on (for ImageNet networks: natural photos); "
             "searched recursively.",
         )
-        n = st.number_input("Samples", 1, 100_000, app_samples(inputs.network, card_folder), step=100,
+        top = max_stats_samples()
+        n = st.number_input("Samples", 1, top, min(top, app_samples(inputs.network, card_folder)), step=100,
                             key=f"{prefix}_n",
-                            help="Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended.")
+                            help=f"Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended, at most {top} "
+                            "here (each one is a pass of the network while other visitors wait).")
     folder = folder.strip() or None
     if inputs.stats_note is not None:
         show_domain_warning(inputs.stats_note, inputs.network, folder)
@@ -538,7 +561,7 @@ def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str,
     methods = st.multiselect(label, choices.keys, key=key, format_func=lambda k: names[k], help=help)
     note = unavailable_text(choices, names)
     if note:
-        st.caption(note)
+        st.caption(plain(note))  # the reasons name the network by its title
     return methods
 
 

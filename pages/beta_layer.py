@@ -95,7 +95,7 @@ def show(entry: GridRun) -> None:
     st.divider()
     st.subheader("Grid")
     st.caption(
-        f"{entry.subject.caption} · {entry.settings.steps} steps × batch {entry.settings.batch}"
+        f"{ui.subject_caption(entry.subject)} · {entry.settings.steps} steps × batch {entry.settings.batch}"
     )
     per_map = st.checkbox(
         "Scale each map on its own", key=PER_MAP_KEY,

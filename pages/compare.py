@@ -118,7 +118,7 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> Non
     with st.expander(label, icon=":material/inventory_2:"):
         if not checkpoints:
             st.markdown(
-                f"No Readout Bottleneck checkpoint for {network.spec.title} yet: the readout must be trained for "
+                f"No Readout Bottleneck checkpoint for {ui.plain(network.spec.title)} yet: the readout must be trained for "
                 "this very network. The app ships one for the offline network only and looks for trained "
                 "checkpoints (`.pt` files) in " + ", ".join(f"`{d}`" for d in readout_dirs())
                 + ". Training a readout needs a folder of images and runs outside the app (see the README, "
@@ -127,7 +127,8 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> Non
             )
             st.code(readout_training_command(network, inputs.shared.source), language="bash", wrap_lines=True)
         for c in checkpoints:
-            st.markdown(f"- **{c.label}** — {c.details}" + (f" Not usable: {c.error}" if c.error else ""))
+            st.markdown(f"- **{ui.plain(c.label)}** — {ui.plain(c.details)}"
+                        + (f" Not usable: {ui.plain(c.error)}" if c.error else ""))
 
 
 def show(last: CompareRun) -> None:
@@ -136,7 +137,7 @@ def show(last: CompareRun) -> None:
     entries = [e for _, e in found]
     st.divider()
     st.subheader("Maps")
-    st.caption(last.subject.caption)
+    st.caption(ui.subject_caption(last.subject))
     per_map = st.checkbox(
         "Scale each bottleneck map on its own", key=PER_MAP_KEY,
         help="Off (default): every map in bits per pixel (Per-Sample IBA, Readout) uses one colour scale, from 0 "

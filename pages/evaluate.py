@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from iba_core.app.choices import (
-    DEFAULT_BOX,
+    default_box,
     DEFAULT_EVALUATE_METHODS,
     DEFAULT_POINTS,
     default_sanity_method,
@@ -124,7 +124,7 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
             ui.show_error(err)
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
-        st.caption(run.subject.caption)
+        st.caption(ui.subject_caption(run.subject))
         st.plotly_chart(degradation_figure(run.curves, names), key="ev_deg_chart", theme=None,
                         config=PLOT_CONFIG)
         table(degradation_rows(run.curves, names), "ev_deg_table")
@@ -163,7 +163,7 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
             ui.show_error(err)
     run: SanityRun | None = st.session_state.get(SAN_KEY)
     if run is not None:
-        st.caption(run.subject.caption)
+        st.caption(ui.subject_caption(run.subject))
         strip = run.strip
         st.image(sanity_strip_png(strip, normalise_heatmap), width="stretch",
                  caption=f"{strip.method}: the map after each randomisation step (each normalised to its "
@@ -180,7 +180,7 @@ def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> No
     resize, crop = preprocess_sizes(preprocess)  # this network's own preprocessing, as the CLI maps boxes
     with st.form("ev_box_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
-        text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, DEFAULT_BOX)),
+        text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, default_box(crop))),
                              key="ev_box")
         xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
                                help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
@@ -200,7 +200,7 @@ def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> No
             ui.show_error(err)
     run: BoxRun | None = st.session_state.get(BOX_KEY)
     if run is not None:
-        st.caption(run.subject.caption)
+        st.caption(ui.subject_caption(run.subject))
         left, right = st.columns([1, 2])
         left.image(run.picture, caption="The box on the crop", width=run.picture.width)
         with right:

@@ -171,7 +171,8 @@ def replay(record: RunRecord, current_key: str | None = None) -> None:
     r = record.result
     history = r.history
     if current_key is not None and current_key != record.model_key:
-        st.caption(f"This run used {record.model_title or record.model_key}; press Run for the network chosen above.")
+        st.caption(f"This run used {ui.plain(record.model_title or record.model_key)}; press Run for the network "
+                   "chosen above.")
     st.markdown(
         f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
         f"{format_probability(r.p_with)} · [details below](#result)"
@@ -211,8 +212,8 @@ def results(record: RunRecord) -> None:
     st.divider()
     st.subheader("Result", anchor="result")
     st.caption(
-        f"{record.image_name} · {record.model_title or record.model_key} · layer {record.layer} · "
-        f"explaining **{record.class_name}** (#{r.target}) · β·k = {s.beta_k:g} · "
+        f"{ui.plain(record.image_name)} · {ui.plain(record.model_title or record.model_key)} · layer {record.layer} · "
+        f"explaining **{ui.plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
     )
     m1, m2, m3, m4 = st.columns(4)

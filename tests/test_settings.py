@@ -51,8 +51,50 @@ def test_data_dirs_split_on_the_path_separator(monkeypatch, tmp_path) -> None:
     assert settings.data_dirs() == (tmp_path / "a", tmp_path / "b")
 
 
+def test_relative_data_dirs_resolve_against_the_working_folder(monkeypatch, tmp_path) -> None:
+    """A relative IBA_DATA_DIRS entry means the folder under where the app was started, not under whatever
+    folder is current when a path is checked later."""
+    from iba_core.trust import Trust, server_path_allowed
+
+    (tmp_path / "photos").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, "photos")
+    assert settings.data_dirs() == (tmp_path / "photos",)
+    assert all(p.is_absolute() for p in settings.data_dirs())
+    trust = Trust.for_app()
+    monkeypatch.chdir(tmp_path.parent)
+    assert server_path_allowed(tmp_path / "photos" / "x.png", trust)
+    assert not server_path_allowed(tmp_path.parent / "photos" / "x.png", trust)
+
+
 def test_every_setting_is_in_the_docstring_table() -> None:
     names = [value for name, value in vars(settings).items() if name.endswith("_ENV")]
     assert len(names) >= 7
     for value in names:
         assert f"| {value} " in settings.__doc__, value
+
+
+def test_only_loopback_addresses_count_as_local() -> None:
+    """The app lets visitors type any server path only when it listens on this machine alone: a loopback IP
+    literal or "localhost"; a host name that merely starts with "127." is anywhere."""
+    from iba_core.trust import is_local_address
+
+    for local in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", " LocalHost "):
+        assert is_local_address(local), local
+    for remote in (None, "", "0.0.0.0", "::", "127.x.example", "127.0.0.1.nip.io", "localhost.example.com",
+                   "192.168.1.5", "example.com"):
+        assert not is_local_address(remote), remote
+
+
+def test_named_data_dirs_bound_typed_paths_even_on_a_local_address(monkeypatch, tmp_path) -> None:
+    """An app on 127.0.0.1 behind a reverse proxy counts as local; naming IBA_DATA_DIRS still holds it to them."""
+    from iba_core.trust import ANY, Trust, server_path_allowed
+
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(tmp_path / "models"))
+    monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
+    assert Trust.for_app(localhost=True).server_paths == ANY
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(tmp_path / "data"))
+    trust = Trust.for_app(localhost=True)
+    assert trust.server_paths != ANY
+    assert server_path_allowed(tmp_path / "data" / "x.png", trust)
+    assert not server_path_allowed("/etc/passwd", trust)

@@ -34,8 +34,15 @@ DEFAULT_EVALUATE_METHODS = ("saliency", "grad_cam", "iba_10")
 DEFAULT_SANITY_METHOD = "saliency"
 #: Degradation: the default number of points per curve (the tile sizes: metrics.degradation.DEGRADATION_TILES).
 DEFAULT_POINTS = 17
-#: Default object box in crop pixels: ~31 % of a 224 crop, under metrics.bbox.LARGEST_BOX_SHARE.
-DEFAULT_BOX = (50, 40, 170, 170)
+#: Default object box as shares of the crop's side (x0, y0, x1, y1): ~31 % of the crop, under
+#: metrics.bbox.LARGEST_BOX_SHARE (50, 40, 170, 170 on a 224 crop).
+DEFAULT_BOX_SHARES = (50 / 224, 40 / 224, 170 / 224, 170 / 224)
+
+
+def default_box(crop: int) -> tuple[int, int, int, int]:
+    """The default object box in pixels of a `crop` × `crop` input (the same share of it for every crop)."""
+    x0, y0, x1, y1 = (round(share * crop) for share in DEFAULT_BOX_SHARES)
+    return x0, y0, x1, y1
 
 
 @dataclass

@@ -111,13 +111,16 @@ def parse_box(text: str, size: int) -> tuple[int, int, int, int]:
     """'x0, y0, x1, y1' (pixels of the crop) → ints; ValueError with a readable message otherwise."""
     parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
     if len(parts) != 4:  # (the text itself is not echoed: it may be anything pasted)
-        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (you gave {len(parts)} entries).")
+        entries = f"{len(parts)} entr{'y' if len(parts) == 1 else 'ies'}"
+        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (you gave {entries}).")
     try:
         x0, y0, x1, y1 = (int(round(float(p))) for p in parts)
     except (ValueError, OverflowError):  # not a number, NaN or infinite
         raise ValueError("The box must be four finite numbers x0, y0, x1, y1, e.g. 50, 40, 170, 170.") from None
-    x0, x1 = sorted((max(0, min(size, x0)), max(0, min(size, x1))))
-    y0, y1 = sorted((max(0, min(size, y0)), max(0, min(size, y1))))
+    # a typed box is in crop pixels: a corner outside the crop or swapped corners is a typo, said as such
+    # (never silently clipped or reordered into another box)
+    if not all(0 <= v <= size for v in (x0, y0, x1, y1)):
+        raise ValueError(f"The box's corners must lie inside the {size} × {size} crop: each number from 0 to {size}.")
     if x1 - x0 < 1 or y1 - y0 < 1:
         raise ValueError(f"The box is empty inside the {size} × {size} crop; give x1 > x0 and y1 > y0.")
     return x0, y0, x1, y1

@@ -38,6 +38,8 @@ WEIGHTS_SUFFIXES = (".pth", ".pt", ".safetensors")
 CLASS_SUFFIXES = (".txt", ".json", ".csv")
 #: A network's name: its folder, its card's file name and its key (card:<name>).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: The longest title the form takes: it is shown in the menu, figures and messages of every visitor.
+MAX_TITLE_CHARS = 80
 
 
 # ---- the network menu ----------------------------------------------------------------------------
@@ -143,7 +145,8 @@ def source_note(key: str, network) -> str:
     """A caption for the chosen network: where it comes from and its classes."""
     spec = network.spec
     if is_card_network(network):
-        return (f"Your network from the model card `{key}`: {len(network.categories)} classes, input "
+        path = str(key).replace("`", "'")  # inside the Markdown code span
+        return (f"Your network from the model card `{path}`: {len(network.categories)} classes, input "
                 f"{spec.resize} → {spec.crop} px, default layer {spec.default_layer}.")
     return spec.note or ""
 
@@ -224,6 +227,10 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str]:
     if not NAME_PATTERN.match(name):
         raise ModelCardError("Give the network a name of letters, digits, '-', '_' or '.' (up to 64, no spaces), "
                              f"e.g. skin-lesions; not {shown(name, 40)!r}." if name else "Give the network a name.")
+    title = new.title.strip()
+    if len(title) > MAX_TITLE_CHARS:
+        raise ModelCardError(f"Give the network a title of at most {MAX_TITLE_CHARS} characters; this one has "
+                             f"{len(title):,}.")
     taken = {c.name.lower() for c in find_cards(folder)}
     if name.lower() in taken or (folder / name).exists():
         raise ModelCardError(f"A network named {name} exists already in {folder}; choose another name.")
@@ -274,7 +281,7 @@ def add_network(new: NewNetwork, folder: str | os.PathLike | None = None, trust:
             work / f"{name}.toml", name=name, title=new.title.strip() or None, arch=TORCHVISION_PREFIX + arch,
             weights=weights, classes=classes, layer=new.layer.strip() or None,
             stats_images=str(Path(images).expanduser().resolve()) if images else None,
-            preprocess={k: v for k, v in new.preprocess.items() if v is not None},
+            preprocess={k: v for k, v in new.preprocess.items() if v is not None}, trust=trust,
         )
         try:  # the library's message for anything that does not fit
             load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)

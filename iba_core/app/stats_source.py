@@ -15,7 +15,8 @@ from ..feature_stats import FeatureStats, app_samples, cached_stats, get_stats, 
 from ..methods import get_method
 from ..networks import Network
 from ..progress import ProgressFn
-from ..settings import STATS_SAMPLES_ENV
+from ..errors import UserError, check_range
+from ..settings import MAX_STATS_SAMPLES_ENV, STATS_SAMPLES_ENV, max_stats_samples
 from .models import is_card_network
 
 
@@ -42,6 +43,17 @@ def domain_warning(network: Network, folder: str | os.PathLike | None = None) ->
     )
 
 
+def check_samples(n: object) -> int:
+    """`n` if a visitor may ask statistics from that many samples (1 … IBA_MAX_STATS_SAMPLES), else a UserError
+    saying the range and how the app's owner raises it."""
+    top = max_stats_samples()
+    try:
+        return int(check_range("The number of samples", n, 1, top, integer=True))
+    except UserError as err:
+        raise UserError(err.message, app_hint=f"The app's owner can allow more with {MAX_STATS_SAMPLES_ENV}.",
+                        cli_hint="") from None
+
+
 def choose_stats(
     network: Network,
     layer: str,
@@ -57,6 +69,7 @@ def choose_stats(
     """
     folder = stats_folder(network, folder)
     n = n or app_samples(network, folder)
+    check_samples(n)
     if folder:
         path = Path(folder).expanduser()
         if not path.is_dir():

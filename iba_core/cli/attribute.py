@@ -8,7 +8,7 @@ from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import files
 from .common import add_network_args
-from .stats import STATS_N_HELP
+from .stats import STATS_N_HELP, sample_count
 
 
 def add_parser(sub) -> None:
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
                    help="mask units non-zero in at most this fraction of the statistics samples "
                    "(the authors' code: 0.01; default: no masking)")
     p.add_argument("--stats-images", default=None, help="image folder for the feature statistics")
-    p.add_argument("--n", type=int, default=None, help=STATS_N_HELP)
+    p.add_argument("--n", type=sample_count, default=None, help=STATS_N_HELP)
     p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy)")
     p.add_argument("--png", type=Path, default=None, help="save an overlay image (.png)")
     p.set_defaults(func=run)

@@ -26,8 +26,9 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
                    help="allow a weights file that is a pickled whole model (runs code from the file: only for "
                    "files you made yourself; the app never does this)")
     p.add_argument("--trust-code", action="store_true",
-                   help="allow a model card's Python code: an arch \"package.module:function\" builder, or a module "
-                   "beside the card (runs code from the card's author: only for cards you trust)")
+                   help="allow a model card's Python code (an arch \"package.module:function\" builder, or a module "
+                   "beside the card: runs code from the card's author, only for cards you trust) and its paths "
+                   "outside the card's folder")
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
 
 

@@ -5,9 +5,20 @@ import argparse
 import sys
 
 from ..feature_stats import PHOTO_SAMPLES
-from ..settings import RECOMMENDED_SAMPLES
+from ..errors import UserError, check_range
+from ..settings import MAX_SAMPLES, RECOMMENDED_SAMPLES
 from . import files
 from .common import add_network_args
+
+
+def sample_count(text: str) -> int:
+    """argparse type of --n: a whole number of samples in 1 … MAX_SAMPLES (refused before anything loads)."""
+    try:
+        return int(check_range("the number of samples", int(text), 1, MAX_SAMPLES, integer=True))
+    except (ValueError, OverflowError) as err:
+        raise argparse.ArgumentTypeError(str(err) if isinstance(err, UserError) else
+                                         f"the number of samples must be a whole number (you gave {text[:40]!r})")
+
 
 #: --n's help, shared with `attribute`.
 STATS_N_HELP = (f"samples for the feature statistics (default: {RECOMMENDED_SAMPLES} from an image folder or where "
@@ -19,7 +30,7 @@ def add_parser(sub) -> None:
     add_network_args(p)
     p.add_argument("--images", default=None,
                    help="image folder (recursive); default: a model card's stats_images, else offline sample photos")
-    p.add_argument("--n", type=int, default=None, help=STATS_N_HELP)
+    p.add_argument("--n", type=sample_count, default=None, help=STATS_N_HELP)
     p.add_argument("--refresh", action="store_true", help="recompute even if cached")
     p.add_argument("--all-layers", action="store_true",
                    help="estimate every layer of the network in one pass (slow and memory-hungry on large networks)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, Iterable, Sequence
 
+from ..errors import UserError
 from .base import AttributionMap, Method
 from .bottlenecks import PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
@@ -31,7 +32,7 @@ MethodFactory = Callable[..., Method]
 METHODS: dict[str, MethodFactory] = {}
 
 
-class UnknownMethodError(ValueError):
+class UnknownMethodError(UserError):
     """A method key the registry does not know."""
 
 

@@ -13,6 +13,8 @@ fixed seed, so a constant map scores like a random one rather than favouring the
 """
 from __future__ import annotations
 
+import math
+
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +64,13 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
         child = node.find(tag)
         if child is None or child.text is None:
             raise ValueError(f"The annotation lacks <{tag}>.")
-        return float(child.text)
+        try:
+            value = float(child.text)
+        except ValueError:
+            raise ValueError(f"The annotation's <{tag}> is not a number ({child.text.strip()[:40]!r}).") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"The annotation's <{tag}> must be a finite number of pixels ≥ 0 (it is {value:g}).")
+        return value
 
     size = root.find("size")
     if size is None:
@@ -74,7 +82,10 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
             continue
         name = (obj.findtext("name") or "").strip()
         boxes.append(Box(name, number(bb, "xmin"), number(bb, "ymin"), number(bb, "xmax"), number(bb, "ymax")))
-    return Annotation(int(number(size, "width")), int(number(size, "height")), boxes, root.findtext("filename") or "")
+    width, height = int(number(size, "width")), int(number(size, "height"))
+    if width < 1 or height < 1:
+        raise ValueError(f"The annotation's image size must be at least 1 × 1 pixel (it says {width} × {height}).")
+    return Annotation(width, height, boxes, root.findtext("filename") or "")
 
 
 def crop_geometry(width: int, height: int, resize: int = RESIZE, crop: int = CROP) -> tuple[float, float, int, int]:

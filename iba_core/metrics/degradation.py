@@ -111,7 +111,7 @@ def degradation_curves(
     x: torch.Tensor,
     attribution,
     target: int,
-    tile: int = 14,
+    tile: int = DEGRADATION_TILES[-1],
     *,
     points: int | None = None,
     batch_size: int = 64,

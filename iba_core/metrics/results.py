@@ -167,13 +167,14 @@ def merge_results(out: str | os.PathLike) -> list[dict]:
     """Fold the rank files into `out` (deduplicated by key, atomically replaced); returns all records."""
     out = Path(out)
     records = read_records([out, *rank_files(out)])
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two ranks may merge at once
-    with tmp.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(jsonable(record), separators=(",", ":")) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, out)
+    def write(tmp: Path) -> None:  # a unique temp name: two ranks may merge at once
+        with tmp.open("w", encoding="utf-8") as fh:
+            for record in records:
+                fh.write(json.dumps(jsonable(record), separators=(",", ":")) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    write_atomic(out, write)
     return records
 
 

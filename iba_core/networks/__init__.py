@@ -115,12 +115,6 @@ def load_network(
     return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
 
 
-def network_kind(key: str | os.PathLike) -> str:
-    """"registered", "torchvision" or "card": which source `load_network` takes for `key` (no loading)."""
-    if is_card_key(key):
-        return "card"
-    return "torchvision" if is_torchvision_key(key) else "registered"
-
 
 def check_network_key(key: str) -> str:
     """`key` if `load_network` accepts its form (a registered key, torchvision:NAME with a classifier
@@ -166,6 +160,6 @@ __all__ = [
     "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "ModelCardError", "Network", "NetworkSpec", "Preprocess", "Stages",
     "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError", "WeightsSource", "WeightsUnavailableError",
     "check_network_key", "derive_spec", "find_weights", "get_spec", "load_network",
-    "missing_weights_error", "network_from_module", "network_kind", "read_card", "read_class_list",
+    "missing_weights_error", "network_from_module", "read_card", "read_class_list",
     "weights_status",
 ]

@@ -30,7 +30,8 @@ A card is data (`iba_core.trust`): a `package.module:function` builder, or a mod
 only with `Trust.code` (the CLI's `--trust-code`, the app's IBA_TRUST_CODE=1); the card's paths resolve
 (symlinks first) inside its folder unless the `Trust` allows outside paths. The preprocessing numbers are
 checked against sensible ranges (`RESIZE_RANGE`, `CROP_RANGE`, `MEAN_RANGE`, `STD_RANGE`) before anything
-is allocated.
+is allocated; so are the class list's length (`MAX_CLASSES`) and the builder's `[arch_args]` (every number
+finite and at most `MAX_ARCH_NUMBER` in size, lists and tables at most `MAX_ARCH_ITEMS` long).
 """
 from __future__ import annotations
 
@@ -62,6 +63,16 @@ CROP_RANGE = (16, 1024)
 #: Per channel (red, green, blue), for pixel values in 0…1.
 MEAN_RANGE = (0.0, 1.0)
 STD_RANGE = (0.001, 10.0)
+#: The most classes a class list (and a card's arch_args.num_classes) may name. torchvision sizes the output
+#: layer from it before any weights are read: 5 million names make a ResNet-50 head of 5e6 × 2048 floats
+#: (~41 GB); the largest common label sets (ImageNet-21k: 21,841) stay well below.
+MAX_CLASSES = 100_000
+#: The largest size of a number in a card's [arch_args] (widths, image_size, dropout, …): builders allocate
+#: from them before the weights are checked (image_size = 1e9 would ask for petabytes).
+MAX_ARCH_NUMBER = 100_000
+#: The most entries a list or table in [arch_args] may hold, and how deep they may nest.
+MAX_ARCH_ITEMS = 16
+MAX_ARCH_DEPTH = 3
 
 
 class ModelCardError(UserError):
@@ -154,10 +165,12 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
                 raise ModelCardError(f"In the model card {path}, preprocess.{k} must be three numbers (red, green, "
                                      f"blue) from {low:g} to {high:g}, not {shown(v, 40)}.")
             preprocess[k] = tuple(float(c) for c in v)
+    arch_args = table("arch_args")
+    _check_arch_args(path, arch_args)
     card = ModelCard(
         path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
         classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
-        title=text("title"), arch_args=table("arch_args"), preprocess=preprocess,
+        title=text("title"), arch_args=arch_args, preprocess=preprocess,
     )
     if card.arch is None and card.weights is None:
         raise ModelCardError(f"The model card {path} names no arch; add arch = \"torchvision:NAME\" or "
@@ -165,11 +178,45 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
     return card
 
 
+def _check_arch_args(path: Path, args: dict) -> None:
+    """Refuse [arch_args] a builder could allocate without bound from (checked before it runs): numbers must be
+    finite and at most MAX_ARCH_NUMBER in size (num_classes a whole number from 1 to MAX_CLASSES), lists and
+    tables at most MAX_ARCH_ITEMS long and MAX_ARCH_DEPTH deep."""
+
+    def check(name: str, value, depth: int) -> None:
+        where = f"In the model card {path}, arch_args.{shown(name, 40)}"
+        if isinstance(value, bool):
+            return
+        if isinstance(value, (int, float)):
+            if name == "num_classes":
+                if not (isinstance(value, int) and 1 <= value <= MAX_CLASSES):
+                    raise ModelCardError(f"{where} must be a whole number from 1 to {MAX_CLASSES:,}, not "
+                                         f"{shown(value, 20)}.")
+            elif not (value == value and abs(value) <= MAX_ARCH_NUMBER):  # NaN and ±inf fail too
+                raise ModelCardError(f"{where} must be a number from {-MAX_ARCH_NUMBER:,} to {MAX_ARCH_NUMBER:,}, "
+                                     f"not {shown(value, 20)}.")
+            return
+        if isinstance(value, (list, dict)):
+            if depth >= MAX_ARCH_DEPTH:
+                raise ModelCardError(f"{where} nests lists or tables more than {MAX_ARCH_DEPTH} deep.")
+            if len(value) > MAX_ARCH_ITEMS:
+                raise ModelCardError(f"{where} must hold at most {MAX_ARCH_ITEMS} entries, not {len(value):,}.")
+            items = value.items() if isinstance(value, dict) else ((f"{i}", v) for i, v in enumerate(value))
+            for key, item in items:
+                check(f"{name}.{key}", item, depth + 1)
+
+    if len(args) > MAX_ARCH_ITEMS:
+        raise ModelCardError(f"The model card {path} has {len(args):,} [arch_args] entries, more than the "
+                             f"{MAX_ARCH_ITEMS} a builder takes here.")
+    for key, value in args.items():
+        check(str(key), value, 0)
+
+
 def read_class_list(path: str | os.PathLike) -> list[str]:
     """Class names in index order from a text file (one a line), JSON (list or {index: name}) or CSV (index,name).
 
     Names may repeat (ImageNet's own list names two classes "crane"); `classes.resolve_class` then asks for the
-    index instead of picking one."""
+    index instead of picking one. More than MAX_CLASSES names are refused (the output layer is sized by them)."""
     path = Path(path)
     try:
         content = path.read_text(encoding="utf-8-sig")
@@ -199,6 +246,9 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
     names = [str(n).strip() for n in names]
     if not names:
         raise ModelCardError(f"The class list {path} holds no class names.")
+    if len(names) > MAX_CLASSES:
+        raise ModelCardError(f"The class list {path} has {len(names):,} names, more than the {MAX_CLASSES:,} a "
+                             "network here may have.")
     return names
 
 
@@ -263,7 +313,8 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     state = None
     if weights != "random" and weights_file is not None:
         state = read_weights(weights_file, trust_pickle=trust_pickle)
-    title = card.title or f"{card.name} (model card)"
+    # The spec's title reaches tables, figures and many messages: at most SHOWN_CHARS of the card's.
+    title = shown(card.title or f"{card.name} (model card)")
 
     tv_weights, prep = None, {}
     if isinstance(state, nn.Module) and card.arch is None:
@@ -282,7 +333,7 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         try:
             model = build_model(tv_name, **kwargs)
         except (TypeError, ValueError) as err:
-            raise ModelCardError(f"Could not build {card.arch} with {kwargs}: {err}.") from None
+            raise ModelCardError(f"Could not build {card.arch} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
     else:
         builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
         try:
@@ -351,9 +402,10 @@ def card_text(*, arch: str, weights: str | os.PathLike | None = None, classes: s
     return "\n".join(lines) + "\n"
 
 
-def write_card(path: str | os.PathLike, **entries) -> ModelCard:
-    """Write a model card (entries as `card_text` takes them) and read it back: the parsed card, or the
-    reader's message (a named file that does not exist, a bad entry) with no file left behind."""
+def write_card(path: str | os.PathLike, *, trust: Trust = LOCAL, **entries) -> ModelCard:
+    """Write a model card (entries as `card_text` takes them) and read it back with `trust` (which paths
+    outside the card's folder it may name): the parsed card, or the reader's message (a named file that does
+    not exist, a bad entry, a refused path) with no file left behind."""
     path = Path(path).expanduser()
     if path.suffix.lower() != ".toml":
         raise ModelCardError(f"A model card's file name ends in .toml, not {path.name}.")
@@ -362,9 +414,9 @@ def write_card(path: str | os.PathLike, **entries) -> ModelCard:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     try:
-        read_card(tmp)
+        read_card(tmp, trust)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
-    return read_card(path)
+    return read_card(path, trust)

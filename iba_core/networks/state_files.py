@@ -38,7 +38,7 @@ class UnsafeWeightsError(UserError):
     """A weights file that holds more than tensors (a pickled module, TorchScript, an ExportedProgram)."""
 
 
-class WeightsMismatchError(ValueError):
+class WeightsMismatchError(UserError):
     """A state dict that does not fit its model."""
 
 
@@ -153,7 +153,7 @@ def _refuse_dtypes(wrong: list[tuple[str, str, str]], title: str) -> None:
     more = f" and {len(wrong) - shown_dtypes} more" if len(wrong) > shown_dtypes else ""
     listed = ", ".join(f"{shown(k, 60)} {a}" for k, a, _ in wrong[:shown_dtypes])
     raise WeightsMismatchError(
-        f"The weights file holds {len(wrong)} integer or boolean tensor(s) where {title} has floating-point "
+        f"The weights file holds {len(wrong)} integer or boolean tensor(s) where {shown(title)} has floating-point "
         f"parameters ({listed}{more}); save the trained weights with torch.save(model.state_dict(), path).")
 
 
@@ -174,15 +174,15 @@ def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str,
         problems += [f"{shown(k, 60)}: file {list(a)}, model {list(b)}" for k, a, b in shapes]
         total = len(problems)
         more = f" (and {total - SHOWN} more)" if total > SHOWN else ""
-        lead = ""
+        lead = "The weights do not fit"
         # The output layer's first dimension is the number of outputs; only name the class list when that is
         # what differs (a file from another architecture can differ in its inputs with as many outputs).
         if (classes is not None and shapes and shapes[-1][2][:1] == (classes,) and shapes[-1][1]
                 and shapes[-1][1][0] != classes):
             lead = (f"The class list has {classes} names but the weights' output layer has "
-                    f"{shapes[-1][1][0]} outputs. ")
+                    f"{shapes[-1][1][0]} outputs, so the weights do not fit")
         raise WeightsMismatchError(
-            f"{lead}The weights do not fit {title}: {total} mismatch(es): {'; '.join(problems[:SHOWN])}{more}.")
+            f"{lead} {shown(title)}: {total} mismatch(es): {'; '.join(problems[:SHOWN])}{more}.")
     wrong = [(k, _dtype_name(state[k].dtype), _dtype_name(own[k].dtype)) for k in own
              if not _fits_dtype(state[k], own[k])]
     if wrong:

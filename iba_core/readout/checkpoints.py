@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..settings import ASSETS_DIR
+from ..cache import write_atomic
 from .bottleneck import ReadoutBottleneck, ReadoutResult
 from .config import APP_CHECKPOINT_HINT, ReadoutCheckpointError, ReadoutConfig, check_compatible, readout_cli_hint
 
@@ -80,10 +81,8 @@ def _plain(obj: Any) -> Any:
 def save_checkpoint(path: str | os.PathLike, checkpoint: dict) -> Path:
     """Write atomically: an interruption mid-write never leaves a half file under `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(_plain(checkpoint), tmp)
-    os.replace(tmp, path)
+    plain = _plain(checkpoint)
+    write_atomic(path, lambda tmp: torch.save(plain, tmp))
     return path
 
 

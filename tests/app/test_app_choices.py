@@ -81,3 +81,14 @@ def test_compare_request_puts_the_chosen_readout_last(tmp_path) -> None:
     assert choices.compare_request([], {}, ckpt).keys == [choices.READOUT_METHOD]
     with pytest.raises(ValueError, match="at least one method"):
         choices.compare_request([], {}, None)
+
+
+def test_the_default_box_stays_under_the_papers_share_for_every_crop() -> None:
+    from iba_core.app.choices import default_box
+    from iba_core.metrics.bbox import LARGEST_BOX_SHARE
+
+    assert default_box(224) == (50, 40, 170, 170)
+    for crop in (96, 192, 224, 299, 384):
+        x0, y0, x1, y1 = default_box(crop)
+        assert 0 <= x0 < x1 <= crop and 0 <= y0 < y1 <= crop
+        assert (x1 - x0) * (y1 - y0) / crop**2 < LARGEST_BOX_SHARE

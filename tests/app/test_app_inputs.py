@@ -42,14 +42,20 @@ def test_sample_input_names_the_photo() -> None:
 
 def test_parse_box() -> None:
     assert inputs.parse_box("10, 20, 100, 200", 224) == (10, 20, 100, 200)
-    assert inputs.parse_box("100 200 10 20", 224) == (10, 20, 100, 200)
-    assert inputs.parse_box("-5, 0, 300, 224", 224) == (0, 0, 224, 224)
-    assert inputs.parse_box("-5, 0, 300, 224", 192) == (0, 0, 192, 192)  # clipped to this network's crop
+    assert inputs.parse_box("0, 0, 192, 192", 192) == (0, 0, 192, 192)  # the whole of this network's crop
     for bad in ("1, 2, 3", "a, b, c, d", "5, 5, 5, 9", "1, 2, inf, 4", "nan, 2, 3, 4"):
         with pytest.raises(ValueError):
             inputs.parse_box(bad, 224)
-    with pytest.raises(ValueError, match="four numbers"):
+    with pytest.raises(ValueError, match=r"four numbers .*\(you gave 3 entries\)"):
         inputs.parse_box("1, 2, 3", 224)
+    with pytest.raises(ValueError, match=r"you gave 1 entry\)"):
+        inputs.parse_box("abc", 224)
+    # typos are said, never turned into another box: swapped corners, corners outside the crop
+    with pytest.raises(ValueError, match="x1 > x0"):
+        inputs.parse_box("100 200 10 20", 224)
+    for outside in ("-5, 0, 300, 224", "0, 0, 200, 200 ", "1e9, 0, 2, 2"):
+        with pytest.raises(ValueError, match="inside the 192 × 192 crop"):
+            inputs.parse_box(outside, 192)
 
 
 def test_a_long_bad_box_is_not_echoed() -> None:
@@ -94,8 +100,10 @@ def test_box_input_prefers_the_annotation() -> None:
     assert len(xml_boxes) == 1 and np.array_equal(from_xml, inputs.voc_boxes(VOC, IMAGENET)[0])
     with pytest.raises(ValueError):
         inputs.box_input("1, 2", None, IMAGENET)
-    typed, _ = inputs.box_input("10, 20, 110, 300", None, SMALL)  # typed in this network's 192 crop
+    typed, _ = inputs.box_input("10, 20, 110, 192", None, SMALL)  # typed in this network's 192 crop
     assert typed.shape == (192, 192) and typed.sum() == 100 * (192 - 20)
+    with pytest.raises(ValueError, match="inside the 192 × 192 crop"):
+        inputs.box_input("10, 20, 110, 300", None, SMALL)
 
 
 def _gif(frames: int) -> bytes:

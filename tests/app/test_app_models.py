@@ -117,14 +117,15 @@ def test_parse_triple() -> None:
 
 
 def test_write_card_round_trips_every_entry(tmp_path, folder) -> None:
+    outside = Trust.local(code=True)  # the card names files in another folder: allowed like code
     card = write_card(tmp_path / "mine.toml", name="mine", title='My "fine" net', arch="torchvision:resnet18",
                       weights=folder / "fruit.pth", classes=str(folder / "classes.txt"), layer="layer3",
-                      stats_images=folder / "images",
+                      stats_images=folder / "images", trust=outside,
                       preprocess={"resize": 288, "crop": 256, "mean": (0.5, 0.5, 0.5), "std": [0.2, 0.2, 0.2]})
     assert card.name == "mine" and card.title == 'My "fine" net' and card.layer == "layer3"
     assert card.weights == (folder / "fruit.pth").resolve() and card.stats_images == (folder / "images").resolve()
     assert card.preprocess == {"resize": 288, "crop": 256, "mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2)}
-    assert read_card(tmp_path / "mine.toml").arch == "torchvision:resnet18"
+    assert read_card(tmp_path / "mine.toml", outside).arch == "torchvision:resnet18"
     assert "[preprocess]" in card_text(arch="torchvision:resnet18", preprocess={"crop": 224})
     assert "[preprocess]" not in card_text(arch="torchvision:resnet18", preprocess={"crop": None})
 
@@ -135,6 +136,12 @@ def test_write_card_leaves_nothing_when_the_card_is_refused(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ModelCardError, match=r"ends in \.toml"):
         write_card(tmp_path / "bad.txt", arch="torchvision:resnet18")
+    # A path outside the card's folder, without the trust that allows it (the default, the local user's).
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("a\nb\n")
+    with pytest.raises(NotTrustedError, match="leads outside the model card's folder"):
+        write_card(tmp_path / "sub" / "out.toml", arch="torchvision:resnet18", classes=str(elsewhere))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["elsewhere.txt", "sub"]
 
 
 # ---- adding a network ---------------------------------------------------------------------------------
@@ -150,7 +157,7 @@ def test_add_network_writes_a_card_that_loads(tmp_path, folder, state_bytes, mon
     assert card == root / "berries" / "berries.toml"
     assert sorted(p.name for p in card.parent.iterdir()) == ["berries.pth", "berries.toml", "classes.txt"]
     assert [p.name for p in root.iterdir()] == ["berries"]
-    net = load_network(str(card))
+    net = load_network(str(card), trust=Trust.for_app())  # its image folder: in IBA_DATA_DIRS, not beside it
     assert net.key == "card:berries" and net.categories == CLASSES and net.spec.default_layer == "layer3"
     assert net.spec.title == "Berries" and net.spec.crop == 192
     assert net.spec.stats_images == str((folder / "images").resolve())
@@ -242,7 +249,7 @@ def test_a_card_without_a_folder_gets_the_out_of_domain_warning(tmp_path, folder
 
     card = write_test_card(tmp_path, name="plain", weights=str(folder / "fruit.pth"),
                            classes=str(folder / "classes.txt"))
-    plain = load_network(str(card))
+    plain = load_network(str(card), trust=Trust.local(code=True))  # its files lie in another folder
     assert "Out-of-domain statistics distort the bits" in stats_source.domain_warning(plain)
     assert stats_source.domain_warning(plain, folder / "images") is None
     assert stats_source.domain_warning(offline_model) is None  # the built-ins: natural photos are in their domain

@@ -130,17 +130,23 @@ def test_card_paths_stay_in_the_card_folder_unless_allowed(how, outside, monkeyp
     card = outside[how]
     monkeypatch.delenv(settings.TRUST_CODE_ENV, raising=False)
     monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
-    for trust in (Trust(), Trust.for_app()):
+    for trust in (Trust(), Trust.for_app(), Trust.for_app(localhost=True), Trust.local()):
         with pytest.raises(NotTrustedError, match="leads outside the model card's folder") as err:
             read_card(card, trust)
         assert "root:x" not in str(err.value)
         assert settings.DATA_DIRS_ENV in user_message(err.value, "app")
+        assert "--trust-code" in user_message(err.value, "cli")
         assert_one_sentence(user_message(err.value, "app"))
-    # The owner's setting, or the command line (the local user), allows them.
+    # The command line and Python (the local user) follow them only with --trust-code, like code.
+    message = cli_error(run_cli(["models", "--model", card, "--random-weights"]))
+    assert "leads outside the model card's folder" in message and "--trust-code" in message
+    assert settings.TRUST_CODE_ENV not in message and "root:x" not in message
+    assert_one_sentence(message)
+    assert run_cli(["models", "--model", card, "--random-weights", "--trust-code", "--json"]).code == 0
+    assert read_card(card, Trust.local(code=True)).classes is not None
+    # The owner's setting allows them in the app.
     monkeypatch.setenv(settings.TRUST_CODE_ENV, "1")
     assert read_card(card, Trust.for_app()).classes == (card.parent.parent / "secret.txt").resolve()
-    assert read_card(card, Trust.local()).classes is not None
-    assert run_cli(["models", "--model", card, "--random-weights", "--json"]).code == 0
 
 
 def test_a_card_inside_its_folder_or_a_data_folder_is_fine(tmp_path, monkeypatch) -> None:
@@ -205,3 +211,69 @@ def test_the_form_reads_no_server_path_outside_the_owners_folders(tmp_path, monk
         assert settings.DATA_DIRS_ENV in errors[0]
         assert_one_sentence(errors[0])
         assert at.session_state["network"] == before and list(models.iterdir()) == []
+
+
+# ---- numbers a builder allocates from --------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_build(monkeypatch) -> list:
+    """Records any attempt to build a torchvision network from a card (it must not happen for a refused card)."""
+    import iba_core.networks.cards as cards
+
+    built: list = []
+    real = cards.build_model
+
+    def spy(name, **kwargs):
+        built.append(kwargs)
+        if len(kwargs) > 3 or kwargs.get("num_classes", 1000) > 1000:  # refused cards fail here, not by memory
+            raise AssertionError(f"a refused card reached the builder with {str(kwargs)[:200]}")
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(cards, "build_model", spy)
+    return built
+
+
+@pytest.mark.parametrize("entries, text", [
+    ("num_classes = 5000000", "arch_args.num_classes must be a whole number from 1 to 100,000, not 5000000"),
+    ("num_classes = 0", "arch_args.num_classes must be a whole number from 1 to 100,000"),
+    ("num_classes = 7.5", "arch_args.num_classes must be a whole number"),
+    ("image_size = 1000000000", "arch_args.image_size must be a number from -100,000 to 100,000, not 1000000000"),
+    ("dropout = nan", "arch_args.dropout must be a number from -100,000 to 100,000, not nan"),
+    ("width = -inf", "not -inf"),
+    ("widths = [64, 128, 1e12]", "arch_args.widths.2 must be a number"),
+    ("layers = [" + ", ".join(["1"] * 17) + "]", "arch_args.layers must hold at most 16 entries, not 17"),
+    ("deep = [[[[1]]]]", "arch_args.deep.0.0.0 nests lists or tables more than 3 deep"),
+    ("[arch_args.block]\n" + "\n".join(f"k{i} = {i}" for i in range(17)), "arch_args.block must hold at most 16 entries, not 17"),
+], ids=["num_classes huge", "num_classes 0", "num_classes float", "image_size", "nan", "inf", "in a list",
+        "long list", "deep", "long table"])
+def test_arch_args_are_bounded_before_the_builder_runs(entries, text, tmp_path, no_build) -> None:
+    header = "[arch_args]\n" if not entries.startswith("[") else ""
+    card = write_card(tmp_path, weights=None, classes=None, extra=f"{header}{entries}\n")
+    with pytest.raises(ModelCardError) as err:
+        load_network(card, weights="random")
+    assert text in str(err.value), str(err.value)
+    assert_one_sentence(str(err.value))
+    assert no_build == []  # refused before anything was built
+    message = cli_error(run_cli(["models", "--model", card, "--random-weights"]))
+    assert text in message
+    assert_one_sentence(message)
+    assert no_build == []
+
+
+def test_too_many_arch_args_are_refused(tmp_path, no_build) -> None:
+    entries = "\n".join(f"a{i} = {i}" for i in range(17))
+    card = write_card(tmp_path, weights=None, classes=None, extra=f"[arch_args]\n{entries}\n")
+    with pytest.raises(ModelCardError, match="has 17 \\[arch_args\\] entries, more than the 16") as err:
+        load_network(card, weights="random")
+    assert_one_sentence(str(err.value))
+    assert no_build == []
+
+
+def test_sensible_arch_args_still_build(tmp_path, no_build) -> None:
+    (tmp_path / "classes.txt").write_text("\n".join(CLASSES))
+    card = write_card(tmp_path, weights=None, extra="[arch_args]\nnum_classes = 7\nzero_init_residual = true\n"
+                      "width_per_group = 64\n")
+    network = load_network(card, weights="random")
+    assert network.categories == CLASSES and no_build and no_build[0]["num_classes"] == 7
+    assert run_cli(["models", "--model", card, "--random-weights", "--json"]).code == 0

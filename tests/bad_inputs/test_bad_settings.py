@@ -184,3 +184,36 @@ def test_app_refuses_a_blur_wider_than_the_layer_and_keeps_the_previous_result(o
     assert "--" not in errors[0]
     assert_one_sentence(errors[0])
     assert at.session_state["ps_run"] is record  # the previous result stays
+
+
+@pytest.mark.parametrize("command", ["stats", "attribute"])
+@pytest.mark.parametrize("value", ["-5", "0", "abc", "2000000"])
+def test_cli_sample_counts_are_bounded_before_anything_loads(command, value, monkeypatch) -> None:
+    import iba_core.networks as networks
+
+    monkeypatch.setattr(networks, "load_network", lambda *a, **k: pytest.fail("the network loaded"))
+    argv = [command, "--n", value] + (["nothing.jpg"] if command == "attribute" else [])
+    result = run_cli(argv)
+    assert result.code == 2 and "--n" in result.err and "number of samples" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_library_and_app_bound_the_samples(monkeypatch, offline_model) -> None:
+    from iba_core.app.stats_source import check_samples
+    from iba_core.feature_stats import get_stats
+
+    with pytest.raises(UserError, match="between 1 and 1e6"):
+        get_stats(offline_model, offline_model.spec.default_layer, n=-5)
+    monkeypatch.setenv("IBA_MAX_STATS_SAMPLES", "300")
+    assert check_samples(300) == 300
+    with pytest.raises(UserError) as err:
+        check_samples(301)
+    assert "between 1 and 300" in str(err.value) and "IBA_MAX_STATS_SAMPLES" in err.value.app_hint
+    assert_one_sentence(str(err.value))
+
+
+def test_the_app_caps_the_samples_field_at_the_owners_limit(open_page, monkeypatch) -> None:
+    monkeypatch.setenv("IBA_MAX_STATS_SAMPLES", "300")
+    at = open_page("per_sample")
+    field = at.number_input(key="ps_n")
+    assert field.max == 300 and field.value <= 300

@@ -2,7 +2,9 @@
 with whole sentences (never cut mid-word, never a long echo), through the library, the CLI and the form."""
 from __future__ import annotations
 
+import io
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -11,11 +13,12 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
-from card_fixtures import CLASSES, make_resnet18, write_card  # noqa: E402
+from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card  # noqa: E402
 
-from bad_input_helpers import assert_one_sentence, cli_error, run_cli  # noqa: E402
+from bad_input_helpers import assert_one_sentence, cli_error, page_errors, run_cli  # noqa: E402
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
-from iba_core.networks import WeightsMismatchError, WeightsUnavailableError, load_network  # noqa: E402
+from iba_core.networks import (ModelCardError, WeightsMismatchError, WeightsUnavailableError,  # noqa: E402
+                               load_network)
 from iba_core.trust import Trust  # noqa: E402
 
 
@@ -84,3 +87,83 @@ def test_the_form_does_not_echo_a_long_file_name(tmp_path) -> None:
     assert "w" * 100 not in message and ".adding-" not in message
     assert_one_sentence(message)
     assert not (tmp_path / "models" / "long").exists()
+
+
+# ---- long titles ---------------------------------------------------------------------------------------
+
+LONG_TITLE = "T" * 5000
+
+
+def assert_single_sentence(text: str) -> None:
+    """`assert_one_sentence`, and no second sentence inside (". The weights …")."""
+    assert_one_sentence(text)
+    assert not re.search(r"[.!?]\s+[A-Z]", text), f"more than one sentence: {text!r}"
+
+
+def test_a_long_title_is_refused_by_the_form(tmp_path) -> None:
+    buf = io.BytesIO()
+    torch.save(make_resnet18().state_dict(), buf)
+    new = NewNetwork(name="titled", arch="resnet18", weights=FileGiven.upload("m.pth", buf.getvalue()),
+                     classes=FileGiven.upload("classes.txt", "\n".join(CLASSES).encode()), title=LONG_TITLE)
+    with pytest.raises(ModelCardError, match="title of at most 80 characters") as err:
+        add_network(new, tmp_path / "models", trust=Trust.for_app())
+    message = str(err.value)
+    assert "T" * 100 not in message and len(message) < 400
+    assert_single_sentence(message)
+    assert not (tmp_path / "models" / "titled").exists()
+    # 80 characters are fine.
+    new.title = "T" * 80
+    card = add_network(new, tmp_path / "models", trust=Trust.for_app())
+    assert load_network(card).spec.title == "T" * 80
+
+
+def test_a_card_with_a_long_title_gets_short_one_sentence_messages(tmp_path) -> None:
+    torch.save(make_resnet18(7).state_dict(), tmp_path / "seven.pth")
+    (tmp_path / "classes.txt").write_text("\n".join(CLASSES[:3]))
+    card = write_card(tmp_path, weights="seven.pth", extra=f'title = "{LONG_TITLE}"\n')
+    with pytest.raises(WeightsMismatchError) as err:
+        load_network(card)
+    message = str(err.value)
+    assert "class list has 3 names but the weights' output layer has 7 outputs, so the weights do not fit" in message
+    assert "T" * 100 not in message and len(message) < 400
+    assert_single_sentence(message)
+    cli = cli_error(run_cli(["models", "--model", card]))
+    assert "T" * 100 not in cli and len(cli) < 400
+    # Integer weights name the title too.
+    save_file({k: v.to(torch.int32) for k, v in make_resnet18(3).state_dict().items()},
+              str(tmp_path / "int.safetensors"))
+    card = write_card(tmp_path, name="ints", weights="int.safetensors", extra=f'title = "{LONG_TITLE}"\n')
+    with pytest.raises(WeightsMismatchError, match="int32") as err:
+        load_network(card)
+    assert "T" * 100 not in str(err.value) and len(str(err.value)) < 400
+    assert_single_sentence(str(err.value))
+
+
+# ---- the "Add your network" form in the app -------------------------------------------------------------
+
+
+def test_the_form_refuses_integer_safetensors_and_keeps_the_chosen_network(tmp_path, monkeypatch,
+                                                                          open_page) -> None:
+    from safetensors.torch import save
+
+    models = tmp_path / "models"
+    make_card_folder(models / "fruit")
+    fruit = str((models / "fruit" / "fruit.toml").resolve())
+    monkeypatch.setenv("IBA_MODELS_DIR", str(models))
+    at = open_page("per_sample")
+    at = at.selectbox(key="network").set_value(fruit).run()
+    assert page_errors(at) == []
+    listing = sorted(str(p.relative_to(models)) for p in models.rglob("*"))
+
+    data = save({k: v.to(torch.int32) for k, v in make_resnet18().state_dict().items()})
+    at.text_input(key="add_name").input("ints")
+    at.selectbox(key="add_arch").set_value("resnet18")
+    at.file_uploader(key="add_weights").set_value(("ints.safetensors", data, "application/octet-stream"))
+    at.file_uploader(key="add_classes").set_value(("classes.txt", "\n".join(CLASSES).encode(), "text/plain"))
+    at = at.button(key="add_network_button").click().run()
+    errors = page_errors(at)
+    assert len(errors) == 1 and "int32" in errors[0] and "floating-point" in errors[0], errors
+    assert ".adding-" not in errors[0]
+    assert_one_sentence(errors[0])
+    assert sorted(str(p.relative_to(models)) for p in models.rglob("*")) == listing  # nothing written or left
+    assert at.session_state["network"] == fruit and not at.success

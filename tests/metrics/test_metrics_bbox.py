@@ -101,3 +101,19 @@ def test_find_annotation_and_table(tmp_path):
     ]
     table = format_table(recs)
     assert "| M " in table and "0.750" in table and "1 image(s) skipped" in table
+
+
+@pytest.mark.parametrize("size, box, words", [
+    ("<width>0</width><height>10</height>", "1 1 5 5", "at least 1 × 1"),
+    ("<width>inf</width><height>10</height>", "1 1 5 5", "finite"),
+    ("<width>10</width><height>10</height>", "1 nan 5 5", "finite"),
+    ("<width>10</width><height>10</height>", "1 x 5 5", "not a number"),
+])
+def test_a_bad_voc_annotation_gets_a_sentence(size, box, words) -> None:
+    from iba_core.metrics.bbox import parse_voc
+
+    x0, y0, x1, y1 = box.split()
+    xml = (f"<annotation><size>{size}</size><object><name>cat</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin>"
+           f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object></annotation>")
+    with pytest.raises(ValueError, match=words):
+        parse_voc(xml)

@@ -178,7 +178,12 @@ def test_a_box_is_read_in_the_networks_own_crop(open_page, small_crop_card) -> N
     assert_clean(at)
     assert "pixels of the 192 crop" in at.text_input(key="ev_box").label
     at.multiselect(key="ev_methods").set_value(CHEAP)
-    at.text_input(key="ev_box").set_value("60, 40, 170, 300")  # clipped to the 192 crop
+    at.text_input(key="ev_box").set_value("60, 40, 170, 300")  # beyond the 192 crop: said, not clipped
+    at.button(key="ev_box_button").click().run()
+    assert_clean(at)
+    assert len(at.error) == 1 and "inside the 192 × 192 crop" in at.error[0].value
+    assert at.session_state.get("ev_bbox") is None
+    at.text_input(key="ev_box").set_value("60, 40, 170, 192")  # the bottom edge of the 192 crop
     at.button(key="ev_box_button").click().run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]

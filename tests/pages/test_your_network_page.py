@@ -99,12 +99,12 @@ def test_per_sample_page_runs_on_the_card_network(open_page, fruit, models) -> N
     assert str(models / "fruit" / "images") in record.stats_description
     assert record.stats_description.startswith("12 samples")
     assert any(c.key == "ps_heatmap" for c in at.get("plotly_chart"))
-    assert "fruit (model card) · layer layer2" in " ".join(c.value for c in at.caption)
+    assert "fruit \\(model card\\) · layer layer2" in " ".join(c.value for c in at.caption)  # Markdown-escaped
     assert "card_fruit" in record.file_stem and ":" not in record.file_stem
     assert "add more images to the folder" in record.stats_description  # a folder was given: more of it
     # Another network chosen: the replay stays, and says which network it came from.
     at = clean(at.selectbox(key="network").set_value("efficientnet_lite0").run())
-    assert "This run used fruit (model card)" in " ".join(c.value for c in at.caption)
+    assert "This run used fruit \\(model card\\)" in " ".join(c.value for c in at.caption)
 
 
 def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeypatch) -> None:
@@ -218,8 +218,9 @@ def test_the_form_writes_a_card_and_chooses_it(open_page, models, state_dict_byt
     assert at.selectbox(key="network").value == str(card.resolve())
 
     from iba_core.networks import read_card
+    from iba_core.trust import Trust
 
-    written = read_card(card)
+    written = read_card(card, Trust.for_app())  # its image folder lies in the models folder, outside the card's
     assert written.arch == "torchvision:resnet18" and written.layer == "layer3"
     assert str(written.stats_images) == images and written.preprocess["mean"] == (0.5, 0.5, 0.5)
     assert "default layer layer3" in " ".join(c.value for c in at.caption)
@@ -274,3 +275,36 @@ def test_a_typed_folder_outside_the_owners_folders_is_not_scanned(open_page, pla
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "/usr is outside the folders this app may read" in errors[0], errors
     assert "IBA_DATA_DIRS" in errors[0] and "ps_run" not in at.session_state
+
+
+# ---- a card's words are text, not Markdown -----------------------------------------------------------------
+
+EVIL_TITLE = "[click](http://evil) **x**"
+
+
+def test_a_cards_title_and_class_names_show_as_text_not_markdown(open_page, tmp_path, monkeypatch) -> None:
+    """A visitor's card reaches every visitor: its title and class names are escaped wherever the pages
+    render Markdown (captions, notes, the target choice), so they show as typed and never as a link."""
+    from pages._widgets import plain
+
+    root = tmp_path / "models"
+    folder = make_card_folder(root / "evil")
+    names = [f"[c{i}](http://evil) *x*" for i in range(len(CLASSES))]
+    (folder / "classes.txt").write_text("\n".join(names) + "\n")
+    (folder / "fruit.toml").write_text((folder / "fruit.toml").read_text() + f'title = "{EVIL_TITLE}"\n')
+    monkeypatch.setenv("IBA_MODELS_DIR", str(root))
+    card = str((folder / "fruit.toml").resolve())
+
+    at = choose(open_page("compare"), card)
+    escaped = plain(EVIL_TITLE)
+    assert escaped == "\\[click\\]\\(http\\://evil\\) \\*\\*x\\*\\*"
+    note = next(m.value for m in at.markdown if m.value.startswith("No Readout Bottleneck checkpoint for"))
+    assert escaped in note and EVIL_TITLE not in note
+    texts = [e.value for kind in (at.markdown, at.caption, at.info, at.warning, at.error) for e in kind]
+    assert not any("](http" in t for t in texts), [t for t in texts if "](http" in t]
+    # The target choice (a radio's labels are Markdown) and the crop's caption show the names escaped.
+    radio = next(r for r in at.radio if r.key and r.key.startswith("cmp_target_"))
+    labels = radio.options  # as shown: formatted
+    assert labels and all("](http" not in label and "\\[c" in label for label in labels), labels
+    captions = [c for im in at.image for c in im.captions if "Top prediction" in c]
+    assert captions and all("\\[c" in c and "](http" not in c for c in captions), captions

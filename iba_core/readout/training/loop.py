@@ -28,6 +28,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ...model_state import frozen_eval
 from ...networks import load_network
+from ...cache import write_atomic
 from ..bottleneck import ReadoutBottleneck
 from ..checkpoints import load_checkpoint, make_checkpoint, readout_from_checkpoint, save_checkpoint, state_digest
 from ..config import ReadoutCheckpointError
@@ -323,7 +324,8 @@ class _TrainingRun:
                  f"L_I {entry['info_nats']:.1f} nats ({entry['info_bits_per_element']:.3f} bits/element)")
         self.last_path = self.checkpoint(epoch + 1, 0, f"readout_epoch{epoch + 1:03d}.pt", entry["seconds"])
         if di.main:
-            (self.out_dir / "history.json").write_text(json.dumps(self.history, indent=1))
+            text = json.dumps(self.history, indent=1)
+            write_atomic(self.out_dir / "history.json", lambda tmp: tmp.write_text(text))
 
     def _save_interrupted(self) -> None:
         """On Ctrl-C: a checkpoint of the position reached, to resume from."""

@@ -1,12 +1,12 @@
 """Per-epoch preview: one image next to its readout heatmap, to watch training progress."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ...images import ImageError, load_image, load_sample
+from ...cache import write_atomic
 from ..bottleneck import ReadoutBottleneck
 from .config import TrainConfig
 from .data import ImageFolderDataset
@@ -48,8 +48,5 @@ def save_preview(rb: ReadoutBottleneck, cropped, path: Path, title: str = "") ->
         canvas.paste(im.convert("RGB"), (i * w, 18))
     ImageDraw.Draw(canvas).text((4, 3), f"{title}  total {heat.sum():.0f} bits, max {heat.max():.3f} bits/px",
                                 fill="black")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    canvas.save(tmp)
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: canvas.save(tmp, format="PNG"))
     return {"total_bits": float(heat.sum()), "max_bits_per_pixel": float(heat.max())}
