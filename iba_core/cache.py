@@ -140,14 +140,9 @@ def load_arrays(
     except Exception as err:  # noqa: BLE001 - any damage (bad zip, bad CRC, bad JSON, a short read) means rebuild
         _reject(path, f"unreadable: {type(err).__name__}")
         return None
-    if not isinstance(header, dict) or not isinstance(header.get("meta"), dict):
-        _reject(path, "malformed metadata")
-        return None
-    if header.get("version") != FORMAT_VERSION:
-        _reject(path, f"format version {header.get('version')!r}, expected {FORMAT_VERSION}")
-        return None
-    if header.get("checksum") != checksum(arrays):
-        _reject(path, "its checksum does not match its contents")
+    problem = _header_problem(header, "meta", lambda: checksum(arrays))
+    if problem:
+        _reject(path, problem)
         return None
     meta = header["meta"]
     if expect:
@@ -199,16 +194,22 @@ def load_json(path: str | os.PathLike) -> dict | None:
     except (OSError, ValueError) as err:
         _reject(path, f"unreadable: {type(err).__name__}")
         return None
-    if not isinstance(header, dict) or not isinstance(header.get("data"), dict):
-        _reject(path, "malformed contents")
-        return None
-    if header.get("version") != FORMAT_VERSION:
-        _reject(path, f"format version {header.get('version')!r}, expected {FORMAT_VERSION}")
-        return None
-    if header.get("checksum") != _text_sum(json.dumps(header["data"], sort_keys=True)):
-        _reject(path, "its checksum does not match its contents")
+    problem = _header_problem(header, "data", lambda: _text_sum(json.dumps(header["data"], sort_keys=True)))
+    if problem:
+        _reject(path, problem)
         return None
     return header["data"]
+
+
+def _header_problem(header: object, body: str, contents_sum: Callable[[], str]) -> str | None:
+    """Why a file's header (its dict `body`, format version and checksum) makes it unusable, or None."""
+    if not isinstance(header, dict) or not isinstance(header.get(body), dict):
+        return f"its {body} is malformed"
+    if header.get("version") != FORMAT_VERSION:
+        return f"format version {header.get('version')!r}, expected {FORMAT_VERSION}"
+    if header.get("checksum") != contents_sum():
+        return "its checksum does not match its contents"
+    return None
 
 
 def _text_sum(text: str) -> str:
