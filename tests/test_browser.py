@@ -170,9 +170,21 @@ def test_per_sample_run_in_chromium(server: str, tmp_path: Path) -> None:
             browser.close()
 
 
+# Boxes of the visible elements, read in one go: Streamlit swaps the live view for the replay while the test
+# looks, so counting the elements first and measuring each one afterwards can wait for one that has gone.
+VISIBLE_BOXES = """
+(els) => els.map((e) => e.getBoundingClientRect())
+            .filter((r) => r.width > 0 && r.height > 0)
+            .map((r) => ({x: r.x, y: r.y, width: r.width, height: r.height}))
+"""
+
+
 def _in_view(page, selector: str) -> list[dict]:
-    """Bounding boxes of the elements matching `selector` (visible ones)."""
-    return [b for b in (el.bounding_box() for el in page.locator(selector).all()) if b]
+    """Bounding boxes of the visible elements matching `selector`, once one is visible."""
+    from playwright.sync_api import expect
+
+    expect(page.locator(selector).filter(visible=True).first).to_be_visible()
+    return page.locator(selector).evaluate_all(VISIBLE_BOXES)
 
 
 def _assert_fits(page, what: str, selector: str, height: int) -> None:
