@@ -178,11 +178,19 @@ class AttributionResult:
     #: How the network ran: "stages" or "fx" (prefix once, suffix per step), "hook" (whole network per
     #: step), "split" (prefix and suffix given by the caller).
     path: str = ""
+    #: The network's own top-1 class for the image and its probability (unmodified network); -1 when unknown.
+    predicted: int = -1
+    p_predicted: float = float("nan")
 
     @property
     def lost_class(self) -> bool:
         """True when the bottleneck kept too little for the class (see `bottleneck_lost_class`)."""
         return bottleneck_lost_class(self.p_without, self.p_with)
+
+    @property
+    def target_note(self) -> str:
+        """A warning when the network hardly recognises the explained class (`target_note`), else ""."""
+        return target_note(self.p_without, self.p_with, self.predicted < 0 or self.predicted == self.target)
 
     def summary(self) -> dict:
         """JSON-friendly summary without the arrays."""
@@ -191,6 +199,9 @@ class AttributionResult:
             "p_without": self.p_without,
             "p_with": self.p_with,
             "bottleneck_lost_class": self.lost_class,
+            "predicted": self.predicted,
+            "p_predicted": self.p_predicted,
+            "target_note": self.target_note,
             "total_bits": self.total_bits,
             "seconds": self.seconds,
             "feature_shape": list(self.feature_shape),
@@ -213,6 +224,33 @@ StepCallback = Callable[[StepInfo], None]
 LOST_CLASS_P = 0.01
 LOST_CLASS_RATIO = 0.1
 LOST_CLASS_MESSAGE = "the bottleneck discarded the class; the map shows what survived, not what the class needs"
+
+
+#: Below this p(target) of the unmodified network, the network does not recognise the explained class well:
+#: the map then explains a guess. 10 %: a hundred times ImageNet's chance level, and well below what the offline
+#: network gives the sample photos it recognises (chelsea "Egyptian cat" 0.36, coffee "espresso" 0.84, rocket
+#: "missile" 0.41), while the astronaut photo it does not know gets 0.03 ("ping-pong ball").
+LOW_P_TARGET = 0.10
+
+
+def target_note(p_without: float, p_with: float, is_top1: bool) -> str:
+    """A sentence when the explained class is not the network's top-1 or has p below LOW_P_TARGET, else "".
+
+    When p(target) rises with the bottleneck, the note says why: the bottleneck removed the evidence for the
+    other classes, so the rise does not mean the image shows the class.
+    """
+    reasons = []
+    if p_without < LOW_P_TARGET:
+        reasons.append(f"p(target) is only {100 * p_without:.1f} % (below {100 * LOW_P_TARGET:.0f} %)")
+    if not is_top1:
+        reasons.append("it is not the network's top prediction")
+    if not reasons:
+        return ""
+    note = f"The network does not recognise this image as the explained class well: {' and '.join(reasons)}."
+    if p_with > p_without:
+        note += (f" p(target) rises to {100 * p_with:.1f} % with the bottleneck because the bottleneck removed "
+                 "what supports the other classes, not because the image shows this class.")
+    return note
 
 
 def bottleneck_lost_class(p_without: float, p_with: float) -> bool:
@@ -553,7 +591,10 @@ class _BatchFit:
         with torch.no_grad(), self.network_pass():
             # clone: the suffix may start with an in-place ReLU
             probs = self.runner.logits(self.bottleneck._raw([p.clone() for p in self.r])).float().softmax(dim=1)
-        self.targets = [int(probs[i].argmax()) if t is None else int(t) for i, t in enumerate(targets)]
+        top = probs.max(dim=1)
+        self.predicted = [int(i) for i in top.indices]
+        self.p_predicted = [float(v) for v in top.values]
+        self.targets = [self.predicted[i] if t is None else int(t) for i, t in enumerate(targets)]
         self.p_without = [float(probs[i, t]) for i, t in enumerate(self.targets)]
 
     def start_optimiser(self) -> None:
@@ -661,4 +702,6 @@ class _BatchFit:
             precision=self.precision,
             unlocated_bits=unlocated,
             path=self.bottleneck.path,
+            predicted=self.predicted[i],
+            p_predicted=self.p_predicted[i],
         )

@@ -49,6 +49,15 @@ def test_attribute_with_named_target_and_settings(chelsea_jpg, capsys):
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip())
     assert summary["target"] == 281 and summary["beta_k"] == 100
+    # tabby is the runner-up: the JSON names the network's own top-1 and says the target is not it
+    assert (summary["predicted"], summary["predicted_name"]) == (285, "Egyptian cat")
+    assert "not the network's top prediction" in summary["target_note"]
+
+
+def test_attribute_json_has_no_note_for_a_recognised_image(chelsea_jpg, capsys):
+    assert main(["attribute", str(chelsea_jpg), "--n", "96", "--steps", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert summary["predicted"] == summary["target"] == 285 and "target_note" not in summary
 
 
 def test_progress_bar_only_while_statistics_are_computed(chelsea_jpg, capsys):

@@ -324,3 +324,27 @@ def test_result_says_which_path_ran_and_cnn_maps_have_no_unlocated_bits(tiny_net
         assert res.unlocated_bits == 0.0 and res.heatmap.sum() == pytest.approx(res.total_bits, rel=1e-5)
         assert res.summary()["path"] == res.path and res.summary()["unlocated_bits"] == 0.0
     np.testing.assert_allclose(split.heatmap, hook.heatmap, rtol=1e-4, atol=1e-7)
+
+
+def test_target_note_speaks_only_for_classes_the_network_hardly_predicts() -> None:
+    from iba_core.per_sample import LOW_P_TARGET, target_note
+
+    assert target_note(0.36, 0.9, is_top1=True) == ""
+    low = target_note(LOW_P_TARGET / 3, 0.5, is_top1=True)
+    assert "does not recognise" in low and "rises" in low  # p rose: say why
+    assert "rises" not in target_note(0.05, 0.01, is_top1=True)
+    assert "not the network's top prediction" in target_note(0.3, 0.2, is_top1=False)
+
+
+def test_result_knows_the_prediction_and_warns_on_an_unknown_image(offline_model, offline_stats) -> None:
+    from iba_core.images import load_sample
+    from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+
+    x = offline_model.preprocess(load_sample("astronaut"))  # the network's top-1 is "ping-pong ball", p ≈ 0.03
+    iba = PerSampleBottleneck.for_network(offline_model, offline_model.spec.default_layer, offline_stats,
+                                         BottleneckSettings(steps=2, batch=2))
+    result = iba.attribute(x)
+    top, _, p_top = offline_model.top_k(x, 1)[0]
+    assert (result.predicted, result.target) == (top, top)
+    assert abs(result.p_predicted - p_top) <= 1e-4 + 1e-3 * p_top
+    assert result.target_note and result.summary()["target_note"] == result.target_note

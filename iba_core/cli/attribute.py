@@ -102,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
         "p_without": round(result.p_without, 6),
         "p_with": round(result.p_with, 6),
         "bottleneck_lost_class": result.lost_class,
+        # the network's own top-1, and a note when it hardly predicts the explained class (per_sample.target_note)
+        **({"predicted": result.predicted, "predicted_name": network.class_name(result.predicted),
+            "p_predicted": round(result.p_predicted, 6)} if getattr(result, "predicted", -1) >= 0 else {}),
+        **({"target_note": result.target_note} if getattr(result, "target_note", "") else {}),
         "total_bits": round(result.total_bits, 3),
         "beta_k": result.settings.beta_k,
         "stats_samples": stats_samples,
