@@ -24,5 +24,6 @@ st.sidebar.caption(
     "Per-Sample Information Bottleneck: Schulz, Sixt, Tombari & Landgraf, "
     "*Restricting the Flow: Information Bottlenecks for Attribution*, ICLR 2020."
 )
+ui.presentation_toggle()  # larger text (every page) and maps (β × layer) for a projector
 st.session_state[ui.VIA_APP_KEY] = True  # this run went through the navigation above (see ui.through_app)
 page.run()

@@ -2,19 +2,31 @@
 
 Row "beta": β·k over a log range at one layer. Row "layer": a handful of layers across the network's
 depth at β·k = 10. Every cell is one Per-Sample Bottleneck run with otherwise equal settings.
+
+A finished grid is kept on disk (`cached_grid`, keyed by a `GridKey`), so another session asking for the
+same image, network, class and settings gets it at once instead of ten runs again.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from . import cache
 from .bottleneck import DEFAULT_BETA_K
 from .networks import Network, NetworkSpec
 from .progress import ProgressFn
-from .per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
+from .settings import cache_dir
+from .per_sample import (
+    LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
+)
 from .feature_stats import FeatureStats
 
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
@@ -37,6 +49,11 @@ class GridCell:
     #: the bottleneck discarded the class (`per_sample.bottleneck_lost_class`): the map shows what survived,
     #: not what the class needs (paper §4.1: β ≥ 1000/k discards all information)
     lost_class: bool = False
+    #: The explained class, and the network's own top-1 for the image (unmodified network; -1: unknown) with
+    #: its probability: the same in every cell of a grid (one image, one class).
+    target: int = -1
+    predicted: int = -1
+    p_predicted: float = float("nan")
 
     @property
     def name(self) -> str:
@@ -62,6 +79,22 @@ def lost_class_warning(cells: Sequence[GridCell]) -> str:
         return ""
     names = "; ".join(f"{c.name} (p = {c.p_with:.2f}, without the bottleneck {c.p_without:.2f})" for c in lost)
     return f"{names}: {LOST_CLASS_MESSAGE}."
+
+
+def grid_target_note(cells: Sequence[GridCell]) -> str:
+    """`per_sample.target_note` once for the whole grid, or "" when the network recognises the class well.
+
+    p(target) without the bottleneck and the network's top-1 are the same in every cell (one image, one class);
+    p with it is read from the β row's β·k = 10 cell (what the Per-Sample page computes by default).
+    """
+    if not cells:
+        return ""
+    first = cells[0]
+    ref = next((c for c in cells if c.row == "beta" and c.beta_k == LAYER_ROW_BETA), first)
+    note = target_note(first.p_without, ref.p_with, first.predicted < 0 or first.predicted == first.target)
+    if note and ref.p_with > first.p_without:
+        note += f" (p with the bottleneck: the {ref.name} cell.)"
+    return note
 
 
 def _stage(layer: str) -> str:
@@ -133,7 +166,8 @@ def beta_layer_grid(
             iba = PerSampleBottleneck.for_network(network, name, stats_cache[name], replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
-                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with))
+                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with),
+                                 int(target), result.predicted, result.p_predicted)
         cell = replace(done[key], row=row, label=label)
         cells.append(cell)
         if on_cell is not None:
@@ -141,3 +175,134 @@ def beta_layer_grid(
         if progress is not None:
             progress(i, len(plan), label)
     return cells
+
+
+# ---- kept on disk, for every session ---------------------------------------------------------------
+
+#: Grids kept on disk: the newest (by last use) stay, older ones are removed. Each holds ten float32 maps,
+#: 1.5 MB compressed for a 224 × 224 crop, so the grids take at most about 40 MB of the cache folder.
+MAX_CACHED_GRIDS = 24
+#: The cache folder's sub-folder for grids (`cache.cache_file`).
+GRID_CACHE_KIND = "grids"
+#: Bump when what a grid holds changes: files of another version are then not found (their names differ).
+GRID_CACHE_VERSION = 1
+_CELL_NUMBERS = ("beta_k", "p_with", "total_bits", "p_without", "p_predicted")  # one float array each
+_CELL_INTS = ("target", "predicted")
+_CELL_TEXTS = ("row", "label", "layer")
+
+
+@dataclass(frozen=True)
+class GridKey:
+    """Everything that makes one grid: equal keys give the same grid (the seed is among the settings).
+
+    Hashable (a session's dict key) and JSON-able (`identity`, kept in the cached file and checked on load).
+    """
+
+    image: str  # the image's content digest
+    network: str  # Network.key
+    weights: str  # Network.weights_id
+    layer: str  # the β row's layer
+    target: int
+    settings: tuple  # sorted (name, value) pairs of the BottleneckSettings
+    stats: str  # where the statistics come from and how many samples (`feature_stats.stats_source_key`)
+    betas: tuple[float, ...] = DEFAULT_BETAS
+    layers: tuple[str, ...] = ()  # the layer row
+
+    @classmethod
+    def of(cls, image_digest: str, network: Network, layer: str, target: int, settings: BottleneckSettings,
+           stats_source: str, layers: Sequence[str] | None = None,
+           betas: Sequence[float] = DEFAULT_BETAS) -> "GridKey":
+        """The key of a grid for `network` (layers: default `depth_layers(network.spec, include=layer)`)."""
+        layers = layers if layers is not None else depth_layers(network.spec, include=layer)
+        return cls(str(image_digest), str(network.key), str(network.weights_id), str(layer), int(target),
+                   tuple(sorted(asdict(settings).items())), str(stats_source), tuple(float(b) for b in betas),
+                   tuple(str(name) for name in layers))
+
+    @property
+    def identity(self) -> dict:
+        """The key as JSON-able values (tuples as lists), with the cache format's version."""
+        return json.loads(json.dumps({"version": GRID_CACHE_VERSION, **asdict(self)}))
+
+    @property
+    def digest(self) -> str:
+        """A short hash of the identity: the cached file's name."""
+        return hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def grid_cache_path(key: GridKey) -> Path:
+    """Where the grid of `key` is kept: cache_dir()/grids/<network>__<layer>__<digest>….npz."""
+    return cache.cache_file(GRID_CACHE_KIND, key.network, key.layer, key.digest, suffix=".npz")
+
+
+def save_grid(key: GridKey, cells: Sequence[GridCell]) -> None:
+    """Keep `cells` on disk under `key` (atomic, with a checksum), then drop the oldest grids beyond
+    MAX_CACHED_GRIDS. Maps stay float32, as computed: a cached grid is the computed one, bit for bit, so its
+    maps still sum to the totals in the titles (float16 would round each value by up to 0.05 %)."""
+    arrays = {"heatmaps": np.stack([np.asarray(c.heatmap, np.float32) for c in cells]),
+              "lost_class": np.array([c.lost_class for c in cells], bool)}
+    arrays.update({name: np.array([getattr(c, name) for c in cells], np.float64) for name in _CELL_NUMBERS})
+    arrays.update({name: np.array([getattr(c, name) for c in cells], np.int64) for name in _CELL_INTS})
+    meta = {"identity": key.identity, **{name: [getattr(c, name) for c in cells] for name in _CELL_TEXTS}}
+    cache.save_arrays(grid_cache_path(key), arrays, meta)
+    _prune(MAX_CACHED_GRIDS)
+
+
+def load_grid(key: GridKey) -> list[GridCell] | None:
+    """The grid kept under `key`, or None (missing; a damaged file is warned about, removed and rebuilt)."""
+    path = grid_cache_path(key)
+
+    def check(arrays: dict, meta: dict) -> str | None:
+        n = len(meta.get("row", []))
+        names = ("heatmaps", "lost_class", *_CELL_NUMBERS, *_CELL_INTS)
+        if any(name not in arrays or len(arrays[name]) != n for name in names) or arrays["heatmaps"].ndim != 3 \
+                or any(len(meta.get(name, [])) != n for name in _CELL_TEXTS):
+            return "its cells are incomplete"
+        return None
+
+    loaded = cache.load_arrays(path, expect={"identity": key.identity}, check=check)
+    if loaded is None:
+        return None
+    arrays, meta = loaded
+    try:
+        os.utime(path)  # last used now: pruning keeps the grids in use
+    except OSError:
+        pass
+    names = [f.name for f in fields(GridCell)]
+    cells = []
+    for i in range(len(meta["row"])):
+        values = {name: meta[name][i] for name in _CELL_TEXTS}
+        values.update({name: float(arrays[name][i]) for name in _CELL_NUMBERS})
+        values.update({name: int(arrays[name][i]) for name in _CELL_INTS})
+        values.update(heatmap=arrays["heatmaps"][i], lost_class=bool(arrays["lost_class"][i]))
+        cells.append(GridCell(**{name: values[name] for name in names}))
+    return cells
+
+
+def cached_grid(key: GridKey, compute: Callable[[], list[GridCell]]) -> tuple[list[GridCell], bool]:
+    """(cells, True) when the grid of `key` is on disk, else (compute(), False) after saving it there.
+
+    A cache that cannot be written (a read-only folder, a full disk) only costs the next session a recompute.
+    """
+    cells = load_grid(key)
+    if cells is not None:
+        return cells, True
+    cells = compute()
+    try:
+        save_grid(key, cells)
+    except OSError as err:
+        warnings.warn(f"The β × layer grid could not be cached ({err}); it is recomputed next time.", stacklevel=2)
+    return cells, False
+
+
+def _prune(keep: int) -> None:
+    """Remove all but the `keep` most recently used grid files."""
+    folder = cache_dir() / GRID_CACHE_KIND
+    try:
+        files = sorted(folder.glob("*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in files[keep:]:
+        try:
+            old.unlink()
+        except OSError:
+            pass  # gone already (another session pruned it) or read-only

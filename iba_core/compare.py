@@ -5,7 +5,8 @@
     >>> png = iba_core.render.grid_png(maps, cropped_image)
 
 `compare` returns one `AttributionMap` per method (the methods' common result type), in the order asked;
-`iba_core.render.grid_png` draws them side by side.
+`iba_core.render.grid_png` draws them side by side. `compare_target_note` says when the network hardly
+predicts the class the maps explain.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Callable, Iterable
 import torch
 
 from .methods import AttributionMap, Method, resolve_methods
+from .per_sample import target_note
 from .progress import ProgressFn
 
 #: progress(done, total, label): before each method (done = methods finished so far, label = the method
@@ -58,9 +60,26 @@ def compare(
     return maps
 
 
-def _top1(model: torch.nn.Module, x: torch.Tensor) -> int:
+def compare_target_note(network, x: torch.Tensor, target: int, maps: Iterable[AttributionMap] = ()) -> str:
+    """The note `per_sample.target_note` for maps of class `target` on x (1, 3, H, W), or "" when the network
+    predicts it well: p(target) and the top-1 of the unmodified network; p(target) with the bottleneck from the
+    first Per-Sample map among `maps` (its extra["p_with"]), else p without it (methods without a bottleneck do
+    not change what the network sees)."""
+    probs = _probabilities(network, x)
+    p_without = float(probs[target])
+    p_with = next((float(m.extra["p_with"]) for m in maps if "p_with" in m.extra), p_without)
+    return target_note(p_without, p_with, int(probs.argmax()) == int(target))
+
+
+def _probabilities(network, x: torch.Tensor) -> torch.Tensor:
+    """The unmodified network's class probabilities for one image, on the CPU."""
     from .model_state import frozen_eval
 
+    model = network.model if hasattr(network, "model") else network
     device = next((p.device for p in model.parameters()), x.device)
     with frozen_eval(model), torch.no_grad():
-        return int(model(x.to(device)).argmax(dim=1)[0])
+        return model(x.to(device)).float().softmax(dim=1)[0].cpu()
+
+
+def _top1(model: torch.nn.Module, x: torch.Tensor) -> int:
+    return int(_probabilities(model, x).argmax())

@@ -25,6 +25,7 @@ from . import cache
 from .bottleneck import MIN_STD
 from .datasets import FolderBatches, photo_pool, sample_photo_batches
 from .images import find_images
+from .model_state import layer_tensor
 from .progress import ProgressFn
 from .errors import check_range
 from .settings import ASSETS_DIR, MAX_SAMPLES, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV, cache_dir, stats_samples
@@ -336,8 +337,9 @@ def layer_outputs(network, layers: Iterable[str]) -> Callable[[torch.Tensor], di
     def run_hooked(x: torch.Tensor) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
 
-        def keep(name: str, output: torch.Tensor) -> None:
-            out.setdefault(name, output.detach().clone())  # a clone: a later in-place op must not change it
+        def keep(name: str, output) -> None:
+            # a clone: a later in-place op must not change it; a block's tuple output: its first tensor
+            out.setdefault(name, layer_tensor(output).detach().clone())
             if len(out) == len(modules):
                 raise _Enough
 

@@ -1,8 +1,9 @@
 """Context managers that leave a user's model exactly as they found it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -39,10 +40,34 @@ def frozen_eval(*modules: nn.Module) -> Iterator[None]:
             p.grad = grad
 
 
+def layer_tensor(output: Any) -> torch.Tensor | None:
+    """A layer's output as a tensor: the output itself, or the first element of a tuple, list or mapping (blocks of
+    transformers' Swin return (hidden states, attention weights); a ModelOutput is a mapping); None when there is
+    no tensor there."""
+    if isinstance(output, Mapping):
+        output = next(iter(output.values()), None)
+    elif isinstance(output, (tuple, list)):
+        output = output[0] if output else None
+    return output if isinstance(output, torch.Tensor) else None
+
+
+def with_layer_tensor(output: Any, tensor: torch.Tensor) -> Any:
+    """`output` with its layer tensor (`layer_tensor`) replaced by `tensor`, in a container of the same kind."""
+    if isinstance(output, torch.Tensor):
+        return tensor
+    if isinstance(output, Mapping):
+        first = next(iter(output))
+        return type(output)(**{**output, first: tensor})
+    if isinstance(output, list):
+        return [tensor, *output[1:]]
+    return (tensor, *output[1:])
+
+
 @contextmanager
 def replaced_output(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
-    """Forward hook that replaces `module`'s output by fn(output); removed on exit, also on error."""
-    handle = module.register_forward_hook(lambda _m, _inp, out: fn(out))
+    """Forward hook that replaces `module`'s output by fn(output) (its layer tensor, for a module that returns a
+    tuple: `layer_tensor`); removed on exit, also on error."""
+    handle = module.register_forward_hook(lambda _m, _inp, out: with_layer_tensor(out, fn(layer_tensor(out))))
     try:
         yield
     finally:

@@ -19,7 +19,9 @@ place on the image: the heatmap leaves them out and `AttributionResult.unlocated
 Fidelity to the authors' code (README, "Fidelity to the paper"): the heatmap reads the final λ, after the
 last Adam update (the authors read the last step's forward pass: `read_point="last_step"`; +8.9 % total
 bits with the final λ on chelsea); inactive units are not masked unless `inactive_threshold` is set (the
-authors: 0.01; no effect at the default layer).
+authors: 0.01; no effect at the default layer). The steps' maps (`StepInfo`: live view, replay, GIF) are read
+at the same point, so the last step's map is the heatmap and its bits are `total_bits`; a step's losses and
+p(target) are those of its forward pass.
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ from .model_state import frozen_eval, replaced_output
 from .networks.tokens import MAP, FeatureLayout, infer_layout
 from .precision import PRECISIONS, autocast
 from .precision import resolve as resolve_precision
+from .precision import would_measure as would_measure_precision
 from .feature_stats import FeatureStats
 
 
@@ -122,17 +125,27 @@ class BottleneckSettings:
 
 @dataclass
 class StepInfo:
-    """What one optimisation step looked like (values from that step's forward pass)."""
+    """What one optimisation step looked like.
+
+    The maps (λ, bits) are read where the heatmap is read (`BottleneckSettings.read_point`): for "final", λ
+    after this step's Adam update, so the last step's maps are the result's heatmap and λ; for "last_step",
+    the step's forward pass, before its update (the last step again is the result's). The loss terms and
+    p(target) are those of the step's forward pass: what the update followed.
+    """
 
     step: int  # 1-based
     steps: int
-    lambda_mean: np.ndarray  # (h, w): λ averaged over channels
-    bits_per_pixel: np.ndarray  # (H, W) heatmap for the current λ
-    ce: float  # L_CE on the noisy batch
-    info: float  # L_I in nats
+    lambda_mean: np.ndarray  # (h, w): λ averaged over channels, at the read point
+    bits_per_pixel: np.ndarray  # (H, W) heatmap at the read point
+    ce: float  # L_CE on the step's noisy batch (forward pass)
+    info: float  # L_I in nats (forward pass: the loss term)
     beta_info: float  # β·L_I, the term that enters the loss
-    p_target: float  # mean p(target) on the noisy batch
+    p_target: float  # mean p(target) on the step's noisy batch (forward pass)
     image: int = 0  # which image of a batched run (attribute_batch)
+    #: Bits at the read point through tokens without a place on the image (a ViT's class token): not in
+    #: bits_per_pixel; bits_per_pixel.sum() + unlocated_bits is the step's total (the result's total_bits at
+    #: the last step).
+    unlocated_bits: float = 0.0
 
 
 @dataclass
@@ -140,8 +153,9 @@ class _StepRecord:
     """One step of a (batched) run as tensors on the network's device; `step_infos` reads them back."""
 
     step: int
-    lambda_mean: torch.Tensor  # (N, h, w)
-    feature_bits: torch.Tensor  # (N, h, w) bits per feature-map cell
+    lambda_mean: torch.Tensor  # (N, h, w) at the read point
+    feature_bits: torch.Tensor  # (N, h, w) bits per feature-map cell at the read point
+    unlocated: torch.Tensor  # (N,) bits at the read point without a place on the image
     ce: torch.Tensor  # (N,)
     info: torch.Tensor  # (N,) nats
     p_target: torch.Tensor  # (N,)
@@ -149,10 +163,11 @@ class _StepRecord:
     def step_infos(self, steps: int, beta: float, size: tuple[int, int]) -> list[StepInfo]:
         """One StepInfo per image (one transfer to the CPU for all of them)."""
         heatmaps = resize_preserving_total(self.feature_bits, size).cpu().numpy()
-        lam, ce, info, p = (t.float().cpu().numpy() for t in (self.lambda_mean, self.ce, self.info, self.p_target))
+        lam, unlocated, ce, info, p = (t.float().cpu().numpy() for t in (
+            self.lambda_mean, self.unlocated, self.ce, self.info, self.p_target))
         return [StepInfo(step=self.step, steps=steps, lambda_mean=lam[i], bits_per_pixel=heatmaps[i],
                          ce=float(ce[i]), info=float(info[i]), beta_info=float(beta * info[i]),
-                         p_target=float(p[i]), image=i)
+                         p_target=float(p[i]), image=i, unlocated_bits=float(unlocated[i]))
                 for i in range(len(ce))]
 
 
@@ -445,8 +460,25 @@ class PerSampleBottleneck:
             with torch.no_grad():
                 runner.features(x)  # the hook path replays the whole network on the image
         return resolve_precision(self.settings.precision, device, workload, memo=self._memo,
-                                 key=(*self._memo_key, tuple(self.stats.mean.shape), copies, str(device)),
-                                 persist=self._persist)
+                                 key=self._precision_key(copies, device), persist=self._persist)
+
+    def _precision_key(self, copies: int, device: torch.device) -> tuple:
+        """What an "auto" choice is remembered under: the network and layer, the layer's shape, the batch, the
+        device (the disk memo adds the machine)."""
+        return (*self._memo_key, tuple(self.stats.mean.shape), copies, str(device))
+
+    def measures_precision(self, n_images: int = 1) -> bool:
+        """Whether a run on n_images images would first measure the precision ("auto" on hardware with a lower
+        precision, no choice remembered yet for this network, layer and batch); call it where the run will
+        run (the app: inside the network's turn, whose thread count the disk memo's key names)."""
+        runner = self._make_runner()
+        try:
+            device = next((p.device for m in runner.modules for p in m.parameters()), torch.device("cpu"))
+        finally:
+            runner.close()
+        return would_measure_precision(self.settings.precision, device, memo=self._memo,
+                                       key=self._precision_key(n_images * self.settings.batch, device),
+                                       persist=self._persist)
 
     def _active_mask(self, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor] | None:
         """Per part of the map view: 1 for units that count, 0 for inactive ones (settings.inactive_threshold);
@@ -646,13 +678,21 @@ class _BatchFit:
         loss.backward()
         self.optimiser.step()
         with torch.no_grad():
+            if s.read_point == "final":
+                # The maps where the heatmap reads them: λ after this update, so the last step shows the final
+                # map. Its KL is a blur and an element-wise formula, no network pass.
+                shown = self.lambdas()
+                shown_kl = self.masked(self.information(shown))
+            else:  # "last_step": this step's forward pass, as the authors read it
+                shown, shown_kl = lams, kl
             # What the step looked like, as tensors on the device; read back to the CPU at once for a live view
             # (callback), else after the last step: one synchronisation per run, not five per image and step
             # (on a GPU those waits cost more than the step itself).
             record = _StepRecord(
                 step=step,
-                lambda_mean=lams[0][0].detach().mean(dim=1),
-                feature_bits=nats_to_bits(kl[0].detach().sum(dim=1)),
+                lambda_mean=shown[0][0].detach().mean(dim=1),
+                feature_bits=nats_to_bits(shown_kl[0].detach().sum(dim=1)),
+                unlocated=self._unlocated_bits(shown_kl),
                 ce=torch.stack(ce).detach(),
                 info=torch.stack([torch.as_tensor(v) for v in info]).detach(),
                 p_target=torch.stack([per_image[i].softmax(dim=1)[:, self.targets[i]].mean() for i in range(n)]),
@@ -663,7 +703,15 @@ class _BatchFit:
                 for info_i in record.step_infos(s.steps, self.beta, self.size):
                     self.history[info_i.image].append(info_i)
                     callback(info_i)
-        self.last_step = ([lam.detach() for lam, _ in lams], [kl_p.detach() for kl_p in kl])
+        if s.read_point == "last_step":
+            self.last_step = ([lam.detach() for lam, _ in lams], [kl_p.detach() for kl_p in kl])
+
+    def _unlocated_bits(self, kl: list[torch.Tensor]) -> torch.Tensor:
+        """(N,) bits of the parts without a place on the image (a ViT's class token); zeros for a CNN map."""
+        total = torch.zeros(self.n_images, device=self.device)
+        for kl_p in kl[1:]:
+            total = total + nats_to_bits(kl_p.detach().flatten(1).sum(dim=1))
+        return total
 
     def results(self, start: float) -> list[AttributionResult]:
         """One AttributionResult per image: the heatmap at the read point, p(target) with the final λ on a fresh

@@ -153,6 +153,25 @@ def _write_disk(key: str, value: str) -> None:
         pass  # a read-only cache only costs a measurement next time
 
 
+def _disk_key(key: tuple, device: torch.device | str) -> str:
+    """The disk memo's key: the caller's key and the machine (a choice measured elsewhere does not hold here)."""
+    return " | ".join(map(str, (*key, machine_id(device))))
+
+
+def would_measure(precision: str, device: torch.device | str, memo: dict | None = None, key: tuple = (),
+                  persist: bool = False) -> bool:
+    """Whether `resolve` with these arguments (and a workload) would measure now: "auto", hardware with a
+    lower precision, and no choice remembered yet (in `memo`, or on disk with `persist`). Asks the same
+    memos as `resolve`, so call it under the same torch thread count (the disk key names it). A front end
+    says that a run measures only when this is True (the measurement adds seconds to the first run)."""
+    if precision != "auto":
+        return False
+    lower = candidates(device)
+    if not lower or (memo is not None and ("precision", *key) in memo):
+        return False
+    return not (persist and _read_disk(_disk_key(key, device)) in ["fp32", *lower])
+
+
 def resolve(precision: str, device: torch.device | str, workload: Callable[[str], Callable[[], object]] | None = None,
             memo: dict | None = None, key: tuple = (), timer: Callable[[], float] = time.perf_counter,
             persist: bool = False) -> str:
@@ -178,7 +197,7 @@ def resolve(precision: str, device: torch.device | str, workload: Callable[[str]
         return "fp32"
     if memo is not None and memo_key in memo:
         return memo[memo_key]
-    disk_key = " | ".join(map(str, (*key, machine_id(device))))
+    disk_key = _disk_key(key, device)
     best = _read_disk(disk_key) if persist else None
     if best not in ["fp32", *lower]:
         best, _ = fastest({p: workload(p) for p in ["fp32", *lower]}, timer=timer)

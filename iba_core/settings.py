@@ -13,6 +13,8 @@
 | IBA_DATA_DIRS       | folders, ':'-separated, whose paths app visitors may type | (none; the models folder |
 |                     | (weights, image folders) and cards may point into; a     | is always allowed)       |
 |                     | relative entry is relative to the app's working folder   |                          |
+| HF_HUB_OFFLINE      | Hugging Face's: 1 reads timm / Hugging Face models from  | off                      |
+|                     | the hub cache only (also TRANSFORMERS_OFFLINE)           |                          |
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ MAX_STATS_SAMPLES_ENV = "IBA_MAX_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
 TRUST_CODE_ENV = "IBA_TRUST_CODE"
 DATA_DIRS_ENV = "IBA_DATA_DIRS"
+#: Hugging Face's switch (not this project's): read the hub cache only, never download.
+HUB_OFFLINE_ENV = "HF_HUB_OFFLINE"
 
 #: The app's cap on a visitor's statistics samples unless its owner sets IBA_MAX_STATS_SAMPLES.
 DEFAULT_MAX_STATS_SAMPLES = 2000
@@ -71,6 +75,14 @@ def trust_code() -> bool:
     """Whether the app's owner allows code from model cards (IBA_TRUST_CODE=1, also "true" or "yes"): a
     `package.module:function` builder, a module beside the card, and card paths outside the card's folder."""
     return os.environ.get(TRUST_CODE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def hub_offline() -> bool:
+    """Whether Hugging Face's own offline switch is on (HF_HUB_OFFLINE=1, or its older name TRANSFORMERS_OFFLINE):
+    timm and Hugging Face models are then read from huggingface_hub's cache only. Read each time (huggingface_hub
+    reads it once, at its import)."""
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+               for name in (HUB_OFFLINE_ENV, "TRANSFORMERS_OFFLINE"))
 
 
 def data_dirs() -> tuple[Path, ...]:

@@ -3,7 +3,8 @@ and which paths on this machine may be typed in (the app's form and folder field
 
 A model card is data. Its `package.module:function` builder (and a module beside the card) is Python code,
 run only when `Trust.code` is set: on the command line `--trust-code`, in the app `IBA_TRUST_CODE=1` set by
-its owner (like Hugging Face's `trust_remote_code`). The paths a card names stay inside the card's folder
+its owner (like Hugging Face's `trust_remote_code`, which the same setting gates for a Hugging Face model that
+comes with its own modelling code). The paths a card names stay inside the card's folder
 (symlinks resolved first) unless outside paths are allowed (the same setting: `--trust-code`,
 `IBA_TRUST_CODE=1`) or, in the app, they lead into one of its owner's folders (the models folder, IBA_DATA_DIRS).
 
@@ -116,11 +117,15 @@ def server_path_allowed(path: str | os.PathLike, trust: Trust) -> bool:
     return any(_inside(resolved, root) for root in trust.server_paths)
 
 
-def check_code(what: str, trust: Trust) -> None:
-    """Refuse to run code (`what`, e.g. 'The model card x.toml names the builder os:system') unless allowed."""
+def check_code(what: str, trust: Trust, *, source: str = "a model card") -> None:
+    """Refuse to run code (`what`, e.g. 'The model card x.toml names the builder os:system') unless allowed.
+
+    source: where the code came from, as the message names it ("a model card", "a model": a Hugging Face
+    model's own modelling code, which `trust_remote_code` would run)."""
     if not trust.code:
-        raise NotTrustedError(f"{what}, which is Python code, and code from a model card runs only when allowed.",
-                              cli_hint=CODE_CLI_HINT, app_hint=CODE_APP_HINT)
+        noun = source.split()[-1]
+        raise NotTrustedError(f"{what}, which is Python code, and code from {source} runs only when allowed.",
+                              cli_hint=CODE_CLI_HINT.replace("card", noun), app_hint=CODE_APP_HINT)
 
 
 def check_inside(path: str | os.PathLike, root: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:

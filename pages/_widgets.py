@@ -15,12 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+from urllib.parse import urlencode
 
 import streamlit as st
 import torch
 from PIL import Image
 from streamlit.delta_generator import DeltaGenerator
 
+from iba_core.app import links
 from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, DEFAULT_SAMPLE, MethodChoices, unavailable_text
 from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, size_warnings, upload_input
 from iba_core.app.maps import MapCache
@@ -73,6 +75,31 @@ def through_app() -> None:
         return
     runpy.run_path(str(APP_SCRIPT), run_name="__main__")
     st.stop()
+
+
+#: The sidebar's "Presentation mode" toggle (app.py draws it for every page), kept in st.session_state.
+PRESENTATION_KEY = "presentation"
+#: The page's root font size in presentation mode (Streamlit's default is 16 px). Streamlit sizes its text in
+#: rem, so this one rule enlarges all of it, sidebar included; Plotly figures size their text in px and take
+#: a zoom of their own (the β × layer grid: `iba_core.render.figures.PRESENTATION_ZOOM`).
+PRESENTATION_FONT_PX = 21
+
+
+def presentation_toggle() -> bool:
+    """The sidebar's Presentation mode toggle (larger text and maps for a projector); when on, one style rule
+    on the root element raises the page's base font size. Returns whether it is on."""
+    on = st.sidebar.toggle("Presentation mode", key=PRESENTATION_KEY,
+                           help="Larger text on every page, and larger maps where a page draws them (the β × "
+                                "layer grid), for a projector in a lecture hall. Collapse the sidebar (« at its "
+                                "top) to give the maps the whole width.")
+    if on:  # only the root font size: everything in rem follows, nothing else is restyled
+        st.html(f"<style>html {{ font-size: {PRESENTATION_FONT_PX}px; }}</style>")
+    return on
+
+
+def presentation() -> bool:
+    """Whether presentation mode is on (the sidebar's toggle)."""
+    return bool(st.session_state.get(PRESENTATION_KEY, False))
 
 
 # ---- text from users ---------------------------------------------------------------------------
@@ -185,6 +212,160 @@ def _forget_cleared_upload() -> None:
         st.session_state.pop("_keep_upload", None)
 
 
+# ---- links that reopen a view (iba_core.app.links) ------------------------------------------------
+# The session's first page with inputs reads its URL's query parameters: the image and the network are preset
+# before their widgets, the layer, β·k and class when the form's widgets are made, the replay step when a run's
+# replay is. Afterwards every widget writes its value back, so the address bar always holds this view's link.
+
+#: Set once this session has read its URL's query parameters.
+LINK_READ_KEY = "_link_read"
+#: What the link asked for that widgets made later still take: (links.View, the network it was checked for).
+LINK_PENDING_KEY = "_link_pending"
+#: What of the link could not be used: one st.warning on the run that read it.
+LINK_PROBLEMS_KEY = "_link_problems"
+#: Digests of this session's uploads already kept for links.
+KEPT_UPLOADS_KEY = "_kept_uploads"
+#: The image name and network title chosen above the page's results now (None: none usable).
+CHOSEN_KEY = "_chosen_subject"
+#: (network menu choice, image digest) the page's controls were last drawn for.
+CONTROLS_FOR_KEY = "_controls_for"
+
+
+def _read_link(trust: Trust) -> None:
+    """Once a session: the view the URL's query parameters describe (`links.from_params`). The image and the
+    network are preset here, before their widgets; the rest waits in LINK_PENDING_KEY."""
+    if st.session_state.get(LINK_READ_KEY):
+        return
+    st.session_state[LINK_READ_KEY] = True
+    params = st.query_params.to_dict()
+    if not any(name in params for name in links.PARAMS):
+        return
+    cards = find_cards(trust=trust)
+    view, problems = links.from_params(params, cards)
+    if view.upload_digest is not None:
+        kept = links.kept_upload(view.upload_digest)
+        if kept is None:  # removed since from_params looked, or damaged
+            problems.append(links.UPLOAD_GONE)
+        else:
+            st.session_state["_keep_image_source"] = SOURCES[1]
+            st.session_state["_keep_upload"] = kept
+    elif view.image is not None:
+        st.session_state["_keep_image_source"] = SOURCES[0]
+        st.session_state["_keep_sample_name"] = view.image
+    if view.network is not None:
+        option = links.network_option(view.network, cards)
+        st.session_state["_keep_network"] = option
+        if option == TORCHVISION_CHOICE:
+            st.session_state["_keep_tv_network"] = view.network[len(TORCHVISION_CHOICE):]
+    st.session_state[LINK_PENDING_KEY] = (view, None)
+    st.session_state[LINK_PROBLEMS_KEY] = problems
+
+
+def _fit_link(network: Network) -> links.View | None:
+    """The link's pending view, its layer and class checked against `network` the first time one is loaded
+    (`links.fit`); None when nothing is pending or it was checked for another network."""
+    pending = st.session_state.get(LINK_PENDING_KEY)
+    if pending is None:
+        return None
+    view, checked_for = pending
+    if checked_for is None:
+        view, problems = links.fit(view, network)
+        st.session_state[LINK_PROBLEMS_KEY] = st.session_state.get(LINK_PROBLEMS_KEY, []) + problems
+        st.session_state[LINK_PENDING_KEY] = (view, network.key)
+        return view
+    return view if checked_for == network.key else None
+
+
+def _take_from_link(network: Network | None, field: str) -> Any:
+    """A value the link asked for that a widget about to be made takes (once), or None. network: the one the
+    widget belongs to (the link's layer and class are for the network it was checked for); None for β·k."""
+    pending = st.session_state.get(LINK_PENDING_KEY)
+    view = _fit_link(network) if network is not None else pending[0] if pending is not None else None
+    value = getattr(view, field) if view is not None else None
+    if value is not None:
+        st.session_state[LINK_PENDING_KEY] = (replace(view, **{field: None}), pending[1] if network is None
+                                              else network.key)
+    return value
+
+
+def _link_set(**values: str | None) -> None:
+    """Write these query parameters (None: remove one) where they differ from the address bar's."""
+    now = st.query_params.to_dict()
+    wanted = {**now, **values}
+    ordered = {name: wanted[name] for name in links.PARAMS if wanted.get(name) is not None}
+    ordered.update((name, value) for name, value in wanted.items() if name not in links.PARAMS)  # others kept
+    if list(ordered.items()) != list(now.items()):  # (in links.PARAMS order: a link reads the same every time)
+        st.query_params.from_dict(ordered)
+        _show_link()
+
+
+#: Where this run shows the link (an st.empty inside the "Link to this view" popover), and the note that a
+#: link's replay step waits for a run.
+LINK_SLOT_KEY, STEP_NOTE_KEY = "_link_slot", "_link_step_note"
+
+
+def _show_link() -> None:
+    """The address bar's link (this view's parameters only) in this run's LINK_SLOT_KEY slot, if any."""
+    slot = st.session_state.get(LINK_SLOT_KEY)
+    if slot is None:
+        return
+    params = st.query_params.to_dict()
+    query = urlencode({name: params[name] for name in links.PARAMS if name in params}, safe=":")
+    slot.code(f"{st.context.url or ''}?{query}", language=None, wrap_lines=True)
+
+
+def link_section(pending_step: int | None) -> None:
+    """The "Link to this view" popover (the address bar's link), and while a link's replay step waits for a run,
+    a caption saying so."""
+    with st.popover("Link to this view", icon=":material/link:"):
+        st.caption("The address bar holds this view's link: the image (a sample photo, or an upload this server "
+                   "keeps), the network, layer, β·k, class and replay step. Bookmark or share it; it opens the view "
+                   "with its settings, and Run makes the result.")
+        st.session_state[LINK_SLOT_KEY] = st.empty()
+        _show_link()
+    if pending_step is not None:  # (emptied by `replay_step_key` once a run's replay takes the step)
+        st.session_state[STEP_NOTE_KEY] = note = st.empty()
+        note.caption(f"This link shows step {pending_step} of a run's replay. A link cannot hold the run itself: "
+                     "its settings are set, press **Run**, and the replay opens at that step.")
+
+
+def replay_step_key(key: str, steps: int) -> str:
+    """`key` for the Per-Sample replay slider of a run of `steps` steps: a step a link asked for is set on it
+    (at most `steps`), and the step shown goes into the link."""
+    pending = st.session_state.get(LINK_PENDING_KEY)
+    if pending is not None and pending[0].step is not None:
+        st.session_state[key] = min(pending[0].step, steps)
+        st.session_state[LINK_PENDING_KEY] = (replace(pending[0], step=None), pending[1])
+        note = st.session_state.pop(STEP_NOTE_KEY, None)
+        if note is not None:
+            note.empty()
+    _link_set(step=str(st.session_state.get(key, steps)))
+    return key
+
+
+def _keep_for_links(name: str, data: bytes, digest: str) -> None:
+    """Keep an accepted upload on the server (`links.keep_upload`, once a session) so its link reopens it."""
+    kept = st.session_state.setdefault(KEPT_UPLOADS_KEY, set())
+    if digest not in kept and links.keep_upload(name, data) is not None:
+        kept.add(digest)
+
+
+def result_note(image: str, network: str) -> str:
+    """A sentence when a kept result (of `image`, shown by its name, and `network`, by its title) is not of
+    the image and network chosen above it now (`links.result_note`), else ''. Markdown, names escaped."""
+    chosen = st.session_state.get(CHOSEN_KEY)
+    if chosen is None:
+        return ""
+    now = [None if c is None else plain(c) for c in chosen]
+    return links.result_note(plain(image), plain(network), *now)
+
+
+def result_note_line(image: str, network: str) -> str:
+    """`result_note` as a bold second line of a result's caption, or ''."""
+    note = result_note(image, network)
+    return f"  \n**{note}**" if note else ""
+
+
 # ---- inputs ------------------------------------------------------------------------------------
 
 
@@ -241,12 +422,14 @@ def image_picker() -> ImageInput | None:
             show_error(err)
             return None
         st.session_state["_keep_upload"] = (uploaded.name, data)  # so the other page can reuse it
+        _keep_for_links(uploaded.name, data, chosen.digest)
         _format_caption(chosen)
         return chosen
     kept = st.session_state.get("_keep_upload")
     if kept is not None:
         st.caption(f"Using **{plain(kept[0])}**, uploaded earlier.")
         chosen = upload_input(*kept)
+        _keep_for_links(*kept, chosen.digest)  # (opened from a link: kept again if removed meanwhile)
         _format_caption(chosen)
         return chosen
     st.info(f"Choose an image file to upload ({UPLOAD_TYPES_TEXT}), or pick a sample photo.",
@@ -260,10 +443,11 @@ def _format_caption(chosen: ImageInput) -> None:
         st.caption(note)
 
 
-def network_picker() -> SharedModel | None:
+def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None:
     """Network choice: the built-ins, your networks (the model cards in the models folder), any torchvision
     classifier; then the "Add your network" form. A network that cannot be loaded shows its reason as
-    st.error and returns None."""
+    st.error and returns None. controls: the page's controls (`input_section`), which say that the network
+    loads instead of showing the previous network's layers and classes meanwhile."""
     trust = app_trust()
     cards = find_cards(trust=trust)
     options = network_options(cards)
@@ -281,6 +465,9 @@ def network_picker() -> SharedModel | None:
         spec = get_spec(key)
         path = find_weights(spec)
         st.caption(f"{spec.note} Weights: `{path.name}`." if path else spec.note)
+    if controls is not None and key != (st.session_state.get(CONTROLS_FOR_KEY) or ("",))[0]:
+        controls.info(f"Loading {plain(network_label(key, cards))}: its layers and classes appear here once it is "
+                      "ready.", icon=":material/hourglass_top:")
     shared = None
     try:
         shared = shared_model(key, source_version(key, trust), trust)
@@ -411,20 +598,45 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     unavailable; the reason is shown as st.error. Images that preprocessing blows up or crops hard
     get a warning under the crop.
     """
+    st.session_state.pop(LINK_SLOT_KEY, None)  # (this run's, made below: never write into a previous run's)
+    st.session_state.pop(STEP_NOTE_KEY, None)
+    _read_link(app_trust())
+    link_note = st.empty()  # what of the page's link could not be used
     left, right = st.columns(list(widths), gap="large")
+    # The page's controls, in one slot: emptied (or saying that a network loads) while another image or
+    # network is set up, so no layer or class of the previous one stays on screen meanwhile.
+    slot = right.empty()
     with left:
         image = image_picker()
-        shared = network_picker()
+        shared = network_picker(slot)
         stats_note = st.empty()
+        pending = st.session_state.get(LINK_PENDING_KEY)
+        link_section(pending[0].step if pending is not None else None)
+    st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
+                                    shared.network.spec.title if shared is not None else None)
+    _link_set(image=links.image_value(image) if image is not None else None,
+              network=shared.network.key if shared is not None else None)
+    if shared is not None:
+        _fit_link(shared.network)
+    problems = st.session_state.pop(LINK_PROBLEMS_KEY, None)
+    if problems:
+        link_note.warning("This link could not be opened in full. " + " ".join(plain(p) for p in problems),
+                          icon=":material/link_off:")
     if image is None or shared is None:
-        right.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
+        slot.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
+        st.session_state.pop(CONTROLS_FOR_KEY, None)
         return None
     network = shared.network
     show_domain_warning(stats_note, network)
     cropped = network.preprocess.crop(image.image)
     x = network.preprocess.normalise(cropped)
+    shown_for = (shared.source, image.digest)
+    if st.session_state.get(CONTROLS_FOR_KEY) != shown_for:
+        slot.empty()  # another image: its classes come with its top-5, none of the previous image's meanwhile
+    right = slot.container()
     with right, network_turn(shared):
         top5 = network.top_k(x, 5)
+    st.session_state[CONTROLS_FOR_KEY] = shown_for
     with left:
         best = top5[0]
         size = network.preprocess.crop_size
@@ -438,9 +650,10 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
 
 
 def subject_caption(subject: Subject) -> str:
-    """`Subject.caption` (image · network · class, Markdown) with the names escaped (`plain`)."""
+    """`Subject.caption` (image · network · class, Markdown) with the names escaped (`plain`); when the result is
+    not of the image and network chosen above, a second line says so (`result_note`)."""
     return replace(subject, image=plain(subject.image), model=plain(subject.model),
-                   class_name=plain(subject.class_name)).caption
+                   class_name=plain(subject.class_name)).caption + result_note_line(subject.image, subject.model)
 
 
 def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | None = None) -> None:
@@ -458,29 +671,49 @@ def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | No
 
 
 def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
+    """The layer (its key holds the network's: another network's layers are never offered)."""
     spec = inputs.network.spec
     why = ("paper, Appendix" if spec.key in REGISTRY else
            "the model card's, or the last feature map of at least 28 × 28")
-    return st.selectbox(
-        label, spec.layers, index=spec.layers.index(spec.default_layer), key=f"{prefix}_layer_{spec.key}",
+    key = f"{prefix}_layer_{spec.key}"
+    linked = _take_from_link(inputs.network, "layer")
+    if linked is not None:
+        st.session_state[key] = linked
+    layer = st.selectbox(
+        label, spec.layers, index=spec.layers.index(spec.default_layer), key=key,
         format_func=inputs.network.layer_label,  # name · shape (map or tokens)
         help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
     )
+    _link_set(layer=layer)
+    return layer
 
 
 def beta_picker(prefix: str) -> float:
-    return st.select_slider(
+    linked = _take_from_link(None, "beta_k")
+    if linked is not None:
+        st.session_state[f"{prefix}_beta"] = linked
+    beta_k = st.select_slider(
         "β·k (information penalty)", options=BETA_K_CHOICES, value=DEFAULT_BETA_K, format_func=format_beta,
         key=f"{prefix}_beta",
         help="The loss is L_CE + β·L_I with β = (β·k)/k, k = number of feature elements. "
         "Larger β lets fewer bits through. Paper default: β·k = 10.",
     )
+    _link_set(beta_k=links.to_params(links.View(beta_k=float(beta_k)))["beta_k"])
+    return beta_k
 
 
 def target_picker(inputs: Inputs, prefix: str) -> int | str:
     """A top-5 class (radio), unless a class name or index is typed below (returned as typed)."""
     top = inputs.top5
     key_suffix = f"{inputs.network.key}_{inputs.image.digest}"  # new image → back to its top-1
+    other_key, other_for = f"{prefix}_other", f"_{prefix}_other_for"
+    if st.session_state.get(other_for, inputs.network.key) != inputs.network.key:
+        st.session_state[other_key] = ""  # a class typed for another network names another class here, or none
+    st.session_state[other_for] = inputs.network.key
+    linked = _take_from_link(inputs.network, "target")
+    if linked is not None:  # a top-5 class on the radio, any other in the field
+        in_top = linked in [i for i, _, _ in top]
+        st.session_state[f"{prefix}_target_{key_suffix}" if in_top else other_key] = linked if in_top else str(linked)
     chosen = st.radio(
         "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
         format_func=lambda i: next(f"{plain(n)} · {format_probability(p)}" for j, n, p in top if j == i),
@@ -493,6 +726,11 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
         help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
         "a single class. A part that fits several classes is refused with the candidates listed.",
     )
+    try:
+        index = inputs.network.class_index(other.strip()) if other.strip() else int(chosen)
+    except ValueError:  # an unknown or ambiguous name: Run says why; the link names no class meanwhile
+        index = None
+    _link_set(target=None if index is None else str(index))
     return other.strip() or chosen
 
 

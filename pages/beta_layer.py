@@ -5,15 +5,19 @@ import streamlit as st
 
 from iba_core.app.maps import grid_key, keep
 from iba_core.app.state import GridRun, Subject
-from iba_core.beta_layer import DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, beta_layer_grid, depth_layers, lost_class_warning
+from iba_core.beta_layer import (
+    DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, GridKey, beta_layer_grid, cached_grid, depth_layers, grid_target_note,
+    lost_class_warning,
+)
 from iba_core.per_sample import BottleneckSettings
-from iba_core.render.figures import grid_figure
+from iba_core.render.figures import PRESENTATION_ZOOM, grid_figure
 from pages import _widgets as ui
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
-PER_MAP_KEY = "bl_per_map"  # the checkbox: each map on its own colour scale (off: one scale per row)
-MAX_KEPT = 6  # grids kept per session (each ~2 MB of heatmaps)
+PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)
+MAX_KEPT = 6  # grids kept per session (each ~2 MB of heatmaps); every session also finds them on disk
 MAP_CONFIG = {"displayModeBar": False}  # the tool bar would cover the cell titles
+LIVE_ZOOM = 0.75  # the grid filling beside the image (60 % of the page wide): a preview; the grid below is read
 
 ui.through_app()
 st.title("β × layer")
@@ -21,23 +25,31 @@ st.markdown(
     "How the two main choices shape the heatmap, for your image (the paper's Figure 3). "
     f"**Top row:** β·k from {DEFAULT_BETAS[0]:g} to {DEFAULT_BETAS[-1]:g} at one layer — larger β lets fewer bits "
     f"through and p(target) drops. **Bottom row:** layers across the network's depth at β·k = {LAYER_ROW_BETA:g} — "
-    "early layers give sharp, detailed maps, deep layers coarse ones. Bits are absolute: the maps of a row share "
-    "one colour scale in bits per pixel, so a map that lets few bits through looks dark."
+    "early layers give sharp, detailed maps, deep layers coarse ones. The top row shares one colour scale in bits "
+    "per pixel (bits are absolute: a map that lets few bits through looks dark); each map of the bottom row has its "
+    "own scale, 0 … its maximum given in its title, because layers of different resolution spread their bits "
+    "differently (the first layers hold many more bits per pixel)."
 )
 
 
-def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSettings, folder: str | None,
+def zoom() -> float:
+    """How much larger the grid is drawn: PRESENTATION_ZOOM in presentation mode (the sidebar's toggle)."""
+    return PRESENTATION_ZOOM if ui.presentation() else 1.0
+
+
+def compute(inputs: ui.Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None,
             n: int) -> list[GridCell]:
     """Fill the grid cell by cell, redrawing it after each one."""
-    layers = depth_layers(inputs.network.spec, include=layer)
-    total = len(DEFAULT_BETAS) + len(layers)
+    layers = list(key.layers)
+    total = len(key.betas) + len(layers)
     bar = st.progress(0.0, text=f"0 / {total} cells")
     figure = st.empty()
     cells: list[GridCell] = []
 
     def on_cell(cell: GridCell) -> None:
         cells.append(cell)
-        figure.plotly_chart(grid_figure(cells, height=330, shared_scale=not st.session_state.get(PER_MAP_KEY)),
+        figure.plotly_chart(grid_figure(cells, shared_scale=not st.session_state.get(PER_MAP_KEY),
+                                        zoom=LIVE_ZOOM * zoom()),
                             key=f"bl_live_{len(cells)}", theme=None, config=MAP_CONFIG)
 
     def progress(done: int, total: int, label: str) -> None:
@@ -45,7 +57,7 @@ def compute(inputs: ui.Inputs, layer: str, target: int, settings: BottleneckSett
 
     with ui.network_turn(inputs.shared) as network:
         result = beta_layer_grid(
-            network, inputs.x, target, layer,
+            network, inputs.x, key.target, key.layer, betas=key.betas,
             stats_for=lambda name: ui.stats_with_progress(inputs, name, folder, n),
             layers=layers, settings=settings, progress=progress, on_cell=on_cell,
         )
@@ -75,18 +87,21 @@ def form(inputs: ui.Inputs) -> tuple | None:
 
 def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
             n: int) -> None:
-    """Compute the grid (or reuse this session's identical one) and make it the one shown."""
+    """Compute the grid (or reuse an identical one: this session's, or any session's from the disk cache) and
+    make it the one shown."""
     try:
         settings = settings.validate()
         target_idx = ui.resolve_target(inputs, target)
         key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n)
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
-        if key not in grids:  # same image and settings: reuse, the result would be identical
-            cells = compute(inputs, layer, target_idx, settings, folder, n)
+        cached = key in grids
+        if not cached:  # same image and settings: reuse, the result would be identical
+            cells, cached = cached_grid(key, lambda: compute(inputs, key, settings, folder, n))
             run = GridRun(Subject.of(inputs.image.name, inputs.network, target_idx), cells, layer, settings)
             keep(grids, key, run, MAX_KEPT)
         st.session_state[LAST_KEY] = key
-        st.success("The grid is ready below.", icon=":material/check_circle:")
+        st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."
+                                                 if cached else "."), icon=":material/check_circle:")
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
         ui.show_error(err)
 
@@ -99,22 +114,26 @@ def show(entry: GridRun) -> None:
     )
     per_map = st.checkbox(
         "Scale each map on its own", key=PER_MAP_KEY,
-        help="Off (default): the maps of a row share one colour scale in bits per pixel (bits are absolute), so "
-        "brightness compares across the row. On: each map runs from 0 to its own maximum, which shows its shape "
-        "but not how many bits it let through.",
+        help="Off (default): the top row's maps share one colour scale in bits per pixel (bits are absolute), so "
+        "brightness compares across the row. On: they too run from 0 to their own maximum, which shows each "
+        "map's shape but not how many bits it let through. The bottom row's maps always have their own scales.",
     )
+    note = grid_target_note(entry.cells)
+    if note:
+        st.warning(f"**Explaining a class the network hardly predicts** — {note}", icon=":material/help:")
     lost = lost_class_warning(entry.cells)
     if lost:
         st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
                    icon=":material/warning:")
-    st.plotly_chart(grid_figure(entry.cells, shared_scale=not per_map), key="bl_grid", theme=None,
+    st.plotly_chart(grid_figure(entry.cells, shared_scale=not per_map, zoom=zoom()), key="bl_grid", theme=None,
                     config=MAP_CONFIG)
     if per_map:
-        scale = ("Each map has its own colour scale (dark = 0 bits / pixel, bright = that map's maximum, given in its "
-                 "title): shapes compare, brightness does not.")
+        scale = ("Each map has its own linear colour scale (dark = 0 bits / pixel, bright = that map's maximum, "
+                 "given in its title): shapes compare, brightness does not.")
     else:
-        scale = ("One colour scale per row, in bits per pixel (dark = 0, bright = the row's largest value; colour "
-                 "bars on the right): brightness compares across the row.")
+        scale = ("Top row: one linear colour scale in bits per pixel (dark = 0, bright = the row's largest value; "
+                 "colour bar on the right), so brightness compares across β. Bottom row: each map on its own linear "
+                 "scale, 0 … its maximum (in its title), so shapes compare across layers, brightness does not.")
     st.caption(
         f"{scale} Hover for values. Titles: p = p(target) with the bottleneck, and the total bits that pass it; "
         "⚠ class lost marks a cell where the bottleneck discarded the class."

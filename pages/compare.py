@@ -13,6 +13,7 @@ from iba_core.app.choices import (
 )
 from iba_core.app.maps import CachedMap, cell_pictures, map_key
 from iba_core.app.state import CompareRun, Subject
+from iba_core.compare import compare_target_note
 from iba_core.errors import user_message
 from iba_core.methods import display_names
 from iba_core.render.comparison import grid_png, image_cell_png, limits_text
@@ -20,6 +21,8 @@ from iba_core.render.text import format_seconds
 from pages import _widgets as ui
 
 LAST_KEY = "cmp_last"
+#: The last grid's note when the network hardly predicts its class (`compare_target_note`), set with LAST_KEY.
+NOTE_KEY = "cmp_target_note"
 PER_MAP_KEY = "cmp_per_map"
 READOUT_NONE = "—"
 COLUMNS = 4
@@ -100,6 +103,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         with ui.network_turn(inputs.shared) as network:
             maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
                               names=labels, progress=progress, on_map=on_map, on_error=on_error)
+            note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
         live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = CompareRun(
             Subject.of(inputs.image.name, inputs.network, target_idx),
@@ -108,6 +112,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
             readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",
             failed=failed,
         )
+        st.session_state[NOTE_KEY] = note
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
         ui.show_error(err)
 
@@ -138,6 +143,9 @@ def show(last: CompareRun) -> None:
     st.divider()
     st.subheader("Maps")
     st.caption(ui.subject_caption(last.subject))
+    note = st.session_state.get(NOTE_KEY, "")
+    if note:
+        st.warning(f"**Hardly predicted:** {note}", icon=":material/help:")
     per_map = st.checkbox(
         "Scale each bottleneck map on its own", key=PER_MAP_KEY,
         help="Off (default): every map in bits per pixel (Per-Sample IBA, Readout) uses one colour scale, from 0 "

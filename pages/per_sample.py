@@ -19,7 +19,9 @@ from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.state import RunRecord
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
-from iba_core.render.animation import ColourScale, animation_gif, bits_panel, curves_image, lambda_panel, step_text
+from iba_core.render.animation import (
+    ColourScale, animation_gif, bits_panel, curves_image, lambda_panel, live_scale, run_scale, step_text,
+)
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, full_resolution_overlay, not_needed_fraction, not_needed_outline, overlay_image,
     png_bytes,
@@ -34,8 +36,8 @@ MAP_CONFIG = {"displayModeBar": False}
 #: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
 PANEL_SIDE, PANEL_FONT = 224, 17
 CURVES_SIZE = (640, 230)
-#: Widget keys of the colour-scale controls (read by the live run, set in the replay panel).
-SCALE_AUTO_KEY, SCALE_TOP_KEY = "ps_scale_auto", "ps_scale_top"
+#: Widget key of the colour-scale control (read by the live run, set in the replay panel).
+SCALE_TOP_KEY = "ps_scale_top"
 
 ui.through_app()
 st.title("Per-Sample Bottleneck")
@@ -50,22 +52,25 @@ st.caption(
 # ---- colour scale ------------------------------------------------------------------------------
 
 
-def colour_scale() -> ColourScale:
-    """The scale the controls in the replay panel ask for (default: one scale, the first step's maximum)."""
+def fixed_top() -> float | None:
+    """The top of the colour scale the user typed in the replay panel (bits / pixel), or None: the run's own."""
     top = st.session_state.get(SCALE_TOP_KEY)
-    return ColourScale(auto=bool(st.session_state.get(SCALE_AUTO_KEY, False)),
-                       top=float(top) if top else None)
+    return float(top) if top else None
+
+
+def record_scale(record: RunRecord) -> ColourScale:
+    """The run's one colour scale (`run_scale`: the top typed in, else the run's largest value), for the replay,
+    the GIF, the final map and the overlays alike."""
+    return run_scale(record.result, fixed_top())
 
 
 def scale_controls() -> None:
-    c1, c2 = st.columns([1, 1.2], vertical_alignment="bottom")
-    c1.toggle("Auto-scale each step", key=SCALE_AUTO_KEY,
-              help="Off (default): all steps share one colour scale, so you see the bits drain away. "
-              "On: each step is scaled to its own maximum; shapes stay visible, amounts are not comparable.")
-    c2.number_input("Scale top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
-                    key=SCALE_TOP_KEY, placeholder="first step's maximum", disabled=bool(
-                        st.session_state.get(SCALE_AUTO_KEY, False)),
-                    help="The top of the shared colour scale. Empty: the first step's maximum.")
+    c1, _ = st.columns([1.2, 1])
+    c1.number_input("Scale top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
+                    key=SCALE_TOP_KEY, placeholder="the run's largest value",
+                    help="The top of the run's one colour scale: the live view, the replay, the GIF, the final map and "
+                    "the overlays all use it. Empty: the run's largest bits per pixel over all steps and the final "
+                    "map. Values above a top you set are drawn in the top colour (the colour bar says ≥).")
 
 
 # ---- run ---------------------------------------------------------------------------------------
@@ -95,20 +100,22 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
     """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`.
 
     Every picture has its own placeholder and is replaced in place each step (an image swaps without a
-    blank frame; a chart would be mounted anew), on one colour scale (`colour_scale`).
+    blank frame; a chart would be mounted anew), on the largest value so far (`live_scale`).
     """
-    scale = colour_scale()
+    fixed = fixed_top()
     timing: dict = {}
     with panel.container(border=True, key="ps_live"):
         ui.bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
         stats = ui.stats_with_progress(inputs, layer, folder, n, timing=timing)
-        bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network (a first run on this "
-                                    "machine also measures which precision is fastest)…")
+        bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
         c1, c2 = st.columns(2, gap="small")
         heat, lam, curves = c1.empty(), c2.empty(), st.empty()
         blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
         heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
         lam.image(blank, width="stretch", alt="λ: waiting for the first step")
+        st.caption(f"Bits maps: {live_scale([], fixed).describe()}." if fixed else
+                   "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it); the "
+                   "replay, the GIF and the final map then use the run's largest value.")
         history: list[StepInfo] = []
 
         def on_step(info: StepInfo) -> None:
@@ -117,7 +124,7 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
                 f"**Step {info.step} / {info.steps}** · p(target) = {info.p_target:.2f} · "
                 f"L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
-            top = scale.top_for(history[0].bits_per_pixel, info.bits_per_pixel)
+            top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
             where = f"step {info.step} of {info.steps}"
             heat.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
                        alt=f"Bits per pixel at {where}")
@@ -127,8 +134,15 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
                                       font_size=PANEL_FONT - 2),
                          width="stretch", alt=f"Losses and p(target) up to {where}")
 
+        # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
+        # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
+        # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
+        # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with ui.network_turn(inputs.shared, timing) as network:
             iba = PerSampleBottleneck.for_network(network, layer, stats, settings)
+            if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
+                bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
+                                       "this layer also measures which precision is fastest here (once)…")
             result = iba.attribute(inputs.x, target=target, callback=on_step)
     pre = inputs.network.preprocess
     return RunRecord(
@@ -165,49 +179,57 @@ def lost_class_warning(record: RunRecord) -> None:
         )
 
 
-def replay(record: RunRecord, current_key: str | None = None) -> None:
-    """The last run step by step: a slider over the steps, the maps and curves at the chosen step.
-    current_key: the network chosen now; when the run used another one, the panel says so."""
+def target_warning(record: RunRecord) -> None:
+    """The network hardly predicts the explained class (`AttributionResult.target_note`), or nothing."""
+    note = record.result.target_note
+    if note:
+        st.warning(f"**Hardly predicted:** {note}", icon=":material/help:")
+
+
+def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None) -> None:
+    """The last run step by step: a slider over the steps, the maps and curves at the chosen step, on the run's
+    colour scale. current_key: the network chosen now; when the run used another one, the panel says so."""
     r = record.result
     history = r.history
-    if current_key is not None and current_key != record.model_key:
-        st.caption(f"This run used {ui.plain(record.model_title or record.model_key)}; press Run for the network "
-                   "chosen above.")
+    if current_key is not None and (note := ui.result_note(record.image_name, record.model_title or record.model_key)):
+        st.caption(note)  # another image or network is chosen above: says which this run is of
     st.markdown(
         f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
         f"{format_probability(r.p_with)} · [details below](#result)"
     )
     lost_class_warning(record)
+    target_warning(record)
     if not history:
         st.info("This run had 0 steps: nothing to replay.", icon=":material/info:")
         return
     steps = len(history)
     step = steps if steps == 1 else st.slider(
-        "Replay step", 1, steps, steps, key=f"ps_replay_{record.run_id}",
+        "Replay step", 1, steps, steps, key=ui.replay_step_key(f"ps_replay_{record.run_id}", steps),
         help="Shows the bits, λ and the curves as they were at this step of the optimisation.",
     )
     info = history[step - 1]
-    scale = colour_scale()
-    top = scale.top_for(history[0].bits_per_pixel, info.bits_per_pixel)
-    st.markdown(f"**{step_text(info)}**")
+    # The last step is the final map: its line quotes the result's own total, as every other figure does.
+    st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None)}**")
     c1, c2 = st.columns(2, gap="small")
     where = f"step {step} of {steps}"
-    c1.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
+    c1.image(bits_panel(info.bits_per_pixel, scale.top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
              alt=f"Bits per pixel at {where}")
     c2.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
              alt=f"λ at {where}")
     st.image(curves_image(history[:step], total_steps=steps, mark=step, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
                           font_size=PANEL_FONT - 2), width="stretch", alt=f"Losses and p(target) up to {where}")
-    st.caption(f"Bits maps: {scale.describe(history[0].bits_per_pixel)}. λ = 1 lets a feature through, λ = 0 "
-               "replaces it by noise. The final map below is read after the last step.")
+    read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
+            else "from the step's forward pass, as the final map below")
+    st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "
+               "it by noise. p(target) in the step line and the curves: that step's noisy batch, before its update.")
     scale_controls()
 
 
 # ---- result ------------------------------------------------------------------------------------
 
 
-def results(record: RunRecord) -> None:
-    """Numbers, maps, the "few bits" view and downloads for the last finished run."""
+def results(record: RunRecord, scale: ColourScale) -> None:
+    """Numbers, maps, the "few bits" view and downloads for the last finished run; the maps on the run's scale."""
     r, s = record.result, record.result.settings
     st.divider()
     st.subheader("Result", anchor="result")
@@ -215,6 +237,7 @@ def results(record: RunRecord) -> None:
         f"{ui.plain(record.image_name)} · {ui.plain(record.model_title or record.model_key)} · layer {record.layer} · "
         f"explaining **{ui.plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
+        + ui.result_note_line(record.image_name, record.model_title or record.model_key)
     )
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Information used", f"{r.total_bits:,.0f} bits",
@@ -229,6 +252,7 @@ def results(record: RunRecord) -> None:
               "statistics", delta_color="off", delta_arrow="off",
               help="Optimisation: the T steps, including drawing the live view. Statistics: estimating the layer's "
               f"μ_R and σ_R (near 0 when they are cached).{waited}")
+    target_warning(record)
 
     # Three views of the same map (the crop's size) side by side: label on top, picture, then its control.
     overlay_col, heat_col, few_col = st.columns([1, 1.3, 1], gap="medium")
@@ -236,18 +260,20 @@ def results(record: RunRecord) -> None:
         st.markdown("**Bits over the image**")
         overlay_slot = st.empty()
         opacity = st.slider("Overlay opacity", 0.0, 1.0, 0.6, 0.05, key="ps_opacity")
-        overlay_slot.image(overlay_image(record.cropped, r.heatmap, opacity=opacity), width="stretch")
-        st.caption("Inferno colours: dark = 0 bits, bright = the map's maximum.")
+        overlay_slot.image(overlay_image(record.cropped, r.heatmap, opacity=opacity, top=scale.top, legend=True),
+                           width="stretch", alt=f"Bits over the image, 0 – {scale.top:.3g} bits / pixel")
+        st.caption(f"Inferno colours on the run's scale: dark = 0 bits, bright = {scale.top:.3g} bits / pixel "
+                   "(the legend below the image).")
     with heat_col:
         st.markdown("**Bits per pixel** (final map)")
         lost_class_warning(record)
-        st.plotly_chart(figures.heatmap_figure(r.heatmap, "", height=300), key="ps_heatmap", theme=None,
-                        config=MAP_CONFIG)
+        st.plotly_chart(figures.heatmap_figure(r.heatmap, "", zmax=scale.top, height=300), key="ps_heatmap",
+                        theme=None, config=MAP_CONFIG)
     with few_col:
         st.markdown("**Few bits**")
         few_bits(record)
 
-    downloads(record, opacity)
+    downloads(record, opacity, scale)
     st.caption(f"Feature statistics: {record.stats_description}.")
 
 
@@ -279,11 +305,11 @@ def few_bits(record: RunRecord) -> None:
         )
 
 
-def downloads(record: RunRecord, opacity: float) -> None:
+def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
     r = record.result
     stem = record.file_stem
     report = record.report()
-    scale = colour_scale()
+    top = scale.top
     c1, c2, c3, c4, _ = st.columns([1, 1, 1, 1, 0.5])
     side = " × ".join(map(str, r.heatmap.shape[::-1]))  # width × height of the map (the network's crop)
     if record.original is not None and record.crop_box is not None:
@@ -291,26 +317,29 @@ def downloads(record: RunRecord, opacity: float) -> None:
         width, height = original.size
         c1.download_button(
             "Overlay PNG",
-            lambda: png_bytes(full_resolution_overlay(original, r.heatmap, box, opacity), optimize=False),
+            lambda: png_bytes(full_resolution_overlay(original, r.heatmap, box, opacity, top=top, legend=True),
+                              optimize=False),
             f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:", width="stretch",
-            help=f"{width} × {height} px, the size of the image you gave. The heatmap covers the centre crop the "
-            "network saw (outlined); the rest of the photo, which the network never saw, is grey and dimmed.",
+            help=f"{width} × {height} px, the size of the image you gave, with the colour legend below it "
+            f"(0 – {top:.3g} bits / pixel, the run's scale). The heatmap covers the centre crop the network saw "
+            "(outlined); the rest of the photo, which the network never saw, is grey and dimmed.",
         )
     else:
-        c1.download_button("Overlay PNG", png_bytes(overlay_image(record.cropped, r.heatmap, opacity)),
+        c1.download_button("Overlay PNG", png_bytes(overlay_image(record.cropped, r.heatmap, opacity, top=top,
+                                                                  legend=True)),
                            f"{stem}_overlay.png", "image/png", on_click="ignore", icon=":material/image:",
-                           width="stretch", help=f"The {side} crop the network saw.")
+                           width="stretch", help=f"The {side} crop the network saw, with the colour legend below "
+                           f"it (0 – {top:.3g} bits / pixel).")
     c2.download_button("Heatmap .npy", heatmap_npy_bytes(r.heatmap), f"{stem}_bits.npy", "application/octet-stream",
                        on_click="ignore", icon=":material/grid_on:", help=f"{side} float32, bits per pixel.",
                        width="stretch")
     c3.download_button("JSON report", json.dumps(report, indent=2), f"{stem}.json", "application/json",
                        on_click="ignore", icon=":material/description:", width="stretch")
-    history = r.history
     c4.download_button(
-        "Animation GIF", lambda: animation_gif(history, scale), f"{stem}_steps.gif", "image/gif", on_click="ignore",
-        icon=":material/animation:", width="stretch", disabled=not history,
-        help="One frame per step (bits and λ, with the step, the bits and p(target) written on each), on the "
-        "replay's colour scale.",
+        "Animation GIF", lambda: animation_gif(r, scale), f"{stem}_steps.gif", "image/gif", on_click="ignore",
+        icon=":material/animation:", width="stretch", disabled=not r.history,
+        help="One frame per step (bits and λ, with the step, the bits and p(target) written on each), then the "
+        "final map, held; all on the run's colour scale.",
     )
 
 
@@ -326,6 +355,6 @@ if inputs is not None:
             execute(inputs, *submitted, panel=panel)
     if RESULT_KEY in st.session_state:
         with panel.container(border=True, key="ps_replay"):
-            replay(st.session_state[RESULT_KEY], inputs.network.key)
+            replay(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]), inputs.network.key)
 if RESULT_KEY in st.session_state:
-    results(st.session_state[RESULT_KEY])
+    results(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]))

@@ -1,6 +1,8 @@
 """β × layer grid (iba_core.beta_layer)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,12 @@ from iba_core.beta_layer import (
     DEFAULT_BETAS,
     LAYER_ROW_BETA,
     GridCell,
+    GridKey,
     beta_layer_grid,
+    cached_grid,
     depth_layers,
+    grid_cache_path,
+    grid_target_note,
     lost_class_cells,
     lost_class_warning,
 )
@@ -147,3 +153,117 @@ def test_lost_class_warning_names_each_lost_cell_once() -> None:
     text = lost_class_warning(cells)
     assert text == ("β·k = 10 at stem (p = 0.00, without the bottleneck 0.50); "
                     "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + LOST_CLASS_MESSAGE + ".")
+
+
+# ---- the explained class and the network's top-1 ------------------------------------------------------------
+
+
+def cell(row: str = "beta", beta_k: float = 10.0, layer: str = "block3_2", p_with: float = 0.5,
+         p_without: float = 0.4, target: int = 285, predicted: int = 285, heat: np.ndarray | None = None) -> GridCell:
+    heat = np.full((8, 8), beta_k, np.float32) if heat is None else heat
+    return GridCell(row, f"β·k = {beta_k:g}" if row == "beta" else layer, beta_k, layer, heat, p_with,
+                    float(heat.sum()), p_without, bottleneck_lost_class(p_without, p_with), target, predicted, 0.4)
+
+
+def test_grid_cells_know_the_networks_top1(network, stats_for) -> None:
+    x = network.preprocess(load_sample("chelsea"))
+    cells = beta_layer_grid(network, x, 281, "block3_2", stats_for, betas=(10.0,), layers=[],
+                            settings=BottleneckSettings(steps=1, batch=1))
+    assert cells[0].target == 281 and cells[0].predicted == 285  # tabby explained; Egyptian cat predicted
+    assert cells[0].p_predicted == pytest.approx(network.top_k(x, 1)[0][2], rel=1e-4)
+
+
+def test_one_target_note_for_the_grid() -> None:
+    # Recognised: the top-1 with p ≥ 10 % → no note, whatever the cells' p with the bottleneck.
+    assert grid_target_note([cell(p_without=0.36), cell(beta_k=0.1, p_with=0.9, p_without=0.36)]) == ""
+    assert grid_target_note([]) == ""
+    # A class the network hardly predicts: one note, p with the bottleneck from the β row's β·k = 10 cell.
+    low = [cell(beta_k=b, p_with=p, p_without=0.034, predicted=722) for b, p in ((0.1, 0.99), (10.0, 0.938))]
+    low.append(cell(row="layer", layer="stem", p_with=0.2, p_without=0.034, predicted=722))
+    note = grid_target_note(low)
+    assert note.startswith("The network does not recognise this image as the explained class well")
+    assert "only 3.4 %" in note and "not the network's top prediction" in note
+    assert "rises to 93.8 %" in note and "the β·k = 10 at block3_2 cell" in note
+    # Not the top-1, but p high enough and falling with the bottleneck: the reason, no rise sentence.
+    note = grid_target_note([cell(p_with=0.1, p_without=0.3, predicted=1)])
+    assert "not the network's top prediction" in note and "rises" not in note and "only" not in note
+
+
+# ---- kept on disk, for every session ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def grid_key(image: str = "digest", steps: int = 3, layer: str = "block3_2", stats: str = "offline-photos-13:32"):
+    return GridKey.of(image, load_network_key(), layer, 285, BottleneckSettings(steps=steps), stats)
+
+
+def load_network_key():
+    """What GridKey reads of a network: its key, weights and spec (no model needed)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(key="efficientnet_lite0", weights_id="w.pth", spec=get_spec("efficientnet_lite0"))
+
+
+def counting(cells: list[GridCell]):
+    def compute() -> list[GridCell]:
+        compute.calls += 1
+        return cells
+
+    compute.calls = 0
+    return compute
+
+
+def some_cells() -> list[GridCell]:
+    rng = np.random.default_rng(0)
+    return [cell(beta_k=b, heat=rng.random((224, 224), np.float32) * b, p_with=0.5 / b, predicted=281)
+            for b in DEFAULT_BETAS] + [cell(row="layer", layer="stem", heat=rng.random((224, 224), np.float32))]
+
+
+def test_a_second_session_gets_the_grid_from_disk_without_computing(disk) -> None:
+    cells = some_cells()
+    compute = counting(cells)
+    first, cached = cached_grid(grid_key(), compute)
+    assert (first, cached, compute.calls) == (cells, False, 1)
+    again, cached = cached_grid(grid_key(), compute)  # a new session: a key built anew, same inputs
+    assert cached and compute.calls == 1
+    assert len(again) == len(cells)
+    for a, b in zip(again, cells):
+        assert a.heatmap.dtype == np.float32 and np.array_equal(a.heatmap, b.heatmap)  # bit for bit
+        assert float(a.heatmap.sum()) == pytest.approx(b.total_bits, rel=1e-4)
+        assert (a.row, a.label, a.beta_k, a.layer, a.target, a.predicted, a.lost_class) == \
+            (b.row, b.label, b.beta_k, b.layer, b.target, b.predicted, b.lost_class)
+        assert (a.p_with, a.p_without, a.total_bits, a.p_predicted) == (b.p_with, b.p_without, b.total_bits,
+                                                                         b.p_predicted)
+    # Any other input computes: another setting, image, layer or statistics.
+    for other in (grid_key(steps=4), grid_key(image="other"), grid_key(layer="stem"), grid_key(stats="x:32")):
+        assert cached_grid(other, compute)[1] is False
+    assert compute.calls == 5
+
+
+def test_a_damaged_grid_file_is_rebuilt(disk) -> None:
+    key, compute = grid_key(), counting(some_cells())
+    cached_grid(key, compute)
+    path = grid_cache_path(key)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a crash half-way through a copy
+    with pytest.warns(UserWarning, match="unusable"):
+        cells, cached = cached_grid(key, compute)
+    assert not cached and compute.calls == 2 and len(cells) == 6
+    assert cached_grid(key, compute)[1] and compute.calls == 2  # the rebuilt file serves the next session
+
+
+def test_the_grid_cache_keeps_the_newest(disk, monkeypatch) -> None:
+    monkeypatch.setattr("iba_core.beta_layer.MAX_CACHED_GRIDS", 2)
+    compute = counting(some_cells()[:2])
+    keys = [grid_key(image=f"img{i}") for i in range(3)]
+    for i, key in enumerate(keys):
+        cached_grid(key, compute)
+        os.utime(grid_cache_path(key), (1000.0 + i, 1000.0 + i))  # file times apart, oldest first
+    cached_grid(keys[0], compute)  # computed again (pruned), now the newest
+    assert compute.calls == 4
+    assert sorted(p.name for p in (disk / "grids").glob("*.npz")) == sorted(
+        grid_cache_path(k).name for k in (keys[0], keys[2]))

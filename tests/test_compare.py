@@ -88,3 +88,17 @@ def test_add_compare_parser_registers_the_subcommand():
     args = parser.parse_args(["compare", "img.png", "--model", "resnet50", "--out", "d", "--methods", "saliency"])
     assert args.func is compare.run and args.model == "resnet50" and args.methods == "saliency"
     assert args.layer is None and args.target is None
+
+
+def test_compare_target_note_for_a_class_the_network_hardly_predicts(offline_model, chelsea_x):
+    """chelsea is an Egyptian cat (p 0.36): no note; a class it hardly predicts gets one, with the bottleneck's p."""
+    from types import SimpleNamespace
+
+    from iba_core.compare import compare_target_note
+
+    assert compare_target_note(offline_model, chelsea_x, 285) == ""
+    note = compare_target_note(offline_model, chelsea_x, 1)  # goldfish
+    assert "not the network's top prediction" in note and "below 10 %" in note and "rises" not in note
+    iba = SimpleNamespace(extra={"p_with": 0.9, "total_bits": 10.0})
+    raised = compare_target_note(offline_model, chelsea_x, 1, [SimpleNamespace(extra={}), iba])
+    assert "rises to 90.0 % with the bottleneck" in raised

@@ -219,6 +219,69 @@ def test_read_point_last_step_is_the_last_forward_pass(tiny_net, tiny_stats):
         BottleneckSettings(read_point="middle").validate()
 
 
+def _assert_last_step_is_the_result(res):
+    """The last step (what the live view, the replay and the GIF end on) is the result: same map, λ and bits."""
+    from iba_core.render.animation import step_bits
+
+    last = res.history[-1]
+    np.testing.assert_allclose(last.bits_per_pixel, res.heatmap, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(last.lambda_mean, res.lambda_mean, rtol=1e-4, atol=1e-7)
+    assert last.unlocated_bits == pytest.approx(res.unlocated_bits, rel=1e-4, abs=1e-6)
+    assert step_bits(last) == pytest.approx(res.total_bits, rel=1e-4)
+
+
+@pytest.mark.parametrize("read_point", ["final", "last_step"])
+def test_history_ends_on_the_final_map(tiny_net, tiny_stats, read_point):
+    """One run, one total: history[-1] is the heatmap, for a single image with a live callback and for a batch
+    read back after the last step."""
+    iba = _split(tiny_net, tiny_stats, steps=3, batch=2, read_point=read_point)
+    live = []
+    single = iba.attribute(_x(), target=2, callback=live.append)
+    assert live == single.history and len(live) == 3
+    batch = iba.attribute_batch(torch.cat([_x(0), _x(1)]), [2, 1])
+    for res in (single, *batch):
+        _assert_last_step_is_the_result(res)
+    np.testing.assert_allclose(batch[0].history[-1].bits_per_pixel, single.heatmap, rtol=1e-4, atol=1e-7)
+    # The steps' losses and p(target) are those of their forward passes: the same under both read points.
+    other = _split(tiny_net, tiny_stats, steps=3, batch=2,
+                   read_point="last_step" if read_point == "final" else "final").attribute(_x(), target=2)
+    assert [h.ce for h in other.history] == [h.ce for h in single.history]
+    assert [h.p_target for h in other.history] == [h.p_target for h in single.history]
+    if read_point == "final":  # maps after each update: step t shows what step t + 1's forward pass starts from
+        np.testing.assert_allclose(single.history[0].lambda_mean, other.history[1].lambda_mean, rtol=1e-5)
+
+
+def _tiny_vit_network():
+    """The tiny ViT of tests/networks (a class token that mixes every patch), with statistics of its block."""
+    import importlib.util
+    from pathlib import Path
+
+    from iba_core.feature_stats import FeatureStats, estimate_stats
+    from iba_core.networks import network_from_module
+
+    spec = importlib.util.spec_from_file_location(
+        "tiny_transformer", Path(__file__).parent / "networks" / "tiny_transformer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = network_from_module(module.TinyViT(True), "tiny-vit-history")
+    layer = net.spec.default_layer
+    mean, std, n = estimate_stats(net.prefix(layer), [torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(1))])
+    return net, layer, FeatureStats(mean, std, n)
+
+
+@pytest.mark.parametrize("read_point", ["final", "last_step"])
+def test_history_ends_on_the_final_map_at_a_token_layer(read_point):
+    """A class token's bits have no place on the map: the last step carries them as the result does."""
+    net, layer, stats = _tiny_vit_network()
+    settings = BottleneckSettings(steps=3, batch=2, precision="fp32", read_point=read_point)
+    iba = PerSampleBottleneck.for_network(net, layer, stats, settings)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    single = iba.attribute(x[:1], 1, callback=lambda info: None)
+    for res in (single, *iba.attribute_batch(x, [1, 0])):
+        assert res.unlocated_bits > 0
+        _assert_last_step_is_the_result(res)
+
+
 class DeadAfterReLU(torch.nn.Module):
     """conv → ReLU (the bottleneck layer: channel 0 is dead, its bias far below any input) → pool → linear."""
 

@@ -204,3 +204,67 @@ def test_wrong_types_in_a_sound_memo_are_ignored_and_dropped(memo_file):
     assert prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True) == "bf16"
     assert calls and set(load_json(memo_file)) == {"kept", next(k for k in load_json(memo_file) if k != "kept")}
     assert all(v in ("fp32", "bf16") for v in load_json(memo_file).values())
+
+
+# ---- saying beforehand whether a run measures -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["fresh", "in memory", "on disk", "garbled disk memo", "fp32 asked"])
+def test_would_measure_is_true_exactly_when_resolve_then_measures(memo_file, state):
+    """The app's notice ("this first run also measures which precision is fastest") follows would_measure:
+    it must say True exactly when resolve goes on to measure, and False once a choice is remembered."""
+    memo: dict = {}
+    precision = "fp32" if state == "fp32 asked" else "auto"
+    if state == "in memory":
+        memo[("precision", "net")] = "bf16"
+    if state == "on disk":
+        workload, timer = _measured({"fp32": 1.0, "bf16": 0.5}, [])
+        prec.resolve("auto", "cpu", workload, key=("net",), timer=timer, persist=True)  # another process
+    if state == "garbled disk memo":
+        memo_file.write_text("{not json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the garbled memo is warned about (tested above)
+        predicted = prec.would_measure(precision, "cpu", memo=memo, key=("net",), persist=True)
+        calls: list = []
+        workload, timer = _measured({"fp32": 1.0, "bf16": 0.5}, calls)
+        prec.resolve(precision, "cpu", workload, memo=memo, key=("net",), timer=timer, persist=True)
+    assert predicted == bool(calls)
+    assert predicted == (state in ("fresh", "garbled disk memo"))
+    assert not prec.would_measure(precision, "cpu", memo=memo, key=("net",), persist=True)  # remembered now
+
+
+def test_would_measure_is_false_without_a_lower_precision(cpu_kind):
+    assert prec.would_measure("auto", "cpu") == HAS_BF16[cpu_kind]
+    assert not prec.would_measure("fp32", "cpu")
+
+
+def test_a_bottleneck_says_whether_its_run_will_measure(cpu_kind, offline_model, offline_stats, chelsea_x,
+                                                        monkeypatch, tmp_path):
+    """PerSampleBottleneck.measures_precision: True before the first "auto" run where the CPU has bf16, False
+    after it (memo), in a new process (disk memo), for fp32, and on a CPU without bf16."""
+    from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(offline_model, "memo", {})  # nothing measured in this "process" yet
+    measured: list = []
+
+    def fastest(options, timer=None, repeats=3):  # the choice without the seconds of timing it
+        measured.append(sorted(options))
+        return "fp32", {}
+
+    monkeypatch.setattr(prec, "fastest", fastest)
+    layer = offline_model.spec.default_layer
+
+    def bottleneck(precision: str = "auto") -> PerSampleBottleneck:
+        return PerSampleBottleneck.for_network(offline_model, layer, offline_stats,
+                                               BottleneckSettings(steps=1, precision=precision))
+
+    assert not bottleneck("fp32").measures_precision()
+    before = bottleneck().measures_precision()
+    assert before == HAS_BF16[cpu_kind]
+    bottleneck().attribute(chelsea_x, 285)
+    assert bool(measured) == before  # it measured exactly when it said it would
+    assert not bottleneck().measures_precision()
+    monkeypatch.setattr(offline_model, "memo", {})  # a new process: the disk memo remembers
+    assert not bottleneck().measures_precision()
+    assert bottleneck().measures_precision(n_images=2) == HAS_BF16[cpu_kind]  # another batch: its own choice

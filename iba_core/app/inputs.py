@@ -16,6 +16,8 @@ from ..networks.spec import CROP
 
 #: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
 MAX_UPLOAD_MB = 25
+#: The digest of a sample photo: this prefix and its name (an upload's is `image_digest`'s 16 hex digits).
+SAMPLE_PREFIX = "sample:"
 #: Images with a shorter side below this many pixels get a warning: the network sees a blown-up copy.
 MIN_SIDE = 32
 #: Images whose long side exceeds this many times the short side get a warning: most is cropped away.
@@ -97,7 +99,7 @@ def _named(message: str, name: str) -> str:
 
 def sample_input(name: str) -> ImageInput:
     """One of the offline sample photos."""
-    return ImageInput(name=name, image=load_sample(name), digest=f"sample:{name}")
+    return ImageInput(name=name, image=load_sample(name), digest=SAMPLE_PREFIX + name)
 
 
 # ---- object boxes ------------------------------------------------------------------------------

@@ -2,15 +2,16 @@
 asking for one more method only computes that one, and the β × layer grids of a session."""
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Sequence
 
 import torch
 
+from ..beta_layer import GridKey
 from ..compare import ErrorFn, ProgressFn
 from ..methods import AttributionMap, get_method
 from ..render.comparison import Limits, cell_png, colour_limits, map_limits
-from ..feature_stats import FeatureStats
+from ..feature_stats import FeatureStats, stats_source_key
 
 
 def keep(entries: dict, key: Hashable, value, max_entries: int) -> None:
@@ -152,6 +153,8 @@ class MapCache:
         return out
 
 
-def grid_key(image_digest: str, network, layer: str, target: int, settings, folder: str | None, n: int) -> tuple:
-    """Key of one β × layer grid: same image, network, weights, layer, class and settings → same grid."""
-    return (image_digest, network.key, network.weights_id, layer, int(target), astuple(settings), folder, int(n))
+def grid_key(image_digest: str, network, layer: str, target: int, settings, folder: str | None, n: int,
+             layers: Sequence[str] | None = None) -> GridKey:
+    """Key of one β × layer grid: same image, network, weights, layer, class, settings and statistics (folder
+    and n) → same grid. The session's dict of grids and the disk cache (`beta_layer.cached_grid`) both use it."""
+    return GridKey.of(image_digest, network, layer, target, settings, stats_source_key(folder, n), layers)

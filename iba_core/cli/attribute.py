@@ -90,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
         files.save_npy(args.out, result.heatmap)
     if args.png:
         from ..render import overlay_image
+        from ..render.animation import run_scale
 
-        files.save_image(args.png, overlay_image(cropped, result.heatmap))
+        # the run's one scale (as the app's views), with its legend in bits per pixel
+        files.save_image(args.png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
     print_json({
         "image": str(args.image),
         "method": args.method,

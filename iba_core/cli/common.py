@@ -17,10 +17,13 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
     """--model, --layer, --weights, --random-weights, --trust-pickle, --trust-code, --device."""
     p.add_argument("--model", default=model_default, type=model_arg, metavar="MODEL",
                    help=f"network: a registered key ({', '.join(REGISTRY)}), torchvision:NAME (any torchvision "
-                   f"classifier) or a model card file (.toml) (default: {DEFAULT_NETWORK})")
+                   f"classifier), timm:NAME (any timm model), hf:ORG/NAME (a Hugging Face image classifier), a model "
+                   f"folder (timm's save_for_hf or transformers' save_pretrained) or a model card file (.toml) "
+                   f"(default: {DEFAULT_NETWORK})")
     if layer:
         p.add_argument("--layer", default=None, help="layer name (default: the network's default layer)")
-    p.add_argument("--weights", default=None, help="local weights file (state dict: .pth, .pt or .safetensors)")
+    p.add_argument("--weights", default=None, help="local weights file (state dict: .pth, .pt or .safetensors), or "
+                   "'random'")
     p.add_argument("--random-weights", action="store_true", help="untrained weights (for structure/speed tests)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="allow a weights file that is a pickled whole model (runs code from the file: only for "
@@ -28,12 +31,13 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
     p.add_argument("--trust-code", action="store_true",
                    help="allow a model card's Python code (an arch \"package.module:function\" builder, or a module "
                    "beside the card: runs code from the card's author, only for cards you trust) and its paths "
-                   "outside the card's folder")
+                   "outside the card's folder, and a Hugging Face model's own code (trust_remote_code)")
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
 
 
 def model_arg(text: str) -> str:
-    """--model's check: a registered key, torchvision:NAME or an existing .toml card (argparse error otherwise)."""
+    """--model's check: a registered key, torchvision:NAME, timm:NAME, hf:ORG/NAME, a model folder or an existing
+    .toml card (argparse error otherwise)."""
     from ..networks import check_network_key
 
     try:

@@ -1,8 +1,8 @@
 """`python -m iba_core models`: the networks, their layers, and whether their weights are here.
 
-With `--model MODEL` (a registered key, torchvision:NAME or a model card), that one network is loaded
-and every layer is listed with its output shape (one dry forward pass), marking the default and
-Grad-CAM layers.
+With `--model MODEL` (a registered key, torchvision:NAME, timm:NAME, hf:ORG/NAME, a model folder or a model
+card), that one network is loaded and every layer is listed with its output shape (one dry forward pass), marking
+the default and Grad-CAM layers; timm and Hugging Face networks list their blocks and stages.
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def _one(args: argparse.Namespace) -> int:
     row = {
         "model": spec.key, "title": spec.title, "weights": network.weights_id, "classes": len(network.categories),
         "default_layer": spec.default_layer, "cam_layer": cam, "can_split": network.can_split,
-        "preprocess": {"resize": spec.resize, "crop": spec.crop, "mean": list(spec.mean), "std": list(spec.std)},
+        "preprocess": {"resize": spec.resize, "crop": spec.crop, "mean": list(spec.mean), "std": list(spec.std),
+                       "interpolation": spec.interpolation},
         "layers": [{"name": name, "shape": shapes.get(name), "kind": kinds.get(name, "map")} for name in spec.layers],
         "unusable": [{"name": info.name, "reason": info.reason} for info in table if not info.usable],
     }
@@ -73,7 +74,8 @@ def _one(args: argparse.Namespace) -> int:
         print_json(row)
         return 0
     print(f"{row['model']}: {row['title']}")
-    print(f"  weights: {row['weights']}; classes: {row['classes']}; input: resize {spec.resize}, crop {spec.crop}")
+    print(f"  weights: {row['weights']}; classes: {row['classes']}; "
+          f"input: resize {spec.resize} ({spec.interpolation}), crop {spec.crop}")
     for layer in row["layers"]:
         marks = [m for m, on in (("default", layer["name"] == spec.default_layer),
                                  ("Grad-CAM", layer["name"] == cam)) if on]

@@ -6,8 +6,11 @@
 
 Adding a network is one module in this folder that defines `SPEC` (see `spec.NetworkSpec`) and one
 line in `_FAMILIES` below. Without code: `load_network("torchvision:NAME")` (any torchvision
-classifier, `torchvision_any.py`) or `load_network("path/to/card.toml")` (a model card: your
-architecture, weights and class list, `cards.py`; weights are read safely, `state_files.py`).
+classifier, `torchvision_any.py`), `load_network("timm:NAME")` (any timm model, `timm_models.py`),
+`load_network("hf:ORG/NAME")` (a Hugging Face image classifier, `hf_models.py`), `load_network("path/to/folder")`
+(a model folder timm's save_for_hf or transformers' save_pretrained wrote, `model_folders.py`) or
+`load_network("path/to/card.toml")` (a model card: your architecture, weights and class list, `cards.py`; weights
+are read safely, `state_files.py`). timm and transformers are imported only for their models.
 `network_from_module` wraps any other `nn.Module` with a derived spec.
 """
 from __future__ import annotations
@@ -30,6 +33,10 @@ from .spec import (
     derive_spec,
 )
 from .cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, read_class_list
+from .hf_models import is_hf_key, load_hf, repo_id
+from .hub import HubUnavailableError
+from .model_folders import FOLDER_PREFIX, FolderError, is_folder_key, load_folder, read_folder
+from .timm_models import is_timm_key, load_timm, timm_name
 from .state_files import UnsafeWeightsError, WeightsMismatchError, require_floating
 from .torchvision_any import is_torchvision_key, load_torchvision, model_name
 from .weights import find_weights, missing_weights_error, weights_status
@@ -74,11 +81,14 @@ def load_network(
 
     - a registered key (`REGISTRY`, e.g. "efficientnet_lite0");
     - "torchvision:NAME": any torchvision classifier (`torchvision_any`);
+    - "timm:NAME": any timm model (`timm_models`);
+    - "hf:ORG/NAME": a Hugging Face image classifier (`hf_models`);
+    - a folder: a model folder in timm's or transformers' layout (`model_folders`): its key is "folder:<name>";
     - a model card, a path ending in .toml (`cards`): its network's key is "card:<name>".
 
-    weights: "pretrained" (local file, hub cache, then download; a card's own file), "random" (untrained,
-    for structure and speed tests), or a path to a state-dict file (.pth/.pt, or .safetensors for
-    torchvision and card networks). Files are read with weights_only=True: a pickled whole module is
+    weights: "pretrained" (local file, hub cache, then download; a card's or folder's own file), "random"
+    (untrained, for structure and speed tests), or a path to a state-dict file (.pth/.pt, or .safetensors for
+    any network but the built-ins). Files are read with weights_only=True: a pickled whole module is
     refused unless `trust_pickle=True` (the CLI's --trust-pickle; the app never passes it).
 
     trust: what a model card may do (`iba_core.trust`): run a code builder only with `trust.code` (the CLI's
@@ -89,6 +99,16 @@ def load_network(
     from .weights import load_state_dict
 
     device = torch.device(device)
+    sourced = None
+    if is_folder_key(key) and key not in REGISTRY:  # before cards (a Path is a card's key too), after built-ins
+        sourced = load_folder(key, weights, trust_pickle=trust_pickle, trust=trust)
+    elif is_timm_key(key):
+        sourced = load_timm(key, weights, trust_pickle=trust_pickle)
+    elif is_hf_key(key):
+        sourced = load_hf(key, weights, trust=trust, trust_pickle=trust_pickle)
+    if sourced is not None:
+        spec, model, weights_id, categories = sourced
+        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
     if is_card_key(key):
         spec, model, weights_id, categories = load_card(key, weights, trust_pickle=trust_pickle, trust=trust)
         return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
@@ -118,11 +138,21 @@ def load_network(
 
 def check_network_key(key: str) -> str:
     """`key` if `load_network` accepts its form (a registered key, torchvision:NAME with a classifier
-    NAME, an existing .toml file), else a clear error saying what is accepted. Loads nothing."""
+    NAME, timm:NAME with a timm model NAME, hf:ORG/NAME, a model folder, an existing .toml file), else a clear
+    error saying what is accepted. Loads no network (timm:NAME imports timm to check the name)."""
     if key in REGISTRY:
         return key
     if is_torchvision_key(key):
         model_name(key)
+        return key
+    if is_timm_key(key):
+        timm_name(key)
+        return key
+    if is_hf_key(key):
+        repo_id(key)
+        return key
+    if is_folder_key(key):
+        read_folder(key)
         return key
     if is_card_key(key):
         if not os.path.isfile(os.path.expanduser(key)):
@@ -131,9 +161,14 @@ def check_network_key(key: str) -> str:
     if isinstance(key, str) and key.startswith(CARD_PREFIX):
         raise UnknownModelError(f"{key!r} is the key of a model card's network; load it from its file: "
                                 "give the path of the card (.toml).")
+    if isinstance(key, str) and key.startswith(FOLDER_PREFIX):
+        raise UnknownModelError(f"{key!r} is the key of a model folder's network; load it from the folder: "
+                                "give the folder's path.")
     raise UnknownModelError(
         f"Unknown network {key!r}; give a registered key ({', '.join(REGISTRY)}), torchvision:NAME "
-        "(any torchvision classifier, e.g. torchvision:resnet18) or a model card file (.toml).")
+        "(any torchvision classifier, e.g. torchvision:resnet18), timm:NAME (any timm model), hf:ORG/NAME (a Hugging "
+        "Face image classifier), a model folder (timm's save_for_hf or transformers' save_pretrained) or a model "
+        "card file (.toml).")
 
 
 def network_from_module(
@@ -157,8 +192,9 @@ def network_from_module(
 
 
 __all__ = [
-    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "ModelCardError", "Network", "NetworkSpec", "Preprocess", "Stages",
-    "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError", "WeightsSource", "WeightsUnavailableError",
+    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "FolderError", "HubUnavailableError", "ModelCardError", "Network",
+    "NetworkSpec", "Preprocess", "Stages", "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError",
+    "WeightsSource", "WeightsUnavailableError",
     "check_network_key", "derive_spec", "find_weights", "get_spec", "load_network",
     "missing_weights_error", "network_from_module", "read_card", "read_class_list",
     "weights_status",

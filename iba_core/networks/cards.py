@@ -1,7 +1,8 @@
 """Model cards: your own network described by a small TOML file, loaded safely.
 
     # mynet.toml — paths are relative to this file
-    arch = "torchvision:resnet50"        # or "package.module:function" returning an nn.Module
+    arch = "torchvision:resnet50"        # or "timm:NAME", "hf:ORG/NAME", a built-in backbone ("efficientnet_lite0",
+                                         # "resnet50", "vgg16"), or "package.module:function" returning an nn.Module
     weights = "mynet.pth"                # state dict: .pth / .pt (torch.save(model.state_dict(), …)) or .safetensors
     classes = "classes.txt"              # one name a line; or JSON (list, {index: name}); or CSV index,name
     layer = "layer3"                     # optional: default layer (else the derived spec's rule)
@@ -10,15 +11,20 @@
     title = "My ResNet-50"               # optional: shown in tables and figures
 
     [arch_args]                          # optional: keyword arguments of the builder
-    [preprocess]                         # optional: resize, crop, mean, std
+    [preprocess]                         # optional: resize, crop, mean, std, interpolation
     resize = 256
     crop = 224
     mean = [0.485, 0.456, 0.406]
     std = [0.229, 0.224, 0.225]
 
 `arch = "torchvision:NAME"` builds torchvision's NAME with `num_classes` = the class list's length, and
-takes its preprocessing from the default weights' `transforms()`; other builders get ImageNet's
-preprocessing (256, 224, ImageNet mean and std) unless `[preprocess]` says otherwise. Without `weights`
+takes its preprocessing from the default weights' `transforms()`; `arch = "timm:NAME"` likewise builds timm's NAME
+(preprocessing and layers from timm's configuration, `timm_models.py`), `arch = "hf:ORG/NAME"` the architecture of
+that Hugging Face model with `num_labels` = the class list's length (its config and image processor from the hub
+or its cache, `hf_models.py`). A built-in key (`arch = "efficientnet_lite0"`, "resnet50", "vgg16") is that
+backbone with your head of as many classes: the built-in's paper layer names (`block3_2`, `conv3_4`), its
+preprocessing, its stage list (the fast split), Grad-CAM layer and LRP rules. Code builders get ImageNet's
+preprocessing (256, 224, ImageNet mean and std). `[preprocess]` overrides each entry for every arch. Without `weights`
 the builder's model is used as it comes. The spec is derived (`spec.derive_spec`), with the last
 feature map larger than 1×1 as Grad-CAM layer. The key, `card:<name>`, is stable; the weights id is a
 short hash of the weights file's bytes, so statistics caches are per weights.
@@ -49,14 +55,19 @@ from torch import nn
 
 from ..errors import UserError
 from ..trust import LOCAL, Trust, check_code, check_inside, shown
-from .spec import CROP, IMAGENET_MEAN, IMAGENET_STD, RESIZE, NetworkSpec, derive_spec
+from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, build_seeded, derive_spec,
+                   require_rgb, unknown_layer_error)
 from .state_files import fit_state_dict, read_weights, weights_hash
+from .hf_models import PREFIX as HF
+from .timm_models import PREFIX as TIMM
 from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
                               preprocessing_of)
 
 CARD_PREFIX = "card:"
+#: Built-in networks a card may name as its arch: the backbone with the card's own head (`NetworkSpec.with_classes`).
+BUILTIN_BACKBONES = ("efficientnet_lite0", "resnet50", "vgg16")
 KNOWN_ENTRIES = ("name", "title", "arch", "arch_args", "weights", "classes", "layer", "stats_images", "preprocess")
-PREPROCESS_ENTRIES = ("resize", "crop", "mean", "std")
+PREPROCESS_ENTRIES = ("resize", "crop", "mean", "std", "interpolation")
 #: Sensible preprocessing, in px: a larger crop allocates gigabytes per image (crop = 100000: 120 GB).
 RESIZE_RANGE = (16, 2048)
 CROP_RANGE = (16, 1024)
@@ -143,9 +154,10 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
         return target
 
     arch = text("arch")
-    if arch is not None and ":" not in arch:
-        raise ModelCardError(f"In the model card {path}, arch must be \"torchvision:NAME\" or "
-                             f"\"package.module:function\", not {arch!r}.")
+    if arch is not None and ":" not in arch and arch not in BUILTIN_BACKBONES:
+        raise ModelCardError(f"In the model card {path}, arch must be \"torchvision:NAME\", \"timm:NAME\", "
+                             f"\"hf:ORG/NAME\", a built-in backbone ({', '.join(BUILTIN_BACKBONES)}) or "
+                             f"\"package.module:function\", not {shown(arch, 60)!r}.")
     preprocess = table("preprocess")
     bad = [k for k in preprocess if k not in PREPROCESS_ENTRIES]
     if bad:
@@ -165,8 +177,11 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
                 raise ModelCardError(f"In the model card {path}, preprocess.{k} must be three numbers (red, green, "
                                      f"blue) from {low:g} to {high:g}, not {shown(v, 40)}.")
             preprocess[k] = tuple(float(c) for c in v)
+    if "interpolation" in preprocess and preprocess["interpolation"] not in INTERPOLATIONS:
+        raise ModelCardError(f"In the model card {path}, preprocess.interpolation must be one of "
+                             f"{', '.join(INTERPOLATIONS)}, not {shown(preprocess['interpolation'], 20)}.")
     arch_args = table("arch_args")
-    _check_arch_args(path, arch_args)
+    check_builder_args(path, arch_args)
     card = ModelCard(
         path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
         classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
@@ -178,13 +193,17 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
     return card
 
 
-def _check_arch_args(path: Path, args: dict) -> None:
+def check_builder_args(path: Path, args: dict, *, source: str | None = None, entry: str = "arch_args") -> None:
     """Refuse [arch_args] a builder could allocate without bound from (checked before it runs): numbers must be
     finite and at most MAX_ARCH_NUMBER in size (num_classes a whole number from 1 to MAX_CLASSES), lists and
-    tables at most MAX_ARCH_ITEMS long and MAX_ARCH_DEPTH deep."""
+    tables at most MAX_ARCH_ITEMS long and MAX_ARCH_DEPTH deep.
+
+    source / entry: what the messages name ("the timm model folder x", "model_args"; default: this card's
+    arch_args), for other builder arguments read from a file."""
+    source = source or f"the model card {path}"
 
     def check(name: str, value, depth: int) -> None:
-        where = f"In the model card {path}, arch_args.{shown(name, 40)}"
+        where = f"In {source}, {entry}.{shown(name, 40)}"
         if isinstance(value, bool):
             return
         if isinstance(value, (int, float)):
@@ -206,7 +225,8 @@ def _check_arch_args(path: Path, args: dict) -> None:
                 check(f"{name}.{key}", item, depth + 1)
 
     if len(args) > MAX_ARCH_ITEMS:
-        raise ModelCardError(f"The model card {path} has {len(args):,} [arch_args] entries, more than the "
+        table = f"[{entry}]" if entry == "arch_args" else entry  # the card's TOML table, as the user wrote it
+        raise ModelCardError(f"{source[0].upper()}{source[1:]} has {len(args):,} {table} entries, more than the "
                              f"{MAX_ARCH_ITEMS} a builder takes here.")
     for key, value in args.items():
         check(str(key), value, 0)
@@ -316,7 +336,11 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     # The spec's title reaches tables, figures and many messages: at most SHOWN_CHARS of the card's.
     title = shown(card.title or f"{card.name} (model card)")
 
-    tv_weights, prep = None, {}
+    if card.arch in BUILTIN_BACKBONES:
+        return _builtin_with_head(card, classes, state, weights, weights_file, title)
+    source_categories: list[str] = []  # the architecture's own class names, used when the outputs fit them
+    prep: dict = {}
+    blocks = None  # the source's readable layers (timm, Hugging Face): crop size → names
     if isinstance(state, nn.Module) and card.arch is None:
         model, state = state, None
     elif card.arch is None:
@@ -327,6 +351,7 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         tv_name = model_name(card.arch)
         tv_weights = default_weights(tv_name)
         prep = preprocessing_of(tv_weights)
+        source_categories = categories_of(tv_weights)
         kwargs = dict(card.arch_args)
         if classes is not None:
             kwargs.setdefault("num_classes", len(classes))
@@ -334,6 +359,25 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
             model = build_model(tv_name, **kwargs)
         except (TypeError, ValueError) as err:
             raise ModelCardError(f"Could not build {card.arch} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
+    elif card.arch.startswith(TIMM):
+        from . import timm_models
+
+        kwargs = dict(card.arch_args)
+        if classes is not None:
+            kwargs.setdefault("num_classes", len(classes))
+        model = timm_models.build_timm(timm_models.timm_name(card.arch), **kwargs)
+        require_rgb(timm_models.input_channels(model), title)
+        prep, source_categories = timm_models.preprocessing_of(model), timm_models.categories_of(model)
+        blocks = lambda crop: timm_models.layer_names(model, crop)  # noqa: E731 - after the weights are in
+    elif card.arch.startswith(HF):
+        from . import hf_models
+
+        kwargs = dict(card.arch_args)
+        if classes is not None:  # the card's head: as many outputs as names, named by them
+            kwargs.setdefault("id2label", dict(enumerate(classes)))
+            kwargs.setdefault("label2id", {name: i for i, name in enumerate(classes)})
+        model, prep, source_categories = hf_models.architecture_from_hub(card.arch, trust, **kwargs)
+        blocks = lambda crop: hf_models.layer_names(model, crop)  # noqa: E731
     else:
         builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
         try:
@@ -355,18 +399,55 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         raise ModelCardError(f"The class list {card.classes} has {len(classes)} names but the network has "
                              f"{outputs} outputs.")
     if classes is None:
-        classes = categories_of(tv_weights) if outputs is not None and outputs == len(categories_of(tv_weights)) else []
-    if weights == "random" or weights_file is None:
-        weights_id = "random" if weights == "random" else "builder"
-    else:
-        weights_id = weights_hash(weights_file)
+        classes = source_categories if outputs is not None and outputs == len(source_categories) else []
+    weights_id = _card_weights_id(card, weights, weights_file)
     spec = derive_spec(
         model, card.key, title, input_size=prep["crop"], default_layer=card.layer, guess_cam_layer=True,
+        layer_names=blocks(prep["crop"]) if blocks else None,
         categories=(lambda: list(classes)) if classes else None,
         stats_images=str(card.stats_images) if card.stats_images else None,
         note=f"From the model card {card.path}; layers discovered by a dry forward pass.", **prep,
     )
     return spec, model, weights_id, classes
+
+
+def _card_weights_id(card: ModelCard, weights, weights_file: Path | None) -> str:
+    """The weights id of a card's network: "random", "builder" (no file: the builder's own weights) or the file's
+    hash."""
+    if weights == "random" or weights_file is None:
+        return "random" if weights == "random" else "builder"
+    return weights_hash(weights_file)
+
+
+def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weights, weights_file: Path | None,
+                       title: str) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """A built-in backbone with the card's head (`arch = "efficientnet_lite0"`, …): the built-in's spec (paper layer
+    names, stage list, preprocessing, Grad-CAM and LRP) with the card's classes, weights and overrides."""
+    from dataclasses import replace
+
+    from . import REGISTRY
+
+    base = REGISTRY[card.arch]
+    if card.arch_args:
+        raise ModelCardError(f"The model card {card.path} names the built-in {card.arch}, which takes no [arch_args]; "
+                             "its head is sized by the class list.")
+    names = classes if classes is not None else (base.categories() if base.categories else [])
+    model = build_seeded(lambda: base.with_classes(len(names)))
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    if state is not None:
+        fit_state_dict(model, state, title, classes=len(names))
+    if card.layer and card.layer not in base.layers:
+        raise unknown_layer_error(title, card.layer, base.layers)
+    spec = replace(
+        base, key=card.key, title=title, build=lambda st: model if st is None else fit_state_dict(model, st, title),
+        default_layer=card.layer or base.default_layer, weights=None,
+        categories=(lambda: list(names)) if names else None,
+        stats_images=str(card.stats_images) if card.stats_images else None,
+        note=f"From the model card {card.path}: the built-in {base.title} backbone with its own head.",
+        **card.preprocess,
+    )
+    return spec, model, _card_weights_id(card, weights, weights_file), list(names)
 
 
 def _toml_value(value) -> str:

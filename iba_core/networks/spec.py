@@ -19,15 +19,17 @@ the bottleneck falls back to a forward hook. `Network.split_path(layer)` says wh
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from PIL import Image
 from torch import nn
 
 from ..errors import UserError
+from ..model_state import layer_tensor
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -36,6 +38,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 RESIZE, CROP = 256, 224
 #: Name of the network's output (the logits) where a list of layers may include it (readout reads).
 LOGITS = "fc"
+#: Resampling filters a preprocessing may name (torchvision's InterpolationMode values); bilinear is torchvision's.
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+#: An unknown layer's message lists every layer of a network with at most this many, else the closest names.
+MAX_LISTED_LAYERS = 20
 
 Stages = list[tuple[str | None, nn.Module]]
 
@@ -116,6 +122,10 @@ class NetworkSpec:
     std: tuple[float, float, float] = IMAGENET_STD
     resize: int = RESIZE
     crop: int = CROP
+    #: Resampling filter of the resize (`INTERPOLATIONS`): timm and Hugging Face models name theirs (often bicubic).
+    interpolation: str = "bilinear"
+    #: The same backbone with a head of n classes, untrained (a card's `arch = "<this key>"`); None: not offered.
+    with_classes: Callable[[int], nn.Module] | None = None
     #: Grad-CAM: (module path, use the module's input); None: unknown, Grad-CAM is unavailable.
     cam_layer: tuple[str, bool] | None = None
     #: LRP: canonizers for a private copy of the model; None: unknown, LRP is unavailable.
@@ -138,9 +148,10 @@ class NetworkSpec:
         return MAP
 
     def check_layer(self, layer: str) -> str:
-        """`layer` if the network has it, else a clear error listing the valid names."""
+        """`layer` if the network has it, else a clear error naming the valid names (the closest ones when there
+        are many)."""
         if layer not in self.layers:
-            raise UnknownModelError(f"{self.title} has no layer {layer!r}; choose one of: {', '.join(self.layers)}.")
+            raise unknown_layer_error(self.title, layer, self.layers)
         return layer
 
     def reads(self) -> tuple[str, ...]:
@@ -153,21 +164,44 @@ class NetworkSpec:
         return (layer, *dict.fromkeys(picks), LOGITS)
 
 
-class Preprocess:
-    """Resize, centre-crop, normalise; the crop is exposed for display."""
+def unknown_layer_error(title: str, layer: str, layers: Sequence[str]) -> UnknownModelError:
+    """"<title> has no layer 'x'; …": every valid name for a short list, else the closest few (difflib), so a
+    typo in a network of hundreds of modules gets an answer a person can read."""
+    if len(layers) <= MAX_LISTED_LAYERS:
+        return UnknownModelError(f"{title} has no layer {layer!r}; choose one of: {', '.join(layers)}.")
+    close = difflib.get_close_matches(str(layer), list(layers), n=5, cutoff=0.5)
+    named = f"the closest are {', '.join(close)}" if close else f"e.g. {', '.join(layers[:3])}"
+    return UnknownModelError(f"{title} has no layer {str(layer)[:80]!r}; {named} (of {len(layers)} layers).",
+                             cli_hint="`python -m iba_core models --model MODEL` lists them all.",
+                             app_hint="The layer menu lists them all.")
 
-    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], resize: int = RESIZE, crop: int = CROP):
+
+def require_rgb(channels: int, title: str) -> None:
+    """Refuse a network whose input is not 3 channels: grayscale and multi-band inputs are not supported yet."""
+    if channels != 3:
+        raise UserError(f"{title[:80]} takes {channels}-channel images; only RGB (3-channel) networks can be "
+                        "inspected here so far.")
+
+
+class Preprocess:
+    """Resize (short side, with the network's resampling filter), centre-crop, normalise; the crop is exposed
+    for display."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], resize: int = RESIZE, crop: int = CROP,
+                 interpolation: str = "bilinear"):
         self.mean, self.std, self.resize, self.crop_size = mean, std, resize, crop
+        self.interpolation = interpolation
 
     @classmethod
     def of(cls, spec: NetworkSpec) -> "Preprocess":
-        return cls(spec.mean, spec.std, spec.resize, spec.crop)
+        return cls(spec.mean, spec.std, spec.resize, spec.crop, spec.interpolation)
 
     def crop(self, image: Image.Image) -> Image.Image:
         """The RGB image the network sees (before normalisation)."""
         import torchvision.transforms.functional as TF
+        from torchvision.transforms import InterpolationMode
 
-        image = TF.resize(image.convert("RGB"), self.resize, antialias=True)
+        image = TF.resize(image.convert("RGB"), self.resize, InterpolationMode(self.interpolation), antialias=True)
         return TF.center_crop(image, self.crop_size)
 
     def normalise(self, cropped: Image.Image) -> torch.Tensor:
@@ -334,7 +368,7 @@ class _HookPrefix(nn.Module):
         captured: list[torch.Tensor] = []
 
         def grab(_m, _inp, out):
-            captured.append(out)
+            captured.append(layer_tensor(out))  # a block returning (hidden states, attention): the hidden states
             raise self._Stop
 
         handle = self.module.register_forward_hook(grab)
@@ -358,9 +392,14 @@ def derive_spec(
     min_default_size: int = 28,
     default_layer: str | None = None,
     guess_cam_layer: bool = False,
+    layer_names: Sequence[str] | None = None,
     **fields,
 ) -> NetworkSpec:
     """A spec for any `nn.Module` classifier: layers found by one dry forward pass (`find_layers`).
+
+    layer_names: the layers to offer, when the source knows which a person would pick (a timm or Hugging Face
+    network's blocks and stages, `blocks.py`): the spec lists only those that are usable, in execution order,
+    and its `layer_info` holds only them; None: every usable module.
 
     Layers are the modules (dotted names, in execution order) whose output is a CNN feature map
     (N, C, H, W) or transformer tokens on a patch grid (ViT (N, 1 + h·w, C), Swin (N, h, w, C)) and that
@@ -377,24 +416,31 @@ def derive_spec(
     Grad-CAM says it needs a layer. No stages, canonizers or readout reads are known: the methods that need
     them say so. `fields` go to `NetworkSpec` as they are (class names, preprocessing, weights source, …).
     """
-    infos = find_layers(model, input_size)
-    usable = [info.name for info in infos if info.usable]
+    # The sources that name their layers (timm, transformers) have blocks returning (hidden states, attention).
+    infos = find_layers(model, input_size, tuples=layer_names is not None)
+    listed = infos
+    if layer_names is not None:
+        wanted = set(layer_names)
+        listed = [info for info in infos if info.name in wanted and info.usable] or infos
+    usable = [info.name for info in listed if info.usable]
     if not usable:
         raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
                          "grid that runs once per forward pass; nothing to attribute.")
-    blocks = transformer_blocks(model, infos)
-    default = default_layer_of(infos, blocks, min_default_size)
+    blocks = transformer_blocks(model, listed)
+    default = default_layer_of(listed, blocks, min_default_size)
     if default_layer is not None:
         if default_layer not in usable:
-            raise UnknownModelError(
-                f"{title or key} has no layer {default_layer!r}; choose one of: {', '.join(usable)}.")
+            raise unknown_layer_error(title or key, default_layer, usable)
         default = default_layer
     model_ref = model
     fields.setdefault("note", "Layers discovered by a dry forward pass.")
     if guess_cam_layer:
-        order = [info.name for info in infos]
+        # Among the offered layers where the source names them: the last stage, not a wrapper around it (a
+        # transformers base model's output object, an Identity norm) that happens to pass the same map on.
+        pool = listed if layer_names is not None else infos
+        order = [info.name for info in pool]
         after = order.index(blocks[-1]) if blocks else -1
-        spatial = [info.name for i, info in enumerate(infos)
+        spatial = [info.name for i, info in enumerate(pool)
                    if info.usable and info.kind == "map" and max(info.shape[-2:]) > 1 and i > after]
         if spatial:
             fields.setdefault("cam_layer", (spatial[-1], False))
@@ -406,9 +452,27 @@ def derive_spec(
         layers=tuple(usable),
         default_layer=default,
         hook_modules={n: n for n in usable},
-        layer_info=tuple(infos),
+        layer_info=tuple(listed),
         **fields,
     )
+
+
+def build_seeded(make: Callable[[], nn.Module]) -> nn.Module:
+    """`make()` with torch's RNG seeded (random weights are reproducible, so their statistics can be cached) in a
+    forked RNG (the process's global RNG is untouched: the app's process serves every browser session).
+
+    Linear layers initialised to zero (ViT classification heads) get small random weights instead: with a zero
+    head every logit is 0 whatever the image, every gradient vanishes and random weights could not check any
+    method's structure. Loaded weights overwrite them anyway.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = make()
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, nn.Linear) and not module.weight.any():
+                    module.weight.normal_(0.0, 0.02)
+    return model
 
 
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:
@@ -452,11 +516,13 @@ def _load_into(model: nn.Module, state: dict | None) -> nn.Module:
     return model
 
 
-def find_layers(model: nn.Module, input_size: int = CROP) -> list[LayerInfo]:
+def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = False) -> list[LayerInfo]:
     """Every module whose output is a CNN map or tokens on a patch grid, in execution order, by one dry pass.
 
     A module that runs more than once is listed once, with its run count (`LayerInfo.usable` is then False).
-    Outputs that are not one tensor (tuples, dicts) and tensors on no grid (logits, pooled vectors) are left out.
+    Outputs that are not one tensor (tuples, dicts) and tensors on no grid (logits, pooled vectors) are left out;
+    with `tuples`, a module returning a tuple or mapping counts with its first tensor (`model_state.layer_tensor`:
+    the hidden states of a transformers block that also returns attention weights, e.g. Swin's).
     """
     order: list[str] = []
     shapes: dict[str, tuple[int, ...]] = {}
@@ -466,6 +532,7 @@ def find_layers(model: nn.Module, input_size: int = CROP) -> list[LayerInfo]:
 
     def hook(name):
         def record(_m, _inp, out) -> None:  # returns None: the output is left as it is
+            out = layer_tensor(out) if tuples else out
             if not isinstance(out, torch.Tensor):
                 return
             if name not in runs:

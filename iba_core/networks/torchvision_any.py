@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
 from torch import nn
 
-from .spec import CROP, RESIZE, NetworkSpec, UnknownModelError, WeightsSource, derive_spec
+from .spec import CROP, RESIZE, NetworkSpec, UnknownModelError, WeightsSource, build_seeded, derive_spec
 from .state_files import fit_state_dict, read_weights, weights_hash
 
 PREFIX = "torchvision:"
@@ -78,23 +77,11 @@ def categories_of(weights) -> list[str]:
 
 
 def build_model(name: str, **kwargs) -> nn.Module:
-    """torchvision's `name` with random initialisation (seeded, so random weights are reproducible, and in a
-    forked RNG, so the process's global RNG is untouched: the app's process serves every browser session).
-
-    Linear layers that torchvision initialises to zero (ViT's classification head) get small random
-    weights instead: with a zero head every logit is 0 whatever the image, every gradient vanishes and
-    random weights could not check any method's structure. Loaded weights overwrite them anyway.
-    """
+    """torchvision's `name` with random initialisation, seeded (`spec.build_seeded`: reproducible, the global RNG
+    untouched, no all-zero linear layers)."""
     from torchvision.models import get_model_builder
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = get_model_builder(name)(weights=None, **kwargs)
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, nn.Linear) and not module.weight.any():
-                    module.weight.normal_(0.0, 0.02)
-    return model
+    return build_seeded(lambda: get_model_builder(name)(weights=None, **kwargs))
 
 
 def torchvision_spec(key: str, model: nn.Module | None = None) -> NetworkSpec:

@@ -20,6 +20,17 @@ def torchvision_builder(name: str) -> Callable[[dict | None], nn.Module]:
     return build
 
 
+def torchvision_with_classes(name: str) -> Callable[[int], nn.Module]:
+    """torchvision.models.<name> with an untrained head of n outputs (random init): a card's own fine-tuned head."""
+
+    def build(num_classes: int) -> nn.Module:
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+
+    return build
+
+
 def imagenet_categories() -> list[str]:
     """The 1000 ImageNet class names in index order (carried by torchvision's weights metadata)."""
     from torchvision.models import ResNet50_Weights

@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from .spec import LOGITS, Flatten, NetworkSpec, Stages, WeightsSource
-from .torchvision_common import imagenet_categories, torchvision_builder
+from .torchvision_common import imagenet_categories, torchvision_builder, torchvision_with_classes
 
 CONV_NAMES = (
     "conv1_1", "conv1_2", "conv2_1", "conv2_2", "conv3_1", "conv3_2", "conv3_3",
@@ -40,6 +40,7 @@ SPEC = NetworkSpec(
     key="vgg16",
     title="VGG-16 (torchvision IMAGENET1K_V1)",
     build=torchvision_builder("vgg16"),
+    with_classes=torchvision_with_classes("vgg16"),
     layers=CONV_NAMES,
     default_layer="conv4_1",  # paper Appendix, Table "Hyperparameters for Per-Sample Bottleneck"
     weights=WeightsSource("vgg16-397923af.pth", "https://download.pytorch.org/models/vgg16-397923af.pth"),

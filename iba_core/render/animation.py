@@ -6,9 +6,11 @@ step. The same drawings serve the page's live view (images update in place, with
 between, unlike a chart that is mounted anew), its replay slider and the downloadable GIF, so all
 three look alike.
 
-Bits maps of one run share one colour scale (`ColourScale`): by default the first step's maximum, so
-the viewer sees the bits drain away as the bottleneck closes; or a fixed value; or, when asked, each
-step on its own maximum.
+One run, one colour scale (`ColourScale`, chosen by `run_scale`): every bits map of a run — each step,
+the final map, the overlays — runs from 0 to the run's largest bits per pixel over all its steps and
+its final map, or to a top the user sets. A run whose maps hold few bits looks dark everywhere. The live
+view cannot know later steps: it uses the largest value so far (`live_scale`), which grows only when a
+step exceeds it and ends at the run's scale.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -25,7 +27,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .arrays import as_map
 
 if TYPE_CHECKING:  # type hints only: drawing needs no torch
-    from ..per_sample import StepInfo
+    from ..per_sample import AttributionResult, StepInfo
 
 #: Colour-bar label of every bits map (the unit of the heatmap).
 BITS_LABEL = "bits / pixel"
@@ -33,8 +35,13 @@ LAMBDA_LABEL = "λ"
 BITS_CMAP, LAMBDA_CMAP = "inferno", "viridis"
 #: Side of a map in the pictures, in pixels (the heatmap's own resolution).
 MAP_SIDE = 224
-#: GIF timing: each step, and the last step held longer.
-FRAME_MS, LAST_FRAME_MS = 600, 2000
+#: The GIF's map side and text size: at least what the page's replay shows on a 1280–1920 px wide screen
+#: (two maps of about 300–480 px side by side), so the download is not smaller than the view it saves.
+GIF_SIDE, GIF_FONT = 360, 19
+#: GIF timing: each step long enough to read its line (0.7 s), and the final frame held (3 s) before it loops.
+FRAME_MS, FINAL_FRAME_MS = 700, 3000
+#: The title of the GIF's last frame (the result itself).
+FINAL_TITLE = "Final map"
 
 _TEXT = (49, 51, 63)
 _MUTED = (110, 112, 125)
@@ -46,41 +53,59 @@ _CE_RGB, _INFO_RGB, _P_RGB = (99, 110, 250), (239, 85, 59), (0, 160, 120)
 
 # ---- colour scale ------------------------------------------------------------------------------
 
+#: Below this a scale's top is treated as this (a map of zeros still gets a scale of non-zero width).
+_MIN_TOP = 1e-6
+
 
 @dataclass(frozen=True)
 class ColourScale:
-    """The colour scale of a run's bits maps.
+    """The colour scale of a run's bits maps: 0 – `top` bits / pixel.
 
-    auto=False (default): one scale for every step, topped at `top` bits / pixel, or at the first
-    step's maximum when `top` is None. auto=True: each step on its own maximum (shapes stay visible,
-    amounts are not comparable between steps).
+    source says where the top comes from: "run" (the run's largest value over all its steps and the final
+    map: the default), "set" (a value the user gave), "so far" (the live view: the largest value of the steps
+    so far).
     """
 
-    auto: bool = False
-    top: float | None = None
+    top: float
+    source: str = "run"
 
-    def top_for(self, first: np.ndarray, current: np.ndarray) -> float:
-        """The top of the scale (bits / pixel) for the map `current` of a run whose first map is `first`."""
-        if self.auto:
-            return _positive_max(current)
-        if self.top is not None and self.top > 0:
-            return float(self.top)
-        return _positive_max(first)
+    def describe(self) -> str:
+        """A short phrase for captions: the scale and where its top comes from."""
+        span = f"0 – {_tick_text(self.top)} {BITS_LABEL}"
+        if self.source == "set":
+            return f"one scale for the whole run, {span} (set by you)"
+        if self.source == "so far":
+            return f"{span}, the largest value so far (it grows only when a step exceeds it)"
+        return f"one scale for the whole run, {span}: the run's largest value over all steps and the final map"
 
-    def describe(self, first: np.ndarray | None = None) -> str:
-        """A short phrase for captions: how the maps are scaled."""
-        if self.auto:
-            return "each step scaled to its own maximum"
-        if self.top is not None and self.top > 0:
-            return f"one scale for all steps, 0 – {self.top:.3g} {BITS_LABEL} (set by you)"
-        top = f" ({_positive_max(first):.3g} {BITS_LABEL})" if first is not None else ""
-        return f"one scale for all steps, 0 – the first step's maximum{top}"
+    def clips(self, values: np.ndarray) -> bool:
+        """Whether `values` has pixels above the top (drawn in the top colour; the colour bar says "≥")."""
+        arr = np.asarray(values)
+        return bool(arr.size) and float(np.nanmax(arr)) > self.top * (1 + 1e-6)
 
 
-def _positive_max(values: np.ndarray) -> float:
-    arr = as_map(values)
-    top = float(arr.max()) if arr.size else 0.0
-    return top if top > 0 else 1e-6
+def largest_bits(maps: Iterable[np.ndarray]) -> float:
+    """The largest value over `maps` (bits / pixel), at least a tiny positive number."""
+    tops = [float(np.nanmax(arr)) for arr in (as_map(m) for m in maps) if arr.size]
+    return max([*tops, _MIN_TOP])
+
+
+def _scale(maps: Iterable[np.ndarray], fixed: float | None, source: str) -> ColourScale:
+    if fixed is not None and math.isfinite(fixed) and fixed > 0:
+        return ColourScale(float(fixed), "set")
+    return ColourScale(largest_bits(maps), source)
+
+
+def run_scale(result: "AttributionResult", fixed: float | None = None) -> ColourScale:
+    """The one scale of a finished run, for the replay, the GIF, the final map and the overlays: `fixed` when
+    the user gave a positive top, else the largest bits per pixel over every step and the final map."""
+    return _scale([*(h.bits_per_pixel for h in result.history), result.heatmap], fixed, "run")
+
+
+def live_scale(history: Sequence["StepInfo"], fixed: float | None = None) -> ColourScale:
+    """The live view's scale after the steps in `history`: `fixed`, else the largest value so far. It only
+    grows, and after the last step it is the run's scale (the last step's map is the final map)."""
+    return _scale([h.bits_per_pixel for h in history], fixed, "so far")
 
 
 # ---- drawing helpers ---------------------------------------------------------------------------
@@ -133,10 +158,32 @@ def _ticks(top: float, bottom: float = 0.0, n: int = 4) -> list[float]:
 
 
 def _tick_text(value: float) -> str:
-    """Tick labels: 0, 0.25, 1.5, 40, 2,000 (no exponent notation)."""
+    """Tick labels: 0, 0.25, 1.5, 40, 2,000 (exponent notation only below 0.001)."""
     if value == 0:
         return "0"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def scale_labels(top: float, bottom: float = 0.0, *, min_gap: float = 0.12, clipped: bool = False,
+                 n: int = 4) -> list[tuple[float, str]]:
+    """(value, label) of a colour bar's labels, bottom to top: round ticks, and the top itself, always labelled
+    ("≥ top" when `clipped`: the map has values above it).
+
+    A round tick closer to the top or to the tick below it than `min_gap` (a fraction of the bar's length) is
+    left out, so no two labels collide (61.8 gets 0, 20, 40, 61.8: not "60" under "61.8").
+    """
+    span = top - bottom
+    top_text = ("≥ " if clipped else "") + _tick_text(top)
+    if span <= 0:
+        return [(bottom, _tick_text(bottom))]
+    labels: list[tuple[float, str]] = []
+    for value in _ticks(top, bottom, n):
+        if (top - value) / span < max(min_gap, 1e-9):
+            continue  # the top's own label is there (or would sit on it)
+        if labels and (value - labels[-1][0]) / span < min_gap:
+            continue
+        labels.append((value, _tick_text(value)))
+    return [*labels, (top, top_text)]
 
 
 def _p_text(p: float) -> str:
@@ -144,42 +191,78 @@ def _p_text(p: float) -> str:
     return f"{p:.2f}" if p >= 0.01 or p == 0 else f"{p:.2g}"
 
 
+def _bar_labels(height: int, top: float, bottom: float, font, clipped: bool) -> list[tuple[int, int, str]]:
+    """(y of the tick, y of the label's top edge, text) of each label of a vertical colour bar `height` px
+    tall, bottom to top: round ticks where they fit, and the top at the bar's top. No two labels overlap."""
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    line_h = _text_size(probe, "0123456789", font)[1]
+    labels = scale_labels(top, bottom, min_gap=(line_h + 6) / max(height, 1), clipped=clipped)
+    span = top - bottom if top > bottom else 1.0
+    out = []
+    for value, text in labels:
+        y = round((1.0 - (value - bottom) / span) * (height - 1))
+        out.append((y, min(max(y - line_h // 2 - 2, 0), height - line_h - 3), text))
+    return out
+
+
 def colour_bar(height: int, top: float, cmap: str, label: str, *, bottom: float = 0.0, font_size: int = 13,
                clipped: bool = False) -> Image.Image:
-    """A vertical colour bar `height` px tall with round ticks and `label` written along it.
+    """A vertical colour bar `height` px tall with round ticks, its top value and `label` written along it.
 
     clipped=True writes "≥" before the top value: the map has pixels above the scale.
     """
     bar_w, tick_len, pad = 12, 4, 4
     font = _font(font_size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    ticks = _ticks(top, bottom)
-    labels = [_tick_text(t) for t in ticks]
-    top_text = ("≥ " if clipped else "") + _tick_text(top)
-    text_w = max(_text_size(probe, t, font)[0] for t in [*labels, top_text])
+    labels = _bar_labels(height, top, bottom, font, clipped)
+    text_w = max(_text_size(probe, text, font)[0] for _, _, text in labels)
     label_w, label_h = _text_size(probe, label, font)
     width = bar_w + tick_len + pad + text_w + pad + (label_h if len(label) > 1 else label_w + 4) + pad
     out = Image.new("RGB", (width, height), _WHITE)
     gradient = _lut(cmap)[np.linspace(255, 0, height).round().astype(int)]
     out.paste(Image.fromarray(np.repeat(gradient[:, None, :], bar_w, axis=1), mode="RGB"), (0, 0))
     draw = ImageDraw.Draw(out)
-    span = top - bottom if top > bottom else 1.0
-    for value, text in zip(ticks, labels):
-        y = round((1.0 - (value - bottom) / span) * (height - 1))
+    for y, y_text, text in labels:
         draw.line([(bar_w, y), (bar_w + tick_len, y)], fill=_TEXT)
-        th = _text_size(draw, text, font)[1]
-        draw.text((bar_w + tick_len + pad, min(max(y - th // 2 - 2, 0), height - th - 3)), text, fill=_TEXT, font=font)
-    if not ticks or abs(ticks[-1] - top) > 1e-9 * max(abs(top), 1):  # always say where the scale ends
-        draw.text((bar_w + tick_len + pad, 0), top_text, fill=_TEXT, font=font)
-    elif clipped:
-        draw.rectangle([bar_w + tick_len + 1, 0, width - label_h - pad - 1, font_size + 3], fill=_WHITE)
-        draw.text((bar_w + tick_len + pad, 0), top_text, fill=_TEXT, font=font)
+        draw.text((bar_w + tick_len + pad, y_text), text, fill=_TEXT, font=font)
     # The label, rotated to read bottom-up along the bar (a single symbol such as λ stays upright).
     tag = Image.new("RGB", (label_w + 4, label_h + 6), _WHITE)
     ImageDraw.Draw(tag).text((2, 0), label, fill=_TEXT, font=font)
     if len(label) > 1:
         tag = tag.rotate(90, expand=True)
     out.paste(tag, (width - tag.width - 1, max((height - tag.height) // 2, 0)))
+    return out
+
+
+def colour_legend(width: int, top: float, cmap: str = BITS_CMAP, *, label: str = BITS_LABEL,
+                  clipped: bool = False, font_size: int | None = None) -> Image.Image:
+    """A horizontal colour bar `width` px wide for under a picture: 0 at the left, the top (and `label`) at the
+    right, round ticks between where they fit. The text grows with the width (a photo's legend stays legible).
+    """
+    size = font_size or int(min(max(round(width / 30), 12), 48))
+    font = _font(size)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    pad = max(size // 2, 4)
+    bar_h, line_h = max(size, 8), _text_size(probe, "0123456789", font)[1]
+    x0, x1 = pad, max(width - pad, pad + 2)
+    top_text = ("≥ " if clipped else "") + f"{_tick_text(top)} {label}"
+    label_w = max(_text_size(probe, text, font)[0] for text in (top_text, "0,000"))
+    labels = scale_labels(top, 0.0, min_gap=(label_w + size) / max(x1 - x0, 1), clipped=clipped)
+    out = Image.new("RGB", (width, pad + bar_h + pad // 2 + line_h + pad), _WHITE)
+    gradient = _lut(cmap)[np.linspace(0, 255, x1 - x0).round().astype(int)]
+    out.paste(Image.fromarray(np.repeat(gradient[None], bar_h, axis=0), mode="RGB"), (x0, pad))
+    draw = ImageDraw.Draw(out)
+    y_text = pad + bar_h + pad // 2 - 2
+    for value, text in labels:
+        x = x0 + round(value / top * (x1 - x0 - 1)) if top > 0 else x0
+        draw.line([(x, pad + bar_h), (x, pad + bar_h + pad // 2)], fill=_TEXT)
+        if value == top:  # the top and the unit, ending at the bar's right end
+            text = top_text
+            draw.text((x1 - _text_size(draw, text, font)[0], y_text), text, fill=_TEXT, font=font)
+        elif value == 0:
+            draw.text((x0, y_text), text, fill=_TEXT, font=font)
+        else:
+            draw.text((x - _text_size(draw, text, font)[0] // 2, y_text), text, fill=_TEXT, font=font)
     return out
 
 
@@ -219,53 +302,73 @@ def lambda_panel(lambda_mean: np.ndarray, *, title: str = "λ (mean over channel
 
 
 def step_bits(info: "StepInfo") -> float:
-    """Total bits through the bottleneck at this step (the sum of its heatmap)."""
-    return float(np.asarray(info.bits_per_pixel, dtype=np.float64).sum())
+    """Total bits through the bottleneck at this step: the sum of its heatmap, plus the bits without a place on
+    the image (a ViT's class token). At the last step: the result's total_bits."""
+    return float(np.asarray(info.bits_per_pixel, dtype=np.float64).sum()) + float(getattr(info, "unlocated_bits", 0.0))
 
 
-def step_text(info: "StepInfo") -> str:
-    """'Step 3 / 10 · 12,345 bits · p(target) = 0.42': what each frame and the replay say."""
-    return f"Step {info.step} / {info.steps} · {step_bits(info):,.0f} bits · p(target) = {_p_text(info.p_target)}"
+def step_text(info: "StepInfo", *, total_bits: float | None = None) -> str:
+    """'Step 3 / 10 · 12,345 bits · p(target) = 0.42 on its batch': what each frame and the replay say.
+
+    The bits are those of the step's map (`total_bits` when given: the result's own number at the last step,
+    so the page shows one figure); p(target) is the mean over the step's noisy batch, before its update.
+    """
+    bits = step_bits(info) if total_bits is None else total_bits
+    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {_p_text(info.p_target)} on its batch"
+
+
+def final_text(result: "AttributionResult") -> str:
+    """'Final map · 7,535 bits · p(target) with the bottleneck = 0.94': the GIF's last frame, from the result."""
+    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {_p_text(result.p_with)}"
+
+
+def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int) -> Image.Image:
+    bits_pic = bits_panel(bits, top, side=side, font_size=font_size)
+    lam = lambda_panel(lambda_mean, side=side, font_size=font_size)
+    head_font = _font(font_size + 3, bold=True)
+    head_h = font_size + 16
+    gap, margin = 16, 8
+    width = margin + bits_pic.width + gap + lam.width + margin
+    out = Image.new("RGB", (width, head_h + max(bits_pic.height, lam.height) + margin), _WHITE)
+    ImageDraw.Draw(out).text((margin, 4), text, fill=_TEXT, font=head_font)
+    out.paste(bits_pic, (margin, head_h))
+    out.paste(lam, (margin + bits_pic.width + gap, head_h))
+    return out
 
 
 def step_frame(info: "StepInfo", top: float, *, side: int = MAP_SIDE, font_size: int = 13) -> Image.Image:
     """One GIF frame: the step's text on top, then bits (0 – `top`) and λ side by side."""
-    bits = bits_panel(info.bits_per_pixel, top, side=side, font_size=font_size)
-    lam = lambda_panel(info.lambda_mean, side=side, font_size=font_size)
-    head_font = _font(font_size + 3, bold=True)
-    head_h = font_size + 16
-    gap, margin = 16, 8
-    width = margin + bits.width + gap + lam.width + margin
-    out = Image.new("RGB", (width, head_h + max(bits.height, lam.height) + margin), _WHITE)
-    ImageDraw.Draw(out).text((margin, 4), step_text(info), fill=_TEXT, font=head_font)
-    out.paste(bits, (margin, head_h))
-    out.paste(lam, (margin + bits.width + gap, head_h))
-    return out
+    return _frame(step_text(info), info.bits_per_pixel, info.lambda_mean, top, side, font_size)
 
 
-def run_frames(history: Sequence["StepInfo"], scale: ColourScale = ColourScale(), *,
-               side: int = MAP_SIDE) -> list[Image.Image]:
-    """One frame per step, all on `scale` (default: the first step's maximum)."""
-    if not history:
-        return []
-    first = history[0].bits_per_pixel
-    return [step_frame(h, scale.top_for(first, h.bits_per_pixel), side=side) for h in history]
+def final_frame(result: "AttributionResult", top: float, *, side: int = MAP_SIDE, font_size: int = 13) -> Image.Image:
+    """The GIF's last frame: the result's heatmap and λ, its total bits and p(target) with the bottleneck."""
+    return _frame(final_text(result), result.heatmap, result.lambda_mean, top, side, font_size)
 
 
-def animation_gif(history: Sequence["StepInfo"], scale: ColourScale = ColourScale(), *, side: int = MAP_SIDE,
-                  frame_ms: int = FRAME_MS, last_frame_ms: int = LAST_FRAME_MS) -> bytes:
-    """An animated GIF of the run, one frame per step (looping), each frame labelled with the step,
-    the bits and p(target). ValueError for a run without steps."""
-    frames = run_frames(history, scale, side=side)
-    if not frames:
+def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
+               font_size: int = GIF_FONT) -> list[Image.Image]:
+    """One frame per step, then the final frame, all on `scale` (default: `run_scale(result)`)."""
+    top = (scale or run_scale(result)).top
+    return [*(step_frame(h, top, side=side, font_size=font_size) for h in result.history),
+            final_frame(result, top, side=side, font_size=font_size)]
+
+
+def animation_gif(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
+                  font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS) -> bytes:
+    """An animated GIF of the run (looping): one frame per step, each labelled with the step, its bits and
+    p(target), `frame_ms` each; then the final map, named so, held `final_ms`. All frames on one scale
+    (default: the run's, `run_scale`). ValueError for a run without steps."""
+    if not result.history:
         raise ValueError("The run has no steps to animate.")
+    frames = run_frames(result, scale, side=side, font_size=font_size)
     # One palette for all frames: the colours stay put from frame to frame.
     strip = Image.new("RGB", (frames[0].width, frames[0].height * len(frames)))
     for i, frame in enumerate(frames):
         strip.paste(frame, (0, i * frame.height))
     palette = strip.quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     indexed = [f.quantize(palette=palette, dither=Image.Dither.NONE) for f in frames]
-    durations = [frame_ms] * (len(frames) - 1) + [last_frame_ms]
+    durations = [frame_ms] * (len(frames) - 1) + [final_ms]
     buf = io.BytesIO()
     indexed[0].save(buf, format="GIF", save_all=True, append_images=indexed[1:], duration=durations, loop=0,
                     disposal=1, optimize=False)

@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .animation import scale_labels
 from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
@@ -68,6 +69,9 @@ def _map_figure(
     if zmax is None:
         zmax = float(z.max()) if z.size and z.max() > zmin else zmin + 1e-6
     f = max(downsample, 1)
+    # The colour bar states its range: round ticks, and the top itself (never two labels on top of each other).
+    clipped = bool(z.size) and float(z.max()) > zmax * (1 + 1e-6)
+    ticks = scale_labels(zmax, zmin, clipped=clipped)
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -76,7 +80,8 @@ def _map_figure(
             zmin=zmin,
             zmax=zmax,
             colorscale=colorscale,
-            colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=12, outlinewidth=0),
+            colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=12, outlinewidth=0,
+                          tickmode="array", tickvals=[v for v, _ in ticks], ticktext=[t for _, t in ticks]),
             hovertemplate=f"x=%{{x}}, y=%{{y}}<br>%{{z:.4g}} {hover_unit}<extra></extra>",
         )
     )
@@ -97,7 +102,8 @@ def _map_figure(
 def heatmap_figure(
     bits: np.ndarray, title: str, zmax: float | None = None, *, height: int = 360, downsample: int = 1
 ) -> go.Figure:
-    """Bits-per-pixel map with a colour bar in bits; zmax fixes the top of the scale (default: max).
+    """Bits-per-pixel map with a colour bar in bits that labels its top; zmax fixes the top of the scale (a run's
+    views pass the run's scale, `animation.run_scale`; default: the map's max).
 
     downsample > 1 mean-pools the map (still bits per original pixel) for a lighter live view.
     """
@@ -105,6 +111,15 @@ def heatmap_figure(
 
 
 # ---- β × layer grid ---------------------------------------------------------------------------
+
+
+#: Text of the β × layer grid (cell titles, row titles, colour-bar labels) in CSS px: at 1920 × 1080 on a
+#: projector, 16 px and up read from the back of a lecture hall.
+GRID_FONT_PX = 18
+#: Presentation mode (the app's sidebar toggle): the grid's text and maps this much larger.
+PRESENTATION_ZOOM = 1.3
+#: Side of a grid cell's map in px before zoom (the figure's height follows; a narrower page narrows the map).
+_GRID_CELL_PX = 250
 
 
 def grid_figure(
@@ -115,33 +130,57 @@ def grid_figure(
     *,
     height: int | None = None,
     shared_scale: bool = True,
+    own_scale_rows: Sequence[str] = ("layer",),
+    zoom: float = 1.0,
 ) -> go.Figure:
     """One heatmap per cell, a row per cell.row; titles give p, the bits and whether the class was lost.
 
-    shared_scale (default): bits are absolute, so each row's maps share one colour scale from 0 to the row's
-    largest bits per pixel, with a colour bar in bits per pixel (a Plotly coloraxis per row): a map that lets
-    few bits through looks dark. False: each map on its own scale, 0 … its maximum (given in its title).
+    Colour scales (linear, from 0 bits per pixel): a row in `own_scale_rows` (default the layer row) gives each
+    map its own scale, 0 … its maximum, printed in its title: layers of different resolution spread their bits
+    over pixels differently (the stem's 13 bits/px would turn a deep layer's 0.07 black), so the row compares
+    shapes. Every other row (the β row, one layer) shares one scale, 0 … the row's largest value, with a colour
+    bar in bits per pixel (a Plotly coloraxis): bits are absolute, a map that lets few bits through looks dark.
+    shared_scale=False gives every map its own scale. zoom enlarges text and maps (presentation mode).
     Cells not yet computed may be missing: their slot stays empty, so the figure can fill live.
     """
     by_row = {r: [c for c in cells if c.row == r] for r in rows}
+    own = {r: not shared_scale or r in own_scale_rows for r in rows}
     ncols = max([len(v) for v in by_row.values()] + [1])
     maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets, and its maxima
     tops = {key: max(float(z.max()) if z.size else 0.0, 1e-6) for key, z in maps.items()}
+    font_px = round(GRID_FONT_PX * zoom)
+    # Space above each row's maps for its cell titles: 2 lines, 3 where the title gives the map's own scale.
+    bands = [round((3 if own[r] else 2) * 1.3 * font_px) + 8 for r in rows]
+    cell_px = round(_GRID_CELL_PX * zoom)
+    top_margin = bands[0] + (round(1.6 * font_px) if title else 0)
+    height = height or top_margin + len(rows) * cell_px + sum(bands[1:]) + 10
+    plot_px = max(height - top_margin - 10, 1)
     fig = make_subplots(
-        rows=len(rows), cols=ncols, horizontal_spacing=0.015, vertical_spacing=0.12 if shared_scale else 0.16,
+        rows=len(rows), cols=ncols, horizontal_spacing=0.015,
+        vertical_spacing=min(max(bands[1:] + [0]) / plot_px, 0.5) if len(rows) > 1 else 0.0,
     )
     for i, r in enumerate(rows, start=1):
         axis = "coloraxis" if i == 1 else f"coloraxis{i}"
+        y0, y1 = fig.get_subplot(i, 1).yaxis.domain
+        bar = dict(thickness=round(12 * zoom), outlinewidth=0, len=(y1 - y0) * 0.9, y=(y0 + y1) / 2,
+                   yanchor="middle", x=1.0, xpad=8, tickfont=dict(size=font_px))
         for j, cell in enumerate(by_row[r], start=1):
             # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
             k = (i - 1) * ncols + j
             fig.add_annotation(
-                text=_cell_title(cell, None if shared_scale else tops[id(cell)]), showarrow=False,
+                text=_cell_title(cell, tops[id(cell)] if own[r] else None), showarrow=False,
                 x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
                 y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
             )
-            scale = dict(coloraxis=axis) if shared_scale else dict(
-                zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=False)
+            if own[r]:
+                # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (in its title).
+                last = j == len(by_row[r])
+                scale = dict(zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=last,
+                             colorbar=dict(bar, tickvals=[0.0, tops[id(cell)]], ticktext=["0", "max"],
+                                           title=dict(text="own scale per map", side="right",
+                                                      font=dict(size=font_px))))
+            else:
+                scale = dict(coloraxis=axis)
             fig.add_trace(
                 go.Heatmap(
                     z=maps[id(cell)], **scale,
@@ -151,24 +190,22 @@ def grid_figure(
             )
         for j in range(1, ncols + 1):
             _image_axes(fig, row=i, col=j)
-        fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=12), row=i, col=1)
-        if shared_scale and by_row[r]:
-            y0, y1 = fig.get_subplot(i, 1).yaxis.domain
+        fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=font_px), row=i, col=1)
+        if not own[r] and by_row[r]:
             fig.layout[axis] = dict(
                 cmin=0.0, cmax=max(tops[id(c)] for c in by_row[r]), colorscale=BITS_COLORSCALE,
-                colorbar=dict(title=dict(text=BITS_UNIT, side="right"), thickness=12, outlinewidth=0,
-                              len=(y1 - y0) * 0.9, y=(y0 + y1) / 2, yanchor="middle", x=1.0, xpad=8),
+                colorbar=dict(bar, title=dict(text=BITS_UNIT, side="right", font=dict(size=font_px))),
             )
     # Square cells: anchor every y axis to its own x axis.
     for k in range(1, len(rows) * ncols + 1):
         suffix = "" if k == 1 else str(k)
         fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
-    fig.update_annotations(font=dict(size=11))
+    fig.update_annotations(font=dict(size=font_px))
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
-        height=height or (230 if shared_scale else 245) * len(rows) + 60,
-        margin=dict(l=10, r=10, t=(60 if title else 40) + (0 if shared_scale else 14), b=10),
-        font=_FONT,
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=round(1.2 * font_px))) if title else None,
+        height=height,
+        margin=dict(l=10, r=10, t=top_margin, b=10),
+        font=dict(_FONT, size=font_px),
         template=_TEMPLATE,
     )
     return fig
@@ -185,7 +222,7 @@ def _cell_title(cell: "GridCell", top: float | None = None) -> str:
         label += f' <span style="color:#c62828">{LOST_CLASS_MARK}</span>'
     text = f"{label}<br>p = {cell.p_with:.2f} · {cell.total_bits:,.0f} bits"
     if top is not None:
-        text += f"<br>scale 0 … {top:.3g} bits/px"  # short: a narrow cell must hold it
+        text += f"<br>0 … {top:.3g} bits/px"  # short: a narrow cell must hold it
     return text
 
 

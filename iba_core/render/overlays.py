@@ -1,8 +1,9 @@
 """PIL images of a map over the photo, for the pages and downloads, with no Streamlit.
 
 The heatmap blended over the image (the network's 224 × 224 crop, or the whole photo at its own
-resolution), the "few bits" view (regions below a threshold greyed and outlined, with the bits they
-still pass), object boxes drawn on the crop, and PNG bytes of any of them.
+resolution) on a given colour scale, with a legend that states it; the "few bits" view (regions below a
+threshold greyed and outlined, with the bits they still pass), object boxes drawn on the crop, and PNG
+bytes of any of them.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance
 
+from .animation import BITS_LABEL, _lut, colour_legend
 from .arrays import as_map
 
 #: Colour of the outline drawn around "not needed" regions and boxes (cyan reads well on inferno and photos).
@@ -27,13 +29,6 @@ def _heatmap_like(image: Image.Image, heatmap: np.ndarray) -> np.ndarray:
     return h
 
 
-def _lut(cmap: str) -> np.ndarray:
-    """(256, 3) uint8 colours of a matplotlib colour map."""
-    import matplotlib
-
-    return (matplotlib.colormaps[cmap](np.linspace(0.0, 1.0, 256))[:, :3] * 255).round().astype(np.uint8)
-
-
 def colorize(heatmap: np.ndarray, cmap: str = "inferno", vmax: float | None = None) -> np.ndarray:
     """(H, W, 3) uint8 colours for a map normalised to [0, vmax] (default: its max)."""
     import matplotlib
@@ -45,16 +40,45 @@ def colorize(heatmap: np.ndarray, cmap: str = "inferno", vmax: float | None = No
     return (rgba[..., :3] * 255).round().astype(np.uint8)
 
 
+def _top_of(heatmap: np.ndarray, top: float | None) -> float:
+    """The scale's top: `top`, or the map's own maximum when None (a map on its own, not part of a run)."""
+    if top is None:
+        h = as_map(heatmap)
+        return float(h.max()) if h.size else 0.0
+    return float(top)
+
+
+def with_legend(picture: Image.Image, heatmap: np.ndarray, top: float, cmap: str = "inferno",
+                label: str = BITS_LABEL) -> Image.Image:
+    """`picture` with a colour legend below it, as wide as it: 0 – `top` in `label` ("≥ top" where the map has
+    values above the scale). The picture itself keeps its pixels."""
+    h = as_map(heatmap)
+    clipped = bool(h.size) and float(h.max()) > top * (1 + 1e-6)
+    legend = colour_legend(picture.width, top, cmap, label=label, clipped=clipped)
+    out = Image.new("RGB", (picture.width, picture.height + legend.height), (255, 255, 255))
+    out.paste(picture.convert("RGB"), (0, 0))
+    out.paste(legend, (0, picture.height))
+    return out
+
+
 def overlay_image(
-    cropped: Image.Image, heatmap: np.ndarray, opacity: float = 0.6, cmap: str = "inferno"
+    cropped: Image.Image, heatmap: np.ndarray, opacity: float = 0.6, cmap: str = "inferno", *,
+    top: float | None = None, legend: bool = False,
 ) -> Image.Image:
-    """The heatmap (normalised to its max, colour-mapped) alpha-blended over the image, image-sized."""
+    """The heatmap, colour-mapped on 0 – `top` (default: its own maximum), alpha-blended over the image.
+
+    A run's views pass the run's scale as `top` (`animation.run_scale`), so a map with few bits looks dark
+    rather than stretched to full brightness. legend=True adds the colour legend below the image
+    (`with_legend`); without it the picture is image-sized.
+    """
     if not 0.0 <= opacity <= 1.0:
         raise ValueError(f"opacity must be in [0, 1], got {opacity}.")
     base = np.asarray(cropped.convert("RGB"), dtype=np.float32)
-    colours = colorize(_heatmap_like(cropped, heatmap), cmap).astype(np.float32)
+    scale_top = _top_of(heatmap, top)
+    colours = colorize(_heatmap_like(cropped, heatmap), cmap, vmax=scale_top).astype(np.float32)
     blended = (1.0 - opacity) * base + opacity * colours
-    return Image.fromarray(blended.round().clip(0, 255).astype(np.uint8), mode="RGB")
+    out = Image.fromarray(blended.round().clip(0, 255).astype(np.uint8), mode="RGB")
+    return with_legend(out, heatmap, max(scale_top, 1e-6), cmap) if legend else out
 
 
 def centre_crop_box(size: tuple[int, int], resize: int, crop: int) -> tuple[int, int, int, int]:
@@ -84,13 +108,14 @@ OUTSIDE_BRIGHTNESS = 0.45
 
 def full_resolution_overlay(
     original: Image.Image, heatmap: np.ndarray, box: tuple[int, int, int, int], opacity: float = 0.6,
-    cmap: str = "inferno", outside: float = OUTSIDE_BRIGHTNESS,
+    cmap: str = "inferno", outside: float = OUTSIDE_BRIGHTNESS, *, top: float | None = None, legend: bool = False,
 ) -> Image.Image:
-    """The heatmap over the whole original photo, at the photo's own size.
+    """The heatmap over the whole original photo, at the photo's own size (legend=True: with the colour legend
+    below it, as wide as the photo).
 
     The heatmap covers the network's crop: it is resized (bilinear) onto `box` (see `centre_crop_box`)
-    and blended there like `overlay_image` (normalised to its max, same colours). The network never saw
-    the rest of the photo, so it has no bits: it is kept, in grey and dimmed to `outside` brightness,
+    and blended there like `overlay_image` (on 0 – `top`, default its max; same colours). The network never
+    saw the rest of the photo, so it has no bits: it is kept, in grey and dimmed to `outside` brightness,
     and the crop's border is outlined (`OUTLINE_RGB`, about 1/300 of the short side thick).
     """
     if not 0.0 <= opacity <= 1.0:
@@ -100,10 +125,10 @@ def full_resolution_overlay(
     if not (0 <= x0 < x1 <= photo.width and 0 <= y0 < y1 <= photo.height):
         raise ValueError(f"The crop box {box} lies outside the {photo.width} × {photo.height} image.")
     h = as_map(heatmap)
-    top = float(h.max())
+    scale_top = _top_of(h, top)
     # Colour levels 0–255 (+0.5: PIL's float → 8-bit conversion truncates), resized in float, then looked
     # up in the colour map: all in PIL, cheap even for a 40-megapixel photo.
-    levels = (h * (255.0 / top) if top > 0 else np.zeros_like(h)) + 0.5
+    levels = (np.minimum(h * (255.0 / scale_top), 255.0) if scale_top > 0 else np.zeros_like(h)) + 0.5
     index = Image.fromarray(levels.astype(np.float32), mode="F").resize(
         (x1 - x0, y1 - y0), Image.Resampling.BILINEAR).convert("L")
     lut = _lut(cmap)
@@ -114,7 +139,7 @@ def full_resolution_overlay(
     width = max(1, round(min(photo.size) / 300))
     ImageDraw.Draw(out).rectangle([x0 - width, y0 - width, x1 + width - 1, y1 + width - 1], outline=OUTLINE_RGB,
                                   width=width)
-    return out
+    return with_legend(out, h, max(scale_top, 1e-6), cmap) if legend else out
 
 
 def not_needed_mask(heatmap: np.ndarray, threshold_bits: float) -> np.ndarray:

@@ -30,7 +30,9 @@ def run_report(
     """Everything needed to reproduce and cite a run, without the arrays (JSON-serialisable; NaN → null).
 
     results.seconds is the optimisation's time; results.statistics_seconds (when given) the time to get
-    the feature statistics. results.bottleneck_lost_class says whether the bottleneck discarded the class.
+    the feature statistics. results.bottleneck_lost_class says whether the bottleneck discarded the class;
+    results.target_note (a sentence, "" when fine) whether the network hardly predicts the explained class
+    (`per_sample.target_note`), next to the network's own top-1 (results.predicted).
     """
     heatmap = np.asarray(result.heatmap)
     return jsonable(
@@ -50,11 +52,16 @@ def run_report(
                 "seconds": float(result.seconds),
                 "statistics_seconds": None if stats_seconds is None else float(stats_seconds),
                 "bottleneck_lost_class": bool(result.lost_class),
+                "predicted": {"index": int(result.predicted), "p": float(result.p_predicted)}
+                if result.predicted >= 0 else None,  # -1: a result that does not know it
+                "target_note": result.target_note,
                 "feature_shape": [int(v) for v in result.feature_shape],
                 "heatmap_shape": [int(v) for v in heatmap.shape],
                 "max_bits_per_pixel": float(heatmap.max()) if heatmap.size else 0.0,
             },
-            "units": {"heatmap": "bits per input pixel", "losses": "nats"},
+            "units": {"heatmap": "bits per input pixel", "losses": "nats",
+                      "history": "ce, beta_info, info_nats and p_target of each step's forward pass (its noisy "
+                                 "batch, before its update)"},
             "history": [
                 {"step": h.step, "ce": h.ce, "beta_info": h.beta_info, "info_nats": h.info, "p_target": h.p_target}
                 for h in result.history

@@ -7,6 +7,7 @@ import torch
 from app_helpers import fake_map, fake_network
 from iba_core.app import maps
 from iba_core.methods.base import Method
+from iba_core.networks import get_spec
 from iba_core.per_sample import BottleneckSettings
 
 X = torch.zeros(1, 3, 224, 224)
@@ -107,16 +108,20 @@ def test_keep_drops_the_oldest() -> None:
 
 
 def test_grid_key_changes_with_every_input() -> None:
-    network, s = fake_network(), BottleneckSettings(steps=3)
+    spec = get_spec("efficientnet_lite0")
+    network, s = fake_network(spec=spec), BottleneckSettings(steps=3)
     key = maps.grid_key("img", network, "block3_2", 285, s, None, 32)
     assert key == maps.grid_key("img", network, "block3_2", 285, BottleneckSettings(steps=3), None, 32)
+    assert key.digest == maps.grid_key("img", network, "block3_2", 285, s, None, 32).digest  # the disk cache's name
     others = [
         maps.grid_key("other", network, "block3_2", 285, s, None, 32),
-        maps.grid_key("img", fake_network(weights_id="x"), "block3_2", 285, s, None, 32),
+        maps.grid_key("img", fake_network(weights_id="x", spec=spec), "block3_2", 285, s, None, 32),
         maps.grid_key("img", network, "stem", 285, s, None, 32),
         maps.grid_key("img", network, "block3_2", 281, s, None, 32),
         maps.grid_key("img", network, "block3_2", 285, BottleneckSettings(steps=4), None, 32),
         maps.grid_key("img", network, "block3_2", 285, s, "/photos", 32),
         maps.grid_key("img", network, "block3_2", 285, s, None, 64),
+        maps.grid_key("img", network, "block3_2", 285, s, None, 32, layers=["stem", "head"]),
     ]
+    assert len({k.digest for k in others}) == len(others) and key.digest not in {k.digest for k in others}
     assert key not in others and len(set(others)) == len(others)

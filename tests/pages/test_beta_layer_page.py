@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -11,6 +12,8 @@ from page_helpers import assert_clean, timed_run
 from iba_core.app.state import GridRun
 from iba_core.per_sample import LOST_CLASS_MESSAGE, bottleneck_lost_class
 from iba_core.render.figures import LOST_CLASS_MARK
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
 
 
 def z(trace: dict) -> np.ndarray:
@@ -56,13 +59,20 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     assert sum(trace["type"] == "heatmap" for trace in traces) == 10
     titles = [a["text"] for a in grid["layout"]["annotations"]]
     assert "p = " in titles[0] and "bits" in titles[0]
-    # Bits are absolute: one colour scale per row, 0 … the row's largest bits per pixel, with a colour bar.
-    assert [t["coloraxis"] for t in traces] == ["coloraxis"] * 5 + ["coloraxis2"] * 5
-    for axis, row in (("coloraxis", traces[:5]), ("coloraxis2", traces[5:])):
-        scale = grid["layout"][axis]
-        assert scale["cmin"] == 0 and scale["cmax"] == max(float(z(t).max()) for t in row)
-        assert scale["colorbar"]["title"]["text"] == "bits / pixel"
-        assert "zmax" not in row[0]
+    # The β row: bits are absolute, one colour scale 0 … the row's largest bits per pixel, with a colour bar.
+    assert [t.get("coloraxis") for t in traces] == ["coloraxis"] * 5 + [None] * 5
+    scale = grid["layout"]["coloraxis"]
+    assert scale["cmin"] == 0 and scale["cmax"] == max(float(z(t).max()) for t in traces[:5])
+    assert scale["colorbar"]["title"]["text"] == "bits / pixel"
+    assert "zmax" not in traces[0]
+    # The layer row: each map on its own scale, 0 … its maximum, printed in its title; none stays dark.
+    for t, title in zip(traces[5:], titles[5:]):
+        assert t["zmin"] == 0 and t["zmax"] == max(float(z(t).max()), 1e-6)
+        assert f"0 … {t['zmax']:.3g} bits/px" in title
+    assert "coloraxis2" not in grid["layout"]
+    # Text for a lecture hall: titles, row titles and colour-bar labels at 16 px or more.
+    assert all(a["font"]["size"] >= 16 for a in grid["layout"]["annotations"])
+    assert grid["layout"]["yaxis"]["title"]["font"]["size"] >= 16 and scale["colorbar"]["tickfont"]["size"] >= 16
     mean = [float(z(t).mean()) for t in traces[:5]]
     assert mean[4] < max(mean)  # the β·k = 1000 map is no longer the brightest of its row
 
@@ -73,6 +83,9 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     warnings = " ".join(w.value for w in at.warning)
     assert LOST_CLASS_MESSAGE in warnings and "β·k = 1000 at block3_2" in warnings
     assert seconds < 120, f"the grid took {seconds:.0f} s"
+    # The caption names the scales: the top row's shared, the bottom row's each its own.
+    captions = " ".join(c.value for c in at.caption)
+    assert "Top row: one linear colour scale" in captions and "Bottom row: each map on its own linear" in captions
 
     # Per-map scales on request, without recomputing the grid.
     assert at.checkbox(key="bl_per_map").value is False
@@ -81,7 +94,75 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     assert at.session_state["bl_grids"][at.session_state["bl_last"]].cells is cells
     traces = grid_spec(at)["data"]
     assert all("coloraxis" not in t and t["zmax"] == max(float(z(t).max()), 1e-6) for t in traces)
-    assert "its own colour scale" in " ".join(c.value for c in at.caption)
+    assert "Each map has its own linear colour scale" in " ".join(c.value for c in at.caption)
+
+
+def test_presentation_mode_enlarges_the_grid(open_page) -> None:
+    at = open_page("beta_layer")
+    at.number_input(key="bl_steps").set_value(1)
+    at.number_input(key="bl_batch").set_value(2)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    normal = grid_spec(at)["layout"]
+    assert not any("font-size" in h.proto.body for h in at.get("html"))
+
+    at.sidebar.toggle(key="presentation").set_value(True).run()  # the toggle sits in app.py's sidebar
+    assert_clean(at)
+    large = grid_spec(at)["layout"]
+    assert large["height"] > normal["height"]
+    assert large["annotations"][0]["font"]["size"] > normal["annotations"][0]["font"]["size"] >= 16
+    assert any("html { font-size:" in h.proto.body for h in at.get("html"))  # the page's text, in rem, grows
+    at = open_page("per_sample")  # on every page, once set
+    assert at.sidebar.toggle(key="presentation").value is True
+    assert any("html { font-size:" in h.proto.body for h in at.get("html"))
+
+
+def test_a_second_session_gets_the_grid_from_the_disk_cache(monkeypatch) -> None:
+    """Two AppTests are two browser sessions of one server process: the second finds the first's grid on disk."""
+    from streamlit.testing.v1 import AppTest
+
+    from iba_core.per_sample import PerSampleBottleneck
+
+    runs: list[float] = []
+    original = PerSampleBottleneck.attribute
+
+    def counting(self, x, target=None, callback=None):
+        runs.append(self.settings.beta_k)
+        return original(self, x, target, callback)
+
+    monkeypatch.setattr(PerSampleBottleneck, "attribute", counting)
+
+    def grid_in_a_new_session(steps: int) -> AppTest:
+        at = AppTest.from_file(str(APP), default_timeout=180).run()
+        at.switch_page("pages/beta_layer.py").run()
+        at.number_input(key="bl_steps").set_value(steps)
+        at.number_input(key="bl_batch").set_value(3)  # settings no other test uses: the first session computes
+        at.button(key="bl_run_button").click().run()
+        assert_clean(at)
+        return at
+
+    first = grid_in_a_new_session(2)
+    assert len(runs) == 9  # ten cells, (β·k = 10, block3_2) in both rows
+    second = grid_in_a_new_session(2)
+    assert len(runs) == 9, "the second session recomputed the grid"
+    assert "computed before" in " ".join(s.value for s in second.success)
+    a, b = (at.session_state["bl_grids"][at.session_state["bl_last"]].cells for at in (first, second))
+    assert all(np.array_equal(x.heatmap, y.heatmap) and x.total_bits == y.total_bits for x, y in zip(a, b))
+    grid_in_a_new_session(3)  # another setting: computed
+    assert len(runs) == 18
+
+
+def test_a_class_the_network_hardly_predicts_gets_one_note(open_page) -> None:
+    at = open_page("beta_layer")
+    at.number_input(key="bl_steps").set_value(1)
+    at.number_input(key="bl_batch").set_value(2)
+    at.text_input(key="bl_other").input("ping-pong ball")  # chelsea: far from the network's top-1
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    notes = [w.value for w in at.warning if "does not recognise this image" in w.value]
+    assert len(notes) == 1 and "not the network's top prediction" in notes[0]
+    cells = at.session_state["bl_grids"][at.session_state["bl_last"]].cells
+    assert cells[0].predicted == 285 and cells[0].target != 285
 
 
 def test_same_grid_again_is_served_from_the_session(open_page) -> None:

@@ -128,3 +128,27 @@ def test_bits_maps_share_one_scale_and_every_cell_has_one_size(open_page) -> Non
     assert own["Per-Sample IBA β=10/k"] != own["Readout (shipped, rough)"]
     assert list(own.values()) == [limits_text(e.amap, lim)
                                   for e, lim in zip(entries, map_limits([e.amap for e in entries], False))]
+
+
+def test_a_class_the_network_hardly_predicts_gets_a_note(open_page) -> None:
+    """chelsea's Egyptian cat: no note. The astronaut photo (top-1 a few %): a note above the maps, and with the
+    bottleneck the rise of p(target) is explained."""
+    at = open_page("compare")
+    at.multiselect(key="cmp_methods").set_value(["saliency"])
+    at.selectbox(key="cmp_readout_efficientnet_lite0").set_value("—")
+    at.button(key="cmp_run_button").click().run()
+    assert_clean(at)
+    assert not [w for w in at.warning if "Hardly predicted" in w.value]
+
+    at.selectbox(key="sample_name").set_value("astronaut").run()
+    assert_clean(at)
+    at.multiselect(key="cmp_methods").set_value(["saliency", "iba_10"])
+    at.button(key="cmp_run_button").click().run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    notes = [w.value for w in at.warning if "Hardly predicted" in w.value]
+    assert len(notes) == 1 and "below 10 %" in notes[0]
+    iba = next(e.amap for e in (at.session_state["map_cache"].get(k) for k in at.session_state["cmp_last"].keys)
+               if e.amap.key == "iba_10")
+    if iba.extra["p_with"] > iba.extra["p_without"]:
+        assert "rises to" in notes[0]

@@ -133,17 +133,88 @@ def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page, downloads, loc
                                                             "Animation GIF"}
     assert seconds < 120, f"one Run took {seconds:.0f} s"
 
-    # The GIF of the 10 steps has 10 frames; the report splits the times too.
+    # The GIF: the 10 steps, then the final map, held; the report splits the times too.
     gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
-    assert gif.format == "GIF" and gif.n_frames == 10
+    assert gif.format == "GIF" and gif.n_frames == 11
+    gif.seek(10)
+    assert gif.info["duration"] >= 2500
     report = json.loads(download(downloads, ".json"))
     assert report["results"]["statistics_seconds"] is not None and report["results"]["seconds"] > 0
+    assert report["results"]["target_note"] == "" and report["results"]["predicted"]["index"] == 285
+
+    # One run, one total: the replay's summary, its last step, the GIF's final frame, the metric and the report.
+    from iba_core.render.animation import final_text, step_bits
+
+    shown = f"{record.result.total_bits:,.0f} bits"
+    last_run = next(m.value for m in at.markdown if m.value.startswith("**Last run:**"))
+    assert f"**Last run:** {shown}" in last_run
+    assert shown_step(at).startswith(f"Step 10 / 10 · {shown} · ")
+    assert f" · {shown} · " in final_text(record.result)
+    assert m["Information used"] == shown
+    assert f"{report['results']['total_bits']:,.0f} bits" == shown
+    assert step_bits(record.result.history[-1]) == pytest.approx(record.result.total_bits, rel=1e-4)
 
     # Moving a result slider reruns the script; the result must survive without recomputing.
     at.slider(key="ps_opacity").set_value(0.3).run()
     assert_clean(at)
     assert at.session_state["ps_run"] is record
     assert metrics(at)["Information used"] == m["Information used"]
+
+
+def stated_top(at: AppTest) -> str:
+    """The top of the scale the replay's caption states ("… 0 – 0.752 bits / pixel …")."""
+    caption = next(c.value for c in at.caption if c.value.startswith("Bits maps:"))
+    return re.search(r"0 – ([\d.,e+-]+) bits / pixel", caption).group(1)
+
+
+def colour_bar_top(at: AppTest) -> float:
+    """The top of the final map's colour scale (its zmax), checked against its colour bar's top label."""
+    heat = plotly_specs(at)["ps_heatmap"]["data"][0]
+    assert heat["colorbar"]["tickvals"][-1] == heat["zmax"]
+    return heat["zmax"]
+
+
+def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, downloads) -> None:
+    """The replay, the final map, the overlay and the GIF state one scale: the run's largest value, or the
+    user's top."""
+    from iba_core.render.animation import GIF_SIDE, run_scale
+
+    at = open_page("per_sample")
+    at.number_input(key="ps_steps").set_value(3)
+    run_button(at).click().run()
+    assert_clean(at)
+    result = at.session_state["ps_run"].result
+    top = run_scale(result).top
+    assert top == pytest.approx(max(float(h.bits_per_pixel.max()) for h in [*result.history]), rel=1e-6)
+    assert colour_bar_top(at) == pytest.approx(top, rel=1e-6)
+    assert stated_top(at) == f"{top:.3g}"
+    assert any(f"{top:.3g} bits / pixel" in c.value for c in at.caption if c.value.startswith("Inferno"))
+    overlay = Image.open(io.BytesIO(download(downloads, "_overlay.png")))
+    assert overlay.width == 451 and overlay.height > 300  # chelsea at its size, the legend below
+    gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
+    assert gif.n_frames == 4 and gif.width > 2 * GIF_SIDE
+
+    # A top the user sets replaces it everywhere.
+    at.number_input(key="ps_scale_top").set_value(0.25).run()
+    assert_clean(at)
+    assert colour_bar_top(at) == 0.25 and stated_top(at) == "0.25"
+    assert "(set by you)" in " ".join(c.value for c in at.caption)
+
+
+def test_low_p_target_gets_a_note_on_the_page_and_in_the_report(open_page, downloads) -> None:
+    """The astronaut photo: the network's top-1 is a guess (ping-pong ball, a few %); the page says so."""
+    at = open_page("per_sample")
+    at.selectbox(key="sample_name").set_value("astronaut").run()
+    assert_clean(at)
+    at.number_input(key="ps_steps").set_value(2)
+    run_button(at).click().run()
+    assert_clean(at)
+    result = at.session_state["ps_run"].result
+    assert result.p_without < 0.10 and result.target_note
+    notes = [w.value for w in at.warning if result.target_note in w.value]
+    assert len(notes) == 2, [w.value for w in at.warning]  # next to the replay and in the Result section
+    report = json.loads(download(downloads, ".json"))
+    assert report["results"]["target_note"] == result.target_note
 
 
 def test_replay_slider_shows_the_chosen_step(open_page) -> None:
@@ -164,14 +235,11 @@ def test_replay_slider_shows_the_chosen_step(open_page) -> None:
     assert first.startswith("Step 1 / 3 · ") and f"{history[0].bits_per_pixel.sum():,.0f} bits" in first
     assert [im.proto.imgs[0].url for im in at.image] != pictures, "the maps must change with the step"
 
-    # The colour scale: a value typed in replaces the first step's maximum; or each step on its own.
-    assert "first step's maximum" in " ".join(c.value for c in at.caption)
+    # The colour scale: the run's largest value, or a value typed in.
+    assert "the run's largest value" in " ".join(c.value for c in at.caption)
     at.number_input(key="ps_scale_top").set_value(0.25).run()
     assert_clean(at)
     assert "0.25 bits / pixel (set by you)" in " ".join(c.value for c in at.caption)
-    at.toggle(key="ps_scale_auto").set_value(True).run()
-    assert_clean(at)
-    assert "own maximum" in " ".join(c.value for c in at.caption)
 
 
 def test_lost_class_warning_at_large_beta(open_page) -> None:
@@ -223,7 +291,8 @@ def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes, downloads) 
     # The overlay download has the uploaded image's resolution.
     uploaded = Image.open(io.BytesIO(chelsea_png))
     overlay = Image.open(io.BytesIO(download(downloads, "_overlay.png")))
-    assert overlay.size == uploaded.size == (451, 300)
+    assert uploaded.size == (451, 300)
+    assert overlay.width == 451 and 300 < overlay.height < 360  # the photo at its size, and the legend below
     button = next(b for b in at.get("download_button") if b.label == "Overlay PNG")
     assert "451 × 300 px" in button.help and "dimmed" in button.help
 

@@ -1,7 +1,9 @@
-"""iba_core.render.figures.grid_figure: bits are absolute (one colour scale per row), lost classes marked."""
+"""iba_core.render.figures.grid_figure: the β row on one scale (bits are absolute), each layer-row map on its own
+scale (its maximum in its title), lost classes marked, text large enough for a lecture hall."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from iba_core.beta_layer import GridCell
 from iba_core.render import figures
@@ -9,28 +11,44 @@ from render_helpers import blob
 
 
 def cells() -> list[GridCell]:
-    """A β row whose bits fall with β (β·k = 1000 lost the class), and a layer row of two cells."""
+    """A β row whose bits fall with β (β·k = 1000 lost the class), and a layer row whose stem holds 200 times
+    the bits per pixel of the deepest layer (as on chelsea: 13 against 0.07)."""
     row = [GridCell("beta", f"β·k = {b:g}", b, "block3_2", blob() / b, 0.9 if b < 1000 else 0.001, 1000.0 / b,
                     0.6, b >= 1000) for b in (0.1, 1, 10, 100, 1000)]
     return row + [GridCell("layer", name, 10.0, name, blob() * f, 0.5, 50.0 * f, 0.6)
-                  for name, f in (("stem", 3.0), ("head", 0.5))]
+                  for name, f in (("stem", 6.5), ("block3_2", 0.35), ("head", 0.033))]
 
 
-def test_each_row_shares_one_colour_scale_in_bits_per_pixel() -> None:
+def test_beta_row_shares_one_linear_scale_in_bits_per_pixel() -> None:
     fig = figures.grid_figure(cells())
-    beta, layer = fig.data[:5], fig.data[5:]
-    assert {t.coloraxis for t in beta} == {"coloraxis"} and {t.coloraxis for t in layer} == {"coloraxis2"}
-    for axis, traces in ((fig.layout.coloraxis, beta), (fig.layout.coloraxis2, layer)):
-        assert axis.cmin == 0.0
-        assert axis.cmax == max(float(np.max(t.z)) for t in traces)  # the row's brightest pixel tops the scale
-        assert axis.colorbar.title.text == figures.BITS_UNIT == "bits / pixel"
-    # Colour bars sit beside their rows, the β row's above the layer row's.
-    assert fig.layout.coloraxis.colorbar.y > fig.layout.coloraxis2.colorbar.y
+    beta = fig.data[:5]
+    assert {t.coloraxis for t in beta} == {"coloraxis"}
+    axis = fig.layout.coloraxis
+    assert axis.cmin == 0.0
+    assert float(np.max(beta[0].z)) == pytest.approx(float(blob().max()) / 0.1, rel=1e-2)  # linear: bits (2 × 2 pooled), not logs
+    assert axis.cmax == max(float(np.max(t.z)) for t in beta)  # the row's brightest pixel tops the scale
+    assert axis.colorbar.title.text == figures.BITS_UNIT == "bits / pixel"
     # Bits are absolute: the β·k = 1000 map lets the fewest bits through, so it is the darkest, not the brightest.
-    brightness = [float(np.mean(t.z)) / fig.layout.coloraxis.cmax for t in beta]
+    brightness = [float(np.mean(t.z)) / axis.cmax for t in beta]
     assert int(np.argmin(brightness)) == 4 and int(np.argmax(brightness)) == 0
     titles = [a.text for a in fig.layout.annotations]
-    assert "scale 0" not in " ".join(titles)
+    assert not any("bits/px" in t for t in titles[:5])
+
+
+def test_layer_row_maps_each_run_to_their_own_maximum_given_in_the_title() -> None:
+    fig = figures.grid_figure(cells())
+    layer = fig.data[5:]
+    titles = [a.text for a in fig.layout.annotations][5:]
+    assert all(t.coloraxis is None and t.zmin == 0.0 for t in layer)
+    assert [t.zmax for t in layer] == [float(np.max(t.z)) for t in layer]
+    # The stem's 13 bits/px no longer turn the deepest layer black: every map reaches the top of its scale.
+    assert all(float(np.max(t.z)) / t.zmax == 1.0 for t in layer)
+    assert "coloraxis2" not in fig.to_plotly_json()["layout"]
+    assert [f"0 … {t.zmax:.3g} bits/px" in title for t, title in zip(layer, titles)] == [True] * 3
+    # One colour bar for the row, on its last map, reading 0 … each map's own maximum.
+    assert [bool(t.showscale) for t in layer] == [False, False, True]
+    assert list(layer[-1].colorbar.ticktext) == ["0", "max"]
+    assert fig.layout.coloraxis.colorbar.y > layer[-1].colorbar.y  # the β row's bar above the layer row's
 
 
 def test_per_map_scales_on_request() -> None:
@@ -39,7 +57,24 @@ def test_per_map_scales_on_request() -> None:
     assert [t.zmax for t in fig.data] == [float(np.max(t.z)) for t in fig.data]  # each its own maximum
     assert fig.layout.coloraxis.cmax is None
     titles = [a.text for a in fig.layout.annotations]
-    assert all(f"scale 0 … {t.zmax:.3g} bits/px" in title for t, title in zip(fig.data, titles))
+    assert all(f"0 … {t.zmax:.3g} bits/px" in title for t, title in zip(fig.data, titles))
+
+
+@pytest.mark.parametrize("zoom", [1.0, figures.PRESENTATION_ZOOM])
+def test_text_reads_from_the_back_of_a_room(zoom: float) -> None:
+    fig = figures.grid_figure(cells(), zoom=zoom)
+    size = round(figures.GRID_FONT_PX * zoom)
+    assert figures.GRID_FONT_PX >= 16
+    assert {a.font.size for a in fig.layout.annotations} == {size}
+    assert fig.layout.yaxis.title.font.size == size and fig.layout.yaxis6.title.font.size == size
+    assert fig.layout.coloraxis.colorbar.tickfont.size == size and fig.data[-1].colorbar.tickfont.size == size
+    # Room above each row for its titles (2 lines; 3 in the layer row): the top margin holds the β row's.
+    assert fig.layout.margin.t >= 2 * size
+
+
+def test_presentation_zoom_makes_the_maps_larger() -> None:
+    normal, large = figures.grid_figure(cells()).layout.height, figures.grid_figure(cells(), zoom=1.3).layout.height
+    assert large == pytest.approx(1.3 * normal, rel=0.05)
 
 
 def test_lost_class_is_marked_in_its_cell_title_only() -> None:

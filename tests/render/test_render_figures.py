@@ -35,6 +35,14 @@ def test_heatmap_figure_fixed_scale_and_degenerate_maps() -> None:
         figures.heatmap_figure(np.zeros((2, 2, 2)), "3-D")
 
 
+def test_heatmap_figure_colour_bar_states_its_top_without_collisions() -> None:
+    """The colour bar labels the top of the scale (the run's, when given); no round tick sits on top of it."""
+    bar = figures.heatmap_figure(blob() * 30, "stem", zmax=61.8).data[0].colorbar
+    assert list(bar.ticktext) == ["0", "20", "40", "61.8"] and list(bar.tickvals) == [0, 20, 40, 61.8]
+    clipped = figures.heatmap_figure(blob(), "set by the user", zmax=0.5).data[0].colorbar
+    assert clipped.ticktext[-1] == "≥ 0.5"  # the map has values above the scale
+
+
 def test_grid_figure_places_cells_in_two_rows() -> None:
     cells = [GridCell("beta", f"β·k = {b:g}", b, "block3_2", blob(), 0.9, 100.0) for b in (0.1, 1, 10, 100, 1000)]
     cells += [GridCell("layer", name, 10.0, name, blob(), 0.5, 50.0) for name in ("stem", "head")]

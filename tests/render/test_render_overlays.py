@@ -122,3 +122,34 @@ def test_png_bytes_without_optimisation_round_trip() -> None:
     img = photo(32)
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(overlays.png_bytes(img, optimize=False)))),
                           np.asarray(img))
+
+
+def test_overlay_on_a_runs_scale_keeps_few_bits_dark() -> None:
+    """A map with few bits on the run's scale looks dark: no stretching to its own maximum (which drew a map of
+    35 bits in all as a bright eye)."""
+    img = Image.new("RGB", (224, 224), (128, 128, 128))
+    faint = blob() * 0.01  # at most 0.02 bits / pixel
+    own = np.asarray(overlays.overlay_image(img, faint, opacity=1.0)).astype(int)
+    run = np.asarray(overlays.overlay_image(img, faint, opacity=1.0, top=2.0)).astype(int)
+    assert own[80, 150].sum() > 600 and run[80, 150].sum() < 60
+    zero = np.asarray(overlays.overlay_image(img, np.zeros((224, 224)), opacity=1.0, top=2.0)).astype(int)
+    assert zero.max() < 20  # inferno's first colour everywhere
+    # Above a top the user set: the top colour (clipped), like the other views.
+    clipped = np.asarray(overlays.overlay_image(img, blob(), opacity=1.0, top=0.5)).astype(int)
+    assert tuple(clipped[80, 150]) == tuple(overlays._lut("inferno")[255])
+
+
+def test_overlays_carry_a_legend_of_the_scale() -> None:
+    img = photo(224)
+    plain = overlays.overlay_image(img, blob(), top=3.0)
+    with_legend = overlays.overlay_image(img, blob(), top=3.0, legend=True)
+    assert with_legend.width == 224 and with_legend.height > 224 + 15
+    assert np.array_equal(np.asarray(with_legend)[:224], np.asarray(plain))  # the picture keeps its pixels
+    legend = np.asarray(with_legend)[224:].astype(int)
+    assert (legend.sum(axis=-1) < 150).any() and (legend.sum(axis=-1) > 700).any()  # a gradient and text on white
+    original = Image.new("RGB", (900, 500), (200, 30, 30))
+    box = overlays.centre_crop_box(original.size, 256, 224)
+    full = overlays.full_resolution_overlay(original, blob(), box, top=3.0, legend=True)
+    assert full.width == 900 and full.height > 500 + 20
+    bare = overlays.full_resolution_overlay(original, blob(), box, top=3.0)
+    assert np.array_equal(np.asarray(full)[:500], np.asarray(bare))

@@ -39,3 +39,16 @@ def test_heatmap_npy_round_trip() -> None:
     back = np.load(io.BytesIO(heatmap_npy_bytes(heat)), allow_pickle=False)
     assert back.dtype == np.float32 and back.shape == (224, 224)
     assert np.allclose(back, heat, atol=1e-6)
+
+
+def test_run_report_carries_the_target_note() -> None:
+    """A class the network hardly predicts is said in the report too, with the network's own top-1."""
+    res = result()
+    fine = run_report(res.settings, res, "m", "l", "i", "c")["results"]
+    assert fine["target_note"] == "" and fine["predicted"] is None
+    res.p_without, res.predicted, res.p_predicted = 0.034, 722, 0.41
+    back = json.loads(json.dumps(run_report(res.settings, res, "m", "l", "i", "c"), allow_nan=False))["results"]
+    assert back["target_note"] == res.target_note
+    assert "3.4 %" in back["target_note"] and "not the network's top prediction" in back["target_note"]
+    assert "rises to 60.0 %" in back["target_note"]  # p(target) 3.4 % → 60 % with the bottleneck, explained
+    assert back["predicted"] == {"index": 722, "p": pytest.approx(0.41)}

@@ -1,0 +1,305 @@
+"""Hugging Face image classifiers: `hf:ORG/NAME` (an `AutoModelForImageClassification` id: ViT, DeiT, BEiT,
+ConvNeXt, ResNet, …) and folders transformers' `save_pretrained` wrote (read by `model_folders`).
+
+Everything comes from the model's own files:
+
+- config.json: the architecture (`model_type`), the class names (`id2label`; the generic names transformers makes
+  up, "LABEL_0", … become "class 0", …);
+- preprocessor_config.json (optional): the image processor's size, crop, mean, std and resample filter, mapped
+  to resize / centre crop / normalise (`preprocessing_of`);
+- model.safetensors (or pytorch_model.bin, which transformers reads with weights_only).
+
+`hf:ORG/NAME` is downloaded and cached by huggingface_hub; offline (HF_HUB_OFFLINE=1 or no network) a model that
+is not cached is one sentence saying what to download (`hub.py`). Code that came with a model (config.json's
+`auto_map`, transformers' `trust_remote_code`) runs only where the person running the program allowed code
+(`iba_core.trust`: --trust-code, IBA_TRUST_CODE=1); otherwise one sentence says so. A checkpoint without a
+trained classification head (a backbone) is refused: its logits would be random.
+
+The model answers `model(x)` with the logits tensor (its forward is wrapped, `logits_only`), so it is one
+network like any other; its layers are its blocks (`blocks.py`: `vit.layers.5`, `convnext.encoder.stages.2`) and
+embeddings, with the module names transformers gives them. transformers is imported only when such a model is
+chosen (importing it takes seconds).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..trust import LOCAL, Trust, check_code, shown
+from .blocks import block_layers
+from .hub import hub_cache
+from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, NetworkSpec, UnknownModelError, build_seeded, derive_spec,
+                   require_rgb)
+from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
+
+PREFIX = "hf:"
+#: A hub id: NAME or ORG/NAME (letters, digits, '-', '_', '.'), as huggingface_hub accepts them.
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
+#: PIL's resampling numbers, as image processors store them, by torchvision's names (`spec.INTERPOLATIONS`).
+PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+#: transformers' rule for ConvNeXt-style processors: below this shortest edge, resize to edge / crop_pct, then crop.
+CROP_PCT_BELOW = 384
+#: The names transformers gives classes nobody named.
+GENERIC_LABEL = re.compile(r"^LABEL_(\d+)$")
+
+
+def is_hf_key(key) -> bool:
+    return isinstance(key, str) and key.startswith(PREFIX)
+
+
+def repo_id(key: str) -> str:
+    """ORG/NAME of `hf:ORG/NAME`, or a clear error when it is not a hub id."""
+    name = key[len(PREFIX):] if is_hf_key(key) else key
+    if not REPO_ID.match(name) or ".." in name:
+        raise UnknownModelError(f"{shown(name)!r} is not a Hugging Face model id; give hf:ORG/NAME, e.g. "
+                                "hf:google/vit-base-patch16-224.")
+    return name
+
+
+def read_json(path: Path, what: str) -> dict:
+    """A JSON object from `path`, or one sentence saying the file is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"Could not read {what} {shown(path)}: {shown(err, 120)}.") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what[0].upper()}{what[1:]} {shown(path)} is not a JSON object.")
+    return data
+
+
+def check_no_code(config: dict, what: str, trust: Trust) -> None:
+    """Refuse a model whose config names its own modelling code (`auto_map`) unless `trust` allows code."""
+    if config.get("auto_map"):
+        check_code(f"{what} comes with its own modelling code (auto_map in its config.json)", trust, source="a model")
+
+
+def categories_of(config: dict) -> list[str]:
+    """Class names in output order from config.json's id2label; transformers' generic LABEL_i become "class i"."""
+    id2label = config.get("id2label") or {}
+    names = []
+    for i in range(len(id2label)):
+        name = str(id2label.get(str(i), id2label.get(i, f"class {i}")))
+        generic = GENERIC_LABEL.match(name)
+        names.append(f"class {generic.group(1)}" if generic else name)
+    return names
+
+
+def _edge(value) -> int | None:
+    """The side length of an image processor's size or crop entry (an int, or a dict of height / shortest_edge)."""
+    if isinstance(value, dict):
+        value = value.get("height") or value.get("shortest_edge") or value.get("width")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def preprocessing_of(processor: dict | None, config: dict) -> dict:
+    """resize, crop, interpolation, mean, std from a preprocessor_config.json (None: from config.json's image_size,
+    ImageNet's mean and std).
+
+    The processor's steps map to this project's resize-the-short-side, centre-crop, normalise: with a centre
+    crop, resize = size and crop = crop_size; with ConvNeXt's crop_pct, resize = ⌊size / crop_pct⌋ and crop = size
+    (below 384 px, as transformers does); otherwise resize = crop = size (ViT resizes to size × size: the same for a
+    square image, a centre crop of the short side's square for others)."""
+    image_size = _edge(config.get("image_size")) or CROP
+    if processor is None:
+        return {"crop": image_size, "resize": round(image_size * 256 / 224), "mean": IMAGENET_MEAN,
+                "std": IMAGENET_STD}
+    size = _edge(processor.get("size")) or image_size
+    crop_size = _edge(processor.get("crop_size"))
+    if processor.get("do_center_crop", crop_size is not None) and crop_size:
+        resize, crop = size, crop_size
+    elif processor.get("crop_pct") and isinstance(processor.get("size"), dict) \
+            and "shortest_edge" in processor["size"] and size < CROP_PCT_BELOW:
+        resize, crop = math.floor(size / float(processor["crop_pct"])), size
+    else:
+        resize, crop = size, size
+    prep = {"resize": resize, "crop": crop}
+    if processor.get("do_normalize", True):
+        prep["mean"] = tuple(float(v) for v in processor.get("image_mean") or IMAGENET_MEAN)
+        prep["std"] = tuple(float(v) for v in processor.get("image_std") or IMAGENET_STD)
+    else:  # pixels in 0…1 go in as they are
+        prep["mean"], prep["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    resample = processor.get("resample")
+    prep["interpolation"] = PIL_RESAMPLE.get(resample, "bilinear") if isinstance(resample, int) else "bilinear"
+    return prep
+
+
+@lru_cache(maxsize=None)
+def _logits_class(cls: type) -> type:
+    """A subclass of a transformers model class whose forward takes the image tensor and returns the logits."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cls.forward(self, pixel_values=x).logits
+
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": __name__,
+                                       "__doc__": f"{cls.__name__}, answering model(x) with the logits."})
+
+
+def logits_only(model: nn.Module) -> nn.Module:
+    """`model` (a transformers image classifier), answering `model(x)` with the logits tensor, in place.
+
+    The class is swapped for a subclass with that forward rather than wrapped in another module, so module names
+    and state-dict keys stay transformers' own (`vit.layers.5`; a saved model.safetensors loads as it is)."""
+    model.__class__ = _logits_class(type(model))
+    return model
+
+
+def layer_names(model: nn.Module, input_size: int) -> list[str]:
+    """The model's blocks and its stem (`embeddings`, ResNet's `embedder`) (`blocks.block_layers`)."""
+    stems = [name for name, _ in model.named_modules()
+             if name.count(".") == 1 and name.endswith((".embeddings", ".embedder"))]
+    return block_layers(model, input_size, stems)
+
+
+def _auto_config(source: str | Path, trust: Trust, local_only: bool, **overrides):
+    """transformers' config of `source` (a folder or a hub id), or one sentence when transformers does not know it."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(source), trust_remote_code=trust.code, local_files_only=local_only,
+                                          cache_dir=str(hub_cache()), **overrides)
+    except (ValueError, KeyError) as err:
+        import transformers
+
+        raise UserError(f"transformers {transformers.__version__} does not know the model {shown(source)} "
+                        f"({shown(err, 160)}).") from None
+
+
+def build_hf(config) -> nn.Module:
+    """An image classifier with untrained weights (seeded) from a transformers config, answering with logits."""
+    from transformers import AutoModelForImageClassification
+
+    try:
+        model = build_seeded(lambda: AutoModelForImageClassification.from_config(config))
+    except ValueError as err:  # not an image classifier (a text model, a backbone class)
+        raise UserError(f"This Hugging Face model is no image classifier ({shown(err, 160)}).") from None
+    return logits_only(model.float())
+
+
+@contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """transformers' progress bars off while `quiet` (a local load takes a blink; the bar would only clutter a CLI
+    command's stderr), restored after; downloads keep theirs."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = quiet and hf_logging.is_progress_bar_enabled()
+    if was_on:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def pretrained_hf(source: str | Path, trust: Trust, local_only: bool, title: str) -> nn.Module:
+    """transformers' `from_pretrained` (fp32, weights_only / safetensors), refusing a checkpoint whose
+    classification head it had to initialise (its logits would say nothing)."""
+    from transformers import AutoModelForImageClassification
+
+    try:
+        with _quiet(local_only):
+            model, info = AutoModelForImageClassification.from_pretrained(
+                str(source), trust_remote_code=trust.code, local_files_only=local_only, dtype=torch.float32,
+                cache_dir=str(hub_cache()), output_loading_info=True)
+    except ValueError as err:
+        raise UserError(f"{shown(title)} is no image classifier transformers can load ({shown(err, 160)}).") from None
+    except OSError as err:  # files missing or unreadable
+        raise UserError(f"Could not load {shown(title)}: {shown(err, 200)}.") from None
+    missing = list(info.get("missing_keys") or [])
+    if missing:
+        raise WeightsMismatchError(
+            f"The checkpoint of {shown(title)} has no weights for {len(missing)} parameter(s) ("
+            f"{', '.join(shown(k, 60) for k in missing[:3])}): probably a backbone without a trained classification "
+            "head, whose outputs would be random; use a model fine-tuned for classification.")
+    return logits_only(model)
+
+
+def hf_spec(model: nn.Module, key: str, title: str, prep: dict, categories: list[str], **fields) -> NetworkSpec:
+    """The derived spec of a transformers classifier: its blocks as layers, Grad-CAM on its last feature map."""
+    return derive_spec(model, key, title, input_size=prep["crop"], guess_cam_layer=True,
+                       layer_names=layer_names(model, prep["crop"]),
+                       categories=(lambda: list(categories)) if categories else None, **prep, **fields)
+
+
+def _load(source: str | Path, config: dict, processor: dict | None, key: str, title: str,
+          weights: str | os.PathLike | None, weights_id: str, *, trust: Trust, trust_pickle: bool,
+          local_only: bool) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """What `load_hf` and `load_hf_folder` share once config.json (and the processor's) are read."""
+    check_no_code(config, title, trust)
+    require_rgb(int(config.get("num_channels", 3)), title)
+    if weights in (None, "pretrained"):
+        model = pretrained_hf(source, trust, local_only, title)
+    else:
+        model = build_hf(_auto_config(source, trust, local_only))
+        if weights != "random":
+            state = read_weights(weights, trust_pickle=trust_pickle)
+            if isinstance(state, nn.Module):
+                state = state.state_dict()
+            fit_state_dict(model, state, title)
+            weights_id = weights_hash(weights)
+        else:
+            weights_id = "random"
+    categories = categories_of(config)
+    spec = hf_spec(model, key, title, preprocessing_of(processor, config), categories,
+                   note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing and class names "
+                   "from its own configuration.")
+    return spec, model, weights_id, categories
+
+
+def load_hf(key: str, weights: str | os.PathLike | None = "pretrained", *, trust: Trust = LOCAL,
+            trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """(spec, model with its weights, weights id, class names) of `hf:ORG/NAME` (see the module docstring)."""
+    from .hub import hub_file, hub_offline
+
+    repo = repo_id(key)
+    offline = hub_offline()
+    config_path = hub_file(repo, "config.json", what=PREFIX + repo, offline=offline)
+    config = read_json(config_path, "the model's config")
+    check_no_code(config, PREFIX + repo, trust)  # before anything else is fetched
+    processor_path = hub_file(repo, "preprocessor_config.json", what=PREFIX + repo, optional=True, offline=offline)
+    processor = read_json(processor_path, "the image processor's config") if processor_path else None
+    # The snapshot folder is named by the commit: statistics are cached per revision of the weights.
+    return _load(repo, config, processor, PREFIX + repo, f"{repo} (Hugging Face)", weights,
+                 f"{repo.split('/')[-1]}@{config_path.parent.name[:12]}", trust=trust, trust_pickle=trust_pickle,
+                 local_only=offline)
+
+
+def architecture_from_hub(key: str, trust: Trust = LOCAL, **overrides) -> tuple[nn.Module, dict, list[str]]:
+    """(untrained classifier, preprocessing, class names) of the architecture `hf:ORG/NAME` names: a card's arch,
+    built with the card's head (`overrides` of its config, e.g. num_labels) before the card's weights go in."""
+    from .hub import hub_file, hub_offline
+
+    repo = repo_id(key)
+    offline = hub_offline()
+    config_path = hub_file(repo, "config.json", what=PREFIX + repo, offline=offline)
+    config = read_json(config_path, "the model's config")
+    check_no_code(config, PREFIX + repo, trust)
+    require_rgb(int(config.get("num_channels", 3)), PREFIX + repo)
+    processor_path = hub_file(repo, "preprocessor_config.json", what=PREFIX + repo, optional=True, offline=offline)
+    processor = read_json(processor_path, "the image processor's config") if processor_path else None
+    model = build_hf(_auto_config(config_path.parent, trust, True, **overrides))  # the cached config.json's folder
+    return model, preprocessing_of(processor, config), categories_of(config)
+
+
+def load_hf_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike | None, weights_id: str, *,
+                   trust: Trust = LOCAL, trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """(spec, model, weights id, class names) of a folder transformers' `save_pretrained` wrote (`model_folders`):
+    config.json (model_type, id2label), its weights ("pretrained": the folder's model.safetensors or
+    pytorch_model.bin, whose hash is `weights_id`; "random"; or a state-dict file), optionally
+    preprocessor_config.json."""
+    title = f"{folder.name} ({config.get('model_type', '?')}, Hugging Face folder)"
+    check_no_code(config, f"The model folder {shown(folder)}", trust)
+    processor_file = folder / "preprocessor_config.json"
+    processor = read_json(processor_file, "the image processor's config") if processor_file.is_file() else None
+    return _load(folder, config, processor, key, title, weights, weights_id, trust=trust, trust_pickle=trust_pickle,
+                 local_only=True)

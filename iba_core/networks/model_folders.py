@@ -1,0 +1,121 @@
+"""A local model folder given as a path: how an expert brings a fine-tuned timm or Hugging Face model from another
+machine, with no card and no code.
+
+The folder's config.json says which layout it is:
+
+- timm's (`timm.models.push_to_hub.save_for_hf` / `push_to_hub`): config.json with "architecture" (and
+  num_classes, model_args, pretrained_cfg with preprocessing and label names), model.safetensors
+  (`timm_models.load_timm_folder`);
+- transformers' (`model.save_pretrained`): config.json with "model_type" (and id2label), model.safetensors,
+  optionally preprocessor_config.json (`hf_models.load_hf_folder`).
+
+A folder that is neither is one sentence saying what each layout holds. The network's key is `folder:<name>`; its
+weights id is a hash of the weights file, so statistics are cached per weights. The sizes in the config are
+checked before anything is built (as a card's [arch_args]: `cards.check_builder_args`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from torch import nn
+
+from ..errors import UserError
+from ..trust import LOCAL, Trust, check_server_path, shown
+from .cards import MAX_CLASSES, ModelCardError, check_builder_args
+from .spec import NetworkSpec
+from .state_files import weights_hash
+
+FOLDER_PREFIX = "folder:"
+#: Sizes in a transformers config that the model allocates from (checked before it is built).
+HF_SIZE_ENTRIES = ("image_size", "patch_size", "num_channels", "hidden_size", "hidden_sizes", "intermediate_size",
+                   "num_hidden_layers", "num_attention_heads", "depths", "embed_dim", "num_stages")
+#: The weights file of each layout, in the order they are looked for (a .bin is read with weights_only).
+WEIGHTS_FILES = {"timm": ("model.safetensors", "pytorch_model.bin"),
+                 "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")}
+LAYOUTS = ("timm's (save_for_hf: config.json with \"architecture\", model.safetensors) or transformers' "
+           "(save_pretrained: config.json with \"model_type\", model.safetensors)")
+
+
+class FolderError(UserError):
+    """A model folder that cannot be used; the message is one sentence for users."""
+
+
+def is_folder_key(key) -> bool:
+    """Whether a network key names an existing folder (a local model folder)."""
+    return isinstance(key, (str, os.PathLike)) and os.path.isdir(os.path.expanduser(os.fspath(key)))
+
+
+def folder_key(folder: Path) -> str:
+    """The network key of a model folder: `folder:<its name>`."""
+    return FOLDER_PREFIX + folder.name
+
+
+def weights_in(folder: Path, names: tuple[str, ...]) -> Path | None:
+    """The first of `names` that is a file in `folder`."""
+    return next((folder / n for n in names if (folder / n).is_file()), None)
+
+
+def read_folder(key: str | os.PathLike, trust: Trust = LOCAL) -> tuple[Path, Literal["timm", "transformers"], dict]:
+    """(folder, layout, config.json) of a model folder, its sizes checked; else one sentence saying what is wrong."""
+    from .hf_models import read_json
+
+    folder = check_server_path(Path(os.fspath(key)).expanduser(), trust, what="model folder")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise FolderError(f"The folder {shown(key)} holds no config.json, so it is no model folder; a model folder is "
+                          f"{LAYOUTS}.")
+    config = read_json(config_file, "the model folder's config")
+    if "model_type" in config:
+        layout = "transformers"
+        labels = config.get("id2label") or {}
+        if len(labels) > MAX_CLASSES:
+            raise FolderError(f"The model folder {shown(key)} names {len(labels):,} classes, more than the "
+                              f"{MAX_CLASSES:,} a network here may have.")
+        _check_sizes(folder, {k: config[k] for k in HF_SIZE_ENTRIES if k in config}, key)
+    elif isinstance(config.get("architecture"), str):
+        layout = "timm"
+        args = config.get("model_args") or {}
+        if not isinstance(args, dict):
+            raise FolderError(f"In the model folder {shown(key)}, config.json's model_args is not an object.")
+        _check_sizes(folder, {"num_classes": config.get("num_classes", 1), "model_args": args}, key)
+    else:
+        raise FolderError(f"The config.json in {shown(key)} names neither a timm architecture nor a transformers "
+                          f"model_type, so the folder is no model folder; a model folder is {LAYOUTS}.")
+    return folder, layout, config
+
+
+def _check_sizes(folder: Path, sizes: dict, key) -> None:
+    """The config's sizes within a card's [arch_args] bounds (`cards.check_builder_args`), as a FolderError."""
+    try:
+        check_builder_args(folder, sizes, source=f"the model folder {shown(key)}", entry="config.json")
+    except ModelCardError as err:
+        raise FolderError(err.message) from None
+
+
+def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *, trust_pickle: bool = False,
+                trust: Trust = LOCAL) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """(spec, model with its weights, weights id, class names) of a model folder (see the module docstring).
+
+    weights: "pretrained" (the folder's own file), "random", or a state-dict file instead of the folder's."""
+    folder, layout, config = read_folder(key, trust)
+    weights_id = "random"
+    if weights in (None, "pretrained"):
+        found = weights_in(folder, WEIGHTS_FILES[layout])
+        if found is None:
+            how = ("timm's save_for_hf(model, folder, safe_serialization=True)" if layout == "timm"
+                   else "model.save_pretrained(folder)")
+            raise FolderError(f"The {layout} model folder {shown(key)} has no model.safetensors (or "
+                              f"pytorch_model.bin); save the model again with {how}.")
+        weights_id = weights_hash(found)
+        if layout == "timm":  # timm's folder weights are a plain state dict, read like any file
+            weights = found
+    if layout == "timm":
+        from .timm_models import load_timm_folder
+
+        return load_timm_folder(folder, config, folder_key(folder), weights, trust_pickle=trust_pickle)
+    from .hf_models import load_hf_folder
+
+    return load_hf_folder(folder, config, folder_key(folder), weights, weights_id, trust=trust,
+                          trust_pickle=trust_pickle)
