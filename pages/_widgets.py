@@ -225,7 +225,7 @@ LINK_PENDING_KEY = "_link_pending"
 LINK_PROBLEMS_KEY = "_link_problems"
 #: Digests of this session's uploads already kept for links.
 KEPT_UPLOADS_KEY = "_kept_uploads"
-#: The image name and network title chosen above the page's results now (None: none usable).
+#: The image (name, content digest) and network title chosen above the page's results now (None: none usable).
 CHOSEN_KEY = "_chosen_subject"
 #: (network menu choice, image digest) the page's controls were last drawn for.
 CONTROLS_FOR_KEY = "_controls_for"
@@ -350,19 +350,22 @@ def _keep_for_links(name: str, data: bytes, digest: str) -> None:
         kept.add(digest)
 
 
-def result_note(image: str, network: str) -> str:
-    """A sentence when a kept result (of `image`, shown by its name, and `network`, by its title) is not of
-    the image and network chosen above it now (`links.result_note`), else ''. Markdown, names escaped."""
+def result_note(image: str, network: str, digest: str = "") -> str:
+    """A sentence when a kept result (of `image`, shown by its name and told apart by its content `digest`, and
+    `network`, by its title) is not of the image and network chosen above it now (`links.result_note`), else
+    ''. Markdown, names escaped."""
     chosen = st.session_state.get(CHOSEN_KEY)
     if chosen is None:
         return ""
-    now = [None if c is None else plain(c) for c in chosen]
-    return links.result_note(plain(image), plain(network), *now)
+    name, current_digest, title = chosen
+    return links.result_note(plain(image), plain(network), None if name is None else plain(name),
+                             None if title is None else plain(title),
+                             result_digest=digest, current_digest=current_digest or "")
 
 
-def result_note_line(image: str, network: str) -> str:
+def result_note_line(image: str, network: str, digest: str = "") -> str:
     """`result_note` as a bold second line of a result's caption, or ''."""
-    note = result_note(image, network)
+    note = result_note(image, network, digest)
     return f"  \n**{note}**" if note else ""
 
 
@@ -613,6 +616,7 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
         pending = st.session_state.get(LINK_PENDING_KEY)
         link_section(pending[0].step if pending is not None else None)
     st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
+                                    image.digest if image is not None else None,
                                     shared.network.spec.title if shared is not None else None)
     _link_set(image=links.image_value(image) if image is not None else None,
               network=shared.network.key if shared is not None else None)
@@ -653,7 +657,8 @@ def subject_caption(subject: Subject) -> str:
     """`Subject.caption` (image · network · class, Markdown) with the names escaped (`plain`); when the result is
     not of the image and network chosen above, a second line says so (`result_note`)."""
     return replace(subject, image=plain(subject.image), model=plain(subject.model),
-                   class_name=plain(subject.class_name)).caption + result_note_line(subject.image, subject.model)
+                   class_name=plain(subject.class_name)).caption + result_note_line(subject.image, subject.model,
+                                                                                    subject.image_digest)
 
 
 def show_domain_warning(slot: DeltaGenerator, network: Network, folder: str | None = None) -> None:

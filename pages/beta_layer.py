@@ -97,7 +97,7 @@ def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target:
         cached = key in grids
         if not cached:  # same image and settings: reuse, the result would be identical
             cells, cached = cached_grid(key, lambda: compute(inputs, key, settings, folder, n))
-            run = GridRun(Subject.of(inputs.image.name, inputs.network, target_idx), cells, layer, settings)
+            run = GridRun(Subject.of(inputs.image, inputs.network, target_idx), cells, layer, settings)
             keep(grids, key, run, MAX_KEPT)
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."

@@ -106,7 +106,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
             note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
         live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = CompareRun(
-            Subject.of(inputs.image.name, inputs.network, target_idx),
+            Subject.of(inputs.image, inputs.network, target_idx),
             keys=[map_key(inputs.image.digest, inputs.network, target_idx, m, settings.get(m)) for m in maps],
             cropped=inputs.cropped, input_png=image_cell_png(inputs.cropped),
             readout=READOUT_METHOD in maps, readout_details=readout.details if readout is not None else "",

@@ -90,7 +90,7 @@ def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
 
 
 def subject(inputs: ui.Inputs, target: int) -> Subject:
-    return Subject.of(inputs.image.name, inputs.network, target)
+    return Subject.of(inputs.image, inputs.network, target)
 
 
 # ---- degradation -------------------------------------------------------------------------------

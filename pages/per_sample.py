@@ -146,7 +146,7 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
             result = iba.attribute(inputs.x, target=target, callback=on_step)
     pre = inputs.network.preprocess
     return RunRecord(
-        image_name=inputs.image.name, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
+        image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
         class_name=inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats.describe(), original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
@@ -191,7 +191,8 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     colour scale. current_key: the network chosen now; when the run used another one, the panel says so."""
     r = record.result
     history = r.history
-    if current_key is not None and (note := ui.result_note(record.image_name, record.model_title or record.model_key)):
+    if current_key is not None and (note := ui.result_note(record.image_name, record.model_title or record.model_key,
+                                                         record.image_digest)):
         st.caption(note)  # another image or network is chosen above: says which this run is of
     st.markdown(
         f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
@@ -237,7 +238,7 @@ def results(record: RunRecord, scale: ColourScale) -> None:
         f"{ui.plain(record.image_name)} · {ui.plain(record.model_title or record.model_key)} · layer {record.layer} · "
         f"explaining **{ui.plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
-        + ui.result_note_line(record.image_name, record.model_title or record.model_key)
+        + ui.result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
     )
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Information used", f"{r.total_bits:,.0f} bits",

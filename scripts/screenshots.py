@@ -9,7 +9,7 @@ repository root:
 
 - home: the explanation and the precomputed example;
 - per_sample: a run with the paper's defaults, the replay panel (step slider) beside the image;
-- beta_layer: a grid with the paper's settings: one colour scale in bits per pixel per row, the lost class;
+- beta_layer: a grid with the paper's settings: the β row on one bits/pixel scale, each layer map on its own, the lost class;
 - compare: the default methods and the shipped Readout, the bits maps on one scale;
 - evaluate: degradation curves (9 points per curve) for the default methods, with the table.
 """

@@ -289,21 +289,28 @@ def prune_uploads(folder: str | os.PathLike, max_files: int = KEEP_UPLOADS,
 
 
 def result_note(result_image: str, result_network: str, current_image: str | None,
-                current_network: str | None) -> str:
+                current_network: str | None, *, result_digest: str = "", current_digest: str = "") -> str:
     """'' when a kept result shown on a page (a run) is of the image and network chosen above it; else one
-    sentence that says which image (and network) it is of. Names as the page shows them (a file's or sample's
-    name, a network's title); None: no usable image or network is chosen above (a refused upload, a network that
-    does not load)."""
-    other_image = result_image != current_image
+    sentence that says which image (and network) it is of. Images are told apart by their content digests
+    (`inputs.ImageInput.digest`: two uploads may share a file name), by name only where a digest is missing;
+    names, as the page shows them (a file's or sample's name, a network's title), make the sentence. None: no
+    usable image or network is chosen above (a refused upload, a network that does not load)."""
+    if result_digest and current_digest:
+        other_image = result_digest != current_digest
+    else:
+        other_image = result_image != current_image
     other_network = result_network != current_network
+    # Another image under the same name (a photo re-exported, another upload called image.jpg): say so.
+    which = (f"another image also named {result_image}" if other_image and result_image == current_image
+             else result_image)
     if current_image is None:
         also = f" with {result_network}" if other_network else ""
         return f"This run is of {result_image}{also}; no usable image is chosen above, so the last run stays shown."
     if other_image and other_network:
-        return (f"This run is of {result_image} with {result_network}, not of the image and network chosen "
+        return (f"This run is of {which} with {result_network}, not of the image and network chosen "
                 "above; press Run for those.")
     if other_image:
-        return f"This run is of {result_image}, not of the image chosen above; press Run for that one."
+        return f"This run is of {which}, not of the image chosen above; press Run for that one."
     if other_network:
         return f"This run used {result_network}, not the network chosen above; press Run for that one."
     return ""

@@ -21,6 +21,7 @@ from ..trust import Trust
 if TYPE_CHECKING:
     from ..beta_layer import GridCell
     from ..per_sample import BottleneckSettings
+    from .inputs import ImageInput
 
 
 @dataclass
@@ -108,6 +109,8 @@ class RunRecord:
     wait_seconds: float = 0.0
     #: The network's title (a model card's network is not in the registry).
     model_title: str = ""
+    #: The image's content digest (`inputs.ImageInput.digest`): two uploads may share a file name, not this.
+    image_digest: str = ""
     #: Tells runs apart (e.g. widgets that belong to one run, such as its replay slider).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
@@ -128,17 +131,20 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class Subject:
-    """What a kept result explains: the image, the network and the class."""
+    """What a kept result explains: the image (its name to show, its content digest to tell images apart), the
+    network and the class."""
 
     image: str
     model: str  # the network's title
     class_name: str
     target: int
+    image_digest: str = ""  # `inputs.ImageInput.digest` ('' unknown: then the name tells images apart)
 
     @classmethod
-    def of(cls, image_name: str, network, target: int) -> "Subject":
-        """The subject of a result for `network` (a Network: its title and class names)."""
-        return cls(image_name, network.spec.title, network.class_name(target), int(target))
+    def of(cls, image: "ImageInput", network, target: int) -> "Subject":
+        """The subject of a result for `image` (its name and digest) and `network` (a Network: its title and
+        class names)."""
+        return cls(image.name, network.spec.title, network.class_name(target), int(target), image.digest)
 
     @property
     def caption(self) -> str:

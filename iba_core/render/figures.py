@@ -5,6 +5,7 @@ check's SSIM. Colours match the PNG overlays (`overlays`).
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -120,6 +121,14 @@ GRID_FONT_PX = 18
 PRESENTATION_ZOOM = 1.3
 #: Side of a grid cell's map in px before zoom (the figure's height follows; a narrower page narrows the map).
 _GRID_CELL_PX = 250
+#: Characters per line of a cell title at zoom 1 (fewer when zoomed): at 1280 × 800 with the sidebar open the
+#: grid is 820 px wide, 140 px per column, which holds 13 characters at 18 px; titles wider than that would run
+#: into their neighbours. Hence one fact per line, and long layer names wrapped.
+_TITLE_LINE_CHARS = 13
+#: A layer name wraps onto at most this many lines (then ends in …; hovering a map shows it whole).
+_TITLE_NAME_LINES = 3
+#: Height of one line of annotation text, in font sizes (Plotly's line spacing).
+_LINE_EM = 1.3
 
 
 def grid_figure(
@@ -149,8 +158,12 @@ def grid_figure(
     maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets, and its maxima
     tops = {key: max(float(z.max()) if z.size else 0.0, 1e-6) for key, z in maps.items()}
     font_px = round(GRID_FONT_PX * zoom)
-    # Space above each row's maps for its cell titles: 2 lines, 3 where the title gives the map's own scale.
-    bands = [round((3 if own[r] else 2) * 1.3 * font_px) + 8 for r in rows]
+    line_chars = max(8, int(_TITLE_LINE_CHARS / zoom))
+    titles = {id(c): _cell_title(c, tops[id(c)] if own[c.row] else None, line_chars) for c in cells if c.row in own}
+    # Space above each row's maps for its cell titles: as many lines as the row's longest title (at least the
+    # 3 or 4 lines of a full row, so a grid that fills live does not jump).
+    lines = {r: max([3 + own[r]] + [titles[id(c)].count("<br>") + 1 for c in by_row[r]]) for r in rows}
+    bands = [round(lines[r] * _LINE_EM * font_px) + 8 for r in rows]
     cell_px = round(_GRID_CELL_PX * zoom)
     top_margin = bands[0] + (round(1.6 * font_px) if title else 0)
     height = height or top_margin + len(rows) * cell_px + sum(bands[1:]) + 10
@@ -168,16 +181,17 @@ def grid_figure(
             # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
             k = (i - 1) * ncols + j
             fig.add_annotation(
-                text=_cell_title(cell, tops[id(cell)] if own[r] else None), showarrow=False,
+                text=titles[id(cell)], showarrow=False,
                 x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
                 y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
             )
             if own[r]:
-                # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (in its title).
+                # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (its title's
+                # "max 13.4"), in bits per pixel.
                 last = j == len(by_row[r])
                 scale = dict(zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=last,
                              colorbar=dict(bar, tickvals=[0.0, tops[id(cell)]], ticktext=["0", "max"],
-                                           title=dict(text="own scale per map", side="right",
+                                           title=dict(text=f"{BITS_UNIT}, own scale", side="right",
                                                       font=dict(size=font_px))))
             else:
                 scale = dict(coloraxis=axis)
@@ -215,15 +229,38 @@ def grid_figure(
 LOST_CLASS_MARK = "⚠ class lost"
 
 
-def _cell_title(cell: "GridCell", top: float | None = None) -> str:
-    """Label (marked when the class was lost), p and total bits; with `top`, the map's own scale too."""
-    label = cell.label
+def _cell_title(cell: "GridCell", top: float | None = None, line_chars: int = _TITLE_LINE_CHARS) -> str:
+    """One fact per line, each at most `line_chars` wide: the label (a layer name wrapped), the lost-class mark,
+    p, the total bits; with `top`, the map's own scale's maximum (its unit, bits / pixel, on the row's bar)."""
+    lines = _wrap_name(cell.label, line_chars)
     if getattr(cell, "lost_class", False):
-        label += f' <span style="color:#c62828">{LOST_CLASS_MARK}</span>'
-    text = f"{label}<br>p = {cell.p_with:.2f} · {cell.total_bits:,.0f} bits"
+        lines.append(f'<span style="color:#c62828">{LOST_CLASS_MARK}</span>')
+    lines += [f"p = {cell.p_with:.2f}", f"{cell.total_bits:,.0f} bits"]
     if top is not None:
-        text += f"<br>0 … {top:.3g} bits/px"  # short: a narrow cell must hold it
-    return text
+        lines.append(f"{GRID_MAX_PREFIX}{top:.3g}")
+    return "<br>".join(lines)
+
+
+#: How a layer-row cell's title gives the top of its own colour scale: "max 13.4" (bits per pixel).
+GRID_MAX_PREFIX = "max "
+
+
+def _wrap_name(name: str, width: int) -> list[str]:
+    """`name` in lines of at most `width` characters, broken after . _ / - or a space where it can be (layer
+    names have no spaces: features.denseblock2.denselayer12), at most _TITLE_NAME_LINES lines."""
+    lines = [""]
+    for part in re.split(r"(?<=[._/\- ])", name):
+        while part:
+            if lines[-1] and len(lines[-1]) + len(part) > width:
+                lines.append("")
+            room = width - len(lines[-1])
+            lines[-1] += part[:room]
+            part = part[room:]
+    lines = [line.strip() for line in lines]
+    if len(lines) > _TITLE_NAME_LINES:
+        lines = lines[:_TITLE_NAME_LINES]
+        lines[-1] = lines[-1][: width - 1] + "…"
+    return lines
 
 
 def _row_title(row_cells: Sequence["GridCell"]) -> str:

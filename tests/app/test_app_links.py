@@ -204,3 +204,15 @@ def test_result_note_names_what_a_kept_result_is_of() -> None:
     assert "of chelsea with Net" in both
     refused = links.result_note("chelsea", "Net", None, "Net")
     assert "of chelsea" in refused and "no usable image" in refused
+
+
+def test_result_note_tells_images_apart_by_content_not_name() -> None:
+    # Two uploads called photo.jpg with different pixels: the digests differ, so the note appears.
+    other = links.result_note("photo.jpg", "Net", "photo.jpg", "Net",
+                              result_digest="0123456789abcdef", current_digest="fedcba9876543210")
+    assert other.startswith("This run is of another image also named photo.jpg, not of the image chosen above")
+    # The same pixels under another file name: the same image, no note.
+    assert links.result_note("photo.jpg", "Net", "copy.jpg", "Net",
+                             result_digest="0123456789abcdef", current_digest="0123456789abcdef") == ""
+    # A result kept without a digest falls back to the name.
+    assert links.result_note("photo.jpg", "Net", "photo.jpg", "Net", current_digest="fedcba9876543210") == ""

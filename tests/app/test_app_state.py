@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from iba_core.app.inputs import ImageInput
 from iba_core.app.state import RunRecord, SharedModel, Subject
 from iba_core.per_sample import AttributionResult, BottleneckSettings, StepInfo
 
@@ -133,6 +134,9 @@ def test_run_record_keeps_timing_and_the_original() -> None:
 
 
 def test_subject_names_the_image_network_and_class(offline_model) -> None:
-    subject = Subject.of("cat.jpg", offline_model, 285)
-    assert subject == Subject("cat.jpg", offline_model.spec.title, offline_model.class_name(285), 285)
+    from PIL import Image
+
+    subject = Subject.of(ImageInput("cat.jpg", Image.new("RGB", (8, 8)), "0123456789abcdef"), offline_model, 285)
+    assert subject == Subject("cat.jpg", offline_model.spec.title, offline_model.class_name(285), 285,
+                              "0123456789abcdef")
     assert subject.caption == f"cat.jpg · {offline_model.spec.title} · explaining **{subject.class_name}** (#285)"

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from page_helpers import assert_clean, timed_run
 
+from iba_core.app.inputs import image_digest
 from iba_core.app.state import RunRecord
 
 
@@ -286,6 +287,7 @@ def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes, downloads) 
     assert not at.error, [e.value for e in at.error]
     record = at.session_state["ps_run"]
     assert record.image_name == "chelsea.png"
+    assert record.image_digest == image_digest(chelsea_png)
     assert len(record.result.history) == 3
 
     # The overlay download has the uploaded image's resolution.
@@ -295,6 +297,16 @@ def test_upload_of_a_real_photo_works(open_page, chelsea_png: bytes, downloads) 
     assert overlay.width == 451 and 300 < overlay.height < 360  # the photo at its size, and the legend below
     button = next(b for b in at.get("download_button") if b.label == "Overlay PNG")
     assert "451 × 300 px" in button.help and "dimmed" in button.help
+
+    # Another photo under the same file name: the kept run is told apart by its pixels, not its name.
+    assert not any("This run is of" in c.value for c in at.caption)
+    mirrored = io.BytesIO()
+    uploaded.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(mirrored, format="PNG")
+    at.file_uploader[0].set_value(("chelsea.png", mirrored.getvalue(), "image/png")).run()
+    assert_clean(at)
+    assert at.session_state["ps_run"].run_id == record.run_id  # the last run stays shown …
+    assert any("This run is of another image also named chelsea.png, not of the image chosen above" in c.value
+               for c in at.caption)  # … saying it is of another image
 
 
 def test_gif_upload_uses_the_first_frame(open_page) -> None:

@@ -1,5 +1,6 @@
 """iba_core.render.figures.grid_figure: the β row on one scale (bits are absolute), each layer-row map on its own
-scale (its maximum in its title), lost classes marked, text large enough for a lecture hall."""
+scale (its maximum in its title), lost classes marked, text large enough for a lecture hall, titles short enough
+(one fact per line, long layer names wrapped) for a 1280 × 800 screen."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_beta_row_shares_one_linear_scale_in_bits_per_pixel() -> None:
     brightness = [float(np.mean(t.z)) / axis.cmax for t in beta]
     assert int(np.argmin(brightness)) == 4 and int(np.argmax(brightness)) == 0
     titles = [a.text for a in fig.layout.annotations]
-    assert not any("bits/px" in t for t in titles[:5])
+    assert not any(figures.GRID_MAX_PREFIX in t for t in titles[:5])
 
 
 def test_layer_row_maps_each_run_to_their_own_maximum_given_in_the_title() -> None:
@@ -44,10 +45,11 @@ def test_layer_row_maps_each_run_to_their_own_maximum_given_in_the_title() -> No
     # The stem's 13 bits/px no longer turn the deepest layer black: every map reaches the top of its scale.
     assert all(float(np.max(t.z)) / t.zmax == 1.0 for t in layer)
     assert "coloraxis2" not in fig.to_plotly_json()["layout"]
-    assert [f"0 … {t.zmax:.3g} bits/px" in title for t, title in zip(layer, titles)] == [True] * 3
-    # One colour bar for the row, on its last map, reading 0 … each map's own maximum.
+    assert [title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(layer, titles)] == [True] * 3
+    # One colour bar for the row, on its last map, reading 0 … each map's own maximum, in bits per pixel.
     assert [bool(t.showscale) for t in layer] == [False, False, True]
     assert list(layer[-1].colorbar.ticktext) == ["0", "max"]
+    assert layer[-1].colorbar.title.text.startswith(figures.BITS_UNIT)
     assert fig.layout.coloraxis.colorbar.y > layer[-1].colorbar.y  # the β row's bar above the layer row's
 
 
@@ -57,7 +59,7 @@ def test_per_map_scales_on_request() -> None:
     assert [t.zmax for t in fig.data] == [float(np.max(t.z)) for t in fig.data]  # each its own maximum
     assert fig.layout.coloraxis.cmax is None
     titles = [a.text for a in fig.layout.annotations]
-    assert all(f"0 … {t.zmax:.3g} bits/px" in title for t, title in zip(fig.data, titles))
+    assert all(title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(fig.data, titles))
 
 
 @pytest.mark.parametrize("zoom", [1.0, figures.PRESENTATION_ZOOM])
@@ -68,8 +70,39 @@ def test_text_reads_from_the_back_of_a_room(zoom: float) -> None:
     assert {a.font.size for a in fig.layout.annotations} == {size}
     assert fig.layout.yaxis.title.font.size == size and fig.layout.yaxis6.title.font.size == size
     assert fig.layout.coloraxis.colorbar.tickfont.size == size and fig.data[-1].colorbar.tickfont.size == size
-    # Room above each row for its titles (2 lines; 3 in the layer row): the top margin holds the β row's.
-    assert fig.layout.margin.t >= 2 * size
+    # Room above each row for its titles: the top margin holds the β row's 4 lines (β·k = 1000 is marked lost).
+    assert fig.layout.margin.t >= 4 * size
+
+
+def test_titles_give_one_fact_per_short_line() -> None:
+    """At 1280 × 800 with the sidebar open a column is 140 px wide: a title line of more than 13 characters at
+    18 px would run into its neighbour's (tests/test_browser_grid.py measures it)."""
+    titles = [a.text for a in figures.grid_figure(cells()).layout.annotations]
+    assert titles[0].split("<br>") == ["β·k = 0.1", "p = 0.90", "10,000 bits"]
+    assert titles[4].split("<br>")[1:] == [f'<span style="color:#c62828">{figures.LOST_CLASS_MARK}</span>',
+                                           "p = 0.00", "1 bits"]
+    assert titles[5].split("<br>")[0] == "stem" and titles[5].split("<br>")[-1].startswith("max ")
+    lines = [line for t in titles for line in t.split("<br>") if not line.startswith("<span")]
+    assert max(len(line) for line in lines) <= figures._TITLE_LINE_CHARS
+
+
+def test_long_layer_names_wrap_and_the_figure_grows_with_the_lines() -> None:
+    long_name = "features.denseblock2.denselayer12"
+    short = cells()
+    wrapped = short[:5] + [GridCell("layer", long_name, 10.0, long_name, blob(), 0.5, 50.0, 0.6)] + short[6:]
+    fig = figures.grid_figure(wrapped)
+    title = fig.layout.annotations[5].text
+    assert title.split("<br>")[:3] == ["features.", "denseblock2.", "denselayer12"]  # broken after the dots
+    assert fig.data[5].hovertemplate.startswith(long_name)  # hovering shows the name whole
+    # Two more lines above the layer row (6 against 4: label, p, bits, max): the figure is taller by them.
+    grown = fig.layout.height - figures.grid_figure(short).layout.height
+    assert grown == pytest.approx(2 * 1.3 * figures.GRID_FONT_PX, abs=2)
+    # A name too long for three lines ends in …; presentation mode (larger text) wraps at fewer characters.
+    huge = "x" * 60
+    lines = figures._cell_title(GridCell("layer", huge, 10.0, huge, blob(), 0.5, 50.0, 0.6)).split("<br>")
+    assert lines[2].endswith("…") and lines[3] == "p = 0.50"
+    zoomed = figures.grid_figure(wrapped, zoom=figures.PRESENTATION_ZOOM).layout.annotations[5].text
+    assert max(len(line) for line in zoomed.split("<br>")) < figures._TITLE_LINE_CHARS
 
 
 def test_presentation_zoom_makes_the_maps_larger() -> None:
