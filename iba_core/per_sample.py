@@ -248,21 +248,29 @@ LOST_CLASS_MESSAGE = "the bottleneck discarded the class; the map shows what sur
 LOW_P_TARGET = 0.10
 
 
-def target_note(p_without: float, p_with: float, is_top1: bool) -> str:
-    """A sentence when the explained class is not the network's top-1 or has p below LOW_P_TARGET, else "".
+#: p(target) must at least double, and by 5 percentage points, before the note explains a rise: small rises are
+#: the noise of the fresh noisy batch, not the bottleneck removing the other classes' evidence.
+RISE_FACTOR, RISE_POINTS = 2.0, 0.05
 
-    When p(target) rises with the bottleneck, the note says why: the bottleneck removed the evidence for the
-    other classes, so the rise does not mean the image shows the class.
+
+def target_note(p_without: float, p_with: float, is_top1: bool) -> str:
+    """A sentence when the explained class has p below LOW_P_TARGET or is not the network's top-1, else "".
+
+    Below LOW_P_TARGET the network does not recognise the image as the class; a class that is only not the
+    top-1 (a runner-up with a fair p) is just named as such. When p(target) rises clearly with the bottleneck
+    (RISE_FACTOR, RISE_POINTS), the note says why: the bottleneck removed the evidence for the other classes, so
+    the rise does not mean the image shows the class.
     """
-    reasons = []
     if p_without < LOW_P_TARGET:
-        reasons.append(f"p(target) is only {100 * p_without:.1f} % (below {100 * LOW_P_TARGET:.0f} %)")
-    if not is_top1:
-        reasons.append("it is not the network's top prediction")
-    if not reasons:
+        top = "" if is_top1 else ", and it is not the network's top prediction"
+        note = (f"The network does not recognise this image as the explained class: p(target) is only "
+                f"{100 * p_without:.1f} % (below {100 * LOW_P_TARGET:.0f} %){top}.")
+    elif not is_top1:
+        note = (f"The explained class is not the network's top prediction (p(target) {100 * p_without:.1f} %): the "
+                "map shows what this class takes from the image, not why the network predicts its top class.")
+    else:
         return ""
-    note = f"The network does not recognise this image as the explained class well: {' and '.join(reasons)}."
-    if p_with > p_without:
+    if p_with >= RISE_FACTOR * p_without and p_with - p_without >= RISE_POINTS:
         note += (f" p(target) rises to {100 * p_with:.1f} % with the bottleneck because the bottleneck removed "
                  "what supports the other classes, not because the image shows this class.")
     return note

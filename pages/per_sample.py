@@ -38,6 +38,9 @@ PANEL_SIDE, PANEL_FONT = 224, 17
 CURVES_SIZE = (640, 230)
 #: Widget key of the colour-scale control (read by the live run, set in the replay panel).
 SCALE_TOP_KEY = "ps_scale_top"
+SCALE_BASIS_KEY = "ps_scale_basis"
+#: The scale's top when none is typed (`animation.SCALE_BASES`), as the radio names them.
+SCALE_BASIS_NAMES = {"run": "the whole run's largest value", "final": "the final map's largest value"}
 
 ui.through_app()
 st.title("Per-Sample Bottleneck")
@@ -61,11 +64,17 @@ def fixed_top() -> float | None:
 def record_scale(record: RunRecord) -> ColourScale:
     """The run's one colour scale (`run_scale`: the top typed in, else the run's largest value), for the replay,
     the GIF, the final map and the overlays alike."""
-    return run_scale(record.result, fixed_top())
+    return run_scale(record.result, fixed_top(), st.session_state.get(SCALE_BASIS_KEY, "run"))
 
 
 def scale_controls() -> None:
-    c1, _ = st.columns([1.2, 1])
+    c1, c2 = st.columns([1.2, 1])
+    c2.radio("Scale top when none is typed", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
+             key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
+             help="The whole run's largest value (default): the bits visibly drain from the first step to the "
+             "final map, which then looks dark. The final map's largest value: the final map uses the whole colour "
+             "range (its shape reads from the back of a room); earlier steps above it are drawn in the top colour, "
+             "marked ≥ on the colour bar.")
     c1.number_input("Scale top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
                     key=SCALE_TOP_KEY, placeholder="the run's largest value",
                     help="The top of the run's one colour scale: the live view, the replay, the GIF, the final map and "

@@ -181,7 +181,7 @@ def test_one_target_note_for_the_grid() -> None:
     low = [cell(beta_k=b, p_with=p, p_without=0.034, predicted=722) for b, p in ((0.1, 0.99), (10.0, 0.938))]
     low.append(cell(row="layer", layer="stem", p_with=0.2, p_without=0.034, predicted=722))
     note = grid_target_note(low)
-    assert note.startswith("The network does not recognise this image as the explained class well")
+    assert note.startswith("The network does not recognise this image as the explained class")
     assert "only 3.4 %" in note and "not the network's top prediction" in note
     assert "rises to 93.8 %" in note and "the β·k = 10 at block3_2 cell" in note
     # Not the top-1, but p high enough and falling with the bottleneck: the reason, no rise sentence.

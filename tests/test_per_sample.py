@@ -411,3 +411,12 @@ def test_result_knows_the_prediction_and_warns_on_an_unknown_image(offline_model
     assert (result.predicted, result.target) == (top, top)
     assert abs(result.p_predicted - p_top) <= 1e-4 + 1e-3 * p_top
     assert result.target_note and result.summary()["target_note"] == result.target_note
+
+
+def test_target_note_names_a_runner_up_without_calling_it_unrecognised_and_ignores_small_rises() -> None:
+    from iba_core.per_sample import target_note
+
+    runner_up = target_note(0.28, 0.30, is_top1=False)  # chelsea's "tabby"
+    assert "not the network's top prediction" in runner_up and "does not recognise" not in runner_up
+    assert "rises" not in target_note(0.035, 0.038, is_top1=True)  # noise of the fresh batch, not a rise
+    assert "rises to 20.0 %" in target_note(0.035, 0.20, is_top1=True)

@@ -62,8 +62,8 @@ class ColourScale:
     """The colour scale of a run's bits maps: 0 – `top` bits / pixel.
 
     source says where the top comes from: "run" (the run's largest value over all its steps and the final
-    map: the default), "set" (a value the user gave), "so far" (the live view: the largest value of the steps
-    so far).
+    map: the default), "final" (the final map's largest value), "set" (a value the user gave), "so far" (the
+    live view: the largest value of the steps so far).
     """
 
     top: float
@@ -76,6 +76,9 @@ class ColourScale:
             return f"one scale for the whole run, {span} (set by you)"
         if self.source == "so far":
             return f"{span}, the largest value so far (it grows only when a step exceeds it)"
+        if self.source == "final":
+            return (f"one scale for the whole run, {span}: the final map's largest value (earlier steps above it "
+                    "are drawn in the top colour, marked ≥)")
         return f"one scale for the whole run, {span}: the run's largest value over all steps and the final map"
 
     def clips(self, values: np.ndarray) -> bool:
@@ -96,9 +99,20 @@ def _scale(maps: Iterable[np.ndarray], fixed: float | None, source: str) -> Colo
     return ColourScale(largest_bits(maps), source)
 
 
-def run_scale(result: "AttributionResult", fixed: float | None = None) -> ColourScale:
+#: What a finished run's scale tops at, unless the user types a top: "run" (default, as issue #23 asks: the
+#: largest value over all steps and the final map, so the bits visibly drain) or "final" (the final map's largest
+#: value: the final map uses the whole colour range; earlier steps above it are drawn in the top colour, "≥").
+SCALE_BASES = ("run", "final")
+
+
+def run_scale(result: "AttributionResult", fixed: float | None = None, basis: str = "run") -> ColourScale:
     """The one scale of a finished run, for the replay, the GIF, the final map and the overlays: `fixed` when
-    the user gave a positive top, else the largest bits per pixel over every step and the final map."""
+    the user gave a positive top, else by `basis` (SCALE_BASES): the largest bits per pixel over every step and
+    the final map ("run"), or of the final map alone ("final")."""
+    if basis not in SCALE_BASES:
+        raise ValueError(f"basis must be one of {', '.join(SCALE_BASES)}, not {basis!r}.")
+    if basis == "final":
+        return _scale([result.heatmap], fixed, "final")
     return _scale([*(h.bits_per_pixel for h in result.history), result.heatmap], fixed, "run")
 
 
@@ -164,7 +178,7 @@ def _tick_text(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
-def scale_labels(top: float, bottom: float = 0.0, *, min_gap: float = 0.12, clipped: bool = False,
+def scale_labels(top: float, bottom: float = 0.0, *, min_gap: float = 0.16, clipped: bool = False,
                  n: int = 4) -> list[tuple[float, str]]:
     """(value, label) of a colour bar's labels, bottom to top: round ticks, and the top itself, always labelled
     ("≥ top" when `clipped`: the map has values above it).

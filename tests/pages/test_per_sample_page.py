@@ -195,6 +195,13 @@ def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, dow
     gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
     assert gif.n_frames == 4 and gif.width > 2 * GIF_SIDE
 
+    # The final map's largest value instead: the final map fills the colour range, everywhere alike.
+    at.radio(key="ps_scale_basis").set_value("final").run()
+    assert_clean(at)
+    final_top = float(result.heatmap.max())
+    assert colour_bar_top(at) == pytest.approx(final_top, rel=1e-6) and stated_top(at) == f"{final_top:.3g}"
+    at.radio(key="ps_scale_basis").set_value("run").run()
+
     # A top the user sets replaces it everywhere.
     at.number_input(key="ps_scale_top").set_value(0.25).run()
     assert_clean(at)

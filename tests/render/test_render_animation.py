@@ -169,3 +169,19 @@ def test_animation_gif_steps_then_a_held_final_frame() -> None:
     assert fixed[0].shape[1] < frames[0].shape[1]
     with pytest.raises(ValueError):
         animation.animation_gif(replace(res, history=[]))
+
+
+def test_run_scale_can_top_at_the_final_map_and_earlier_steps_clip() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from iba_core.render.animation import run_scale
+
+    steps = [SimpleNamespace(bits_per_pixel=np.full((4, 4), v)) for v in (4.0, 1.0, 0.5)]
+    result = SimpleNamespace(history=steps, heatmap=np.full((4, 4), 0.5))
+    assert run_scale(result).top == 4.0 and run_scale(result).source == "run"
+    final = run_scale(result, basis="final")
+    assert final.top == 0.5 and final.clips(steps[0].bits_per_pixel) and not final.clips(result.heatmap)
+    assert "final map's largest value" in final.describe()
+    assert run_scale(result, 2.0, basis="final").top == 2.0  # a typed top wins
