@@ -227,6 +227,8 @@ LINK_PROBLEMS_KEY = "_link_problems"
 KEPT_UPLOADS_KEY = "_kept_uploads"
 #: The image (name, content digest) and network title chosen above the page's results now (None: none usable).
 CHOSEN_KEY = "_chosen_subject"
+#: The network key chosen in the menu (also one that does not load).
+NETWORK_CHOICE_KEY = "_network_choice"
 #: (network menu choice, image digest) the page's controls were last drawn for.
 CONTROLS_FOR_KEY = "_controls_for"
 
@@ -257,6 +259,9 @@ def _read_link(trust: Trust) -> None:
         st.session_state["_keep_network"] = option
         if option == TORCHVISION_CHOICE:
             st.session_state["_keep_tv_network"] = view.network[len(TORCHVISION_CHOICE):]
+    # The address bar keeps only what was used: a refused value is not passed on by copying the link.
+    others = {name: value for name, value in params.items() if name not in links.PARAMS}
+    st.query_params.from_dict({**links.to_params(view), **others})
     st.session_state[LINK_PENDING_KEY] = (view, None)
     st.session_state[LINK_PROBLEMS_KEY] = problems
 
@@ -464,6 +469,7 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
     )
     if key == TORCHVISION_CHOICE:
         key = torchvision_picker()
+    st.session_state[NETWORK_CHOICE_KEY] = key  # for the link, also when this network does not load
     if key in REGISTRY:
         spec = get_spec(key)
         path = find_weights(spec)
@@ -618,8 +624,11 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
                                     image.digest if image is not None else None,
                                     shared.network.spec.title if shared is not None else None)
-    _link_set(image=links.image_value(image) if image is not None else None,
-              network=shared.network.key if shared is not None else None)
+    if shared is None:  # the chosen network did not load: the link names it, and no layer or class of another
+        _link_set(image=links.image_value(image) if image is not None else None,
+                  network=st.session_state.get(NETWORK_CHOICE_KEY), layer=None, target=None, step=None)
+    else:
+        _link_set(image=links.image_value(image) if image is not None else None, network=shared.network.key)
     if shared is not None:
         _fit_link(shared.network)
     problems = st.session_state.pop(LINK_PROBLEMS_KEY, None)

@@ -218,3 +218,15 @@ def test_a_kept_result_says_which_image_it_is_of(open_page) -> None:
     text = captions(at)
     assert "This run is of chelsea, not of the image chosen above; press Run" in text
     assert text.count("This run is of chelsea") == 2, "said in the replay beside the image and above the result"
+
+
+def test_a_refused_step_leaves_the_address_bar() -> None:
+    at = opened({"image": "coffee", "step": "-4"})
+    assert len(at.warning) == 1 and "step" not in at.query_params and at.query_params["image"] == "coffee"
+
+
+def test_a_network_that_does_not_load_is_named_in_the_link_without_another_network_s_layer() -> None:
+    at = opened({"image": "coffee"})
+    at.selectbox(key="network").set_value("vgg16").run()  # no weights offline: refused with its reason
+    assert at.query_params["network"] == "vgg16"
+    assert all(name not in at.query_params for name in ("layer", "target", "step"))
