@@ -17,6 +17,7 @@ PAGES = [
     st.Page("pages/beta_layer.py", title="β × layer", icon=":material/grid_view:"),
     st.Page("pages/compare.py", title="Compare methods", icon=":material/compare:"),
     st.Page("pages/evaluate.py", title="Evaluate", icon=":material/analytics:"),
+    st.Page("pages/dataset.py", title="Dataset", icon=":material/photo_library:"),
 ]
 
 page = st.navigation(PAGES)

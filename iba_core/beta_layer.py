@@ -81,17 +81,18 @@ def lost_class_warning(cells: Sequence[GridCell]) -> str:
     return f"{names}: {LOST_CLASS_MESSAGE}."
 
 
-def grid_target_note(cells: Sequence[GridCell]) -> str:
+def grid_target_note(cells: Sequence[GridCell], head: str = "softmax") -> str:
     """`per_sample.target_note` once for the whole grid, or "" when the network recognises the class well.
 
     p(target) without the bottleneck and the network's top-1 are the same in every cell (one image, one class);
-    p with it is read from the β row's β·k = 10 cell (what the Per-Sample page computes by default).
+    p with it is read from the β row's β·k = 10 cell (what the Per-Sample page computes by default). head: the
+    network's (`heads.py`; a sigmoid head's labels count as recognised from p = 50 %).
     """
     if not cells:
         return ""
     first = cells[0]
     ref = next((c for c in cells if c.row == "beta" and c.beta_k == LAYER_ROW_BETA), first)
-    note = target_note(first.p_without, ref.p_with, first.predicted < 0 or first.predicted == first.target)
+    note = target_note(first.p_without, ref.p_with, first.predicted < 0 or first.predicted == first.target, head)
     if note and ref.p_with > first.p_without:
         note += f" (p with the bottleneck: the {ref.name} cell.)"
     return note

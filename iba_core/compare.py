@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from .heads import head_of, probabilities
 from .methods import AttributionMap, Method, resolve_methods
 from .per_sample import target_note
 from .progress import ProgressFn
@@ -68,17 +69,17 @@ def compare_target_note(network, x: torch.Tensor, target: int, maps: Iterable[At
     probs = _probabilities(network, x)
     p_without = float(probs[target])
     p_with = next((float(m.extra["p_with"]) for m in maps if "p_with" in m.extra), p_without)
-    return target_note(p_without, p_with, int(probs.argmax()) == int(target))
+    return target_note(p_without, p_with, int(probs.argmax()) == int(target), head_of(network))
 
 
 def _probabilities(network, x: torch.Tensor) -> torch.Tensor:
-    """The unmodified network's class probabilities for one image, on the CPU."""
+    """The unmodified network's class probabilities for one image under its head, on the CPU."""
     from .model_state import frozen_eval
 
     model = network.model if hasattr(network, "model") else network
     device = next((p.device for p in model.parameters()), x.device)
     with frozen_eval(model), torch.no_grad():
-        return model(x.to(device)).float().softmax(dim=1)[0].cpu()
+        return probabilities(model(x.to(device)).float(), head_of(network))[0].cpu()
 
 
 def _top1(model: torch.nn.Module, x: torch.Tensor) -> int:

@@ -47,7 +47,7 @@ from PIL import Image
 
 from .classes import resolve_class
 from .errors import UserError
-from .images import ImageError, load_image, load_sample, sample_image_names
+from .images import ImageError, MultiBandImage, channels_text, load_image, load_sample, sample_image_names
 
 WNID = re.compile(r"^n\d{8}$")
 #: Label files found in an image root when none is named (evaluation).
@@ -294,8 +294,24 @@ def offline_photos(extended: bool = False) -> dict[str, "Image.Image"]:
     return photos
 
 
-def random_resized_crop(img: Image.Image, size: int, rng: random.Random) -> Image.Image:
-    """Augmentation for the few offline photos: scale (0.25–1) and aspect (3/4–4/3) crop, random flip."""
+def check_photos_fit(preprocess) -> None:
+    """A DataError when the offline photos (RGB) cannot stand for the network's images: a network of more than
+    3 bands needs a folder of its own images. (A 1-channel network reads them in gray.)"""
+    channels = getattr(preprocess, "channels", 3)
+    if channels > 3:
+        raise DataError(
+            f"The offline sample photos are RGB, so they cannot stand for the images of a network that takes "
+            f"{channels_text(channels)} images; its feature statistics need a folder of its own {channels}-band "
+            "images (.npy or .tif).",
+            cli_hint="Give --stats-images FOLDER, or add stats_images = \"FOLDER\" to its model card.",
+            app_hint="Add stats_images = \"folder of your images\" to its model card, or enter such a folder under "
+            "*Feature statistics*.")
+
+
+def random_resized_crop(img: Image.Image | MultiBandImage, size: int,
+                        rng: random.Random) -> Image.Image | MultiBandImage:
+    """Augmentation for the few offline photos: scale (0.25–1) and aspect (3/4–4/3) crop, random flip (a
+    multi-band image is cropped as a tensor of its bands, antialiased)."""
     import torchvision.transforms.functional as TF
 
     w, h = img.size
@@ -308,8 +324,12 @@ def random_resized_crop(img: Image.Image, size: int, rng: random.Random) -> Imag
             break
     else:
         cw, ch, left, top = w, h, 0, 0
-    out = TF.resized_crop(img, top, left, ch, cw, [size, size], antialias=True)
-    return TF.hflip(out) if rng.random() < 0.5 else out
+    bands = torch.from_numpy(img.data).permute(2, 0, 1) if isinstance(img, MultiBandImage) else img
+    out = TF.resized_crop(bands, top, left, ch, cw, [size, size], antialias=True)
+    out = TF.hflip(out) if rng.random() < 0.5 else out
+    if isinstance(img, MultiBandImage):
+        return MultiBandImage(out.permute(1, 2, 0).numpy(), img.display_bands, img.info)
+    return out
 
 
 def _shrink(img: Image.Image, short_side: int) -> Image.Image:
@@ -328,9 +348,9 @@ def photo_pool(exclude: Iterable[str] = ()) -> list[str]:
 def sample_photo_batches(
     preprocess, n: int, batch_size: int = 32, seed: int = 0, photos: Iterable[str] | None = None
 ) -> Iterator[torch.Tensor]:
-    """n augmented crops of the offline photos (`photo_pool()` unless named), normalised for the network."""
-    import torchvision.transforms.functional as TF
-
+    """n augmented crops of the offline photos (`photo_pool()` unless named), normalised for the network (in gray
+    for a 1-channel network; a DataError for one of more than 3 bands: `check_photos_fit`)."""
+    check_photos_fit(preprocess)
     rng = random.Random(seed)
     pool = offline_photos(extended=True)
     names = list(photos) if photos is not None else photo_pool()
@@ -340,12 +360,13 @@ def sample_photo_batches(
     while done < n:
         k = min(batch_size, n - done)
         crops = [random_resized_crop(photos[(done + i) % len(photos)], preprocess.crop_size, rng) for i in range(k)]
-        yield torch.stack([TF.normalize(TF.to_tensor(c), preprocess.mean, preprocess.std) for c in crops])
+        yield torch.stack([preprocess.normalise(c)[0] for c in crops])
         done += k
 
 
 class FolderBatches:
-    """Batches from an image folder's files; unreadable files are skipped and counted, not fatal.
+    """Batches from an image folder's files, read for the network's channels (`Preprocess.load`: photos, .npy
+    and TIFF files); unreadable files (or files of another channel count) are skipped and counted, not fatal.
 
     One batch at a time: a pass over any number of files holds at most `batch_size` images."""
 
@@ -357,7 +378,7 @@ class FolderBatches:
         batch: list[torch.Tensor] = []
         for path in self.files:
             try:
-                batch.append(self.preprocess(load_image(path))[0])
+                batch.append(self.preprocess(self.preprocess.load(path))[0])
             except (ImageError, OSError):
                 self.skipped += 1
                 continue

@@ -32,7 +32,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .bottleneck import (
@@ -51,6 +50,7 @@ from .bottleneck import (
     standardise,
 )
 from .errors import UserError, check_range
+from .heads import PRESENT_P, check_head, probabilities, target_nll
 from .model_state import frozen_eval, replaced_output
 from .networks.tokens import MAP, FeatureLayout, infer_layout
 from .precision import PRECISIONS, autocast
@@ -196,6 +196,8 @@ class AttributionResult:
     #: The network's own top-1 class for the image and its probability (unmodified network); -1 when unknown.
     predicted: int = -1
     p_predicted: float = float("nan")
+    #: What the network's outputs mean (`heads.py`): p_without, p_with and the loss follow it.
+    head: str = "softmax"
 
     @property
     def lost_class(self) -> bool:
@@ -205,12 +207,14 @@ class AttributionResult:
     @property
     def target_note(self) -> str:
         """A warning when the network hardly recognises the explained class (`target_note`), else ""."""
-        return target_note(self.p_without, self.p_with, self.predicted < 0 or self.predicted == self.target)
+        return target_note(self.p_without, self.p_with, self.predicted < 0 or self.predicted == self.target,
+                           self.head)
 
     def summary(self) -> dict:
         """JSON-friendly summary without the arrays."""
         return {
             "target": self.target,
+            "head": self.head,
             "p_without": self.p_without,
             "p_with": self.p_with,
             "bottleneck_lost_class": self.lost_class,
@@ -253,14 +257,28 @@ LOW_P_TARGET = 0.10
 RISE_FACTOR, RISE_POINTS = 2.0, 0.05
 
 
-def target_note(p_without: float, p_with: float, is_top1: bool) -> str:
+def target_note(p_without: float, p_with: float, is_top1: bool, head: str = "softmax") -> str:
     """A sentence when the explained class has p below LOW_P_TARGET or is not the network's top-1, else "".
 
     Below LOW_P_TARGET the network does not recognise the image as the class; a class that is only not the
     top-1 (a runner-up with a fair p) is just named as such. When p(target) rises clearly with the bottleneck
     (RISE_FACTOR, RISE_POINTS), the note says why: the bottleneck removed the evidence for the other classes, so
     the rise does not mean the image shows the class.
+
+    A sigmoid (multi-label) head's labels are independent: a label with p ≥ PRESENT_P (50 %) is recognised
+    whether or not it is the top-1, one below it is not, and a rise comes from removing what speaks against
+    the label (the other labels do not compete with it).
     """
+    if head == "sigmoid":
+        if p_without >= PRESENT_P:
+            return ""
+        note = (f"The network does not see this label in the image: p(target) is only {100 * p_without:.1f} % (a "
+                f"multi-label network's labels are independent; a label counts as present from "
+                f"{100 * PRESENT_P:.0f} %).")
+        if p_with >= RISE_FACTOR * p_without and p_with - p_without >= RISE_POINTS:
+            note += (f" p(target) rises to {100 * p_with:.1f} % with the bottleneck because the bottleneck removed "
+                     "what speaks against this label, not because the image shows it.")
+        return note
     if p_without < LOW_P_TARGET:
         top = "" if is_top1 else ", and it is not the network's top prediction"
         note = (f"The network does not recognise this image as the explained class: p(target) is only "
@@ -368,24 +386,28 @@ class PerSampleBottleneck:
         stats: FeatureStats,
         settings: BottleneckSettings | None = None,
         layout: FeatureLayout | None = None,
+        head: str = "softmax",
     ):
         """Generic hook path: `layer` is a module of `model` or its dotted name.
 
         layout: how the layer's output is arranged (`networks.tokens`); None: guessed from the statistics'
         shape (`tokens.infer_layout`: a token sequence for (L, C) on a grid, else a CNN map; give a Swin
         grid's layout). `for_network` takes it from the network's spec.
+        head: what the outputs mean (`heads.HEADS`): the loss's prediction term and p(target) follow it;
+        `for_network` takes it from the network's spec.
         """
         module = model.get_submodule(layer) if isinstance(layer, str) else layer
-        self._setup(stats, settings, layout, "hook")
+        self._setup(stats, settings, layout, "hook", head)
         self._make_runner = lambda: _HookRunner(model, module)
         self._memo, self._memo_key = {}, ("hook", id(model), id(module))
 
     def _setup(self, stats: FeatureStats, settings: BottleneckSettings | None, layout: FeatureLayout | None,
-               path: str) -> None:
+               path: str, head: str = "softmax") -> None:
         self.stats = stats
         self.settings = (settings or BottleneckSettings()).validate()
         self.layout = layout or infer_layout(tuple(stats.mean.shape))
         self.path = path
+        self.head = check_head(head)
         check_sigma(self.settings.sigma, self._map_size())  # before any computation
 
     def _map_size(self) -> tuple[int, int] | None:
@@ -407,12 +429,13 @@ class PerSampleBottleneck:
         `path` says which ("stages", "fx", "hook")."""
         layout = network.layout(layer)
         path = network.split_path(layer)
+        head = network.spec.head
         if path == "stages":
-            self = cls.from_split(*network.fast_split(layer), stats, settings, layout)
+            self = cls.from_split(*network.fast_split(layer), stats, settings, layout, head)
         elif path == "fx":
-            self = cls.from_split(*network.fx_split(layer), stats, settings, layout)
+            self = cls.from_split(*network.fx_split(layer), stats, settings, layout, head)
         else:
-            self = cls(network.model, network.hook_module(layer), stats, settings, layout)
+            self = cls(network.model, network.hook_module(layer), stats, settings, layout, head)
         self.path = path
         # "auto" precision is measured once per network, layer and machine, and remembered
         self._memo, self._memo_key, self._persist = network.memo, (network.key, network.weights_id, layer), True
@@ -421,11 +444,11 @@ class PerSampleBottleneck:
     @classmethod
     def from_split(
         cls, prefix: nn.Module, suffix: nn.Module, stats: FeatureStats, settings: BottleneckSettings | None = None,
-        layout: FeatureLayout | None = None,
+        layout: FeatureLayout | None = None, head: str = "softmax",
     ) -> "PerSampleBottleneck":
         """Fast split path for any network given as prefix (input → layer) and suffix (layer → logits)."""
         self = cls.__new__(cls)
-        self._setup(stats, settings, layout, "split")
+        self._setup(stats, settings, layout, "split", head)
         channels_last = self.layout.kind == "map"
         self._make_runner = lambda: _SplitRunner(prefix, suffix, channels_last)
         self._memo, self._memo_key = {}, ("split", id(prefix), id(suffix))
@@ -434,6 +457,7 @@ class PerSampleBottleneck:
     _persist = False
     layout: FeatureLayout = MAP
     path: str = ""
+    head: str = "softmax"
 
     def _raw_format(self, z: torch.Tensor) -> torch.Tensor:
         """A layer output in the memory format its suffix runs fastest with (channels-last for CNN maps)."""
@@ -630,7 +654,8 @@ class _BatchFit:
         """The class of each image (None: the network's top-1) and p(target) without the bottleneck."""
         with torch.no_grad(), self.network_pass():
             # clone: the suffix may start with an in-place ReLU
-            probs = self.runner.logits(self.bottleneck._raw([p.clone() for p in self.r])).float().softmax(dim=1)
+            logits = self.runner.logits(self.bottleneck._raw([p.clone() for p in self.r])).float()
+            probs = probabilities(logits, self.bottleneck.head)
         top = probs.max(dim=1)
         self.predicted = [int(i) for i in top.indices]
         self.p_predicted = [float(v) for v in top.values]
@@ -672,7 +697,10 @@ class _BatchFit:
         return parts if self.active is None else [p * m for p, m in zip(parts, self.active)]
 
     def step(self, step: int, callback: StepCallback | None) -> None:
-        """One Adam step on L = Σ_images [CE + β·L_I], then the step's record (to the callback, or kept)."""
+        """One Adam step on L = Σ_images [CE + β·L_I], then the step's record (to the callback, or kept).
+
+        CE is the head's prediction term (`heads.target_nll`): the cross-entropy for softmax, −log σ(z_target)
+        for a sigmoid head, −log σ(±z) for a binary one."""
         s, n = self.settings, self.n_images
         self.optimiser.zero_grad(set_to_none=True)
         lams = self.lambdas()
@@ -680,7 +708,8 @@ class _BatchFit:
         with self.network_pass():
             logits = self.runner.logits(self.bottleneck._raw(z)).float()
         per_image = logits.view(n, s.batch, -1)
-        ce = [F.cross_entropy(per_image[i], self.labels[i]) for i in range(n)]
+        head = self.bottleneck.head
+        ce = [target_nll(per_image[i], self.labels[i], head) for i in range(n)]
         info = [sum(kl_p[i].sum() for kl_p in kl) for i in range(n)]
         loss = sum(c + self.beta * inf for c, inf in zip(ce, info))
         loss.backward()
@@ -703,7 +732,7 @@ class _BatchFit:
                 unlocated=self._unlocated_bits(shown_kl),
                 ce=torch.stack(ce).detach(),
                 info=torch.stack([torch.as_tensor(v) for v in info]).detach(),
-                p_target=torch.stack([per_image[i].softmax(dim=1)[:, self.targets[i]].mean() for i in range(n)]),
+                p_target=torch.stack([probabilities(per_image[i], head)[:, self.targets[i]].mean() for i in range(n)]),
             )
             if callback is None:
                 self.pending.append(record)
@@ -733,7 +762,8 @@ class _BatchFit:
             z, kl = self.masked(self.noisy(lams)), self.masked(self.information(lams))
             lam = [lam_p for lam_p, _ in lams]
             with self.network_pass():
-                probs_with = self.runner.logits(self.bottleneck._raw(z)).float().softmax(dim=1).view(n, s.batch, -1)
+                logits = self.runner.logits(self.bottleneck._raw(z)).float()
+                probs_with = probabilities(logits, self.bottleneck.head).view(n, s.batch, -1)
             if s.read_point == "last_step" and self.last_step is not None:
                 lam, kl = self.last_step  # the authors' read point: the last forward pass, before its update
             seconds = time.perf_counter() - start
@@ -760,4 +790,5 @@ class _BatchFit:
             path=self.bottleneck.path,
             predicted=self.predicted[i],
             p_predicted=self.p_predicted[i],
+            head=self.bottleneck.head,
         )

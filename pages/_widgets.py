@@ -24,23 +24,26 @@ from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app import links
 from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, DEFAULT_SAMPLE, MethodChoices, unavailable_text
-from iba_core.app.inputs import MAX_UPLOAD_MB, ImageInput, sample_input, size_warnings, upload_input
+from iba_core.app.inputs import (
+    MAX_UPLOAD_MB, ImageInput, sample_input, shown_note, size_warnings, upload_input, upload_types_text,
+)
 from iba_core.app.maps import MapCache
 from iba_core.app.models import (
-    DEFAULT_ARCH, DEFAULT_TORCHVISION, TORCHVISION_CHOICE, FileGiven, NewNetwork, add_network, find_cards,
-    kept_option, network_label, network_options, parse_triple, source_note, source_version, torchvision_key,
-    torchvision_names,
+    DEFAULT_ARCH, DEFAULT_TORCHVISION, FOLDER_FILES, NETWORK_SOURCES, TORCHVISION_CHOICE, FileGiven, NewNetwork,
+    add_network, find_cards, kept_option, network_label, network_options, parse_triple, preview_network, source_note,
+    source_version, torchvision_key, torchvision_names,
 )
 from iba_core.app.state import SharedModel, Subject, load_shared
 from iba_core.app.stats_source import (
     choose_stats, domain_warning, stats_folder, stats_for_methods, stats_progress_text, stats_status,
 )
 from iba_core.errors import USER_ERRORS, user_message
+from iba_core.heads import PROBABILITY_NOTES
 from iba_core.images import ImageError, sample_image_names
 from iba_core.networks import (
     REGISTRY, Network, find_weights, get_spec,
 )
-from iba_core.networks.cards import CROP_RANGE, RESIZE_RANGE
+from iba_core.networks.cards import BUILTIN_BACKBONES, CROP_RANGE, RESIZE_RANGE
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_probability
 from iba_core.settings import max_stats_samples, models_dir, weights_dir
@@ -50,8 +53,6 @@ from iba_core.feature_stats import FeatureStats, app_samples
 log = logging.getLogger("iba_explorer")
 
 SOURCES = ("Sample photo", "Upload")
-#: The upload types (iba_core.images.SUPPORTED_UPLOAD_TYPES) in words, for help texts and messages.
-UPLOAD_TYPES_TEXT = "PNG, JPEG, WebP, BMP, TIFF or GIF"
 #: The entry script, which lists the pages.
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
 #: Set by app.py just before it runs the chosen page (see `through_app`).
@@ -396,8 +397,12 @@ class Inputs:
         return self.shared.network
 
 
-def image_picker() -> ImageInput | None:
-    """Sample photo or upload; a refused upload shows st.error and returns None."""
+def image_picker(network: Network | None = None) -> ImageInput | None:
+    """Sample photo or upload, read for `network`'s input channels (RGB without one); a refused upload shows
+    st.error and returns None."""
+    pre = network.preprocess if network is not None else None
+    channels, bands = (pre.channels, pre.display_bands) if pre is not None else (3, None)
+    types = upload_types_text(channels)
     _restore("image_source", SOURCES[0])
     source = st.radio(
         "Image", SOURCES, key="image_source", horizontal=True, on_change=_remember, args=("image_source",)
@@ -409,7 +414,7 @@ def image_picker() -> ImageInput | None:
             help="Photos bundled with scikit-image; they work offline.",
         )
         try:
-            return sample_input(name)
+            return sample_input(name, channels)
         except ImageError as err:
             show_error(err)
             return None
@@ -419,13 +424,13 @@ def image_picker() -> ImageInput | None:
     uploaded = st.file_uploader(
         "Upload an image", type=None, key="upload", max_upload_size=MAX_UPLOAD_MB,
         on_change=_forget_cleared_upload,
-        help=f"{UPLOAD_TYPES_TEXT}, up to {MAX_UPLOAD_MB} MB (of a GIF, the first frame). "
+        help=f"{types}, up to {MAX_UPLOAD_MB} MB (of a GIF, the first frame). "
         "It is resized to 256 px and centre-cropped to 224 px.",
     )
     if uploaded is not None:
         data = uploaded.getvalue()
         try:
-            chosen = upload_input(uploaded.name, data)
+            chosen = upload_input(uploaded.name, data, channels=channels, display_bands=bands)
         except ImageError as err:
             show_error(err)
             return None
@@ -436,11 +441,15 @@ def image_picker() -> ImageInput | None:
     kept = st.session_state.get("_keep_upload")
     if kept is not None:
         st.caption(f"Using **{plain(kept[0])}**, uploaded earlier.")
-        chosen = upload_input(*kept)
+        try:  # (read for this network: an earlier upload may not fit its channels)
+            chosen = upload_input(*kept, channels=channels, display_bands=bands)
+        except ImageError as err:
+            show_error(err)
+            return None
         _keep_for_links(*kept, chosen.digest)  # (opened from a link: kept again if removed meanwhile)
         _format_caption(chosen)
         return chosen
-    st.info(f"Choose an image file to upload ({UPLOAD_TYPES_TEXT}), or pick a sample photo.",
+    st.info(f"Choose an image file to upload ({types}), or pick a sample photo.",
             icon=":material/upload:")
     return None
 
@@ -515,57 +524,102 @@ ADDED_KEY = "_added_network"
 
 
 def add_network_form(trust: Trust) -> None:
-    """The "Add your network" form: uploaded (or local) weights and class names, the architecture, the
-    preprocessing, a statistics folder and the default layer → a model card in the models folder, checked by
-    loading it first. On success the new network is chosen; a refusal says why and changes nothing. Paths on
-    the server are read only where `trust` allows (`app_trust`)."""
+    """The "Add your network" form: a source (torchvision, timm, a Hugging Face id, a built-in backbone with your
+    head, each with an uploaded or local state_dict; or a model folder, uploaded or local), an optional class list,
+    the preprocessing, a statistics folder and the default layer. "Check" shows what would be read (classes,
+    preprocessing, channels, head, default layer) without adding anything; "Add network" writes a model card into
+    the models folder, checked by loading it first. On success the new network is chosen; a refusal says why and
+    changes nothing. Paths on the server are read only where `trust` allows (`app_trust`)."""
     added = st.session_state.pop(ADDED_KEY, None)
     if added:
         st.success(added, icon=":material/check_circle:")
     with st.expander("Add your network", icon=":material/add_circle:"):
         st.caption(
-            "Your fine-tuned classifier: its weights as a state_dict (`torch.save(model.state_dict(), "
-            "\"model.pth\")`, or .safetensors) and its class names, one a line in the order of its outputs. "
+            "Your fine-tuned classifier: an architecture from torchvision, timm, the Hugging Face Hub or a built-in "
+            "backbone with its weights as a state_dict (`torch.save(model.state_dict(), \"model.pth\")`, or "
+            ".safetensors), or a whole model folder saved by timm or transformers. The class names (one a line, in "
+            "the order of the outputs) are needed where the model's own configuration does not name them. "
             f"The files and a model card are written to {models_dir()} (IBA_MODELS_DIR). Weights are read as "
             "tensors only: a whole pickled model is refused. " + _server_paths_note(trust)
         )
         # Plain widgets and a button, not an st.form: a page without a usable image shows no form at all.
         with st.container():
-            name = st.text_input("Name", key="add_name", placeholder="e.g. skin-lesions",
-                                 help="Letters, digits, '-', '_' or '.'; names the folder and the card.")
-            names = torchvision_names()
-            arch = st.selectbox("Architecture (torchvision)", names, index=names.index(DEFAULT_ARCH),
-                                key="add_arch", help="The torchvision builder your model was made with; its "
-                                "output layer is sized by your class list.")
-            limit = st.get_option("server.maxUploadSize")
-            weights = st.file_uploader("Weights (.pth, .pt, .safetensors)", type=None, key="add_weights",
-                                       help=f"Up to {limit} MB (the server's upload limit); for a larger file "
-                                       "give its path below.")
-            weights_path = st.text_input("…or the weights file's path on this machine", key="add_weights_path",
-                                         placeholder="/path/to/model.pth")
-            classes = st.file_uploader("Class names (.txt, .json, .csv)", type=None, key="add_classes",
-                                       help="One name a line (or a JSON list, or CSV index,name).")
+            form: dict[str, Any] = {}
+            form["name"] = st.text_input("Name", key="add_name", placeholder="e.g. skin-lesions",
+                                         help="Letters, digits, '-', '_' or '.'; names the folder and the card.")
+            form["source"] = st.radio("Source", list(NETWORK_SOURCES), format_func=NETWORK_SOURCES.get,
+                                      key="add_source", horizontal=True,
+                                      help="Where the network's architecture comes from.")
+            form.update(_source_fields(form["source"]))
+            form["classes"] = st.file_uploader(
+                "Class names (.txt, .json, .csv)", type=None, key="add_classes",
+                help="One name a line (or a JSON list, or CSV index,name), in the order of the outputs. Optional "
+                "where the model's configuration names its classes and your weights keep its output layer.")
             c1, c2 = st.columns(2)
-            resize = c1.number_input("Resize", *RESIZE_RANGE, value=None, step=1, key="add_resize",
-                                     placeholder="architecture's", help="Shorter side before the crop, in px.")
-            crop = c2.number_input("Crop", *CROP_RANGE, value=None, step=1, key="add_crop",
-                                   placeholder="architecture's", help="Centre crop the network sees, in px.")
-            mean = c1.text_input("Mean", key="add_mean", placeholder="architecture's",
-                                 help="Three numbers, e.g. 0.485, 0.456, 0.406. Empty: the architecture's "
-                                 "default (ImageNet's for most).")
-            std = c2.text_input("Std", key="add_std", placeholder="architecture's",
-                                help="Three numbers, e.g. 0.229, 0.224, 0.225. Empty: the architecture's default.")
-            images = st.text_input("Image folder for the statistics (optional)", key="add_images",
-                                   placeholder="/path/to/your/images",
-                                   help="A folder of your own images on this machine (searched recursively): "
-                                   "the feature statistics come from it. Without one, the sample photos are used, "
-                                   "which distorts the bits of a network trained on other images.")
-            layer = st.text_input("Default layer (optional)", key="add_layer", placeholder="e.g. layer2",
-                                  help="A module name, e.g. layer2 for a ResNet. Empty: the last feature map of at "
-                                  "least 28 × 28.")
-            submitted = st.button("Add network", icon=":material/save:", key="add_network_button")
+            form["resize"] = c1.number_input("Resize", *RESIZE_RANGE, value=None, step=1, key="add_resize",
+                                             placeholder="architecture's", help="Shorter side before the crop, in px.")
+            form["crop"] = c2.number_input("Crop", *CROP_RANGE, value=None, step=1, key="add_crop",
+                                           placeholder="architecture's", help="Centre crop the network sees, in px.")
+            form["mean"] = c1.text_input("Mean", key="add_mean", placeholder="architecture's",
+                                         help="Three numbers, e.g. 0.485, 0.456, 0.406. Empty: the architecture's "
+                                         "default (ImageNet's for most).")
+            form["std"] = c2.text_input("Std", key="add_std", placeholder="architecture's",
+                                        help="Three numbers, e.g. 0.229, 0.224, 0.225. Empty: the architecture's "
+                                        "default.")
+            form["images"] = st.text_input(
+                "Image folder for the statistics (optional)", key="add_images", placeholder="/path/to/your/images",
+                help="A folder of your own images on this machine (searched recursively): the feature statistics "
+                "come from it. Without one, the sample photos are used, which distorts the bits of a network "
+                "trained on other images.")
+            form["layer"] = st.text_input("Default layer (optional)", key="add_layer", placeholder="e.g. layer2",
+                                          help="A module name, e.g. layer2 for a ResNet. Empty: the source's "
+                                          "default, else the last feature map of at least 28 × 28.")
+            check, add = st.columns(2)
+            checked = check.button("Check", icon=":material/fact_check:", key="add_check_button",
+                                   help="Load the network once and show what was read; nothing is added.")
+            submitted = add.button("Add network", icon=":material/save:", key="add_network_button")
+            if checked:
+                _check_network(trust, form)
     if submitted:
-        _add_network(trust, name, arch, weights, weights_path, classes, resize, crop, mean, std, images, layer)
+        _add_network(trust, form)
+
+
+def _source_fields(source: str) -> dict[str, Any]:
+    """The fields the chosen source needs: its architecture and a state_dict, or a model folder's files."""
+    if source == "folder":
+        files = st.file_uploader(
+            f"The model folder's files ({', '.join(FOLDER_FILES[:3])})", type=None, accept_multiple_files=True,
+            key="add_folder_files", help="Choose them together: the folder timm's save_for_hf or transformers' "
+            "save_pretrained wrote. Its configuration gives the architecture, class names and preprocessing.")
+        path = st.text_input("…or the model folder's path on this machine", key="add_folder_path",
+                             placeholder="/path/to/model-folder")
+        return {"arch": "", "folder_files": files or [], "folder_path": path}
+    if source == "torchvision":
+        names = torchvision_names()
+        arch = st.selectbox("Architecture (torchvision)", names, index=names.index(DEFAULT_ARCH), key="add_arch",
+                            help="The torchvision builder your model was made with; its output layer is sized by "
+                            "your class list.")
+    elif source == "timm":
+        arch = st.text_input("timm model name", key="add_timm_arch", placeholder="e.g. resnet18, convnext_tiny",
+                             help="The name your model was created with in timm; its preprocessing and class "
+                             "names come from timm's configuration.")
+    elif source == "hf":
+        arch = st.text_input("Hugging Face model id", key="add_hf_arch",
+                             placeholder="e.g. google/vit-base-patch16-224",
+                             help="The model your network was fine-tuned from: its configuration (architecture, "
+                             "preprocessing, class names) comes from the Hugging Face Hub or this machine's cache; "
+                             "your weights replace its own.")
+    else:
+        arch = st.selectbox("Built-in backbone", BUILTIN_BACKBONES, key="add_builtin_arch",
+                            format_func=lambda k: REGISTRY[k].title.split(" (")[0],
+                            help="The built-in network's layers, preprocessing and stages, with your own head.")
+    limit = st.get_option("server.maxUploadSize")
+    weights = st.file_uploader("Weights (.pth, .pt, .safetensors)", type=None, key="add_weights",
+                               help=f"Up to {limit} MB (the server's upload limit); for a larger file give its "
+                               "path below.")
+    weights_path = st.text_input("…or the weights file's path on this machine", key="add_weights_path",
+                                 placeholder="/path/to/model.pth")
+    return {"arch": arch or "", "weights": weights, "weights_path": weights_path}
 
 
 def _server_paths_note(trust: Trust) -> str:
@@ -577,18 +631,40 @@ def _server_paths_note(trust: Trust) -> str:
             "elsewhere, upload the file.")
 
 
-def _add_network(trust: Trust, name, arch, weights, weights_path, classes, resize, crop, mean, std, images,
-                 layer) -> None:
+def _new_network(form: dict[str, Any]) -> NewNetwork:
+    """The form's values as the library takes them (a path typed for the weights wins over an upload)."""
+    weights, weights_path = form.get("weights"), (form.get("weights_path") or "").strip()
+    classes, resize, crop = form["classes"], form["resize"], form["crop"]
+    return NewNetwork(
+        name=form["name"], arch=form["arch"], source=form["source"],
+        weights=(FileGiven.local(weights_path) if weights_path else
+                 FileGiven.upload(weights.name, weights.getvalue()) if weights is not None else None),
+        classes=FileGiven.upload(classes.name, classes.getvalue()) if classes is not None else None,
+        folder_files=[FileGiven.upload(f.name, f.getvalue()) for f in form.get("folder_files", [])],
+        folder_path=form.get("folder_path", ""), layer=form["layer"], stats_images=form["images"],
+        preprocess={"resize": None if resize is None else int(resize), "crop": None if crop is None else int(crop),
+                    "mean": parse_triple(form["mean"], "mean"), "std": parse_triple(form["std"], "std")},
+    )
+
+
+def _check_network(trust: Trust, form: dict[str, Any]) -> None:
+    """The preview: what the network would be (nothing is written), or the library's message."""
     try:
-        given = (FileGiven.local(weights_path.strip()) if weights_path.strip() else
-                 FileGiven.upload(weights.name, weights.getvalue()) if weights is not None else None)
-        new = NewNetwork(
-            name=name, arch=arch, weights=given,
-            classes=FileGiven.upload(classes.name, classes.getvalue()) if classes is not None else None,
-            layer=layer, stats_images=images,
-            preprocess={"resize": None if resize is None else int(resize), "crop": None if crop is None else int(crop),
-                        "mean": parse_triple(mean, "mean"), "std": parse_triple(std, "std")},
-        )
+        new = _new_network(form)
+        with st.spinner("Checking the network: loading it once…"):
+            preview = preview_network(new, trust=trust)
+    except Exception as err:  # noqa: BLE001 - the library's message; nothing was written
+        show_error(err)
+        return
+    st.caption(f"What {plain(preview.name)} would be, read from its files; if it is right, add it.")
+    rows = preview.rows()
+    st.dataframe({"": [what for what, _ in rows], "Read from the files": [value for _, value in rows]},
+                 hide_index=True)
+
+
+def _add_network(trust: Trust, form: dict[str, Any]) -> None:
+    try:
+        new = _new_network(form)
         with st.spinner("Checking the network: loading its weights and class list…"):
             card = add_network(new, trust=trust)
     except Exception as err:  # noqa: BLE001 - the library's message; nothing was written, the choice stays
@@ -616,9 +692,13 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     # network is set up, so no layer or class of the previous one stays on screen meanwhile.
     slot = right.empty()
     with left:
-        image = image_picker()
+        # The image is shown above the network but read after it: its channels are the network's (a gray or a
+        # multi-band network reads a .npy or TIFF of its own bands).
+        image_slot = st.container()
         shared = network_picker(slot)
         stats_note = st.empty()
+        with image_slot:
+            image = image_picker(shared.network if shared is not None else None)
         pending = st.session_state.get(LINK_PENDING_KEY)
         link_section(pending[0].step if pending is not None else None)
     st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
@@ -649,13 +729,19 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     right = slot.container()
     with right, network_turn(shared):
         top5 = network.top_k(x, 5)
+        # a multi-label network sees every label above 50 %, not just its top one
+        present = network.labels_above(x) if network.head == "sigmoid" else None
     st.session_state[CONTROLS_FOR_KEY] = shown_for
     with left:
         best = top5[0]
         size = network.preprocess.crop_size
-        st.image(cropped, width=224, caption=(
-            f"The {size} × {size} centre crop the network sees. Top prediction: {plain(best[1])} "
-            f"({format_probability(best[2])})"
+        labels = "" if present is None else (
+            " · Labels above 50 %: " + (", ".join(f"{plain(n)} ({format_probability(p)})" for _, n, p in present)
+                                        or "none") + ". " + PROBABILITY_NOTES[network.head])
+        shown = shown_note(cropped, network.preprocess.channels)  # a gray image, or which bands make the colours
+        st.image(cropped.convert("RGB"), width=224, caption=(
+            f"The {size} × {size} centre crop the network sees{'; ' + shown if shown else ''}. Top prediction: "
+            f"{plain(best[1])} ({format_probability(best[2])}){labels}"
         ))
         for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
             st.warning(warning, icon=":material/crop:")
@@ -731,7 +817,8 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     chosen = st.radio(
         "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
         format_func=lambda i: next(f"{plain(n)} · {format_probability(p)}" for j, n, p in top if j == i),
-        help="The network's five most probable classes for this image, with their probabilities.",
+        help="The network's five most probable classes for this image, with their probabilities. "
+        + PROBABILITY_NOTES[inputs.network.head],
     )
     n = len(inputs.network.categories)
     other = st.text_input(

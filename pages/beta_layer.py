@@ -97,7 +97,8 @@ def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target:
         cached = key in grids
         if not cached:  # same image and settings: reuse, the result would be identical
             cells, cached = cached_grid(key, lambda: compute(inputs, key, settings, folder, n))
-            run = GridRun(Subject.of(inputs.image, inputs.network, target_idx), cells, layer, settings)
+            run = GridRun(Subject.of(inputs.image, inputs.network, target_idx), cells, layer, settings,
+                          inputs.network.head)
             keep(grids, key, run, MAX_KEPT)
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."
@@ -118,7 +119,7 @@ def show(entry: GridRun) -> None:
         "brightness compares across the row. On: they too run from 0 to their own maximum, which shows each "
         "map's shape but not how many bits it let through. The bottom row's maps always have their own scales.",
     )
-    note = grid_target_note(entry.cells)
+    note = grid_target_note(entry.cells, entry.head)
     if note:
         st.warning(f"**Explaining a class the network hardly predicts** — {note}", icon=":material/help:")
     lost = lost_class_warning(entry.cells)

@@ -17,6 +17,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.state import RunRecord
+from iba_core.heads import PROBABILITY_NOTES
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import (
@@ -252,7 +253,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Information used", f"{r.total_bits:,.0f} bits",
               help="The sum of the heatmap: bits that pass the bottleneck for this image.")
-    m2.metric("p(target) without bottleneck", format_probability(r.p_without))
+    m2.metric("p(target) without bottleneck", format_probability(r.p_without),
+              help=PROBABILITY_NOTES[r.head] or None)  # a multi-label or binary network's p: what it means
     m3.metric("p(target) with bottleneck", format_probability(r.p_with),
               delta=f"{100 * (r.p_with - r.p_without):+.1f} pp", delta_color="off",
               help="Mean over a fresh batch of noisy copies, with the fitted bottleneck in place.")

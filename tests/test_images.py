@@ -462,3 +462,161 @@ def test_every_sample_loads_as_rgb(name: str) -> None:
     assert img.mode == "RGB"
     assert img.width > 0 and img.height > 0
     assert img.width * img.height <= MAX_PIXELS
+
+
+# ---------------------------------------------------------------------------
+# Inputs of any channel count (issue #21): load_input, MultiBandImage
+# ---------------------------------------------------------------------------
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def npy_header_only(shape: tuple[int, ...], descr: str = "<u2") -> bytes:
+    """A .npy file whose header declares `shape` and which holds no data (a few bytes claiming gigabytes)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def assert_sentence(message: str) -> None:
+    """One sentence for a user: no traceback, no line break, not too long, ends with a full stop."""
+    assert message.endswith(".") and "\n" not in message and "Traceback" not in message and len(message) < 400
+
+
+@pytest.mark.parametrize("dtype, scale", [(np.uint8, 255), (np.uint16, 65535), (np.int16, 32767)])
+def test_integer_bands_are_scaled_by_their_types_maximum(dtype, scale) -> None:
+    from iba_core.images import MultiBandImage, load_input
+
+    data = np.arange(5 * 6 * 4).reshape(5, 6, 4).astype(dtype)
+    image = load_input(npy_bytes(data), 4)
+    assert isinstance(image, MultiBandImage) and image.size == (6, 5) and image.bands == 4
+    np.testing.assert_allclose(image.data, data / scale, rtol=1e-6)
+    assert image.data.dtype == np.float32
+
+
+def test_float_bands_are_taken_as_they_are() -> None:
+    from iba_core.images import load_input
+
+    data = np.linspace(-3.0, 7.5, 5 * 6 * 13).reshape(5, 6, 13)  # float64, outside 0…1 on purpose
+    np.testing.assert_allclose(load_input(npy_bytes(data), 13).data, data, rtol=1e-6)
+
+
+def test_tiff_bands_read_alike_contiguous_planar_and_as_pages(tmp_path: Path) -> None:
+    import tifffile
+
+    from iba_core.images import load_input, read_image_size
+
+    data = np.random.default_rng(0).random((20, 30, 5)).astype(np.float32)
+    tifffile.imwrite(tmp_path / "contig.tif", data, photometric="minisblack", planarconfig="contig")
+    tifffile.imwrite(tmp_path / "planar.tif", np.moveaxis(data, -1, 0), photometric="minisblack",
+                     planarconfig="separate")
+    tifffile.imwrite(tmp_path / "pages.tif", np.moveaxis(data, -1, 0), photometric="minisblack")  # one band a page
+    for name in ("contig.tif", "planar.tif", "pages.tif"):
+        np.testing.assert_array_equal(load_input(tmp_path / name, 5).data, data, err_msg=name)
+        assert read_image_size(tmp_path / name) == (30, 20)
+    # A 3-band float TIFF (PIL cannot decode it) serves an RGB network as bands.
+    tifffile.imwrite(tmp_path / "rgb.tif", data[..., :3], photometric="minisblack", planarconfig="contig")
+    np.testing.assert_array_equal(load_input(tmp_path / "rgb.tif", 3).data, data[..., :3])
+
+
+def test_the_composite_stretches_the_display_bands() -> None:
+    from iba_core.images import MultiBandImage
+
+    ramp = np.linspace(0.0, 1.0, 101)[None, :].repeat(4, axis=0)  # 4 × 101, 0…1 along the width
+    data = np.zeros((4, 101, 5))
+    data[..., 3] = ramp
+    data[..., 1] = 1.0 - ramp
+    image = MultiBandImage(data, display_bands=[3, 1, 4])
+    shown = np.asarray(image)
+    assert shown.shape == (4, 101, 3) and shown.dtype == np.uint8 and image.size == (101, 4)
+    # Red is band 3 stretched between its 2nd and 98th percentile (0.02 and 0.98): clipped below and above.
+    assert shown[0, 2, 0] == 0 and shown[0, 98, 0] == 255 and shown[0, 0, 0] == 0 and shown[0, 100, 0] == 255
+    assert shown[0, 50, 0] == 128  # (0.5 − 0.02) / 0.96 · 255 = 127.5 → 128
+    np.testing.assert_array_equal(shown[..., 1], shown[:, ::-1, 0])  # green: band 1, the mirrored ramp
+    assert not shown[..., 2].any()  # blue: band 4 is flat, shown black
+    assert image.convert("RGB").mode == "RGB" and np.array_equal(np.asarray(image.convert("RGB")), shown)
+    assert image.caption().startswith("bands 4, 2, 5 of 5, numbered from 1, shown as red, green, blue")
+    # The first three bands by default; one band in gray.
+    assert MultiBandImage(data).shown_bands() == (0, 1, 2)
+    gray = np.asarray(MultiBandImage(data[..., 3:4]))
+    assert (gray[..., 0] == gray[..., 2]).all() and gray[0, 50, 1] == 128
+
+
+def test_a_grayscale_network_reads_photos_in_gray() -> None:
+    from iba_core.images import load_input
+
+    src = gradient_rgb()
+    gray = load_input(encode(src, "PNG"), 1)
+    assert gray.mode == "L" and gray.size == src.size
+    np.testing.assert_array_equal(np.asarray(gray), np.asarray(src.convert("L")))
+    assert gray.info[FORMAT_INFO] == "PNG"
+    assert load_input(npy_bytes(np.ones((4, 5, 1), np.uint8)), 1).bands == 1  # one band as an array too
+
+
+@pytest.mark.parametrize("data, channels, text", [
+    (npy_bytes(np.zeros((8, 8, 4), np.uint8)), 3, "The file holds a 4-band image, but the network takes 3-channel (RGB)"),
+    (npy_bytes(np.zeros((8, 8, 3), np.uint8)), 1, "holds a 3-channel (RGB) image, but the network takes 1-channel"),
+    (encode(gradient_rgb(), "JPEG"), 4, "holds a 3-channel (RGB) image, but the network takes 4-band images; give"),
+    (encode(gradient_rgb().convert("L"), "PNG"), 13, "holds a 1-channel (grayscale) image, but the network takes 13"),
+    (npy_bytes(np.zeros((4, 8, 9), np.uint8)), 4, "its first axis has 4: save it as height × width × bands"),
+    (npy_bytes(np.zeros((8, 8))), 4, "holds a 2-D array (8 × 8); an image is 3-D"),
+    (npy_bytes(np.zeros((2, 8, 8, 4))), 4, "holds a 4-D array"),
+    (npy_bytes(np.zeros((8, 8, 65), np.uint8)), 4, "has 65 bands (8 × 8 × 65); images may have at most 64"),
+    (npy_bytes(np.zeros((0, 8, 4))), 4, "has no pixels (0 × 8 × 4)"),
+    (npy_bytes(np.full((3, 3, 4), np.inf, np.float32)), 4, "holds NaN or infinite values"),
+    (npy_bytes(np.full((3, 3, 4), 1e300)), 4, "holds NaN or infinite values"),  # beyond float32
+    (npy_bytes(np.zeros((3, 3, 4), "U2")), 4, "holds <U2 values; an image's bands must be integers or floats"),
+    (npy_bytes(np.zeros((3, 3, 4), np.complex64)), 4, "must be integers or floats"),
+    (npy_bytes(np.zeros((8, 8, 4), np.uint16))[:-10], 4, ".npy file is truncated or damaged"),
+    (npy_header_only((20_000, 20_000, 13)), 13, "The image is too large (20000 × 20000 = 400,000,000 pixels)"),
+    (npy_header_only((6_000, 6_000, 13)), 13, "(6000 × 6000 × 13 = 468,000,000 values): images may hold at most"),
+    (npy_header_only((10, 4_000, 4)), 4, "400 times as wide as it is tall"),
+    (b"", 4, "The file is empty (0 bytes)"),
+    (b"\x93NUMPY\x09\x00garbage", 4, "header is damaged or of an unknown format version"),
+    (b"II*\x00" + b"\x00" * 20, 4, "The TIFF file is damaged"),
+], ids=["4-for-rgb", "3-for-gray", "jpeg-for-4", "gray-png-for-13", "channels-first", "2-d", "4-d", "65-bands",
+        "empty-array", "inf", "beyond-float32", "strings", "complex", "truncated", "bomb-pixels", "bomb-values",
+        "strip", "empty-file", "bad-header", "bad-tiff"])
+def test_arrays_and_files_that_do_not_fit_are_refused_with_one_sentence(data, channels, text) -> None:
+    from iba_core.images import load_input
+
+    with pytest.raises(ImageError) as info:
+        load_input(data, channels)
+    assert text in str(info.value)
+    assert_sentence(str(info.value))
+
+
+def test_sizes_are_read_from_the_npy_header(tmp_path: Path) -> None:
+    from iba_core.images import read_image_size
+
+    (tmp_path / "tile.npy").write_bytes(npy_header_only((30, 40, 4)))  # no data: the header alone is read
+    assert read_image_size(tmp_path / "tile.npy") == (40, 30)
+    (tmp_path / "huge.npy").write_bytes(npy_header_only((20_000, 20_000, 4)))
+    with pytest.raises(ImageError, match="too large"):
+        read_image_size(tmp_path / "huge.npy")
+
+
+def test_display_bands_are_checked_against_the_bands() -> None:
+    from iba_core.images import MultiBandImage, check_display_bands
+
+    assert check_display_bands([3, 2, 1], 4) == (3, 2, 1) and check_display_bands(None, 4) is None
+    for bad in ([0, 1, 4], [0, 1], [0, 1, -1], [0, 1, True], "0,1,2", [0.0, 1, 2]):
+        with pytest.raises(ImageError, match="display_bands must be three band numbers .* from 0 to 3") as info:
+            check_display_bands(bad, 4)
+        assert_sentence(str(info.value))
+    with pytest.raises(ImageError):
+        MultiBandImage(np.zeros((2, 2, 4)), display_bands=[0, 1, 7])
+
+
+def test_uploads_and_folders_take_npy_files(tmp_path: Path) -> None:
+    from iba_core.images import find_images, upload_types
+
+    assert upload_types(3) == SUPPORTED_UPLOAD_TYPES + ("npy",) and upload_types(1) == upload_types(3)
+    assert upload_types(4) == ("npy", "tif", "tiff")
+    np.save(tmp_path / "a.npy", np.zeros((2, 2, 4)))
+    (tmp_path / "notes.txt").write_text("no image")
+    assert [p.name for p in find_images(tmp_path)] == ["a.npy"]

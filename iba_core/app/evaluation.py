@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
 from ..progress import ProgressFn
@@ -57,7 +58,8 @@ def degradation_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], t
     for i, (key, amap) in enumerate(maps.items()):
         if progress is not None:
             progress(i, len(maps), amap.name)
-        out[key] = degradation_curves(network.model, x, amap.values, target, tile=tile, points=points)
+        out[key] = degradation_curves(network.model, x, amap.values, target, tile=tile, points=points,
+                                      head=head_of(network))
     if progress is not None:
         progress(len(maps), len(maps), "done")
     return out

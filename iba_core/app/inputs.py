@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, load_image, load_sample
+from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, MultiBandImage, channels_text, load_input, load_sample
 from ..networks.spec import CROP
 
 #: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
@@ -29,10 +29,11 @@ MAX_ASPECT = 4.0
 
 @dataclass
 class ImageInput:
-    """An image chosen by the user: its display name, the decoded picture and a content digest."""
+    """An image chosen by the user: its display name, the decoded picture (read for the network's channels:
+    `images.load_input`) and a content digest."""
 
     name: str
-    image: Image.Image
+    image: Image.Image | MultiBandImage
     digest: str  # identifies the content for caches (same bytes → same digest)
 
     @property
@@ -75,15 +76,17 @@ def image_digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()[:16]
 
 
-def upload_input(name: str, data: bytes, max_mb: int = MAX_UPLOAD_MB) -> ImageInput:
-    """Validate and decode uploaded bytes; raises ImageError with a user-facing message."""
+def upload_input(name: str, data: bytes, max_mb: int = MAX_UPLOAD_MB, *, channels: int = 3,
+                 display_bands=None) -> ImageInput:
+    """Validate and decode uploaded bytes for a network of `channels` input channels (a photo; a .npy or
+    multi-band TIFF for more than 3: `images.load_input`); raises ImageError with a user-facing message."""
     if len(data) > max_mb * 1024 * 1024:
         raise ImageError(
             f"The file {name!r} is {len(data) / 2**20:.1f} MB; uploads are limited to {max_mb} MB. "
             "Please resize or re-compress it."
         )
     try:
-        image = load_image(data)
+        image = load_input(data, channels, display_bands)
     except ImageError as err:  # name the file: uploads of any type reach this check
         raise ImageError(_named(str(err), name)) from err
     return ImageInput(name=name, image=image, digest=image_digest(data))
@@ -97,9 +100,28 @@ def _named(message: str, name: str) -> str:
     return f"{name}: {message}"
 
 
-def sample_input(name: str) -> ImageInput:
-    """One of the offline sample photos."""
-    return ImageInput(name=name, image=load_sample(name), digest=SAMPLE_PREFIX + name)
+def sample_input(name: str, channels: int = 3) -> ImageInput:
+    """One of the offline sample photos (in gray for a 1-channel network); an ImageError for a network of more
+    than 3 bands, which the RGB photos cannot serve."""
+    if channels > 3:
+        raise ImageError(f"The sample photos are RGB, but the network takes {channels_text(channels)} images; "
+                         f"upload one of its images ({upload_types_text(channels)}).")
+    return ImageInput(name=name, image=load_input(load_sample(name), channels), digest=SAMPLE_PREFIX + name)
+
+
+def upload_types_text(channels: int) -> str:
+    """The files an upload for a network of `channels` input channels may be, in words (`images.upload_types`)."""
+    if channels > 3:
+        return f"a NumPy .npy array of height × width × {channels} or a multi-band TIFF"
+    return f"PNG, JPEG, WebP, BMP, TIFF, GIF or a NumPy .npy array of height × width × {channels}"
+
+
+def shown_note(cropped: Image.Image | MultiBandImage, channels: int) -> str:
+    """What the picture of the crop shows, as a clause for its caption, where it is not the RGB photo itself: the
+    bands of a multi-band composite, or the gray a 1-channel network sees; '' for an RGB network's photo."""
+    if isinstance(cropped, MultiBandImage):
+        return cropped.caption()
+    return "shown in gray, the one channel the network takes" if channels == 1 else ""
 
 
 # ---- object boxes ------------------------------------------------------------------------------

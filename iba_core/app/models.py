@@ -2,15 +2,25 @@
 classifier) and adding a network from uploaded files (a model card written into the models folder).
 
 The models folder is `settings.models_dir()` (IBA_MODELS_DIR). `find_cards` lists the cards in it and one
-folder level below; `add_network` writes a new one as <folder>/<name>/<name>.toml with its weights and class
-list next to it, after loading it once to check it: a state dict that does not fit, a class list of the wrong
-length or a layer the network does not have gives the library's message, and nothing is left in the folder.
-Weights are only ever read safely (tensors, no unpickling: `networks.state_files`).
+folder level below. The "Add your network" form takes every source a card can name (`NETWORK_SOURCES`): a
+torchvision classifier, a timm model, a Hugging Face model id (its architecture from the hub or its cache) or a
+built-in backbone with your head, each with an uploaded state_dict; or a model folder (timm's save_for_hf or
+transformers' save_pretrained layout), uploaded as its files or given by its path on the server. The class list is
+optional: without it the source's own names are used (timm's label_names, Hugging Face's id2label, ImageNet's), and
+a state_dict whose output layer differs says to give one.
+
+Two steps, one way of loading: `preview_network` writes the candidate card into a working folder, loads it once
+and returns what was read (`NetworkPreview`: classes, preprocessing, channels, head, default layer), then removes
+the folder; `add_network` does the same and renames the working folder to <folder>/<name>/ (<name>.toml, the
+weights and class list beside it; a model folder copied into <name>/model/, which the card names as its
+`model_folder`). A state dict that does not fit, a class list of the wrong length or a layer the network does not
+have gives the library's message (a file that fits another source names it: `networks.state_match`), and nothing
+is left in the folder. Weights are only ever read safely (tensors, no unpickling: `networks.state_files`).
 
 What the app may do is its owner's `Trust` (`iba_core.trust`, `Trust.for_app`), passed in by the page: code
 model cards run and card paths leave the card's folder only with IBA_TRUST_CODE=1; a path on the server typed
 into the form is read only inside the models folder and the IBA_DATA_DIRS folders (anywhere when the app
-listens on localhost only), and checked before anything is read. The form only ever writes torchvision cards.
+listens on localhost only), and checked before anything is read. The form never writes a card with a code builder.
 """
 from __future__ import annotations
 
@@ -23,7 +33,12 @@ from pathlib import Path
 
 from ..errors import USER_ERRORS, UserError, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
-from ..networks.cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, write_card
+from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card,
+                              write_card)
+from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
+from ..networks.model_folders import read_folder
+from ..networks.spec import UnknownModelError
+from ..networks.timm_models import PREFIX as TIMM_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
 from ..trust import Trust, check_server_path, shown
@@ -34,6 +49,22 @@ TORCHVISION_CHOICE = TORCHVISION_PREFIX
 DEFAULT_TORCHVISION = "resnet18"
 #: The architecture the "Add your network" form offers first.
 DEFAULT_ARCH = "resnet50"
+#: The sources the "Add your network" form offers, by key, with their names in the form.
+NETWORK_SOURCES = {
+    "torchvision": "torchvision classifier",
+    "timm": "timm model",
+    "hf": "Hugging Face model",
+    "builtin": "Built-in backbone with your head",
+    "folder": "Model folder (timm or transformers)",
+}
+#: The files of a model folder the form takes (uploaded together, or copied from a folder on the server).
+FOLDER_FILES = ("config.json", "preprocessor_config.json", "model.safetensors", "pytorch_model.bin")
+#: A model folder's weights, in the order they are looked for (`model_folders.WEIGHTS_FILES`).
+FOLDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+#: Where in <models>/<name>/ the form copies a model folder (the card's `model_folder`).
+MODEL_SUBFOLDER = "model"
+#: How many class names the preview lists.
+PREVIEW_CLASSES = 5
 WEIGHTS_SUFFIXES = (".pth", ".pt", ".safetensors")
 CLASS_SUFFIXES = (".txt", ".json", ".csv")
 #: A network's name: its folder, its card's file name and its key (card:<name>).
@@ -186,16 +217,62 @@ class FileGiven:
 
 @dataclass
 class NewNetwork:
-    """What the "Add your network" form gives."""
+    """What the "Add your network" form gives.
+
+    source (`NETWORK_SOURCES`) and arch: "torchvision" with a classification builder (NAME or torchvision:NAME),
+    "timm" with a timm model (NAME or timm:NAME), "hf" with a Hugging Face id (ORG/NAME or hf:ORG/NAME), "builtin"
+    with a built-in backbone's key; each with `weights`, a state_dict. "folder" takes no arch and no weights: the
+    folder's files (`folder_files`: config.json, model.safetensors, optionally preprocessor_config.json) or its
+    path on this machine (`folder_path`). `classes` is optional for every source."""
 
     name: str
-    arch: str  # a torchvision classification builder (NAME or torchvision:NAME)
+    arch: str
     weights: FileGiven | None
     classes: FileGiven | None
     title: str = ""
     layer: str = ""
     stats_images: str = ""  # a folder on this machine; empty: none (the sample photos, with a warning)
     preprocess: dict = field(default_factory=dict)  # resize, crop, mean, std; missing or None: the arch's default
+    source: str = "torchvision"
+    folder_files: list[FileGiven] = field(default_factory=list)
+    folder_path: str = ""
+
+
+@dataclass(frozen=True)
+class NetworkPreview:
+    """What the form read from a candidate network (its card loaded once), shown for checking before it is added."""
+
+    name: str
+    source: str  # in words: "timm model resnet18"
+    class_count: int
+    first_classes: tuple[str, ...]  # the first PREVIEW_CLASSES names
+    classes_from: str  # "your class list" or "the model's configuration"
+    resize: int
+    crop: int
+    interpolation: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    channels: int
+    head: str
+    default_layer: str
+    layer_count: int
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(what, value) for the form's table, in words."""
+        more = ", …" if self.class_count > len(self.first_classes) else ""
+        classes = (f"{self.class_count}: {', '.join(self.first_classes)}{more} (from {self.classes_from})"
+                   if self.class_count else "none named (shown as class 0, class 1, …)")
+        return [
+            ("Source", self.source),
+            ("Classes", classes),
+            ("Input", f"resize the short side to {self.resize} px, centre crop {self.crop} px "
+                      f"({self.interpolation})"),
+            ("Mean", ", ".join(f"{v:g}" for v in self.mean)),
+            ("Std", ", ".join(f"{v:g}" for v in self.std)),
+            ("Channels", str(self.channels)),
+            ("Head", self.head),
+            ("Default layer", f"{self.default_layer} (of {self.layer_count} layers)"),
+        ]
 
 
 def parse_triple(text: str, what: str) -> tuple[float, float, float] | None:
@@ -216,11 +293,13 @@ def parse_triple(text: str, what: str) -> tuple[float, float, float] | None:
     return values  # type: ignore[return-value]
 
 
-def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str]:
-    """(name, arch) checked, or one sentence saying what to change. Paths on this machine are checked against
-    `trust` before anything is read from them."""
+def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str | None, list[FileGiven]]:
+    """(name, the card's arch (None for a model folder), the model folder's files) checked, or one sentence saying
+    what to change. Paths on this machine are checked against `trust` before anything is read from them."""
     if new.weights is not None and new.weights.path is not None:
         check_server_path(new.weights.path, trust, what="weights file")
+    if new.folder_path.strip():
+        check_server_path(Path(new.folder_path.strip()).expanduser(), trust, what="model folder")
     if new.stats_images.strip():
         check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder")
     name = new.name.strip()
@@ -234,20 +313,20 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str]:
     taken = {c.name.lower() for c in find_cards(folder)}
     if name.lower() in taken or (folder / name).exists():
         raise ModelCardError(f"A network named {name} exists already in {folder}; choose another name.")
-    arch = new.arch.strip()
-    arch = arch[len(TORCHVISION_PREFIX):] if arch.startswith(TORCHVISION_PREFIX) else arch
-    if arch not in torchvision_names():
-        raise ModelCardError(f"torchvision has no classification network {shown(arch, 40)!r}.")
-    if new.weights is None:
+    arch = _arch_entry(new)
+    files: list[FileGiven] = []
+    if arch is None:
+        if new.weights is not None:
+            raise ModelCardError("A model folder brings its own weights; leave the weights file out, or choose "
+                                 "another source for a state_dict.")
+        files = _folder_files(new, trust)
+    elif new.weights is None:
         raise ModelCardError("Give the weights file: the state_dict you saved with "
                              "torch.save(model.state_dict(), \"model.pth\") (.pth, .pt or .safetensors).")
-    if new.weights.suffix not in WEIGHTS_SUFFIXES:
+    elif new.weights.suffix not in WEIGHTS_SUFFIXES:
         raise ModelCardError(f"The weights file {shown(new.weights.name)} is not a .pth, .pt or .safetensors file; save "
                              "them with torch.save(model.state_dict(), \"model.pth\").")
-    if new.classes is None:
-        raise ModelCardError("Give the class names: a text file with one name a line, in the order of the "
-                             "network's outputs (or a JSON list, or a CSV index,name).")
-    if new.classes.suffix not in CLASS_SUFFIXES:
+    if new.classes is not None and new.classes.suffix not in CLASS_SUFFIXES:
         raise ModelCardError(f"The class list {shown(new.classes.name)} is not a .txt, .json or .csv file.")
     if new.stats_images.strip():
         from ..images import find_images
@@ -257,37 +336,157 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str]:
             raise ModelCardError(f"The statistics image folder {shown(images)} does not exist on this machine.")
         if not find_images(images):
             raise ModelCardError(f"The statistics image folder {shown(images)} holds no images (jpg, png, …).")
-    return name, arch
+    return name, arch, files
 
 
-def add_network(new: NewNetwork, folder: str | os.PathLike | None = None, trust: Trust | None = None) -> Path:
-    """Write the network's card, weights and class list into <folder>/<name>/ (folder: the models folder) and
-    return the card's path. The card is loaded once first (weights read safely, never unpickled): if anything
-    does not fit, its message is raised and the folder is left as it was. trust: which paths on this machine
-    may be read (default: the app's owner's, `Trust.for_app()`, as if the app served other machines)."""
-    trust = trust if trust is not None else Trust.for_app()
-    root = Path(folder).expanduser() if folder is not None else models_dir()
-    name, arch = _check(new, root, trust)
+def _arch_entry(new: NewNetwork) -> str | None:
+    """The card's arch for the form's source and architecture ("timm:resnet18", "efficientnet_lite0"; None for a
+    model folder), or one sentence saying what to change."""
+    if new.source not in NETWORK_SOURCES:
+        raise ModelCardError(f"Choose the network's source: {', '.join(NETWORK_SOURCES.values())}; not "
+                             f"{shown(new.source, 40)!r}.")
+    if new.source == "folder":
+        return None
+    prefix = {"torchvision": TORCHVISION_PREFIX, "timm": TIMM_PREFIX, "hf": HF_PREFIX}.get(new.source, "")
+    arch = new.arch.strip()
+    arch = arch[len(prefix):] if prefix and arch.startswith(prefix) else arch
+    if new.source == "torchvision":
+        if arch not in torchvision_names():
+            raise ModelCardError(f"torchvision has no classification network {shown(arch, 40)!r}.")
+    elif new.source == "timm":
+        if not arch:
+            raise ModelCardError("Give the timm model's name, e.g. resnet18 or convnext_tiny.")
+        from ..networks.timm_models import timm_name
+
+        arch = timm_name(arch)  # or the closest names timm has
+    elif new.source == "hf":
+        if not arch:
+            raise ModelCardError("Give the Hugging Face model's id, e.g. google/vit-base-patch16-224.")
+        try:
+            repo_id(arch)
+        except UnknownModelError:
+            raise ModelCardError(f"{shown(arch, 60)!r} is not a Hugging Face model id; give ORG/NAME, e.g. "
+                                 "google/vit-base-patch16-224.") from None
+    elif arch not in BUILTIN_BACKBONES:
+        raise ModelCardError(f"Choose one of the built-in backbones ({', '.join(BUILTIN_BACKBONES)}), not "
+                             f"{shown(arch, 40)!r}.")
+    return arch if new.source == "builtin" else prefix + arch
+
+
+def _folder_files(new: NewNetwork, trust: Trust) -> list[FileGiven]:
+    """The model folder's files to copy: the uploaded ones, checked by name, or those of the folder on this machine
+    (its path checked against `trust` first, its config.json read for its layout: `model_folders.read_folder`)."""
+    path = new.folder_path.strip()
+    if path and new.folder_files:
+        raise ModelCardError("Give the model folder's files or its path on this machine, not both.")
+    if path:
+        folder, _, _ = read_folder(Path(path).expanduser(), trust)
+        weights = next((folder / n for n in FOLDER_WEIGHTS if (folder / n).is_file()), None)
+        if weights is None:
+            raise ModelCardError(f"The model folder {shown(path)} has no model.safetensors (or pytorch_model.bin) to "
+                                 "copy; save the model again as one file.")
+        return [FileGiven.local(folder / n) for n in ("config.json", "preprocessor_config.json")
+                if (folder / n).is_file()] + [FileGiven.local(weights)]
+    if not new.folder_files:
+        raise ModelCardError("Give the model folder: its config.json and model.safetensors (and its "
+                             "preprocessor_config.json, if it has one), or its path on this machine.")
+    names = [f.name for f in new.folder_files]
+    unknown = next((n for n in names if n not in FOLDER_FILES), None)
+    if unknown is not None:
+        raise ModelCardError(f"{shown(unknown)} is no file of a model folder here; give config.json, model.safetensors "
+                             "(or pytorch_model.bin) and, if it has one, preprocessor_config.json.")
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ModelCardError(f"The file {twice} is given twice; give each file of the model folder once.")
+    if "config.json" not in names:
+        raise ModelCardError("The model folder's config.json is missing; give it together with model.safetensors.")
+    if not any(n in FOLDER_WEIGHTS for n in names):
+        raise ModelCardError("The model folder's weights are missing; give model.safetensors (or pytorch_model.bin) "
+                             "together with config.json.")
+    return list(new.folder_files)
+
+
+def _load_candidate(new: NewNetwork, root: Path, trust: Trust) -> tuple[Path, str, tuple]:
+    """Write the network's card and files into a working folder <root>/.adding-<name>-<id>/ (hidden from the menu)
+    and load the card once: (working folder, name, what `load_card` returned). On a refusal the folder is removed
+    and the library's message raised, naming the files as the user gave them."""
+    name, arch, folder_files = _check(new, root, trust)
     root.mkdir(parents=True, exist_ok=True)
     work = root / f".adding-{name}-{uuid.uuid4().hex[:8]}"
     work.mkdir()
     try:
-        weights = f"{name}{new.weights.suffix}"
-        classes = f"classes{new.classes.suffix}"
-        new.weights.copy_to(work / weights)
-        new.classes.copy_to(work / classes)
+        given: dict[Path, object] = {}  # working paths → what the user gave, for messages
+        entries: dict = {}
+        if arch is None:
+            (work / MODEL_SUBFOLDER).mkdir()
+            for file in folder_files:
+                file.copy_to(work / MODEL_SUBFOLDER / file.name)
+                given[work / MODEL_SUBFOLDER / file.name] = file.name
+            entries["model_folder"] = MODEL_SUBFOLDER
+        else:
+            weights = f"{name}{new.weights.suffix}"
+            new.weights.copy_to(work / weights)
+            given[work / weights] = new.weights.name
+            entries.update(arch=arch, weights=weights)
+        if new.classes is not None:
+            entries["classes"] = f"classes{new.classes.suffix}"
+            new.classes.copy_to(work / entries["classes"])
+            given[work / entries["classes"]] = new.classes.name
         images = new.stats_images.strip()
         write_card(
-            work / f"{name}.toml", name=name, title=new.title.strip() or None, arch=TORCHVISION_PREFIX + arch,
-            weights=weights, classes=classes, layer=new.layer.strip() or None,
+            work / f"{name}.toml", name=name, title=new.title.strip() or None, layer=new.layer.strip() or None,
             stats_images=str(Path(images).expanduser().resolve()) if images else None,
-            preprocess={k: v for k, v in new.preprocess.items() if v is not None}, trust=trust,
+            preprocess={k: v for k, v in new.preprocess.items() if v is not None}, trust=trust, **entries,
         )
         try:  # the library's message for anything that does not fit
-            load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)
+            loaded = load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)
         except USER_ERRORS as err:
-            raise _named(err, {work / weights: new.weights.name, work / classes: new.classes.name,
-                               work: root / name}) from None
+            raise _named(err, {**given, work: root / name}) from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return work, name, loaded
+
+
+def _source_text(new: NewNetwork) -> str:
+    """The source as the preview names it: "timm model resnet18", "Built-in backbone with your head: vgg16"."""
+    if new.source == "folder":
+        return NETWORK_SOURCES["folder"]
+    arch = new.arch.strip().split(":", 1)[-1] if new.source != "hf" else new.arch.strip().removeprefix(HF_PREFIX)
+    return f"{NETWORK_SOURCES[new.source]}: {arch}"
+
+
+def preview_network(new: NewNetwork, folder: str | os.PathLike | None = None,
+                    trust: Trust | None = None) -> NetworkPreview:
+    """What the network would be, read by loading its card once in a working folder that is removed afterwards
+    (nothing is added): its classes (from the class list given, else the model's configuration), preprocessing,
+    input channels, head, default layer and number of layers. Refusals as `add_network`'s."""
+    trust = trust if trust is not None else Trust.for_app()
+    root = Path(folder).expanduser() if folder is not None else models_dir()
+    work, name, (spec, _, _, classes) = _load_candidate(new, root, trust)
+    try:
+        return NetworkPreview(
+            name=name, source=_source_text(new), class_count=len(classes),
+            first_classes=tuple(classes[:PREVIEW_CLASSES]),
+            classes_from="your class list" if new.classes is not None else "the model's configuration",
+            resize=spec.resize, crop=spec.crop, interpolation=spec.interpolation, mean=tuple(spec.mean),
+            std=tuple(spec.std), channels=int(getattr(spec, "channels", 3)),  # fields other sources may lack
+            head=str(getattr(spec, "head", "softmax")), default_layer=spec.default_layer,
+            layer_count=len(spec.layers),
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def add_network(new: NewNetwork, folder: str | os.PathLike | None = None, trust: Trust | None = None) -> Path:
+    """Write the network's card and its files into <folder>/<name>/ (folder: the models folder) and return the
+    card's path. The card is loaded once first (weights read safely, never unpickled): if anything does not fit,
+    its message is raised and the folder is left as it was. trust: which paths on this machine may be read
+    (default: the app's owner's, `Trust.for_app()`, as if the app served other machines)."""
+    trust = trust if trust is not None else Trust.for_app()
+    root = Path(folder).expanduser() if folder is not None else models_dir()
+    work, name, _ = _load_candidate(new, root, trust)
+    try:
         target = root / name
         if target.exists():
             raise ModelCardError(f"A network named {name} exists already in {root}; choose another name.")

@@ -175,3 +175,4 @@ class GridRun:
     cells: "list[GridCell]"
     layer: str  # the β row's layer
     settings: "BottleneckSettings"
+    head: str = "softmax"  # the network's (`heads.py`): what p(target) means in the grid's note

@@ -29,8 +29,17 @@ def stats_folder(network: Network, folder: str | os.PathLike | None = None) -> s
 
 
 def domain_warning(network: Network, folder: str | os.PathLike | None = None) -> str | None:
-    """A warning for a model card's network whose statistics would come from the offline sample photos."""
-    if not is_card_network(network) or stats_folder(network, folder):
+    """A warning for a model card's network whose statistics would come from the offline sample photos, or for a
+    network of more than 3 bands without an image folder (the RGB photos cannot give its statistics at all)."""
+    if stats_folder(network, folder):
+        return None
+    channels = getattr(network.preprocess, "channels", 3)
+    if channels > 3:
+        return (f"{network.spec.title} takes {channels}-band images, so the offline sample photos (RGB) cannot give "
+                "its feature statistics. Add stats_images = \"folder of your images\" (its .npy or .tif files) to "
+                "the model card, or enter such a folder under *Feature statistics* on the Per-Sample and β × layer "
+                "pages.")
+    if not is_card_network(network):
         return None
     n = app_samples(network, folder)
     return (

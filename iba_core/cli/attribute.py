@@ -1,4 +1,7 @@
-"""`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample or Readout) as one JSON line."""
+"""`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample or Readout) as one JSON line.
+
+`attribute FOLDER --out RUN_DIR` (a folder, or a .txt list of images) runs every image instead: `attribute_folder`.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,15 +9,18 @@ from pathlib import Path
 
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
-from . import files
+from . import attribute_folder, files
 from .common import add_network_args
 from .stats import STATS_N_HELP, sample_count
 
 
 def add_parser(sub) -> None:
     d = BottleneckSettings()
-    p = sub.add_parser("attribute", help="Per-Sample (or Readout) Bottleneck heatmap for one image")
-    p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff)")
+    p = sub.add_parser("attribute", help="Per-Sample (or Readout) Bottleneck heatmap for one image, or for every "
+                       "image of a folder (--out RUN_DIR)")
+    p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff; for a network of more than 3 "
+                   "bands a .npy of height × width × bands or a multi-band tiff), or a folder of images or a .txt "
+                   "list of them (one path a line): a folder run into --out RUN_DIR")
     add_network_args(p)
     p.add_argument("--method", choices=("per-sample", "readout"), default="per-sample",
                    help="Per-Sample Bottleneck (default) or a trained Readout Bottleneck")
@@ -36,8 +42,10 @@ def add_parser(sub) -> None:
                    "(the authors' code: 0.01; default: no masking)")
     p.add_argument("--stats-images", default=None, help="image folder for the feature statistics")
     p.add_argument("--n", type=sample_count, default=None, help=STATS_N_HELP)
-    p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy)")
+    p.add_argument("--out", type=Path, default=None, help="save the bits-per-pixel heatmap (.npy); for a folder: the "
+                   "run folder (results.parquet, maps, run.json)")
     p.add_argument("--png", type=Path, default=None, help="save an overlay image (.png)")
+    attribute_folder.add_folder_args(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +62,9 @@ def check_files(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if attribute_folder.is_folder_source(args.image):
+        return attribute_folder.run(args)
+    attribute_folder.refuse_folder_options(args)
     check_files(args)
     # the settings are checked (with their ranges) before the network loads
     settings = BottleneckSettings(
@@ -61,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
         read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
     )
     from ..feature_stats import get_stats
-    from ..images import load_image
+    from ..images import photo_or_path
     from ..per_sample import PerSampleBottleneck
     from .common import load_from_args, print_json, progress_bar
 
-    image = load_image(args.image)
+    image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
+    image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
     cropped = network.preprocess.crop(image)
@@ -101,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         "layer": layer,
         "target": result.target,
         "class_name": network.class_name(result.target),
+        # what p means (iba_core.heads): softmax over classes, σ per label (multi-label), or binary
+        "head": network.head,
         "p_without": round(result.p_without, 6),
         "p_with": round(result.p_with, 6),
         "bottleneck_lost_class": result.lost_class,

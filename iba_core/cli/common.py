@@ -46,6 +46,17 @@ def model_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (--limit, --batch-size, …)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text[:40]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def weights_arg(args: argparse.Namespace) -> str:
     return args.weights or ("random" if args.random_weights else "pretrained")
 

@@ -40,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
     files.image_file(args.image)
     files.weights_file(args)
     out = files.output_folder(args.out)  # made after the cheap checks: a typo leaves no empty folder
-    from ..images import load_image
+    from ..images import photo_or_path
     from .common import load_from_args
 
-    image = load_image(args.image)
+    image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
+    image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)

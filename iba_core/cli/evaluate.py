@@ -16,7 +16,6 @@ The loop lives in iba_core.metrics.runner; this module only parses and prints.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -26,18 +25,11 @@ from ..metrics.beta_table import PAPER_BETA_K
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 from ..precision import PRECISIONS
 from . import files
-from .common import add_network_args
+from .common import add_network_args, positive_int as _positive_int
 
 
 # --------------------------------------------------------------------------------------------
 # Argument parsing.
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
 
 
 def add_parser(sub) -> None:
@@ -121,10 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from .common import load_from_args
 
     methods = {} if args.metric == "beta-table" else {m.key: m for m in resolve_methods(args.methods)}
-    device = args.device
-    if world > 1 and device == "cuda" and "LOCAL_RANK" in os.environ:
-        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"  # one GPU per rank under torchrun
-    network = load_from_args(args, device=device)
+    network = load_from_args(args, device=res.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is None:  # the default: every registered method that can run on this network
         methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
     items = list_items(args.images, args.labels, network.class_index, args.limit)

@@ -64,7 +64,8 @@ def _one(args: argparse.Namespace) -> int:
         "model": spec.key, "title": spec.title, "weights": network.weights_id, "classes": len(network.categories),
         "default_layer": spec.default_layer, "cam_layer": cam, "can_split": network.can_split,
         "preprocess": {"resize": spec.resize, "crop": spec.crop, "mean": list(spec.mean), "std": list(spec.std),
-                       "interpolation": spec.interpolation},
+                       "interpolation": spec.interpolation, "channels": spec.channels,
+                       **({"display_bands": list(spec.display_bands)} if spec.display_bands else {})},
         "layers": [{"name": name, "shape": shapes.get(name), "kind": kinds.get(name, "map")} for name in spec.layers],
         "unusable": [{"name": info.name, "reason": info.reason} for info in table if not info.usable],
     }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,7 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..model_state import frozen_eval
+from ..heads import class_logits, head_of
+from ..model_state import frozen_eval, replaced_output
 
 Cost = Literal["fast", "slow"]
 
@@ -61,6 +63,10 @@ class Method:
     sanity_checkable: bool = True
     #: One sentence for users: what a value in the map means.
     description: str = ""
+    #: Whether the method explains the target's logit (gradients, CAM, LRP, occlusion): for a binary head (one
+    #: output z) the network then answers with each class's log-odds [−z, z] during the call
+    #: (`heads.class_logits`), so class 0 has a logit too. False for methods that read the head themselves.
+    explains_logit: bool = True
 
     def __init__(self, **settings: Any):
         unknown = set(settings) - set(self.default_settings())
@@ -94,7 +100,9 @@ class Method:
         model = network.model
         x = prepare_input(x, device_of(network))
         target = check_target(network, target)
-        with frozen_eval(model):
+        binary = self.explains_logit and head_of(network) == "binary"
+        with frozen_eval(model), (replaced_output(model, lambda z: class_logits(z, "binary")) if binary
+                                  else nullcontext()):
             if num_classes(network) is None:  # generic network: learn the class count from one pass
                 with torch.no_grad():
                     n = model(x).shape[-1]

@@ -25,6 +25,7 @@ class PerSampleIBA(Method):
     unit = "bits/pixel"
     cost = "slow"
     needs_stats = True
+    explains_logit = False  # its loss and p(target) follow the network's head (`heads.py`)
 
     def __init__(self, beta_k: float = DEFAULT_BETA_K, **settings):
         super().__init__(beta_k=beta_k, **settings)
@@ -107,6 +108,7 @@ class ReadoutMethod(Method):
     cost = "fast"
     sanity_checkable = False  # a readout explains only the weights it was trained on
     description = "Bits per pixel that pass the bottleneck a trained readout network predicts in one pass (§3.3)."
+    explains_logit = False  # p(target) follows the network's head (`heads.py`)
 
     @classmethod
     def default_settings(cls) -> dict:

@@ -18,7 +18,7 @@ def resolve_map(attribution, x: torch.Tensor, target: int) -> np.ndarray:
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
     values = np.asarray(values, dtype=np.float64)
-    if values.ndim == 3 and values.shape[0] in (1, 3):  # tolerate (C, H, W) maps: sum the channels
+    if values.ndim == 3 and values.shape[0] in (1, 3, x.shape[1]):  # tolerate (C, H, W) maps: sum the channels
         values = values.sum(axis=0)
     if values.shape != tuple(x.shape[-2:]):
         raise ValueError(f"The attribution is shaped {values.shape}, the image {tuple(x.shape[-2:])}.")
@@ -105,8 +105,9 @@ def scoring_model(network, precision: str = "fp32") -> nn.Module:
     device = model_device(model)
 
     def workload(p: str):
-        size = getattr(getattr(network, "preprocess", None), "crop_size", 224)
-        x = torch.randn(8, 3, size, size, device=device)
+        pre = getattr(network, "preprocess", None)
+        size, channels = getattr(pre, "crop_size", 224), getattr(pre, "channels", 3)
+        x = torch.randn(8, channels, size, size, device=device)
 
         def run() -> None:
             with torch.inference_mode():

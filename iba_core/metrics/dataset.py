@@ -17,9 +17,10 @@ No wnid→index table ships offline, hence the mapping file for wnid-named folde
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..datasets import LabelMap, LabelResolver, class_folder, find_label_file, read_label_file
 from ..images import find_images
@@ -39,14 +40,16 @@ def list_items(
     labels_file: str | Path | None = None,
     class_index: Callable[[str], int] | None = None,
     limit: int | None = None,
+    files: Sequence[Path] | None = None,
 ) -> list[ImageItem]:
     """Images below `root` with their labels (None where unknown), sorted by relative path.
 
     class_index turns a label given as a class name into an index (e.g. `Network.class_index`);
-    without it only class indices and WordNet ids resolve.
+    without it only class indices and WordNet ids resolve. files: these images, in this order, instead of
+    every image below root (a list of images; one outside root is keyed by its path relative to root).
     """
     root = Path(root).expanduser()
-    files = find_images(root)
+    files = find_images(root) if files is None else [Path(f) for f in files]
     if limit is not None:
         files = files[: max(0, limit)]
     if labels_file is None:
@@ -58,13 +61,15 @@ def list_items(
 
     items = []
     for path in files:
-        rel = path.relative_to(root).as_posix()
+        try:
+            rel, folder = path.relative_to(root).as_posix(), class_folder(root, path)
+        except ValueError:  # a listed image outside root: no class folder
+            rel, folder = Path(os.path.relpath(path, root)).as_posix(), None
         label = None
         for key in (rel, path.name, path.stem):
             if key in labels.images:
                 label = resolve.get(labels.images[key])
                 break
-        folder = class_folder(root, path)
         if label is None and folder is not None:
             label = resolve.get(folder)
         items.append(ImageItem(rel, path, label))

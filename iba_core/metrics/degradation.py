@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..heads import probabilities
 from ..tiles import degrade, tile_order, tile_rank_map
 from .common import batched_logits, group_records, method_label, resolve_map
 
@@ -116,6 +117,7 @@ def degradation_curves(
     points: int | None = None,
     batch_size: int = 64,
     fill: torch.Tensor | None = None,
+    head: str = "softmax",
 ) -> DegradationCurves:
     """MoRF and LeRF curves of one image.
 
@@ -123,6 +125,7 @@ def degradation_curves(
     attribution: an (H, W) map, or a function (x, target) → map.
     points: measure only at this many evenly spaced numbers of removed tiles (default: every tile).
     The degraded images of all steps are built tensor-wise and sent through `model` in batches.
+    head: what the model's outputs mean (`heads.py`; a network's `spec.head`): p(target) and the top-1 follow it.
     """
     if x.dim() == 3:
         x = x[None]
@@ -148,7 +151,7 @@ def degradation_curves(
             yield degrade(x, ranks, [k for _, k in chunk], fill)
 
     logits = batched_logits(model, batches(), batch_size)
-    probs = logits.double().softmax(dim=1)
+    probs = probabilities(logits.double(), head)
     p = probs[:, target].numpy()
     m = len(inner)
     p_orig, p_full = float(p[0]), float(p[1])

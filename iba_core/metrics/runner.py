@@ -12,7 +12,6 @@ function below and its line in RUNNERS.
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..heads import head_of, predicted
 from . import results as res
 from .bbox import LARGEST_BOX_SHARE
 from .beta_table import PAPER_BETA_K
@@ -85,15 +85,14 @@ class _Context:
 
     def prepare(self, item) -> tuple[torch.Tensor, int]:
         """(preprocessed image on the model's device, target): the label, else the top-1 class."""
-        from ..images import load_image
-
-        x = self.network.preprocess(load_image(item.path)).to(getattr(self.network, "device", "cpu"))
+        pre = self.network.preprocess
+        x = pre(pre.load(item.path)).to(getattr(self.network, "device", "cpu"))
         if item.label is not None:
             return x, int(item.label)
         from ..model_state import frozen_eval
 
         with frozen_eval(self.network.model), torch.no_grad():
-            return x, int(self.network.model(x).argmax(dim=1)[0])
+            return x, int(predicted(self.network.model(x), head_of(self.network))[0])
 
     def write(self, item, method_key: str, method, setting: str, target: int, **data) -> None:
         record = {
@@ -141,7 +140,7 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
         values, seconds = _timed_map(method, ctx.network, x, target, ctx)
         for t in pending[key]:
             curves = degradation_curves(ctx.scoring, x, values, target, t, points=o.points,
-                                        batch_size=o.batch_size).to_record()
+                                        batch_size=o.batch_size, head=head_of(ctx.network)).to_record()
             curves.pop("target")
             ctx.write(item, key, method, setting(t), target, points=o.points, attribution_seconds=seconds, **curves)
 
@@ -206,7 +205,8 @@ def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
         for t in pending[key]:
             if t not in drops:  # the random sets and logit drops are shared by all methods
                 drops[t] = logit_drops(ctx.scoring, x, target, t, n_count=o.n_count, sets=o.sets,
-                                       seed=stable_seed(o.seed, item.key, t), batch_size=o.batch_size)
+                                       seed=stable_seed(o.seed, item.key, t), batch_size=o.batch_size,
+                                       head=head_of(ctx.network))
             corr = correlations(drops[t], values)
             ctx.write(item, key, method, setting(t), target, tile=t, sets=o.sets, n=drops[t].ns.tolist(),
                       pixels=(drops[t].ns * t * t).tolist(), corr=corr.tolist(), attribution_seconds=seconds)
@@ -358,37 +358,12 @@ def _stats_getter(network, options: EvalOptions):
 # Ranks, merging, tables.
 
 
-def _barrier(world: int) -> bool:
-    """Meet the other ranks if torch.distributed can rendezvous (torchrun); False if it cannot."""
-    if world <= 1:
-        return False
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
-    if not dist.is_available():
-        return False
-    created = False
-    if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            return False
-        import datetime
-
-        # Joining the group is itself a rendezvous of all ranks; ranks finish at different times.
-        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
-        created = True
-    dist.barrier()
-    if created:
-        dist.destroy_process_group()
-    return True
-
-
 def finish(out: str | Path, rank: int, world: int, print_table: bool = True) -> str | None:
     """After this rank's shard: merge (if it falls to this rank) and write/print the table."""
     out = Path(out)
     if world > 1:
         res.done_marker(out, rank).touch()
-        met = _barrier(world)
+        met = res.meet_ranks(world)
         if (met and rank != 0) or (not met and not res.all_ranks_done(out, world)):
             print(f"rank {rank}: shard finished; rank files are merged when all ranks are done", file=sys.stderr)
             return None

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..heads import class_logits
 from ..tiles import tile_mask, tile_sums
 from .common import batched_logits, group_records, method_label, resolve_map
 
@@ -69,8 +70,11 @@ def logit_drops(
     sets: int = 100,
     seed: int = 0,
     batch_size: int = 64,
+    head: str = "softmax",
 ) -> LogitDrops:
-    """Zero `sets` random tile sets for every n and record the target-logit drops (batched)."""
+    """Zero `sets` random tile sets for every n and record the target-logit drops (batched).
+
+    head: the model's (`heads.py`); a binary head's classes have the log-odds [−z, z] as logits."""
     if x.dim() == 3:
         x = x[None]
     x = x.detach().cpu()
@@ -91,7 +95,7 @@ def logit_drops(
                 mask = tile_mask(chosen[start:start + batch_size], tile, size)[:, None]
                 yield x.masked_fill(mask, 0.0)
 
-    logits = batched_logits(model, batches(), batch_size)[:, target].double().numpy()
+    logits = class_logits(batched_logits(model, batches(), batch_size), head)[:, target].double().numpy()
     drops.drops = (logits[0] - logits[1:]).reshape(len(ns_arr), sets)
     return drops
 

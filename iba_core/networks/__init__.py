@@ -181,13 +181,18 @@ def network_from_module(
     device: str | torch.device | None = None,
     spec: NetworkSpec | None = None,
 ) -> Network:
-    """Any `nn.Module` classifier as a Network, with a spec derived by a dry forward pass unless given."""
+    """Any `nn.Module` classifier as a Network, with a spec derived by a dry forward pass unless given (its input
+    channels those of its first convolution; ImageNet's mean and std, averaged for other than 3 channels)."""
+    from .spec import IMAGENET_MEAN, IMAGENET_STD, fit_channels, input_channels_of
+
     if device is None:
         param = next(model.parameters(), None)
         device = param.device if param is not None else torch.device("cpu")
     device = torch.device(device)
     model = _ready(model, device)
-    spec = spec or derive_spec(model, key, title)
+    channels = input_channels_of(model)
+    spec = spec or derive_spec(model, key, title, channels=channels, mean=fit_channels(IMAGENET_MEAN, channels),
+                               std=fit_channels(IMAGENET_STD, channels))
     return Network(spec, model, weights_id, device, Preprocess.of(spec), list(categories or []))
 
 

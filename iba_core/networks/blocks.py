@@ -36,10 +36,10 @@ def repeated_blocks(model: nn.Module) -> list[str]:
     return names
 
 
-def block_layers(model: nn.Module, input_size: int, named: Iterable[str] = ()) -> list[str]:
+def block_layers(model: nn.Module, input_size: int, named: Iterable[str] = (), channels: int = 3) -> list[str]:
     """The blocks of `model` and the modules in `named` that exist, without a block whose output is its stage's
-    (one dry forward pass at `input_size`, eval mode, the model's flags restored). Layers whose output is not a
-    map or tokens on a grid are dropped later by `spec.derive_spec`."""
+    (one dry forward pass at `input_size` with `channels` input channels, eval mode, the model's flags restored).
+    Layers whose output is not a map or tokens on a grid are dropped later by `spec.derive_spec`."""
     modules = dict(model.named_modules())
     found = list(dict.fromkeys([n for n in named if n in modules] + repeated_blocks(model)))
     # Two levels at most: stages and their blocks. A list inside a block (transformers ResNet's three conv layers
@@ -58,7 +58,7 @@ def block_layers(model: nn.Module, input_size: int, named: Iterable[str] = ()) -
     device = param.device if param is not None else torch.device("cpu")
     try:
         with frozen_eval(model), torch.no_grad():
-            model(torch.zeros(1, 3, input_size, input_size, device=device))
+            model(torch.zeros(1, channels, input_size, input_size, device=device))
     finally:
         for handle in handles:
             handle.remove()

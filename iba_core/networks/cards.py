@@ -9,6 +9,9 @@
     stats_images = "photos"              # optional: image folder for the feature statistics
     name = "mynet"                       # optional: the network's key is card:<name> (default: the file stem)
     title = "My ResNet-50"               # optional: shown in tables and figures
+    head = "softmax"                     # optional: "softmax" (default), "sigmoid" (multi-label) or "binary"
+    channels = 4                         # optional: input channels (default: the source's, else the first conv's)
+    display_bands = [2, 1, 0]            # optional, for more than 3 bands: shown as red, green, blue (from 0)
 
     [arch_args]                          # optional: keyword arguments of the builder
     [preprocess]                         # optional: resize, crop, mean, std, interpolation
@@ -16,6 +19,20 @@
     crop = 224
     mean = [0.485, 0.456, 0.406]
     std = [0.229, 0.224, 0.225]
+
+`channels`: a network may take 1 channel (grayscale: X-ray, CT, microscopy) or more than 3 (multispectral
+bands, read from .npy or TIFF files: `images.load_input`). The source says how many (timm's first convolution,
+transformers' num_channels, else the first convolution of the built network); `channels` names it where nothing
+can be found, and must agree with what is found. `[preprocess]` mean and std then have one number per channel
+(the source's RGB defaults are averaged for other channel counts: `spec.fit_channels`). `display_bands` picks the
+three bands (counted from 0) the app and figures show as red, green, blue (default: the first three). A network of
+more than 3 bands needs `stats_images` (a folder of its .npy or .tif files): the offline photos are RGB.
+
+`head` says what the outputs mean (`iba_core.heads`): "softmax" (exclusive classes, the default), "sigmoid"
+(multi-label: one independent probability per label) or "binary" (one output for a class list of two names,
+negative then positive: the builders get one output). Without it, a Hugging Face architecture whose config says
+problem_type "multi_label_classification" is "sigmoid", and a network with one output and two class names is
+"binary"; otherwise "softmax".
 
 `arch = "torchvision:NAME"` builds torchvision's NAME with `num_classes` = the class list's length, and
 takes its preprocessing from the default weights' `transforms()`; `arch = "timm:NAME"` likewise builds timm's NAME
@@ -28,6 +45,13 @@ preprocessing (256, 224, ImageNet mean and std). `[preprocess]` overrides each e
 the builder's model is used as it comes. The spec is derived (`spec.derive_spec`), with the last
 feature map larger than 1×1 as Grad-CAM layer. The key, `card:<name>`, is stable; the weights id is a
 short hash of the weights file's bytes, so statistics caches are per weights.
+
+`model_folder = "model"` (instead of arch and weights) names a model folder beside the card: timm's `save_for_hf`
+or transformers' `save_pretrained` layout (`model_folders.py`), which brings the architecture, the weights, the
+class names and the preprocessing. The card adds its name, title, default layer, statistics images and
+`[preprocess]` overrides, and may rename the classes (a class list of as many names as the model has outputs).
+Its path stays inside the card's folder like every card path; the app's "Add your network" form copies a folder
+there (`app.models`).
 
 Weights are read safely (`state_files.read_weights`): tensors only, a pickled module only with
 `trust_pickle=True` (the CLI's `--trust-pickle`; the app never passes it).
@@ -54,10 +78,13 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from ..images import MAX_BANDS, ImageError, check_display_bands
+from ..heads import HEADS, check_fits, output_count
 from ..trust import LOCAL, Trust, check_code, check_inside, shown
 from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, build_seeded, derive_spec,
-                   require_rgb, unknown_layer_error)
-from .state_files import fit_state_dict, read_weights, weights_hash
+                   fit_channels, input_channels_of, unknown_layer_error)
+from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
+from .state_match import source_hint
 from .hf_models import PREFIX as HF
 from .timm_models import PREFIX as TIMM
 from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
@@ -66,12 +93,13 @@ from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of,
 CARD_PREFIX = "card:"
 #: Built-in networks a card may name as its arch: the backbone with the card's own head (`NetworkSpec.with_classes`).
 BUILTIN_BACKBONES = ("efficientnet_lite0", "resnet50", "vgg16")
-KNOWN_ENTRIES = ("name", "title", "arch", "arch_args", "weights", "classes", "layer", "stats_images", "preprocess")
+KNOWN_ENTRIES = ("name", "title", "arch", "arch_args", "weights", "classes", "layer", "stats_images", "preprocess",
+                 "head", "channels", "display_bands", "model_folder")
 PREPROCESS_ENTRIES = ("resize", "crop", "mean", "std", "interpolation")
 #: Sensible preprocessing, in px: a larger crop allocates gigabytes per image (crop = 100000: 120 GB).
 RESIZE_RANGE = (16, 2048)
 CROP_RANGE = (16, 1024)
-#: Per channel (red, green, blue), for pixel values in 0…1.
+#: Per input channel, for pixel values in 0…1 (one number per channel: `channels`).
 MEAN_RANGE = (0.0, 1.0)
 STD_RANGE = (0.001, 10.0)
 #: The most classes a class list (and a card's arch_args.num_classes) may name. torchvision sizes the output
@@ -84,6 +112,9 @@ MAX_ARCH_NUMBER = 100_000
 #: The most entries a list or table in [arch_args] may hold, and how deep they may nest.
 MAX_ARCH_ITEMS = 16
 MAX_ARCH_DEPTH = 3
+#: Said when weights do not fit a two-class card without a head: torchvision, timm and Hugging Face builders get
+#: one output per name unless the card says head = "binary".
+BINARY_HINT = 'A binary classifier with one output needs head = "binary" in the model card.'
 
 
 class ModelCardError(UserError):
@@ -106,9 +137,13 @@ class ModelCard:
     classes: Path | None = None
     layer: str | None = None
     stats_images: Path | None = None
+    model_folder: Path | None = None  # a timm or transformers model folder inside the card's folder
     title: str | None = None
     arch_args: dict = field(default_factory=dict)
     preprocess: dict = field(default_factory=dict)
+    head: str | None = None  # `heads.HEADS`; None: not declared (see the module docstring)
+    channels: int | None = None  # input channels; None: found from the network
+    display_bands: tuple[int, int, int] | None = None  # bands shown as red, green, blue (from 0); None: the first
 
     @property
     def key(self) -> str:
@@ -168,26 +203,49 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
         if k in preprocess and not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high):
             raise ModelCardError(f"In the model card {path}, preprocess.{k} must be a whole number of pixels from "
                                  f"{low} to {high}, not {shown(v, 20)}.")
+    channels = data.get("channels")
+    if channels is not None and not (isinstance(channels, int) and not isinstance(channels, bool)
+                                     and 1 <= channels <= MAX_BANDS):
+        raise ModelCardError(f"In the model card {path}, channels must be a whole number from 1 to {MAX_BANDS}, not "
+                             f"{shown(channels, 20)}.")
+    display_bands = data.get("display_bands")
+    if display_bands is not None:
+        try:  # the range once the channel count is known (`load_card`); whole numbers from 0 already here
+            check_display_bands(display_bands, channels or MAX_BANDS)
+        except ImageError as err:
+            raise ModelCardError(f"In the model card {path}, {err.message}") from None
+        display_bands = tuple(display_bands)
     for k, (low, high) in (("mean", MEAN_RANGE), ("std", STD_RANGE)):
         if k in preprocess:
             v = preprocess[k]
-            if not (isinstance(v, list) and len(v) == 3
+            count = (f"{channels} number{'s' if channels > 1 else ''} (one per input channel)" if channels
+                     else "one number per input channel")
+            if not (isinstance(v, list) and 1 <= len(v) <= MAX_BANDS and (channels is None or len(v) == channels)
                     and all(isinstance(c, (int, float)) and not isinstance(c, bool) and low <= c <= high
                             for c in v)):
-                raise ModelCardError(f"In the model card {path}, preprocess.{k} must be three numbers (red, green, "
-                                     f"blue) from {low:g} to {high:g}, not {shown(v, 40)}.")
+                raise ModelCardError(f"In the model card {path}, preprocess.{k} must be {count} from {low:g} to "
+                                     f"{high:g}, not {shown(v, 40)}.")
             preprocess[k] = tuple(float(c) for c in v)
     if "interpolation" in preprocess and preprocess["interpolation"] not in INTERPOLATIONS:
         raise ModelCardError(f"In the model card {path}, preprocess.interpolation must be one of "
                              f"{', '.join(INTERPOLATIONS)}, not {shown(preprocess['interpolation'], 20)}.")
     arch_args = table("arch_args")
     check_builder_args(path, arch_args)
+    head = data.get("head")
+    if head is not None and head not in HEADS:
+        raise ModelCardError(f"In the model card {path}, head must be one of {', '.join(HEADS)}, not "
+                             f"{shown(head, 20)!r}.")
     card = ModelCard(
         path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
         classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
-        title=text("title"), arch_args=arch_args, preprocess=preprocess,
+        title=text("title"), arch_args=arch_args, preprocess=preprocess, head=head, channels=channels,
+        display_bands=display_bands,
     )
-    if card.arch is None and card.weights is None:
+    card.model_folder = file("model_folder", folder=True)
+    if card.model_folder is not None and (card.arch is not None or card.arch_args or card.weights is not None):
+        raise ModelCardError(f"The model card {path} names a model_folder, which brings its own architecture and "
+                             "weights, so it takes no arch, arch_args or weights.")
+    if card.arch is None and card.weights is None and card.model_folder is None:
         raise ModelCardError(f"The model card {path} names no arch; add arch = \"torchvision:NAME\" or "
                              "\"package.module:function\".")
     return card
@@ -308,10 +366,10 @@ def import_builder(spec: str, card_dir: Path | None = None, trust: Trust = LOCAL
     return builder
 
 
-def _output_size(model: nn.Module, crop: int) -> int | None:
+def _output_size(model: nn.Module, crop: int, channels: int = 3) -> int | None:
     try:
         with torch.no_grad():
-            out = model.eval()(torch.zeros(1, 3, crop, crop))
+            out = model.eval()(torch.zeros(1, channels, crop, crop))
     except Exception:  # noqa: BLE001 - the dry pass of derive_spec reports real failures
         return None
     return int(out.shape[1]) if isinstance(out, torch.Tensor) and out.dim() == 2 else None
@@ -327,6 +385,8 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     """
     card = read_card(path, trust)
     classes = read_class_list(card.classes) if card.classes else None
+    if card.model_folder is not None:  # a timm or transformers folder beside the card: its own architecture
+        return _folder_card(card, classes, weights, trust=trust, trust_pickle=trust_pickle)
     weights_file = card.weights
     if weights not in (None, "pretrained", "random"):
         weights_file = Path(weights).expanduser()
@@ -335,10 +395,14 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         state = read_weights(weights_file, trust_pickle=trust_pickle)
     # The spec's title reaches tables, figures and many messages: at most SHOWN_CHARS of the card's.
     title = shown(card.title or f"{card.name} (model card)")
+    _check_head_fits(card, None, classes, title)  # a binary head's class list, before anything is built
+    # The builders' output count: one per class name, one logit for a binary head's two names.
+    outputs_wanted = output_count(card.head or "softmax", len(classes)) if classes is not None else None
 
     if card.arch in BUILTIN_BACKBONES:
         return _builtin_with_head(card, classes, state, weights, weights_file, title)
     source_categories: list[str] = []  # the architecture's own class names, used when the outputs fit them
+    source_head = None  # the head the architecture's own configuration names (Hugging Face's problem_type)
     prep: dict = {}
     blocks = None  # the source's readable layers (timm, Hugging Face): crop size → names
     if isinstance(state, nn.Module) and card.arch is None:
@@ -354,7 +418,7 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         source_categories = categories_of(tv_weights)
         kwargs = dict(card.arch_args)
         if classes is not None:
-            kwargs.setdefault("num_classes", len(classes))
+            kwargs.setdefault("num_classes", outputs_wanted)
         try:
             model = build_model(tv_name, **kwargs)
         except (TypeError, ValueError) as err:
@@ -364,19 +428,20 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
 
         kwargs = dict(card.arch_args)
         if classes is not None:
-            kwargs.setdefault("num_classes", len(classes))
+            kwargs.setdefault("num_classes", outputs_wanted)
         model = timm_models.build_timm(timm_models.timm_name(card.arch), **kwargs)
-        require_rgb(timm_models.input_channels(model), title)
         prep, source_categories = timm_models.preprocessing_of(model), timm_models.categories_of(model)
         blocks = lambda crop: timm_models.layer_names(model, crop)  # noqa: E731 - after the weights are in
     elif card.arch.startswith(HF):
         from . import hf_models
 
         kwargs = dict(card.arch_args)
-        if classes is not None:  # the card's head: as many outputs as names, named by them
-            kwargs.setdefault("id2label", dict(enumerate(classes)))
-            kwargs.setdefault("label2id", {name: i for i, name in enumerate(classes)})
+        if classes is not None:  # the card's head: as many outputs as names, named by them (binary: the positive)
+            labels = classes[-outputs_wanted:]
+            kwargs.setdefault("id2label", dict(enumerate(labels)))
+            kwargs.setdefault("label2id", {name: i for i, name in enumerate(labels)})
         model, prep, source_categories = hf_models.architecture_from_hub(card.arch, trust, **kwargs)
+        source_head = hf_models.head_of_config(model.config)
         blocks = lambda crop: hf_models.layer_names(model, crop)  # noqa: E731
     else:
         builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
@@ -391,13 +456,22 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     if isinstance(state, nn.Module):
         state = state.state_dict()
     if state is not None:
-        fit_state_dict(model, state, title, classes=len(classes) if classes is not None else None)
-    prep = {"resize": RESIZE, "crop": CROP, "mean": IMAGENET_MEAN, "std": IMAGENET_STD, **prep, **card.preprocess}
+        try:
+            fit_state_dict(model, state, title, classes=outputs_wanted, explain=source_hint)
+        except WeightsMismatchError as err:
+            if card.head is None and classes is not None and len(classes) == 2:  # built with two outputs
+                err.cli_hint = err.app_hint = BINARY_HINT
+            raise
+    prep = _card_preprocessing(card, prep, model)
 
-    outputs = _output_size(model, prep["crop"])
-    if classes is not None and outputs is not None and outputs != len(classes):
+    outputs = _output_size(model, prep["crop"], prep["channels"])
+    # A declared head wins; else the source's; else one output for two names is binary.
+    head = card.head or source_head or ("binary" if outputs == 1 and classes is not None and len(classes) == 2
+                                        else "softmax")
+    if head != "binary" and classes is not None and outputs is not None and outputs != len(classes):
         raise ModelCardError(f"The class list {card.classes} has {len(classes)} names but the network has "
                              f"{outputs} outputs.")
+    _check_head_fits(card, outputs, classes, title, head)
     if classes is None:
         classes = source_categories if outputs is not None and outputs == len(source_categories) else []
     weights_id = _card_weights_id(card, weights, weights_file)
@@ -406,9 +480,55 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         layer_names=blocks(prep["crop"]) if blocks else None,
         categories=(lambda: list(classes)) if classes else None,
         stats_images=str(card.stats_images) if card.stats_images else None,
-        note=f"From the model card {card.path}; layers discovered by a dry forward pass.", **prep,
+        note=f"From the model card {card.path}; layers discovered by a dry forward pass.", head=head, **prep,
     )
     return spec, model, weights_id, classes
+
+
+def _card_preprocessing(card: ModelCard, prep: dict, model: nn.Module) -> dict:
+    """A card's network's preprocessing: ImageNet's defaults, then the source's (`prep`), then the card's
+    [preprocess]; the input channels (the source's, else the network's first convolution's; the card's `channels`
+    where neither says, and it must agree with them), mean and std with one number per channel, display_bands."""
+    found = prep.get("channels") or input_channels_of(model, default=None)
+    if card.channels is not None and found is not None and card.channels != found:
+        raise ModelCardError(f"The model card {card.path} says channels = {card.channels}, but the network takes "
+                             f"{found} input channels.")
+    channels = card.channels or found or 3
+    out = {"resize": RESIZE, "crop": CROP, **prep, **card.preprocess, "channels": channels}
+    for k, default in (("mean", IMAGENET_MEAN), ("std", IMAGENET_STD)):
+        _check_channel_numbers(card, k, channels)
+        out[k] = card.preprocess.get(k) or fit_channels(prep.get(k, default), channels)
+    out["display_bands"] = _display_bands(card, channels)
+    return out
+
+
+def _check_channel_numbers(card: ModelCard, entry: str, channels: int) -> None:
+    """The card's preprocess.mean or .std has one number per input channel of the network."""
+    given = card.preprocess.get(entry)
+    if given is not None and len(given) != channels:
+        raise ModelCardError(f"In the model card {card.path}, preprocess.{entry} must be {channels} "
+                             f"number{'s' if channels > 1 else ''}, one per input channel of the network, not "
+                             f"{len(given)}.")
+
+
+def _display_bands(card: ModelCard, channels: int) -> tuple[int, int, int] | None:
+    """The card's display_bands, each a band of the network's `channels`."""
+    try:
+        return check_display_bands(card.display_bands, channels)
+    except ImageError as err:
+        raise ModelCardError(f"In the model card {card.path}, {err.message}") from None
+
+
+def _check_head_fits(card: ModelCard, outputs: int | None, classes: list[str] | None, title: str,
+                     head: str | None = None) -> None:
+    """`heads.check_fits` for a card (its declared head unless `head` is given), as a ModelCardError."""
+    head = head or card.head
+    if head is None:
+        return
+    try:
+        check_fits(head, outputs, len(classes) if classes is not None else None, title)
+    except UserError as err:
+        raise ModelCardError(err.message) from None  # the title names the card
 
 
 def _card_weights_id(card: ModelCard, weights, weights_file: Path | None) -> str:
@@ -417,6 +537,39 @@ def _card_weights_id(card: ModelCard, weights, weights_file: Path | None) -> str
     if weights == "random" or weights_file is None:
         return "random" if weights == "random" else "builder"
     return weights_hash(weights_file)
+
+
+def _folder_card(card: ModelCard, classes: list[str] | None, weights, *, trust: Trust,
+                 trust_pickle: bool) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+    """A card naming a model folder (`model_folder`): the folder's network (`model_folders.load_folder`) under the
+    card's name, title, default layer, class names, statistics images and preprocessing overrides."""
+    from dataclasses import replace
+
+    from ..trust import ANY
+    from . import load_folder  # the package's (model_folders reads this module's limits)
+
+    # read_card has held the folder to the card's path rule (inside its folder unless `trust` allows outside).
+    spec, model, weights_id, categories = load_folder(card.model_folder, weights, trust_pickle=trust_pickle,
+                                                      trust=replace(trust, server_paths=ANY))
+    title = shown(card.title or f"{card.name} (model card)")
+    if classes is not None:
+        outputs = _output_size(model, spec.crop)
+        wanted = output_count(card.head or "softmax", len(classes))
+        _check_head_fits(card, outputs, classes, title)  # a binary head: two names, one output
+        if outputs is not None and outputs != wanted:
+            raise ModelCardError(f"The class list {card.classes} has {len(classes)} names but the model folder's "
+                                 f"network has {outputs} outputs.")
+        categories = list(classes)
+    if card.layer and card.layer not in spec.layers:
+        raise unknown_layer_error(title, card.layer, spec.layers)
+    spec = replace(
+        spec, key=card.key, title=title, default_layer=card.layer or spec.default_layer,
+        categories=(lambda: list(categories)) if categories else None,
+        stats_images=str(card.stats_images) if card.stats_images else None,
+        note=f"From the model card {card.path}: the model folder {card.model_folder.name}, with its configuration.",
+        **({"head": card.head} if card.head else {}), **card.preprocess,
+    )
+    return spec, model, weights_id, list(categories)
 
 
 def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weights, weights_file: Path | None,
@@ -431,12 +584,19 @@ def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weight
     if card.arch_args:
         raise ModelCardError(f"The model card {card.path} names the built-in {card.arch}, which takes no [arch_args]; "
                              "its head is sized by the class list.")
+    if card.channels not in (None, base.channels):
+        raise ModelCardError(f"The model card {card.path} says channels = {card.channels}, but the built-in "
+                             f"{card.arch} takes {base.channels} input channels.")
+    for entry in ("mean", "std"):
+        _check_channel_numbers(card, entry, base.channels)
     names = classes if classes is not None else (base.categories() if base.categories else [])
-    model = build_seeded(lambda: base.with_classes(len(names)))
+    head = card.head or "softmax"
+    outputs = output_count(head, len(names))
+    model = build_seeded(lambda: base.with_classes(outputs))
     if isinstance(state, nn.Module):
         state = state.state_dict()
     if state is not None:
-        fit_state_dict(model, state, title, classes=len(names))
+        fit_state_dict(model, state, title, classes=outputs, explain=source_hint)
     if card.layer and card.layer not in base.layers:
         raise unknown_layer_error(title, card.layer, base.layers)
     spec = replace(
@@ -445,7 +605,7 @@ def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weight
         categories=(lambda: list(names)) if names else None,
         stats_images=str(card.stats_images) if card.stats_images else None,
         note=f"From the model card {card.path}: the built-in {base.title} backbone with its own head.",
-        **card.preprocess,
+        head=head, display_bands=_display_bands(card, base.channels), **card.preprocess,
     )
     return spec, model, _card_weights_id(card, weights, weights_file), list(names)
 
@@ -465,12 +625,15 @@ def _toml_value(value) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def card_text(*, arch: str, weights: str | os.PathLike | None = None, classes: str | os.PathLike | None = None,
+def card_text(*, arch: str | None = None, weights: str | os.PathLike | None = None,
+              classes: str | os.PathLike | None = None,
               layer: str | None = None, stats_images: str | os.PathLike | None = None, name: str | None = None,
-              title: str | None = None, preprocess: dict | None = None) -> str:
+              title: str | None = None, preprocess: dict | None = None, head: str | None = None,
+              model_folder: str | os.PathLike | None = None) -> str:
     """The TOML of a model card with these entries (None: left out); paths as given (relative to the card)."""
     entries = {"name": name, "title": title, "arch": arch, "weights": weights, "classes": classes, "layer": layer,
-               "stats_images": stats_images}
+               "stats_images": stats_images, "head": head,
+               "model_folder": model_folder}
     lines = [f"{key} = {_toml_value(str(value) if isinstance(value, os.PathLike) else value)}"
              for key, value in entries.items() if value is not None]
     prep = {k: v for k, v in (preprocess or {}).items() if v is not None}

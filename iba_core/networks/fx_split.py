@@ -42,10 +42,10 @@ class _LayerLeafTracer(fx.Tracer):
 
 
 def cut_at(model: nn.Module, layer: str, *, input_size: int = 224, check: bool = True,
-           rtol: float = 1e-4) -> tuple[fx.GraphModule, fx.GraphModule]:
+           rtol: float = 1e-4, channels: int = 3) -> tuple[fx.GraphModule, fx.GraphModule]:
     """(prefix, suffix) of `model` cut after the module `layer` (a dotted path). See the module docstring.
 
-    input_size: the side of the random images the cut is checked on (the network's crop size).
+    input_size, channels: the side and channels of the random images the cut is checked on (the network's).
     Raises CutError when the network cannot be traced, the layer is not one call in the graph, other
     values cross the cut, or the cut computes something else than the network.
     """
@@ -62,7 +62,7 @@ def cut_at(model: nn.Module, layer: str, *, input_size: int = 224, check: bool =
         for name in set(vars(model)) - attributes:
             delattr(model, name)
     if check:
-        _check(model, prefix, suffix, input_size, rtol)
+        _check(model, prefix, suffix, input_size, rtol, channels)
     # no .eval() here: it would switch the network's own (shared) modules; runs use `frozen_eval`
     return prefix, suffix
 
@@ -144,12 +144,13 @@ def _ancestors(node: fx.Node, stop: fx.Node | None = None) -> set[fx.Node]:
     return seen
 
 
-def _check(model: nn.Module, prefix: nn.Module, suffix: nn.Module, size: int, rtol: float) -> None:
+def _check(model: nn.Module, prefix: nn.Module, suffix: nn.Module, size: int, rtol: float,
+           channels: int = 3) -> None:
     """CutError unless suffix(prefix(x)) == model(x) on two seeded random images (fp32, relative tolerance)."""
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, size, size, generator=g).to(device)
+    x = torch.randn(2, channels, size, size, generator=g).to(device)
     try:
         with frozen_eval(model), torch.no_grad():
             expected = model(x)

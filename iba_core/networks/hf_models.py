@@ -4,7 +4,8 @@ ConvNeXt, ResNet, …) and folders transformers' `save_pretrained` wrote (read b
 Everything comes from the model's own files:
 
 - config.json: the architecture (`model_type`), the class names (`id2label`; the generic names transformers makes
-  up, "LABEL_0", … become "class 0", …);
+  up, "LABEL_0", … become "class 0", …), the head (`problem_type` "multi_label_classification": a sigmoid per
+  label, `heads.py`; anything else: softmax);
 - preprocessor_config.json (optional): the image processor's size, crop, mean, std and resample filter, mapped
   to resize / centre crop / normalise (`preprocessing_of`);
 - model.safetensors (or pytorch_model.bin, which transformers reads with weights_only).
@@ -39,8 +40,8 @@ from ..trust import LOCAL, Trust, check_code, shown
 from .blocks import block_layers
 from .hub import hub_cache
 from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, NetworkSpec, UnknownModelError, build_seeded, derive_spec,
-                   require_rgb)
-from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
+                   fit_channels)
+from .state_files import WeightsMismatchError, load_weights_file
 
 PREFIX = "hf:"
 #: A hub id: NAME or ORG/NAME (letters, digits, '-', '_', '.'), as huggingface_hub accepts them.
@@ -51,6 +52,9 @@ PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box
 CROP_PCT_BELOW = 384
 #: The names transformers gives classes nobody named.
 GENERIC_LABEL = re.compile(r"^LABEL_(\d+)$")
+#: transformers' problem_type → this project's head (`heads.HEADS`); any other (single_label_classification,
+#: regression, none) is read as softmax.
+PROBLEM_TYPE_HEADS = {"multi_label_classification": "sigmoid"}
 
 
 def is_hf_key(key) -> bool:
@@ -94,6 +98,23 @@ def categories_of(config: dict) -> list[str]:
     return names
 
 
+def head_of_config(config) -> str:
+    """The head (`heads.HEADS`) a transformers config names by its problem_type: "sigmoid" for
+    "multi_label_classification", else "softmax". config: config.json as a dict, or a transformers config."""
+    problem = config.get("problem_type") if isinstance(config, dict) else getattr(config, "problem_type", None)
+    return PROBLEM_TYPE_HEADS.get(problem, "softmax")
+
+
+def _numbers(value) -> tuple[float, ...] | None:
+    """An image processor's image_mean or image_std as numbers (a list, or one number for every channel); None
+    when it gives none."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value),)
+    if isinstance(value, (list, tuple)) and value:
+        return tuple(float(v) for v in value)
+    return None
+
+
 def _edge(value) -> int | None:
     """The side length of an image processor's size or crop entry (an int, or a dict of height / shortest_edge)."""
     if isinstance(value, dict):
@@ -101,18 +122,32 @@ def _edge(value) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
+def channels_of(config: dict) -> int:
+    """The input channels config.json's num_channels names (3 without it), or one sentence when it names none
+    that an image has."""
+    from ..images import MAX_BANDS
+
+    channels = config.get("num_channels", 3)
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_BANDS:
+        raise UserError(f"The model's config.json names num_channels = {shown(channels, 20)}; an image has from 1 to "
+                        f"{MAX_BANDS} channels.")
+    return channels
+
+
 def preprocessing_of(processor: dict | None, config: dict) -> dict:
-    """resize, crop, interpolation, mean, std from a preprocessor_config.json (None: from config.json's image_size,
-    ImageNet's mean and std).
+    """resize, crop, interpolation, mean, std and channels from a preprocessor_config.json (None: from
+    config.json's image_size, ImageNet's mean and std) and config.json's num_channels (`channels_of`); mean and
+    std get one number per channel (`spec.fit_channels`: a processor's RGB numbers averaged).
 
     The processor's steps map to this project's resize-the-short-side, centre-crop, normalise: with a centre
     crop, resize = size and crop = crop_size; with ConvNeXt's crop_pct, resize = ⌊size / crop_pct⌋ and crop = size
     (below 384 px, as transformers does); otherwise resize = crop = size (ViT resizes to size × size: the same for a
     square image, a centre crop of the short side's square for others)."""
     image_size = _edge(config.get("image_size")) or CROP
+    channels = channels_of(config)
     if processor is None:
-        return {"crop": image_size, "resize": round(image_size * 256 / 224), "mean": IMAGENET_MEAN,
-                "std": IMAGENET_STD}
+        return {"crop": image_size, "resize": round(image_size * 256 / 224), "channels": channels,
+                "mean": fit_channels(IMAGENET_MEAN, channels), "std": fit_channels(IMAGENET_STD, channels)}
     size = _edge(processor.get("size")) or image_size
     crop_size = _edge(processor.get("crop_size"))
     if processor.get("do_center_crop", crop_size is not None) and crop_size:
@@ -122,12 +157,12 @@ def preprocessing_of(processor: dict | None, config: dict) -> dict:
         resize, crop = math.floor(size / float(processor["crop_pct"])), size
     else:
         resize, crop = size, size
-    prep = {"resize": resize, "crop": crop}
+    prep = {"resize": resize, "crop": crop, "channels": channels}
     if processor.get("do_normalize", True):
-        prep["mean"] = tuple(float(v) for v in processor.get("image_mean") or IMAGENET_MEAN)
-        prep["std"] = tuple(float(v) for v in processor.get("image_std") or IMAGENET_STD)
+        prep["mean"] = fit_channels(_numbers(processor.get("image_mean")) or IMAGENET_MEAN, channels)
+        prep["std"] = fit_channels(_numbers(processor.get("image_std")) or IMAGENET_STD, channels)
     else:  # pixels in 0…1 go in as they are
-        prep["mean"], prep["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+        prep["mean"], prep["std"] = (0.0,) * channels, (1.0,) * channels
     resample = processor.get("resample")
     prep["interpolation"] = PIL_RESAMPLE.get(resample, "bilinear") if isinstance(resample, int) else "bilinear"
     return prep
@@ -157,7 +192,8 @@ def layer_names(model: nn.Module, input_size: int) -> list[str]:
     """The model's blocks and its stem (`embeddings`, ResNet's `embedder`) (`blocks.block_layers`)."""
     stems = [name for name, _ in model.named_modules()
              if name.count(".") == 1 and name.endswith((".embeddings", ".embedder"))]
-    return block_layers(model, input_size, stems)
+    channels = int(getattr(getattr(model, "config", None), "num_channels", 3) or 3)
+    return block_layers(model, input_size, stems, channels)
 
 
 def _auto_config(source: str | Path, trust: Trust, local_only: bool, **overrides):
@@ -236,22 +272,17 @@ def _load(source: str | Path, config: dict, processor: dict | None, key: str, ti
           local_only: bool) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """What `load_hf` and `load_hf_folder` share once config.json (and the processor's) are read."""
     check_no_code(config, title, trust)
-    require_rgb(int(config.get("num_channels", 3)), title)
+    channels_of(config)  # one sentence for a channel count no image has, before the model is built
     if weights in (None, "pretrained"):
         model = pretrained_hf(source, trust, local_only, title)
     else:
         model = build_hf(_auto_config(source, trust, local_only))
+        weights_id = "random"
         if weights != "random":
-            state = read_weights(weights, trust_pickle=trust_pickle)
-            if isinstance(state, nn.Module):
-                state = state.state_dict()
-            fit_state_dict(model, state, title)
-            weights_id = weights_hash(weights)
-        else:
-            weights_id = "random"
+            weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     categories = categories_of(config)
-    spec = hf_spec(model, key, title, preprocessing_of(processor, config), categories,
-                   note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing and class names "
+    spec = hf_spec(model, key, title, preprocessing_of(processor, config), categories, head=head_of_config(config),
+                   note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing, class names and head "
                    "from its own configuration.")
     return spec, model, weights_id, categories
 
@@ -284,7 +315,7 @@ def architecture_from_hub(key: str, trust: Trust = LOCAL, **overrides) -> tuple[
     config_path = hub_file(repo, "config.json", what=PREFIX + repo, offline=offline)
     config = read_json(config_path, "the model's config")
     check_no_code(config, PREFIX + repo, trust)
-    require_rgb(int(config.get("num_channels", 3)), PREFIX + repo)
+    channels_of(config)
     processor_path = hub_file(repo, "preprocessor_config.json", what=PREFIX + repo, optional=True, offline=offline)
     processor = read_json(processor_path, "the image processor's config") if processor_path else None
     model = build_hf(_auto_config(config_path.parent, trust, True, **overrides))  # the cached config.json's folder

@@ -6,8 +6,9 @@ The folder's config.json says which layout it is:
 - timm's (`timm.models.push_to_hub.save_for_hf` / `push_to_hub`): config.json with "architecture" (and
   num_classes, model_args, pretrained_cfg with preprocessing and label names), model.safetensors
   (`timm_models.load_timm_folder`);
-- transformers' (`model.save_pretrained`): config.json with "model_type" (and id2label), model.safetensors,
-  optionally preprocessor_config.json (`hf_models.load_hf_folder`).
+- transformers' (`model.save_pretrained`): config.json with "model_type" (and id2label; problem_type
+  "multi_label_classification" gives a sigmoid head, `hf_models.head_of_config`), model.safetensors, optionally
+  preprocessor_config.json (`hf_models.load_hf_folder`).
 
 A folder that is neither is one sentence saying what each layout holds. The network's key is `folder:<name>`; its
 weights id is a hash of the weights file, so statistics are cached per weights. The sizes in the config are

@@ -29,6 +29,7 @@ from PIL import Image
 from torch import nn
 
 from ..errors import UserError
+from ..images import ImageError, MultiBandImage, channels_text, load_input, photo_channels
 from ..model_state import layer_tensor
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
@@ -118,12 +119,20 @@ class NetworkSpec:
     categories: Callable[[], list[str]] | None = None  # class names in index order
     stages: Callable[[nn.Module], Stages] | None = None  # None: no split, the hook path is used
     hook_modules: dict[str, str] = field(default_factory=dict)  # layer → module path (hook path)
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, ...] = IMAGENET_MEAN  # one number per input channel
+    std: tuple[float, ...] = IMAGENET_STD
+    #: Input channels: 3 (RGB photos), 1 (grayscale: X-ray, CT, microscopy) or more (multispectral bands, read
+    #: from .npy or TIFF files: `images.load_input`).
+    channels: int = 3
+    #: The three bands (counted from 0) shown as red, green, blue for an input of more bands; None: the first three.
+    display_bands: tuple[int, int, int] | None = None
     resize: int = RESIZE
     crop: int = CROP
     #: Resampling filter of the resize (`INTERPOLATIONS`): timm and Hugging Face models name theirs (often bicubic).
     interpolation: str = "bilinear"
+    #: What the outputs mean (`heads.HEADS`): "softmax" (exclusive classes), "sigmoid" (multi-label: independent
+    #: labels, a model card's `head` or Hugging Face's problem_type), "binary" (one logit for two classes).
+    head: str = "softmax"
     #: The same backbone with a head of n classes, untrained (a card's `arch = "<this key>"`); None: not offered.
     with_classes: Callable[[int], nn.Module] | None = None
     #: Grad-CAM: (module path, use the module's input); None: unknown, Grad-CAM is unavailable.
@@ -139,6 +148,11 @@ class NetworkSpec:
     #: Every module the dry forward pass found (derived specs), usable or not, in execution order; empty for
     #: registered networks (their layers are CNN maps, shapes from the stage list: `Network.layer_table`).
     layer_info: tuple[LayerInfo, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.mean) != self.channels or len(self.std) != self.channels:
+            raise ValueError(f"{self.title}: mean and std need one number per input channel ({self.channels}), got "
+                             f"{len(self.mean)} and {len(self.std)}.")
 
     def layout(self, layer: str) -> FeatureLayout:
         """How `layer`'s output is arranged (CNN map or tokens on a patch grid; see `tokens.py`)."""
@@ -176,41 +190,109 @@ def unknown_layer_error(title: str, layer: str, layers: Sequence[str]) -> Unknow
                              app_hint="The layer menu lists them all.")
 
 
-def require_rgb(channels: int, title: str) -> None:
-    """Refuse a network whose input is not 3 channels: grayscale and multi-band inputs are not supported yet."""
-    if channels != 3:
-        raise UserError(f"{title[:80]} takes {channels}-channel images; only RGB (3-channel) networks can be "
-                        "inspected here so far.")
+def fit_channels(values: Sequence[float], channels: int) -> tuple[float, ...]:
+    """A source's per-channel mean or std for a network of `channels` input channels: as they are when they have
+    one number per channel; one number for every channel; a source's RGB numbers (timm's and transformers'
+    defaults for a model built with other input channels) as their average for every channel, timm's own rule
+    (`save_for_hf` writes mean [0.449] for a 1-channel ResNet)."""
+    values = tuple(float(v) for v in values)
+    if len(values) == channels:
+        return values
+    if len(values) in (1, 3):
+        return (sum(values) / len(values),) * channels
+    raise UserError(f"The preprocessing has {len(values)} numbers for mean or std, but the network takes "
+                    f"{channels} input channels; give one number per channel.")
+
+
+def input_channels_of(model: nn.Module, default: int | None = 3) -> int | None:
+    """The input channels of a network's first convolution (the first registered: the stem, in torchvision's,
+    timm's and transformers' CNNs and ViTs' patch embeddings), else `default`."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            return int(module.in_channels)
+    return default
+
+
+#: torch resamples tensors (multi-band images) with nearest, bilinear or bicubic only: the closest for the others.
+TENSOR_INTERPOLATIONS = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", "lanczos": "bicubic",
+                         "box": "bilinear", "hamming": "bilinear"}
 
 
 class Preprocess:
     """Resize (short side, with the network's resampling filter), centre-crop, normalise; the crop is exposed
-    for display."""
+    for display.
+
+    channels: the network's input channels (default: one per mean). RGB networks read PIL images as they always
+    did; a 1-channel network reads them in gray, its crop shown as that gray image in RGB form (the drawing code
+    takes RGB); multi-band images (`images.MultiBandImage`) are resized as tensors (torch's interpolation,
+    antialiased; `TENSOR_INTERPOLATIONS`) and their crop stays a MultiBandImage, shown as its composite of
+    `display_bands`. An image whose channel count is not the network's is an ImageError naming both.
+    """
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], resize: int = RESIZE, crop: int = CROP,
-                 interpolation: str = "bilinear"):
+                 interpolation: str = "bilinear", channels: int | None = None,
+                 display_bands: tuple[int, int, int] | None = None):
         self.mean, self.std, self.resize, self.crop_size = mean, std, resize, crop
         self.interpolation = interpolation
+        self.channels = len(mean) if channels is None else int(channels)
+        if len(mean) != self.channels or len(std) != self.channels:
+            raise ValueError(f"mean and std need one number per channel ({self.channels}), got {len(mean)} and "
+                             f"{len(std)}.")
+        self.display_bands = display_bands
 
     @classmethod
     def of(cls, spec: NetworkSpec) -> "Preprocess":
-        return cls(spec.mean, spec.std, spec.resize, spec.crop, spec.interpolation)
+        return cls(spec.mean, spec.std, spec.resize, spec.crop, spec.interpolation, spec.channels,
+                   spec.display_bands)
 
-    def crop(self, image: Image.Image) -> Image.Image:
-        """The RGB image the network sees (before normalisation)."""
+    def load(self, source) -> Image.Image | MultiBandImage:
+        """The image a file (path, bytes, upload) holds, read for this network's channels
+        (`images.load_input`): a PIL image for gray and RGB networks, a MultiBandImage for array files."""
+        return load_input(source, self.channels, self.display_bands)
+
+    def crop(self, image: Image.Image | MultiBandImage) -> Image.Image | MultiBandImage:
+        """The image the network sees (before normalisation): an RGB PIL image (for a 1-channel network its gray
+        in RGB form), or a cropped MultiBandImage."""
         import torchvision.transforms.functional as TF
         from torchvision.transforms import InterpolationMode
 
-        image = TF.resize(image.convert("RGB"), self.resize, InterpolationMode(self.interpolation), antialias=True)
-        return TF.center_crop(image, self.crop_size)
+        if isinstance(image, MultiBandImage):
+            self._check_channels(image.bands)
+            bands = torch.from_numpy(image.data).permute(2, 0, 1)
+            mode = InterpolationMode(TENSOR_INTERPOLATIONS.get(self.interpolation, "bilinear"))
+            bands = TF.center_crop(TF.resize(bands, self.resize, mode, antialias=True), self.crop_size)
+            return MultiBandImage(bands.permute(1, 2, 0).numpy(), self.display_bands or image.display_bands,
+                                  image.info)
+        if self.channels > 3:
+            self._check_channels(photo_channels(image.mode))
+        gray = self.channels == 1
+        image = TF.resize(image.convert("L" if gray else "RGB"), self.resize, InterpolationMode(self.interpolation),
+                          antialias=True)
+        image = TF.center_crop(image, self.crop_size)
+        return image.convert("RGB") if gray else image
 
-    def normalise(self, cropped: Image.Image) -> torch.Tensor:
-        """A (1, 3, crop, crop) float tensor from an already cropped image."""
+    def normalise(self, cropped: Image.Image | MultiBandImage) -> torch.Tensor:
+        """A (1, channels, crop, crop) float tensor from an already cropped image (each channel normalised by its
+        mean and std)."""
         import torchvision.transforms.functional as TF
 
-        return TF.normalize(TF.to_tensor(cropped), self.mean, self.std)[None]
+        if isinstance(cropped, MultiBandImage):
+            self._check_channels(cropped.bands)
+            tensor = torch.from_numpy(cropped.data).permute(2, 0, 1).contiguous()
+        elif self.channels == 1:
+            tensor = TF.to_tensor(cropped.convert("L"))  # (a gray crop in RGB form has three equal channels)
+        else:
+            if self.channels > 3:  # a photo never has a multi-band network's channels
+                self._check_channels(photo_channels(cropped.mode))
+            tensor = TF.to_tensor(cropped if cropped.mode == "RGB" else cropped.convert("RGB"))
+        return TF.normalize(tensor, self.mean, self.std)[None]
 
-    def __call__(self, image: Image.Image) -> torch.Tensor:
+    def _check_channels(self, found: int) -> None:
+        if found != self.channels:
+            raise ImageError(f"The image is a {channels_text(found)} image, but the network takes "
+                             f"{channels_text(self.channels)} images.")
+
+    def __call__(self, image: Image.Image | MultiBandImage) -> torch.Tensor:
         return self.normalise(self.crop(image))
 
 
@@ -290,7 +372,7 @@ class Network:
 
             module = self.spec.hook_modules.get(self.spec.check_layer(layer), layer)
             try:
-                prefix, suffix = cut_at(self.model, module, input_size=self.spec.crop)
+                prefix, suffix = cut_at(self.model, module, input_size=self.spec.crop, channels=self.spec.channels)
                 self.memo[key] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
             except CutError as err:
                 self.memo[key] = None
@@ -315,9 +397,10 @@ class Network:
             return list(self.spec.layer_info)
         key = ("layer_table",)
         if key not in self.memo and not self.can_split:  # a hand-written spec without stages
-            self.memo[key] = [i for i in find_layers(self.model, self.spec.crop) if i.name in self.spec.layers]
+            self.memo[key] = [i for i in find_layers(self.model, self.spec.crop, channels=self.spec.channels)
+                              if i.name in self.spec.layers]
         if key not in self.memo:
-            rows, x = [], torch.zeros(1, 3, self.spec.crop, self.spec.crop, device=self.device)
+            rows, x = [], torch.zeros(1, self.spec.channels, self.spec.crop, self.spec.crop, device=self.device)
             from ..model_state import frozen_eval
 
             with frozen_eval(self.model), torch.no_grad():
@@ -335,14 +418,33 @@ class Network:
                 return f"{layer} · {info.describe()}"
         return layer
 
-    def top_k(self, x: torch.Tensor, k: int = 5) -> list[tuple[int, str, float]]:
-        """The k most probable classes for a preprocessed image: (index, name, probability)."""
+    @property
+    def head(self) -> str:
+        """What the outputs mean: "softmax", "sigmoid" or "binary" (`heads.py`)."""
+        return self.spec.head
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """The class probabilities (classes,) of the unmodified network for one preprocessed image, under its
+        head (softmax; σ per label; binary [1 − σ(z), σ(z)])."""
+        from ..heads import probabilities
         from ..model_state import frozen_eval
 
         with frozen_eval(self.model), torch.no_grad():
-            probs = self.model(x.to(self.device)).softmax(dim=1)[0]
+            return probabilities(self.model(x.to(self.device)), self.head)[0]
+
+    def top_k(self, x: torch.Tensor, k: int = 5) -> list[tuple[int, str, float]]:
+        """The k most probable classes for a preprocessed image: (index, name, probability)."""
+        probs = self.probabilities(x)
         values, indices = probs.topk(min(k, probs.numel()))
         return [(int(i), self.class_name(int(i)), float(v)) for v, i in zip(values, indices)]
+
+    def labels_above(self, x: torch.Tensor, threshold: float | None = None) -> list[tuple[int, str, float]]:
+        """Every class with p > threshold (default `heads.PRESENT_P`, 0.5), most probable first: (index, name, p).
+        For a sigmoid (multi-label) head, the labels the network sees in the image."""
+        from ..heads import PRESENT_P, present
+
+        found = present(self.probabilities(x), PRESENT_P if threshold is None else threshold)
+        return [(i, self.class_name(i), p) for i, p in found]
 
     def class_name(self, index: int) -> str:
         return self.categories[index] if 0 <= index < len(self.categories) else f"class {index}"
@@ -417,7 +519,7 @@ def derive_spec(
     them say so. `fields` go to `NetworkSpec` as they are (class names, preprocessing, weights source, …).
     """
     # The sources that name their layers (timm, transformers) have blocks returning (hidden states, attention).
-    infos = find_layers(model, input_size, tuples=layer_names is not None)
+    infos = find_layers(model, input_size, tuples=layer_names is not None, channels=fields.get("channels", 3))
     listed = infos
     if layer_names is not None:
         wanted = set(layer_names)
@@ -516,7 +618,8 @@ def _load_into(model: nn.Module, state: dict | None) -> nn.Module:
     return model
 
 
-def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = False) -> list[LayerInfo]:
+def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = False,
+                channels: int = 3) -> list[LayerInfo]:
     """Every module whose output is a CNN map or tokens on a patch grid, in execution order, by one dry pass.
 
     A module that runs more than once is listed once, with its run count (`LayerInfo.usable` is then False).
@@ -554,7 +657,7 @@ def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = Fals
     try:
         model.eval()
         with torch.no_grad():
-            model(torch.zeros(1, 3, input_size, input_size, device=device))
+            model(torch.zeros(1, channels, input_size, input_size, device=device))
     finally:
         for h in handles:
             h.remove()

@@ -11,15 +11,20 @@ why and what to save instead:
 
 A state dict that does not fit the model (missing or unexpected keys, shape mismatches, integer or
 boolean tensors where the model holds floating-point parameters) gives one message listing the first few
-mismatches. Messages are whole sentences: what the file's reader said is not echoed (it can be long or
-cut), and names taken from the file are shortened.
+mismatches. When only the output layer differs, the message says so (and names the class list when one was
+given); when more differs, a caller may have it name a source the weights do fit (`explain`; model cards pass
+`state_match.source_hint`: "these weights look like the built-in EfficientNet-Lite0 backbone with a 5-class
+head"). Messages are whole sentences: what the file's reader said is not echoed (it can be long or cut), and names
+taken from the file are shortened.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping
 
 import torch
 from torch import nn
@@ -157,32 +162,97 @@ def _refuse_dtypes(wrong: list[tuple[str, str, str]], title: str) -> None:
         f"parameters ({listed}{more}); save the trained weights with torch.save(model.state_dict(), path).")
 
 
+@dataclass(frozen=True)
+class StateMismatch:
+    """How a state dict differs from a model's: keys it lacks, keys it has too many, and (key, file shape, model
+    shape) for tensors of another size. Empty (falsy) when it fits."""
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    shapes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.unexpected or self.shapes)
+
+
+def compare_state(own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> StateMismatch:
+    """How `state` differs from `own` (a model's state dict; meta tensors do: only names and shapes count)."""
+    return StateMismatch(
+        tuple(k for k in own if k not in state), tuple(k for k in state if k not in own),
+        tuple((k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
+              if k in state and tuple(state[k].shape) != tuple(own[k].shape)))
+
+
+def output_layer(state: Mapping[str, torch.Tensor]) -> str | None:
+    """The output layer's weight in a model's own state dict (in module order): the last weight of two or more
+    dimensions (a Linear's, or a 1×1 conv's like SqueezeNet's); its first dimension is the number of outputs."""
+    return next((k for k in reversed(list(state)) if k.endswith("weight") and isinstance(state[k], torch.Tensor)
+                 and state[k].dim() >= 2), None)
+
+
+def _only_output_layer(mismatch: StateMismatch, own: Mapping[str, torch.Tensor]) -> tuple[int, int] | None:
+    """(file's outputs, model's outputs) when the output layer's size is all that differs, else None."""
+    key = output_layer(own)
+    if key is None or mismatch.missing or mismatch.unexpected or not mismatch.shapes:
+        return None
+    layer = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    if not all(k.startswith(layer) and k.count(".") == key.count(".") for k, _, _ in mismatch.shapes):
+        return None
+    stored = next((a for k, a, _ in mismatch.shapes if k == key), None)
+    return (stored[0], tuple(own[key].shape)[0]) if stored else None
+
+
+#: Names a source a refused state dict fits: (clause for the message, CLI hint, app hint), or None.
+Explain = Callable[[Mapping[str, torch.Tensor]], "tuple[str, str, str] | None"]
+
+
+def load_weights_file(model: nn.Module, path: str | os.PathLike, title: str, *, trust_pickle: bool = False) -> str:
+    """Read a weights file safely (`read_weights`) into `model` (`fit_state_dict`); returns its weights id (the
+    file's hash). One way for every source that takes `--weights FILE` (timm, Hugging Face)."""
+    state = read_weights(path, trust_pickle=trust_pickle)
+    if isinstance(state, nn.Module):  # a whole module, read only with trust_pickle: its tensors
+        state = state.state_dict()
+    fit_state_dict(model, state, title)
+    return weights_hash(path)
+
+
 def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str, *,
-                   classes: int | None = None) -> nn.Module:
+                   classes: int | None = None, explain: Explain | None = None) -> nn.Module:
     """Load `state` into `model`, or one message listing the first mismatches.
 
     `classes`: the length of the class list, named in the message when the output layer is what differs.
+    `explain`: asked when more than the output layer differs, names a source the weights do fit
+    (`state_match.source_hint`, a few seconds at most: model cards pass it).
     """
     own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    shapes = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
-              if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or shapes:
+    mismatch = compare_state(own, state)
+    if mismatch:
+        missing, unexpected, shapes = mismatch.missing, mismatch.unexpected, mismatch.shapes
         problems = [f"missing key {shown(k, 60)}" for k in missing]
         problems += [f"unexpected key {shown(k, 60)}" for k in unexpected]
         problems += [f"{shown(k, 60)}: file {list(a)}, model {list(b)}" for k, a, b in shapes]
         total = len(problems)
-        more = f" (and {total - SHOWN} more)" if total > SHOWN else ""
-        lead = "The weights do not fit"
+        lead, cli_hint, app_hint, tail = "The weights do not fit", "", "", ""
+        head = _only_output_layer(mismatch, own)
         # The output layer's first dimension is the number of outputs; only name the class list when that is
         # what differs (a file from another architecture can differ in its inputs with as many outputs).
         if (classes is not None and shapes and shapes[-1][2][:1] == (classes,) and shapes[-1][1]
                 and shapes[-1][1][0] != classes):
             lead = (f"The class list has {classes} names but the weights' output layer has "
                     f"{shapes[-1][1][0]} outputs, so the weights do not fit")
+        elif head is not None and classes is None:
+            lead = f"The weights' output layer has {head[0]} outputs but the network has {head[1]}, so they do not fit"
+            cli_hint = f"A model card with a class list of {head[0]} names gives the network that output layer."
+            app_hint = f"Give the class list: {head[0]} names, in the order of the outputs."
+        elif head is None and explain is not None:
+            found = explain(state)
+            if found is not None:
+                tail, cli_hint, app_hint = found
+        shown_count = 2 if tail else SHOWN  # with a source that fits, the mismatches matter less than the source
+        more = f" (and {total - shown_count} more)" if total > shown_count else ""
         raise WeightsMismatchError(
-            f"{lead} {shown(title)}: {total} mismatch(es): {'; '.join(problems[:SHOWN])}{more}.")
+            f"{lead} {shown(title)}: {total} mismatch(es): {'; '.join(problems[:shown_count])}{more}{tail}.",
+            cli_hint=cli_hint, app_hint=app_hint)
     wrong = [(k, _dtype_name(state[k].dtype), _dtype_name(own[k].dtype)) for k in own
              if not _fits_dtype(state[k], own[k])]
     if wrong:

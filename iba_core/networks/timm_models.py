@@ -32,8 +32,8 @@ from ..settings import weights_dir
 from ..trust import shown
 from .blocks import block_layers
 from .spec import (INTERPOLATIONS, NetworkSpec, UnknownModelError, WeightsUnavailableError, build_seeded, derive_spec,
-                   require_rgb)
-from .state_files import fit_state_dict, read_weights, weights_hash
+                   fit_channels)
+from .state_files import fit_state_dict, load_weights_file, read_weights, weights_hash
 
 PREFIX = "timm:"
 
@@ -74,25 +74,38 @@ def build_timm(name: str, **kwargs: Any) -> nn.Module:
 
 
 def input_channels(model: nn.Module) -> int:
-    """The number of input channels timm's configuration gives the model."""
+    """The number of input channels of a timm model: those of its first convolution (`pretrained_cfg`'s
+    first_conv, built for `in_chans`: a model made with `timm.create_model(NAME, in_chans=1)` keeps the default
+    configuration's input size of 3 channels), else the configuration's input size."""
+    first = model.pretrained_cfg.get("first_conv")
+    if isinstance(first, str):
+        try:
+            conv = model.get_submodule(first)
+        except AttributeError:
+            conv = None
+        if isinstance(conv, nn.Conv2d):
+            return int(conv.in_channels)
     return int(model.pretrained_cfg.get("input_size", (3,))[0])
 
 
 def preprocessing_of(model: nn.Module) -> dict:
-    """crop, resize, interpolation, mean, std from a timm model's pretrained configuration (see the module
-    docstring). A non-square input size takes its height; squash and border crops are read as centre crops."""
+    """crop, resize, interpolation, mean, std and channels from a timm model's pretrained configuration (see the
+    module docstring). A non-square input size takes its height; squash and border crops are read as centre crops.
+    Mean and std have one number per input channel (`spec.fit_channels`: RGB numbers averaged, timm's own rule)."""
     from timm.data import resolve_data_config
 
     config = resolve_data_config({}, model=model)
     crop = int(config["input_size"][1])
     crop_pct = float(config.get("crop_pct") or 1.0)
     interpolation = config.get("interpolation") or "bilinear"
+    channels = input_channels(model)
     return {
         "crop": crop,
         "resize": math.floor(crop / crop_pct) if crop_pct > 0 else crop,  # timm's transforms_factory rule
         "interpolation": interpolation if interpolation in INTERPOLATIONS else "bilinear",  # "random": training only
-        "mean": tuple(float(v) for v in config["mean"]),
-        "std": tuple(float(v) for v in config["std"]),
+        "mean": fit_channels(config["mean"], channels),
+        "std": fit_channels(config["std"], channels),
+        "channels": channels,
     }
 
 
@@ -125,7 +138,7 @@ def layer_names(model: nn.Module, input_size: int) -> list[str]:
     """timm's `feature_info` modules and every block (`blocks.block_layers`)."""
     info = getattr(model, "feature_info", None) or []
     named = [entry["module"] for entry in info if isinstance(entry, dict) and entry.get("module")]
-    return block_layers(model, input_size, named)
+    return block_layers(model, input_size, named, input_channels(model))
 
 
 def timm_spec(model: nn.Module, key: str, title: str, *, prep: dict | None = None, categories: list[str] | None = None,
@@ -171,7 +184,6 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
     name = timm_name(key)
     model = build_timm(name)
     title = f"{name} (timm)"
-    require_rgb(input_channels(model), title)
     if weights == "random":
         weights_id = "random"
     else:
@@ -197,14 +209,9 @@ def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.Pat
     timm_name(str(arch))  # a clear error for an architecture this timm does not have
     title = f"{folder.name} ({arch}, timm folder)"
     model = build_timm(f"local-dir:{folder}")  # timm reads config.json: architecture, model_args, pretrained_cfg
-    require_rgb(input_channels(model), title)
     weights_id = "random"
     if weights != "random":
-        state = read_weights(weights, trust_pickle=trust_pickle)
-        if isinstance(state, nn.Module):
-            state = state.state_dict()
-        fit_state_dict(model, state, title)
-        weights_id = weights_hash(weights)
+        weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     categories = categories_of(model)
     spec = timm_spec(model, key, title, categories=categories,
                      note=f"The timm model folder {folder}; preprocessing and class names from its config.json.")

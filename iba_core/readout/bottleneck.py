@@ -20,7 +20,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..bottleneck import (
@@ -34,6 +33,7 @@ from ..bottleneck import (
     resize_preserving_total,
     standardise,
 )
+from ..heads import head_of, predicted, probabilities, target_nll
 from ..model_state import frozen_eval
 from ..networks import LOGITS
 from ..per_sample import AttributionResult, BottleneckSettings
@@ -103,7 +103,7 @@ class ReadoutBottleneck(nn.Module):
         check_sigma(sigma)
         passes = network_passes(network, layer, reads)
         size = network.preprocess.crop_size
-        probe = torch.zeros(1, 3, size, size, device=network.device)
+        probe = torch.zeros(1, network.preprocess.channels, size, size, device=network.device)
         with frozen_eval(*passes.modules), torch.inference_mode():
             out = passes.first_pass(probe)
         config = ReadoutConfig(
@@ -135,6 +135,11 @@ class ReadoutBottleneck(nn.Module):
     def network(self):
         """The analysed network this readout is bound to (None until bound)."""
         return self._network
+
+    @property
+    def head(self) -> str:
+        """The analysed network's head (`heads.py`): the training loss and p(target) follow it."""
+        return head_of(self._network)
 
     @property
     def passes(self) -> NetworkPasses:
@@ -171,8 +176,9 @@ class ReadoutBottleneck(nn.Module):
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 3:
             x = x[None]
-        if x.dim() != 4 or x.shape[1] != 3:
-            raise ValueError(f"Expected images shaped (N, 3, H, W), got {tuple(x.shape)}.")
+        channels = getattr(getattr(self._network, "preprocess", None), "channels", 3)
+        if x.dim() != 4 or x.shape[1] != channels:
+            raise ValueError(f"Expected images shaped (N, {channels}, H, W), got {tuple(x.shape)}.")
         return x.to(self.mean.device)
 
     def first_pass(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -203,12 +209,13 @@ class ReadoutBottleneck(nn.Module):
     ) -> ReadoutOutput:
         """Training pass: loss = CE(noisy logits, labels) + β·L_I, with β = beta_k / k.
 
-        labels: class indices; None or entries < 0 use the clean network's top-1 (unlabelled images).
+        CE is the head's prediction term (`heads.target_nll`: cross-entropy, or −log σ(z_label) for a sigmoid
+        head). labels: class indices; None or entries < 0 use the clean network's top-1 (unlabelled images).
         """
         x = self._check_input(x)
         with torch.no_grad(), frozen_eval(*self.passes.modules):
             out = self.first_pass(x)
-            top1 = out[LOGITS].argmax(dim=1)
+            top1 = predicted(out[LOGITS], self.head)
             if labels is None:
                 labels = top1
             else:
@@ -221,7 +228,7 @@ class ReadoutBottleneck(nn.Module):
         z = inject_noise(r, lam, one_minus, mean, std, r.shape[0], generator)
         with frozen_eval(*self.passes.modules):  # gradients reach Z, never the analysed network
             logits = self.passes.suffix(z)
-        ce = F.cross_entropy(logits, labels)
+        ce = target_nll(logits, labels, self.head)
         info = kl_per_element(standardise(r, mean, std), lam, one_minus).flatten(1).sum(dim=1).mean()
         return ReadoutOutput(ce + self.config.beta * info, ce, info, logits, labels)
 
@@ -260,7 +267,7 @@ class ReadoutBottleneck(nn.Module):
             raise ValueError(f"Expected one image shaped (1, 3, H, W), got {tuple(x.shape)}.")
         with frozen_eval(*self.passes.modules, self), torch.inference_mode():
             out, lam, one_minus, kl = self._maps(x)
-            probs = out[LOGITS].softmax(dim=1)[0]
+            probs = probabilities(out[LOGITS], self.head)[0]
             target = int(probs.argmax()) if target is None else int(target)
             if not 0 <= target < probs.numel():
                 raise ValueError(f"Class index {target} is out of range 0…{probs.numel() - 1}.")
@@ -269,7 +276,7 @@ class ReadoutBottleneck(nn.Module):
                 mean, std = self._noise_stats()
                 gen = torch.Generator(device=x.device).manual_seed(seed)
                 z = inject_noise(out[self.config.layer], lam, one_minus, mean, std, batch, gen)
-                p_with = float(self.passes.suffix(z).softmax(dim=1)[:, target].mean())
+                p_with = float(probabilities(self.passes.suffix(z), self.head)[:, target].mean())
             feature_bits = information_map_bits(kl)
             heatmap = resize_preserving_total(feature_bits, tuple(x.shape[-2:]))
             lambda_mean = lam[0].mean(dim=0)
@@ -287,6 +294,7 @@ class ReadoutBottleneck(nn.Module):
             feature_shape=c.feature_shape,
             checkpoint=getattr(self, "source_path", ""),
             readout=c.to_dict(),
+            head=self.head,
         )
 
 

@@ -5,7 +5,7 @@
 - `overlays`: PIL images (heatmap over the photo, the "not needed" view, boxes) and PNG bytes;
 - `comparison`: the comparison grid as one PNG (`grid_png`, `cell_png`) and the colour range of a map (`limits_text`);
 - `sanity`: the sanity check's strip of heatmaps as a PNG;
-- `report`: the Per-Sample run's JSON report and the heatmap as .npy bytes;
+- `report`: the Per-Sample run's JSON report and the heatmap as .npy bytes; a folder run's HTML report;
 - `text`: numbers as short texts (probabilities, times, β);
 - `arrays`: maps made drawable (finite float32, pooled).
 
@@ -24,7 +24,7 @@ _PUBLIC = {
     "draw_boxes": "overlays", "OUTLINE_RGB": "overlays",
     "grid_png": "comparison", "cell_png": "comparison", "colour_limits": "comparison", "limits_text": "comparison",
     "sanity_strip_png": "sanity",
-    "run_report": "report", "heatmap_npy_bytes": "report",
+    "run_report": "report", "heatmap_npy_bytes": "report", "dataset_report_html": "report",
     "format_seconds": "text", "format_probability": "text", "format_beta": "text",
 }
 

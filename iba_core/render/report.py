@@ -75,3 +75,77 @@ def heatmap_npy_bytes(heatmap: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, np.asarray(heatmap, dtype=np.float32), allow_pickle=False)
     return buf.getvalue()
+
+
+# ---- the Dataset page's report: one self-contained HTML file ------------------------------------------------
+
+#: The report's look: plain, printable, no script, no file or address outside it.
+_REPORT_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2rem; } h3 { font-size: 1rem; }
+.cells { display: flex; flex-wrap: wrap; gap: 0.75rem; }
+figure { margin: 0; width: 200px; } figure.thumb { width: 100px; }
+figcaption { font-size: 0.75rem; word-break: break-all; }
+img { width: 100%; image-rendering: auto; }
+.flag { color: #b00020; font-weight: bold; }
+table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; }
+"""
+
+
+def _img(png: bytes | None, alt: str) -> str:
+    """An <img> with the PNG embedded as base64 (a placeholder sentence where there is none)."""
+    import base64
+    import html
+
+    if png is None:
+        return f"<p>{html.escape(alt)}: not readable here.</p>"
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}">'
+
+
+def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict]) -> str:
+    """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
+    (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale), per class its mean map
+    and its clusters of similar maps with their members (`classes`: name, target, images, mean_png, clusters
+    [{cluster, size, border_share, flagged, mean_png, members [(image, png)]}]), and the images whose maps lie
+    mostly in the border (`flagged`: [{image, caption, png}]). Every text from the run is escaped."""
+    import html
+
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>IBA Explorer · folder run {e(str(summary.get('run', '')))}</title>",
+           f"<style>{_REPORT_STYLE}</style></head><body>",
+           "<h1>IBA Explorer · folder run report</h1>", '<table class="summary">']
+    for key in ("run", "network", "layer", "method", "images", "rows", "errors"):
+        out.append(f"<tr><td>{e(key)}</td><td>{e(str(summary.get(key, '')))}</td></tr>")
+    out.append("</table>")
+    flag = float(summary.get("border_flag", 0.5))
+    out.append(f"<p>Border share: the share of a map's mass (bits for the bottlenecks) in the outer 10 % of the "
+               f"image on each side, 36 % of its area. A cluster or image at {flag:.0%} or more is flagged: the "
+               "network takes most of what it uses from the border (a ruler, a watermark, a corner mark).</p>")
+    out.append("<h2>Classes: mean map and clusters of similar maps</h2>")
+    for c in classes:
+        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {int(c['images'])} images)</h3>")
+        out.append('<div class="cells"><figure>' + _img(c.get("mean_png"), f"mean map of {c['name']}")
+                   + "<figcaption>mean map</figcaption></figure></div>")
+        for k in c.get("clusters", []):
+            note = ' <span class="flag">border shortcut?</span>' if k.get("flagged") else ""
+            out.append(f"<p>Cluster {int(k['cluster']) + 1}: {int(k['size'])} images, mean border share "
+                       f"{float(k['border_share']):.0%}{note}</p>")
+            cells = ['<figure>' + _img(k.get("mean_png"), "cluster mean") + "<figcaption>where its maps put their "
+                     "mass</figcaption></figure>"]
+            cells += [f'<figure class="thumb">{_img(png, name)}<figcaption>{e(name)}</figcaption></figure>'
+                      for name, png in k.get("members", [])]
+            out.append('<div class="cells">' + "".join(cells) + "</div>")
+    out.append("<h2>Flagged images</h2>")
+    if not flagged:
+        out.append(f"<p>No map puts {flag:.0%} or more of its mass in the border.</p>")
+    else:
+        scale = summary.get("scale")
+        if scale is not None:
+            out.append(f"<p>One colour scale for all: 0 – {float(scale):.3g} bits per pixel.</p>")
+        out.append('<div class="cells">' + "".join(
+            f"<figure>{_img(f.get('png'), f['image'])}<figcaption>{e(f['caption'])}</figcaption></figure>"
+            for f in flagged) + "</div>")
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -307,3 +307,229 @@ def test_add_network_reads_server_paths_only_inside_allowed_folders(tmp_path, fo
     card = add_network(new_network(state_bytes, weights=FileGiven.local(folder / "fruit.pth")), tmp_path / "models",
                        trust=Trust.for_app(localhost=True))
     assert card.is_file()
+
+
+# ---- every source in the form: torchvision, timm, Hugging Face, a built-in backbone, a model folder -----------
+
+PETS = ["cat", "dog", "parrot"]
+
+
+def saved(state: dict, suffix: str = ".pth") -> bytes:
+    """A state dict's file bytes, as a user would upload them (torch.save, or safetensors' save)."""
+    if suffix == ".safetensors":
+        from safetensors.torch import save
+
+        return save(state)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def folder_upload(folder: Path) -> list[FileGiven]:
+    """A saved model folder's files, uploaded together."""
+    return [FileGiven.upload(p.name, p.read_bytes()) for p in sorted(folder.iterdir())
+            if p.name in models.FOLDER_FILES]
+
+
+def _gray(size: int) -> torch.Tensor:
+    return torch.linspace(-1, 1, 3 * size * size).reshape(1, 3, size, size)
+
+
+@pytest.fixture(scope="module")
+def timm_pets():
+    """timm's resnet18 with a 3-class head and random weights (seeded): (model, its state_dict file's bytes)."""
+    import timm
+
+    torch.manual_seed(3)
+    model = timm.create_model("resnet18", num_classes=len(PETS)).eval()
+    return model, saved(model.state_dict())
+
+
+@pytest.fixture(scope="module")
+def vit_folder(tmp_path_factory) -> Path:
+    from source_fixtures import save_hf_vit
+
+    return save_hf_vit(tmp_path_factory.mktemp("hf-form") / "fruit-vit")
+
+
+def test_a_timm_network_from_a_state_dict_and_its_class_list(tmp_path, timm_pets) -> None:
+    from iba_core.networks import load_network
+    from iba_core.networks.timm_models import preprocessing_of
+
+    model, data = timm_pets
+    new = NewNetwork(name="pets", source="timm", arch="timm:resnet18", weights=FileGiven.upload("pets.pth", data),
+                     classes=FileGiven.upload("pets.txt", "\n".join(PETS).encode()),
+                     preprocess={"resize": 80, "crop": 64})  # a small crop keeps the dry passes quick
+    root = tmp_path / "models"
+    preview = models.preview_network(new, root)
+    prep = preprocessing_of(model)  # timm's configuration: the rest of the preprocessing
+    assert preview.class_count == 3 and preview.first_classes == tuple(PETS)
+    assert preview.classes_from == "your class list" and preview.source == "timm model: resnet18"
+    assert (preview.resize, preview.crop, preview.interpolation) == (80, 64, prep["interpolation"])
+    assert preview.mean == pytest.approx(prep["mean"]) and preview.std == pytest.approx(prep["std"])
+    assert preview.channels == 3 and preview.head == "softmax" and preview.layer_count > 5
+    assert dict(preview.rows())["Classes"] == "3: cat, dog, parrot (from your class list)"
+    assert list(root.iterdir()) == []  # the check adds nothing
+
+    card = add_network(new, root)
+    assert read_card(card).arch == "timm:resnet18"
+    net = load_network(str(card), trust=Trust.for_app())
+    assert net.categories == PETS and net.spec.default_layer == preview.default_layer
+    x = _gray(net.spec.crop)
+    torch.testing.assert_close(net.model(x), model(x), rtol=1e-4, atol=1e-5)  # the uploaded weights, not random
+
+
+def test_a_state_dict_whose_head_differs_needs_a_class_list(tmp_path, timm_pets) -> None:
+    from iba_core.errors import user_message
+
+    new = NewNetwork(name="pets", source="timm", arch="resnet18",
+                     weights=FileGiven.upload("pets.pth", timm_pets[1]), classes=None)
+    with pytest.raises(WeightsMismatchError, match="output layer has 3 outputs but the network has 1000") as err:
+        models.preview_network(new, tmp_path / "models")
+    assert "Give the class list: 3 names" in user_message(err.value, "app")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_hugging_face_folder_given_as_uploaded_files(tmp_path, vit_folder) -> None:
+    """The form's folder source: config.json, model.safetensors and preprocessor_config.json uploaded together are
+    copied into <name>/model/, and the card names that folder; classes and preprocessing come from its config."""
+    from iba_core.networks import load_network
+
+    new = NewNetwork(name="fruit-vit", source="folder", arch="", weights=None, classes=None,
+                     folder_files=folder_upload(vit_folder))
+    root = tmp_path / "models"
+    preview = models.preview_network(new, root)
+    assert preview.class_count == 5 and preview.first_classes == ("apple", "banana", "cherry", "date", "elderberry")
+    assert preview.classes_from == "the model's configuration"
+    assert (preview.resize, preview.crop) == (64, 64) and preview.mean == (0.5, 0.5, 0.5)
+    assert preview.default_layer == "vit.layers.0" and list(root.iterdir()) == []
+
+    card = add_network(new, root)
+    assert sorted(p.name for p in (card.parent / "model").iterdir()) == ["config.json", "model.safetensors",
+                                                                         "preprocessor_config.json"]
+    assert read_card(card).model_folder == (card.parent / "model").resolve() and read_card(card).arch is None
+    net, original = load_network(str(card), trust=Trust.for_app()), load_network(vit_folder)
+    assert net.key == "card:fruit-vit" and net.categories == original.categories
+    x = _gray(64)
+    torch.testing.assert_close(net.model(x), original.model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_hugging_face_id_with_a_state_dict(tmp_path, vit_folder, monkeypatch) -> None:
+    """hf:ORG/NAME: the architecture and preprocessing from the hub (here its cache, faked by the saved folder),
+    the weights and classes from the form."""
+    from transformers import ViTForImageClassification
+
+    from iba_core.networks import hub
+    from source_fixtures import tiny_vit_config
+
+    monkeypatch.setattr(hub, "hub_file", lambda repo, filename, **_: (vit_folder / filename)
+                        if (vit_folder / filename).is_file() else None)
+    monkeypatch.setattr(hub, "hub_offline", lambda: True)
+    torch.manual_seed(5)
+    vit = ViTForImageClassification(tiny_vit_config(PETS)).eval()
+    new = NewNetwork(name="pets-vit", source="hf", arch="someone/fruit-vit", classes=FileGiven.upload(
+        "pets.txt", "\n".join(PETS).encode()), weights=FileGiven.upload("m.safetensors", saved(vit.state_dict(),
+                                                                                               ".safetensors")))
+    preview = models.preview_network(new, tmp_path / "models")
+    assert preview.first_classes == tuple(PETS) and preview.crop == 64 and preview.source.endswith("someone/fruit-vit")
+    assert read_card(add_network(new, tmp_path / "models")).arch == "hf:someone/fruit-vit"
+
+
+def test_a_builtin_backbone_with_a_5_class_head(tmp_path) -> None:
+    from iba_core.networks import REGISTRY, load_network
+    from source_fixtures import FRUIT
+
+    torch.manual_seed(2)
+    data = saved(REGISTRY["efficientnet_lite0"].with_classes(5).state_dict(), ".safetensors")
+    new = NewNetwork(name="fruit-lite", source="builtin", arch="efficientnet_lite0", classes=FileGiven.upload(
+        "fruit.txt", "\n".join(FRUIT).encode()), weights=FileGiven.upload("fruit.safetensors", data))
+    base = REGISTRY["efficientnet_lite0"]
+    preview = models.preview_network(new, tmp_path / "models")
+    assert preview.layer_count == len(base.layers) and preview.default_layer == base.default_layer
+    assert (preview.resize, preview.crop) == (base.resize, base.crop) and preview.first_classes == tuple(FRUIT)
+    net = load_network(str(add_network(new, tmp_path / "models")), trust=Trust.for_app())
+    assert net.spec.layers == base.layers and net.categories == FRUIT and net.model._fc.out_features == 5
+
+
+def test_a_model_folder_by_its_path_inside_the_allowed_folders_only(tmp_path, monkeypatch) -> None:
+    from iba_core.networks import load_network
+    from source_fixtures import FRUIT, save_timm_folder
+
+    data = tmp_path / "data"
+    folder = save_timm_folder(data / "fruit-resnet", name="resnet18")
+    (folder / "notes.txt").write_text("not copied")
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(tmp_path / "models"))
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(data))
+    new = NewNetwork(name="fruit", source="folder", arch="", weights=None, classes=None, folder_path=str(folder),
+                     layer="layer3")
+    card = add_network(new, tmp_path / "models")
+    assert sorted(p.name for p in (card.parent / "model").iterdir()) == ["config.json", "model.safetensors"]
+    net = load_network(str(card), trust=Trust.for_app())
+    assert net.categories == FRUIT and net.spec.default_layer == "layer3" and net.key == "card:fruit"
+
+    monkeypatch.delenv(settings.DATA_DIRS_ENV)  # the folder is outside the owner's folders now: never read
+
+    def never(*args, **kwargs):
+        raise AssertionError("a refused path was read")
+
+    monkeypatch.setattr(models.shutil, "copyfile", never)
+    monkeypatch.setattr(models, "read_folder", never)
+    new.name = "again"
+    with pytest.raises(NotTrustedError, match="model folder .* is outside the folders this app may read"):
+        add_network(new, tmp_path / "models")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["fruit"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"source": "onnx"}, "Choose the network's source"),
+    ({"source": "timm", "arch": ""}, "Give the timm model's name"),
+    ({"source": "timm", "arch": "resnet_eighteen"}, "timm has no model 'resnet_eighteen'"),
+    ({"source": "hf", "arch": "a b/c"}, "is not a Hugging Face model id; give ORG/NAME"),
+    ({"source": "builtin", "arch": "resnet18"}, "Choose one of the built-in backbones"),
+    ({"source": "folder"}, "A model folder brings its own weights"),
+    ({"source": "folder", "weights": None}, "Give the model folder"),
+    ({"source": "folder", "weights": None, "folder_files": ["model.safetensors"]}, "config.json is missing"),
+    ({"source": "folder", "weights": None, "folder_files": ["config.json"]}, "weights are missing"),
+    ({"source": "folder", "weights": None, "folder_files": ["config.json", "model.safetensors", "optimizer.pt"]},
+     "optimizer.pt is no file of a model folder"),
+    ({"source": "folder", "weights": None, "folder_files": ["config.json", "config.json"]}, "given twice"),
+    ({"source": "folder", "weights": None, "folder_files": ["config.json"], "folder_path": "/x"},
+     "files or its path on this machine, not both"),
+])
+def test_each_source_refuses_what_it_cannot_use(fields, message, tmp_path, state_bytes) -> None:
+    from iba_core.errors import UserError
+
+    fields = dict(fields)
+    fields["folder_files"] = [FileGiven.upload(n, b"{}") for n in fields.get("folder_files", [])]
+    new = new_network(state_bytes, **fields)
+    with pytest.raises(UserError, match=message):
+        models.preview_network(new, tmp_path / "models", trust=Trust.for_app(localhost=True))
+    assert not (tmp_path / "models").exists() or list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_state_dict_of_another_source_says_which_source_fits(tmp_path) -> None:
+    """A fine-tuned EfficientNet-Lite0 given as a torchvision ResNet-50: the refusal names the source it fits, in
+    each front end's words, in the form and when the card is loaded on the command line."""
+    from iba_core.errors import user_message
+    from iba_core.networks import REGISTRY, load_network
+    from source_fixtures import FRUIT
+
+    torch.manual_seed(2)
+    data = saved(REGISTRY["efficientnet_lite0"].with_classes(5).state_dict(), ".safetensors")
+    new = NewNetwork(name="lite", source="torchvision", arch="resnet50", classes=FileGiven.upload(
+        "fruit.txt", "\n".join(FRUIT).encode()), weights=FileGiven.upload("lite.safetensors", data))
+    with pytest.raises(WeightsMismatchError) as err:
+        add_network(new, tmp_path / "models")
+    looks = "these weights look like the built-in EfficientNet-Lite0 backbone with a 5-class head"
+    assert looks in str(err.value) and ".adding-" not in str(err.value)
+    assert 'Choose that source ("Built-in backbone with your head", efficientnet_lite0)' in user_message(err.value,
+                                                                                                      "app")
+    assert list((tmp_path / "models").iterdir()) == []
+
+    (tmp_path / "lite.safetensors").write_bytes(data)
+    (tmp_path / "fruit.txt").write_text("\n".join(FRUIT))
+    (tmp_path / "lite.toml").write_text('arch = "torchvision:resnet50"\nweights = "lite.safetensors"\n'
+                                        'classes = "fruit.txt"\n')
+    with pytest.raises(WeightsMismatchError, match=looks) as err:
+        load_network(tmp_path / "lite.toml")
+    assert 'Write arch = "efficientnet_lite0" in the model card' in user_message(err.value, "cli")

@@ -170,8 +170,8 @@ def test_a_card_inside_its_folder_or_a_data_folder_is_fine(tmp_path, monkeypatch
     ("crop = 100000", "preprocess.crop must be a whole number of pixels from 16 to 1024, not 100000"),
     ("crop = 0", "from 16 to 1024"),
     ("resize = 99999999", "preprocess.resize must be a whole number of pixels from 16 to 2048"),
-    ("mean = [0.5, 0.5]", "preprocess.mean must be three numbers (red, green, blue) from 0 to 1"),
-    ("std = [0.2, 0.0, 0.2]", "preprocess.std must be three numbers (red, green, blue) from 0.001 to 10"),
+    ("mean = [0.5, 0.5]", "preprocess.mean must be 3 numbers, one per input channel of the network, not 2"),
+    ("std = [0.2, 0.0, 0.2]", "preprocess.std must be one number per input channel from 0.001 to 10"),
     ("mean = [120.0, 115.0, 100.0]", "from 0 to 1"),
 ])
 def test_preprocessing_numbers_are_checked_before_anything_is_allocated(entry, text, tmp_path) -> None:

@@ -65,6 +65,12 @@ class TinyPreprocess:
 
     resize, crop_size = SIZE, SIZE
 
+    def load(self, source) -> Image.Image:
+        """The image a file holds, as `spec.Preprocess.load` reads it for an RGB network."""
+        from iba_core.images import load_image
+
+        return load_image(source)
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         arr = np.asarray(image.convert("RGB").resize((SIZE, SIZE)), dtype=np.float32) / 255.0
         return torch.from_numpy(arr).permute(2, 0, 1)[None].contiguous()

@@ -88,16 +88,23 @@ def test_a_folder_without_weights_or_with_absurd_sizes(timm_folder, tmp_path):
         load_network(hf)
 
 
-def test_networks_that_do_not_take_rgb_are_refused_with_one_sentence(tmp_path):
+def test_networks_that_do_not_take_rgb_load_with_their_channels(tmp_path):
+    """A gray timm folder and a 4-band transformers folder (issue #21: tests/networks/test_channels.py runs them)."""
+    import torch
+
     from iba_core.errors import UserError
 
     save_timm_folder(tmp_path / "gray", in_chans=1)
-    with pytest.raises(UserError, match="takes 1-channel images; only RGB"):
-        load_network(tmp_path / "gray")
+    gray = load_network(tmp_path / "gray")
+    assert gray.spec.channels == 1 and len(gray.spec.mean) == 1
     hf = save_hf_vit(tmp_path / "bands")
     edit_config(hf, num_channels=4)
-    with pytest.raises(UserError, match="takes 4-channel images; only RGB"):
-        load_network(hf)
+    bands = load_network(hf, weights="random")  # (the saved weights are the 3-channel ViT's)
+    assert bands.spec.channels == 4 and bands.spec.mean == (0.5,) * 4  # the processor's 0.5, for every band
+    assert bands.top_k(torch.zeros(1, 4, 64, 64), 1)[0][0] in range(5)
+    edit_config(hf, num_channels=0)
+    with pytest.raises(UserError, match="names num_channels = 0; an image has from 1 to 64 channels"):
+        load_network(hf, weights="random")
 
 
 def test_timm_and_transformers_are_imported_only_for_their_models():
@@ -111,3 +118,42 @@ def test_timm_and_transformers_are_imported_only_for_their_models():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_card_names_a_model_folder_beside_it(timm_folder, tmp_path):
+    """`model_folder = "dir"` (how the app's form writes a folder it was given): the folder's network under the card's
+    name, title, layer, classes and preprocessing; the folder stays inside the card's folder like every card path."""
+    import shutil
+
+    import torch
+
+    from iba_core.networks import ModelCardError, read_card
+    from iba_core.networks.cards import write_card
+    from iba_core.trust import NotTrustedError
+
+    shutil.copytree(timm_folder, tmp_path / "card" / "model")
+    (tmp_path / "card" / "names.txt").write_text("\n".join(name.upper() for name in FRUIT))
+    card = write_card(tmp_path / "card" / "mine.toml", model_folder="model", classes="names.txt", title="Mine",
+                      layer="layer3", preprocess={"crop": 64, "resize": 72})
+    assert card.model_folder == (tmp_path / "card" / "model").resolve() and card.arch is None
+    net, folder_net = load_network(card.path), load_network(timm_folder)
+    assert net.key == "card:mine" and net.spec.title == "Mine" and net.spec.default_layer == "layer3"
+    assert net.categories == [name.upper() for name in FRUIT] and (net.spec.crop, net.spec.resize) == (64, 72)
+    assert net.spec.interpolation == folder_net.spec.interpolation == "bicubic"  # the folder's configuration
+    assert net.weights_id == folder_net.weights_id
+    x = torch.linspace(-1, 1, 3 * 64 * 64).reshape(1, 3, 64, 64)
+    torch.testing.assert_close(net.model(x), folder_net.model(x), rtol=1e-4, atol=1e-5)
+
+    (tmp_path / "card" / "names.txt").write_text("\n".join(FRUIT[:4]))
+    with pytest.raises(ModelCardError, match="has 4 names but the model folder's network has 5 outputs"):
+        load_network(card.path)
+    (tmp_path / "card" / "both.toml").write_text('model_folder = "model"\narch = "timm:resnet18"\n')
+    with pytest.raises(ModelCardError, match="brings its own architecture and weights, so it takes no arch"):
+        read_card(tmp_path / "card" / "both.toml")
+    shutil.copytree(timm_folder, tmp_path / "elsewhere")
+    (tmp_path / "card" / "out.toml").write_text('model_folder = "../elsewhere"\n')
+    with pytest.raises(NotTrustedError, match="model_folder path ../elsewhere leads outside the model card's folder"):
+        load_network(tmp_path / "card" / "out.toml")
+    (tmp_path / "card" / "gone.toml").write_text('model_folder = "gone"\n')
+    with pytest.raises(ModelCardError, match="names the model_folder folder gone, which does not exist"):
+        read_card(tmp_path / "card" / "gone.toml")

@@ -62,7 +62,7 @@ def test_models_lists_readable_blocks_with_shapes(capsys):
     assert row["default_layer"] == "stages.1" and row["classes"] == 1000 and not row["unusable"]
     # timm's pretrained configuration: crop 224, crop_pct 0.875 → resize 256, bicubic, ImageNet mean and std
     assert row["preprocess"] == {"resize": 256, "crop": 224, "mean": [0.485, 0.456, 0.406],
-                                 "std": [0.229, 0.224, 0.225], "interpolation": "bicubic"}
+                                 "std": [0.229, 0.224, 0.225], "interpolation": "bicubic", "channels": 3}
     assert main(["models", "--model", "timm:vit_tiny_patch16_224", "--weights", "random"]) == 0
     text = capsys.readouterr().out
     assert "blocks.11" in text and "197×192  tokens" in text and "resize 248 (bicubic)" in text  # ⌊224 / 0.9⌋

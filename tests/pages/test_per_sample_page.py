@@ -99,7 +99,7 @@ def test_run_on_sample_photo_shows_heatmap_and_numbers(open_page, downloads, loc
     at = open_page("per_sample")
     assert at.selectbox(key="sample_name").value == "chelsea"
     assert at.selectbox(key="network").value == "efficientnet_lite0"
-    targets = at.radio[1]
+    targets = next(r for r in at.radio if r.label == "Class to explain")
     assert "Egyptian cat" in targets.format_func(targets.value)  # top-1 preselected
 
     at, seconds = timed_run(run_button(at).click())

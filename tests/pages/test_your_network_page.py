@@ -265,6 +265,40 @@ def test_a_refused_upload_keeps_the_previous_state(open_page, models, fruit, sta
     assert at.session_state["ps_run"].run_id == before
 
 
+def test_the_form_adds_a_timm_network_after_showing_what_it_read(open_page, models) -> None:
+    """Source "timm model": the architecture by name, an uploaded state_dict and class list; "Check" shows what was
+    read and adds nothing, "Add network" writes the card and chooses it."""
+    import timm
+
+    torch.manual_seed(3)
+    buf = io.BytesIO()
+    torch.save(timm.create_model("resnet18", num_classes=3).state_dict(), buf)
+    at = open_page("per_sample")
+    at.radio(key="add_source").set_value("timm")
+    at = clean(at.run())
+    assert "add_arch" not in {s.key for s in at.selectbox}  # the torchvision choice gives way to timm's name field
+    at.text_input(key="add_name").input("pets")
+    at.text_input(key="add_timm_arch").input("resnet18")
+    at.file_uploader(key="add_weights").set_value(("pets.pth", buf.getvalue(), "application/octet-stream"))
+    at.file_uploader(key="add_classes").set_value(("pets.txt", b"cat\ndog\nparrot\n", "text/plain"))
+    at.number_input(key="add_resize").set_value(72)
+    at.number_input(key="add_crop").set_value(64)  # a small crop keeps the page quick
+    listing = sorted(p.name for p in models.iterdir())
+
+    at = clean(at.button(key="add_check_button").click().run())
+    table = next(d.value for d in at.dataframe if "Read from the files" in d.value.columns)
+    read = dict(zip(table.iloc[:, 0], table["Read from the files"]))
+    assert read["Source"] == "timm model: resnet18" and read["Classes"] == "3: cat, dog, parrot (from your class list)"
+    assert read["Input"].startswith("resize the short side to 72 px, centre crop 64 px")
+    assert sorted(p.name for p in models.iterdir()) == listing  # checked, nothing added
+
+    at = clean(at.button(key="add_network_button").click().run())
+    card = models / "pets" / "pets.toml"
+    assert card.is_file() and at.selectbox(key="network").value == str(card.resolve())
+    assert any("Added pets" in s.value for s in at.success)
+    assert "3 classes" in " ".join(c.value for c in at.caption)
+
+
 def test_a_typed_folder_outside_the_owners_folders_is_not_scanned(open_page, plain, monkeypatch) -> None:
     monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
     at = choose(open_page("per_sample"), plain)

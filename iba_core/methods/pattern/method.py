@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ...heads import class_logits, head_of
 from ..base import Method, sum_channels
 from .estimation import DEFAULT_SAMPLES, Patterns, get_patterns
 from .graph import UnsupportedNetwork, pattern_graph
@@ -67,6 +68,7 @@ class PatternAttribution(Method):
             out = GraphRunner(graph, pattern_call).run(h)
             if not isinstance(out, torch.Tensor):
                 raise ValueError(f"{graph.title} returns {type(out).__name__}, not a tensor of logits.")
+            out = class_logits(out, head_of(network))  # the traced graph runs without Method's binary view
             if target >= out.shape[-1]:
                 raise ValueError(f"Class index {target} is out of range 0…{out.shape[-1] - 1}.")
             seed = torch.zeros_like(out)

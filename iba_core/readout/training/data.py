@@ -17,19 +17,13 @@ from typing import Iterator
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from ...datasets import DataError, folder_labels, offline_photos, random_resized_crop
-from ...images import ImageError, find_images, load_image, sample_image_names
+from ...datasets import DataError, check_photos_fit, folder_labels, offline_photos, random_resized_crop
+from ...images import ImageError, find_images, sample_image_names
 from .config import TrainConfig
 
 def _item_rng(seed: int, epoch: int, index: int) -> random.Random:
     """An RNG for one item of one epoch: the same crop whatever worker or rank draws it."""
     return random.Random(f"{seed}:{epoch}:{index}")
-
-
-def _to_tensor(img, mean, std) -> torch.Tensor:
-    import torchvision.transforms.functional as TF
-
-    return TF.normalize(TF.to_tensor(img), mean, std)
 
 
 class _EpochDataset(Dataset):
@@ -44,7 +38,7 @@ class _EpochDataset(Dataset):
             img = random_resized_crop(img, self.preprocess.crop_size, _item_rng(self.seed, self.epoch, index))
         else:
             img = self.preprocess.crop(img)
-        return _to_tensor(img, self.preprocess.mean, self.preprocess.std)
+        return self.preprocess.normalise(img)[0]
 
 
 class ImageFolderDataset(_EpochDataset):
@@ -76,7 +70,7 @@ class ImageFolderDataset(_EpochDataset):
         for k in range(n):
             i = (index + k) % n
             try:
-                img = load_image(self.files[i])
+                img = self.preprocess.load(self.files[i])  # the network's channels: photos, .npy, TIFF
             except (ImageError, OSError):
                 if i not in self.skipped:
                     self.skipped.add(i)
@@ -90,6 +84,7 @@ class SamplePhotoDataset(_EpochDataset):
     """`n` augmented crops per epoch of the offline photos (`offline_photos`); labels: the network's top-1."""
 
     def __init__(self, n: int, preprocess, seed: int = 0, extended: bool = False):
+        check_photos_fit(preprocess)  # (a multi-band network needs a folder of its own images)
         super().__init__(preprocess, seed, augment=True)
         self.n, self.extended = n, extended
         self._photos = None

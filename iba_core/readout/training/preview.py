@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...images import ImageError, load_image, load_sample
+from ...images import ImageError, load_sample
 from ...cache import write_atomic
 from ..bottleneck import ReadoutBottleneck
 from .config import TrainConfig
@@ -18,11 +18,11 @@ PREVIEW_SAMPLE = "chelsea"
 def preview_image(cfg: TrainConfig, dataset, network):
     """The cropped preview image: cfg.preview, else the first readable folder image, else the sample photo."""
     if cfg.preview:
-        return network.preprocess.crop(load_image(cfg.preview))
+        return network.preprocess.crop(network.preprocess.load(cfg.preview))
     if isinstance(dataset, ImageFolderDataset):
         for path in dataset.files:
             try:
-                return network.preprocess.crop(load_image(path))
+                return network.preprocess.crop(network.preprocess.load(path))
             except (ImageError, OSError):
                 continue
     return network.preprocess.crop(load_sample(PREVIEW_SAMPLE))

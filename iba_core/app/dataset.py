@@ -1,0 +1,527 @@
+"""The Dataset page's state and decisions, with no Streamlit: opening a run folder typed on the server, filtering
+its table, the gallery of overlays on one bits scale, per class the mean map and clusters of similar maps, the
+link that opens an image on the Per-Sample page, the HTML report, and a folder run in the background.
+
+    run = open_run_folder("/data/runs/val", trust)       # checked against the app's trust rules first
+    rows = filter_rows(run.table, RowFilter(correct=False))
+    cells = gallery(run, rows.head(12), trust)           # PNG overlays on one scale, with their links
+    job = start_folder_job(shared, "/data/val", "/data/runs/val2", ["iba_10"], trust=trust)
+    job.progress()                                       # (done, total, label), polled by the page
+
+Images of a run are read only where the app's trust allows (`trust.check_server_path`: inside the owner's
+folders, or anywhere for an app on localhost), so a run.json naming another folder cannot make the app show it.
+A link never names a file on the server: an image of the run is kept as an upload (`links.keep_upload`, the
+bounded cache of uploads) and the link names it by its digest, as a link to an uploaded image does.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+from urllib.parse import urlencode
+
+import numpy as np
+from PIL import Image
+
+from ..errors import UserError, user_message
+from ..runs.per_class import class_mean_map, map_clusters
+from ..runs.store import Run, open_run
+from ..trust import NotTrustedError, Trust, check_server_path
+from . import links
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .state import SharedModel
+
+#: Images per gallery view (a page of the gallery).
+GALLERY_PAGE = 12
+#: The unit of the bottlenecks' maps (`Method.unit`): these share the gallery's one bits scale.
+BITS_UNIT = "bits/pixel"
+#: A map with at least this share of its mass in the outer 10 % of the image (36 % of its area) is flagged:
+#: the network takes most of its information from the border, where a ruler, a watermark or a corner mark sits.
+BORDER_FLAG = 0.5
+#: The Per-Sample page's URL path (app.py's page for pages/per_sample.py).
+PER_SAMPLE_PATH = "per_sample"
+#: Side of an image's thumbnail in the cluster view and the report, in pixels.
+THUMB_PX = 96
+#: Numeric columns a user can filter by, in the order the page offers them.
+MEASURES = ("total_bits", "border_share", "box_share", "concentration", "distance_to_class_mean", "p_target",
+            "p_predicted", "p_with", "seconds")
+CORRECT_CHOICES = ("all", "correct", "incorrect")
+
+
+# ---- opening a run -----------------------------------------------------------------------------
+
+
+def open_run_folder(text: str, trust: Trust) -> Run:
+    """The run in the folder typed on the server, when `trust` lets the app read it (else a NotTrustedError
+    saying why); an empty field or a folder that is no run: a UserError in one sentence."""
+    text = (text or "").strip()
+    if not text:
+        raise UserError("Type the path of a run folder on the server (the folder a folder run wrote its results to).")
+    path = check_server_path(Path(text).expanduser(), trust, what="run folder")
+    return open_run(path)
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which result rows to show: classes (class names; empty: all), correct ("all", "correct", "incorrect"),
+    methods (keys; empty: all), and ranges {column: (low, high)} a row's value must lie in (NaN never does)."""
+
+    classes: tuple[str, ...] = ()
+    correct: str = "all"
+    methods: tuple[str, ...] = ()
+    ranges: tuple[tuple[str, float, float], ...] = ()
+
+
+def result_rows(table: "pd.DataFrame") -> "pd.DataFrame":
+    """The rows with a result (no error)."""
+    return table[table["error"].isna()]
+
+
+def error_rows(table: "pd.DataFrame") -> "pd.DataFrame":
+    """The rows whose image or method failed, with their message: image, method, error."""
+    return table[table["error"].notna()][["image", "method", "error"]]
+
+
+def filter_rows(table: "pd.DataFrame", row_filter: RowFilter) -> "pd.DataFrame":
+    """The result rows that pass `row_filter` (error rows never: they are shown apart)."""
+    if row_filter.correct not in CORRECT_CHOICES:
+        raise UserError(f"Show {row_filter.correct!r}? Choose one of {', '.join(CORRECT_CHOICES)}.")
+    rows = result_rows(table)
+    keep = np.ones(len(rows), dtype=bool)
+    if row_filter.classes:
+        keep &= rows["class_name"].isin(list(row_filter.classes)).to_numpy()
+    if row_filter.correct != "all":
+        correct = rows["correct"].fillna(False).to_numpy(dtype=bool)
+        keep &= correct if row_filter.correct == "correct" else ~correct
+    if row_filter.methods:
+        keep &= rows["method"].isin(list(row_filter.methods)).to_numpy()
+    for column, low, high in row_filter.ranges:
+        values = rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
+        keep &= (values >= low) & (values <= high)  # NaN compares False: a row without the value drops out
+    return rows[keep]
+
+
+def value_range(table: "pd.DataFrame", column: str) -> tuple[float, float] | None:
+    """(min, max) of a numeric column over the result rows, or None when it has no finite value (a column the
+    run does not fill, e.g. box_share without boxes)."""
+    values = result_rows(table)[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    values = values[np.isfinite(values)]
+    return (float(values.min()), float(values.max())) if values.size else None
+
+
+def method_units(run: Run) -> dict[str, str]:
+    """method key → the unit of its maps (BITS_UNIT for the bottlenecks), from run.json."""
+    return {key: str(m.get("unit", "")) for key, m in run.info.get("methods", {}).items()}
+
+
+def method_names(run: Run) -> dict[str, str]:
+    """method key → its display name, from run.json (the key where it names none)."""
+    return {key: str(m.get("name") or key) for key, m in run.info.get("methods", {}).items()}
+
+
+# ---- images of the run ---------------------------------------------------------------------------
+
+
+def readable_image_path(run: Run, row, trust: Trust) -> Path | None:
+    """The row's image file when it exists and `trust` lets the app read it, else None (the page says so)."""
+    path = run.image_path(row)
+    try:
+        resolved = check_server_path(path, trust, what="image")
+    except NotTrustedError:
+        return None
+    return resolved if resolved.is_file() else None
+
+
+def _preprocess(run: Run, height: int, width: int):
+    """The crop the run's network saw, from run.json's preprocess (resize, crop) when recorded, else the short
+    side resized to the map's size and centre-cropped."""
+    from ..networks.spec import Preprocess
+
+    info = run.info.get("preprocess") or {}
+    crop = int(info.get("crop") or min(height, width))
+    resize = int(info.get("resize") or crop)
+    return Preprocess((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), resize=resize, crop=crop)
+
+
+def network_crop(run: Run, row, trust: Trust) -> Image.Image | None:
+    """The row's image as the network saw it (its crop, RGB), or None when it cannot be read here."""
+    path = readable_image_path(run, row, trust)
+    if path is None:
+        return None
+    r = run.row(row)
+    try:
+        pre = _preprocess(run, int(r["height"]), int(r["width"]))
+        return pre.crop(pre.load(path)).convert("RGB")
+    except Exception:  # noqa: BLE001 - a file changed since the run: shown as missing, never a traceback
+        return None
+
+
+# ---- the gallery ---------------------------------------------------------------------------------
+
+
+@dataclass
+class GalleryCell:
+    """One overlay of the gallery: the picture (PNG, with its legend), a caption, the Per-Sample link."""
+
+    index: object  # the row's index in the table
+    png: bytes | None  # None: the image cannot be read here
+    caption: str
+    link: str | None
+
+
+def page_scale(run: Run, rows: "pd.DataFrame") -> float:
+    """The gallery's one bits scale: the largest bits per pixel among the bottleneck maps of `rows` (the rows of
+    one gallery view); 0 when none."""
+    units = method_units(run)
+    top = 0.0
+    for _, row in rows.iterrows():
+        if units.get(row["method"]) == BITS_UNIT:
+            top = max(top, float(np.nanmax(run.heatmap(row))))
+    return top
+
+
+def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = None,
+            with_links: bool = True) -> list[GalleryCell]:
+    """The overlays of `rows` (at most one gallery view): bottleneck maps on one bits scale (`page_scale`, or
+    `scale`), other methods each on its own maximum (their units differ); each with its legend and (with_links)
+    its Per-Sample link."""
+    from ..render.overlays import overlay_image, png_bytes
+
+    units, names = method_units(run), method_names(run)
+    scale = page_scale(run, rows) if scale is None else scale
+    cells = []
+    for index, row in rows.iterrows():
+        heatmap = run.heatmap(row)
+        crop = network_crop(run, row, trust)
+        bits = units.get(row["method"]) == BITS_UNIT
+        png = None
+        if crop is not None:
+            top = scale if bits else None
+            picture = overlay_image(crop, np.abs(heatmap) if not bits else heatmap, top=top, legend=True)
+            png = png_bytes(picture, optimize=False)
+        caption = cell_caption(row, names.get(row["method"], row["method"]), bits)
+        cells.append(GalleryCell(index, png, caption, per_sample_link(run, row, trust) if with_links else None))
+    return cells
+
+
+def cell_caption(row, method_name: str, bits: bool) -> str:
+    """A gallery cell's caption: image, class, correct or not, bits and border share."""
+    name = row["class_name"]
+    parts = [str(row["image"]), name if isinstance(name, str) else f"class {row['target']}"]
+    if not _missing(row["correct"]):
+        parts.append("correct" if bool(row["correct"]) else f"predicted {row['predicted_name']}")
+    parts.append(method_name)
+    if bits and not _missing(row["total_bits"]):
+        parts.append(f"{float(row['total_bits']):.1f} bits")
+    if not _missing(row["border_share"]):
+        parts.append(f"border {float(row['border_share']):.0%}")
+    return " · ".join(parts)
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+# ---- the link to the Per-Sample page -------------------------------------------------------------
+
+
+def run_layer(run: Run, method: str) -> str | None:
+    """The layer of a method's bottleneck (its settings in run.json), else the run's layer."""
+    settings = run.info.get("methods", {}).get(method, {}).get("settings", {})
+    return settings.get("layer") or run.info.get("layer")
+
+
+def per_sample_link(run: Run, row, trust: Trust) -> str | None:
+    """A relative link (`per_sample?image=…&network=…&layer=…&target=…`) that opens the row's image on the
+    Per-Sample page with the run's network, layer and class (and β·k for a Per-Sample row); None when the image
+    cannot be read here or cannot be kept for the link."""
+    r = run.row(row)
+    path = readable_image_path(run, r, trust)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    digest = links.keep_upload(Path(str(r["image"])).name, data)
+    if digest is None:
+        return None
+    method = run.info.get("methods", {}).get(str(r["method"]), {})
+    beta_k = method.get("settings", {}).get("beta_k") if method else None
+    view = links.View(image=links.UPLOAD_PREFIX + digest, network=run.info.get("network"),
+                      layer=run_layer(run, str(r["method"])),
+                      beta_k=float(beta_k) if isinstance(beta_k, (int, float)) else None,
+                      target=None if _missing(r["target"]) else int(r["target"]))
+    return f"{PER_SAMPLE_PATH}?{urlencode(links.to_params(view), safe=':')}"
+
+
+# ---- per class: mean map and clusters -------------------------------------------------------------
+
+
+@dataclass
+class ClusterView:
+    """One cluster of similar maps: its members (rows of the table), where their maps put their mass (the mean
+    thumbnail), the members' mean border share, and whether that flags a border shortcut."""
+
+    cluster: int
+    members: "pd.DataFrame"
+    mean_thumbnail: np.ndarray  # THUMBNAIL × THUMBNAIL shares summing to 1
+    border_share: float
+    flagged: bool
+
+
+@dataclass
+class ClassView:
+    """A class of one method: its mean map (bits per pixel for the bottlenecks) and its clusters."""
+
+    method: str
+    target: int
+    class_name: str
+    images: int
+    mean_map: np.ndarray
+    clusters: list[ClusterView] = field(default_factory=list)
+
+
+def class_targets(run: Run, method: str) -> list[tuple[int, str]]:
+    """(target, class name) of the classes with maps of `method`, in target order."""
+    rows = result_rows(run.table)
+    rows = rows[(rows["method"] == method) & rows["target"].notna()]
+    pairs = rows.groupby("target")["class_name"].first()
+    return [(int(t), str(n) if isinstance(n, str) else f"class {int(t)}") for t, n in pairs.items()]
+
+
+def class_view(run: Run, method: str, target: int) -> ClassView:
+    """The class's mean map and its clusters of similar maps (`runs.map_clusters`: SpRAy), largest first."""
+    names = dict(class_targets(run, method))
+    if int(target) not in names:
+        raise UserError(f"The run has no {method} map of class {target}.")
+    mean = class_mean_map(run, method, int(target))
+    groups = map_clusters(run, method, int(target))
+    clusters = []
+    for c in range(groups.k):
+        members = groups.members(c)
+        border = float(np.nanmean(members["border_share"].to_numpy(dtype=np.float64, na_value=np.nan))) \
+            if len(members) else float("nan")
+        clusters.append(ClusterView(c, members, groups.mean_thumbnail(c), border,
+                                    bool(math.isfinite(border) and border >= BORDER_FLAG)))
+    return ClassView(method, int(target), names[int(target)], len(groups.rows), mean, clusters)
+
+
+def image_thumbnail(run: Run, row, trust: Trust, size: int = THUMB_PX) -> bytes | None:
+    """A small PNG of the row's image as the network saw it, or None when it cannot be read here."""
+    from ..render.overlays import png_bytes
+
+    crop = network_crop(run, row, trust)
+    if crop is None:
+        return None
+    return png_bytes(crop.resize((size, size), Image.Resampling.BILINEAR), optimize=False)
+
+
+def map_png(values: np.ndarray, label: str, size: int = 2 * THUMB_PX) -> bytes:
+    """A map alone (no photo) on 0 – its maximum, with the legend that states the scale in `label`."""
+    from ..render.overlays import colorize, png_bytes, with_legend
+
+    values = np.asarray(values, dtype=np.float32)
+    top = float(values.max()) if values.size else 0.0
+    picture = Image.fromarray(colorize(values, vmax=top)).resize((size, size), Image.Resampling.NEAREST)
+    return png_bytes(with_legend(picture, values, max(top, 1e-12), label=label), optimize=False)
+
+
+def flagged_rows(table: "pd.DataFrame") -> "pd.DataFrame":
+    """Result rows whose map puts at least BORDER_FLAG of its mass in the border, highest share first."""
+    rows = result_rows(table)
+    shares = rows["border_share"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return rows[shares >= BORDER_FLAG].sort_values("border_share", ascending=False)
+
+
+# ---- downloads -----------------------------------------------------------------------------------
+
+
+def table_csv(table: "pd.DataFrame") -> bytes:
+    """The table as CSV bytes (UTF-8)."""
+    return table.to_csv(index=False).encode("utf-8")
+
+
+def table_parquet(table: "pd.DataFrame") -> bytes:
+    """The table as Parquet bytes."""
+    import io
+
+    buf = io.BytesIO()
+    table.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+#: At most this many flagged images, and this many members per cluster, go into the report (its size).
+REPORT_FLAGGED, REPORT_MEMBERS = 24, 12
+
+
+def report_html(run: Run, method: str, trust: Trust) -> bytes:
+    """The run's self-contained HTML report for `method` (`render.report.dataset_report_html`): per class the
+    mean map and the clusters with their members, the flagged images; every picture embedded as a PNG."""
+    from ..render.report import dataset_report_html
+
+    units = method_units(run)
+    label = "bits / pixel" if units.get(method) == BITS_UNIT else (units.get(method) or "attribution")
+    classes = []
+    for target, _ in class_targets(run, method):
+        view = class_view(run, method, target)
+        classes.append({
+            "name": view.class_name, "target": view.target, "images": view.images,
+            "mean_png": map_png(view.mean_map, label),
+            "clusters": [{
+                "cluster": c.cluster, "size": len(c.members), "border_share": c.border_share, "flagged": c.flagged,
+                "mean_png": map_png(c.mean_thumbnail, "share of the map"),
+                "members": [(str(r["image"]), image_thumbnail(run, r, trust))
+                            for _, r in c.members.head(REPORT_MEMBERS).iterrows()],
+            } for c in view.clusters],
+        })
+    flagged = flagged_rows(result_rows(run.table)[lambda t: t["method"] == method]).head(REPORT_FLAGGED)
+    scale = page_scale(run, flagged)
+    flagged_cells = [{"image": str(r["image"]), "caption": c.caption, "png": c.png}
+                     for (_, r), c in zip(flagged.iterrows(), gallery(run, flagged, trust, scale, with_links=False))]
+    table = run.table
+    summary = {
+        "run": str(run.path), "network": run.info.get("network"), "layer": run.info.get("layer"),
+        "method": method_names(run).get(method, method), "images": int(table["image"].nunique()),
+        "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
+        "scale": scale if units.get(method) == BITS_UNIT else None,
+    }
+    return dataset_report_html(summary, classes, flagged_cells).encode("utf-8")
+
+
+# ---- a folder run in the background ---------------------------------------------------------------
+
+
+class FolderJob:
+    """A folder run on a background thread: `run_folder` a few images at a time, each batch under the shared
+    network's lock (other pages get their turn between batches), then the table (`finish_run`). The page polls
+    `progress()`; `cancel()` stops after the batch running."""
+
+    def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
+                 batch: int):
+        self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.methods, self.limit, self.batch = methods, limit, batch
+        self.done, self.total, self.label = 0, 0, "listing the images…"
+        self.error: str | None = None
+        self.started, self.finished = time.time(), None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="iba-folder-run", daemon=True)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def progress(self) -> tuple[int, int, str]:
+        """(images done, images in all, what runs now)."""
+        return self.done, self.total, self.label
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the run to end; whether it has."""
+        self._thread.join(timeout)
+        return not self.running
+
+    def _work(self) -> None:
+        from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
+
+        try:
+            network = self.shared.network
+            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit)
+            self.total = len(items)
+            settings = FolderSettings(batch_images=self.batch)
+            for start in range(0, len(items), self.batch):
+                if self._cancel.is_set():
+                    self.label = "stopped"
+                    break
+                chunk = items[start:start + self.batch]
+
+                def progress(done: int, total: int, label: str, _start=start) -> None:
+                    self.label = label
+
+                with self.shared.busy():
+                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress)
+                self.done = start + len(chunk)
+            self.label = "writing the table…"
+            finish_run(self.run_dir)
+            self.label = "stopped" if self._cancel.is_set() else "finished"
+        except Exception as err:  # noqa: BLE001 - told on the page in one sentence; the thread ends
+            self.error = user_message(err, "app")
+        finally:
+            self.finished = time.time()
+
+
+_JOB: FolderJob | None = None
+_JOB_LOCK = threading.Lock()
+
+
+def current_job() -> FolderJob | None:
+    """The server's folder run (running or the last one), or None."""
+    return _JOB
+
+
+def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
+                     layer: str | None = None, limit: int | None = None, *, trust: Trust,
+                     batch: int | None = None) -> FolderJob:
+    """Start a folder run of `source` into `run_dir` with the shared network: one per server at a time (a
+    second is refused with a sentence); both paths checked against `trust`; the methods checked before any
+    work (a bottleneck method at `layer`)."""
+    from ..methods import get_method
+    from ..runs.folder import BATCH_IMAGES
+
+    global _JOB
+    if not (source or "").strip():
+        raise UserError("Type the image folder on the server to run on.")
+    if not (run_dir or "").strip():
+        raise UserError("Type the run folder on the server to write the results to.")
+    if not method_keys:
+        raise UserError("Choose at least one attribution method.")
+    if limit is not None and limit < 1:
+        raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
+    folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder")
+    if not folder.is_dir():
+        raise UserError(f"The image folder {folder} does not exist.")
+    out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder")
+    methods = []
+    for key in method_keys:
+        method = get_method(key)
+        if method.needs_stats and layer:
+            method = get_method(key, layer=layer)
+        reason = method.available_for(shared.network)
+        if reason:
+            raise UserError(f"{method.name} cannot run on this network: {reason}")
+        methods.append(method)
+    with _JOB_LOCK:
+        if _JOB is not None and _JOB.running:
+            done, total, _ = _JOB.progress()
+            raise UserError(f"A folder run is going on this server already ({done} of {total} images, into "
+                            f"{_JOB.run_dir}); one runs at a time.", app_hint="Wait for it to finish.")
+        out.mkdir(parents=True, exist_ok=True)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or BATCH_IMAGES)
+        _JOB._thread.start()
+        return _JOB
+
+
+def job_text(job: FolderJob) -> str:
+    """The job's progress as one line: 'N / M images · label · S s'."""
+    done, total, label = job.progress()
+    seconds = (job.finished or time.time()) - job.started
+    return f"{done} / {total} images · {label} · {seconds:.0f} s"
+
+
+__all__ = ["BORDER_FLAG", "ClassView", "ClusterView", "FolderJob", "GALLERY_PAGE", "GalleryCell", "RowFilter",
+           "class_targets", "class_view", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery",
+           "image_thumbnail", "job_text", "map_png", "open_run_folder", "page_scale", "per_sample_link",
+           "report_html", "result_rows", "start_folder_job", "table_csv", "table_parquet", "value_range"]

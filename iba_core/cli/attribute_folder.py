@@ -1,0 +1,156 @@
+"""`python -m iba_core attribute FOLDER --out RUN_DIR`: every image of a folder (or of a .txt list) with one or more
+methods, into a run folder (`iba_core.runs`: results.parquet, the maps, run.json); one JSON line at the end.
+
+Rerunning the command resumes (done pairs are skipped); adding a method computes only it; a run folder made with
+another network, weights, layer or settings is refused. Under torchrun each rank takes every WORLD_SIZE-th image
+and rank 0 writes the table once all are done. The loop lives in iba_core.runs.folder; this module parses and prints.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from . import files
+from .common import positive_int
+
+
+def add_folder_args(p: argparse.ArgumentParser) -> None:
+    """The options of a folder run (on `attribute`'s parser)."""
+    from ..runs.folder import BATCH_IMAGES
+
+    g = p.add_argument_group("a folder of images (IMAGE is a folder or a .txt list of images; --out RUN_DIR)")
+    g.add_argument("--methods", nargs="+", default=None, metavar="KEY",
+                   help="attribution method keys, or 'all' (default: the Per-Sample Bottleneck, iba_10 at --beta-k "
+                   "10; --method readout: the Readout)")
+    g.add_argument("--labels", type=Path, default=None,
+                   help="label file as `evaluate` reads it: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a "
+                   "synset list (default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in the "
+                   "folder; else class folders; else the network's top-1)")
+    g.add_argument("--boxes", type=Path, default=None,
+                   help="folder of Pascal-VOC XML boxes named like the images: adds box_share")
+    g.add_argument("--limit", type=positive_int, default=None, help="only the first N images (sorted by path)")
+    g.add_argument("--batch-images", type=positive_int, default=BATCH_IMAGES,
+                   help="images per batch (one network pass and one batched Per-Sample fit each; "
+                   "default %(default)s)")
+    g.add_argument("--retry-errors", action="store_true",
+                   help="try again the images that have an error row (a rerun skips them otherwise)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def is_folder_source(path: Path) -> bool:
+    """Whether `attribute`'s argument asks for a folder run: a folder, or a .txt list of images."""
+    from ..runs.folder import LIST_SUFFIX
+
+    path = Path(path).expanduser()
+    return path.is_dir() or path.suffix.lower() == LIST_SUFFIX
+
+
+def refuse_folder_options(args: argparse.Namespace) -> None:
+    """For one image: a UserError naming the folder-run options given (they would be ignored)."""
+    from ..runs.folder import BATCH_IMAGES
+
+    given = [flag for flag, value in (("--methods", args.methods), ("--labels", args.labels), ("--boxes", args.boxes),
+                                      ("--limit", args.limit), ("--retry-errors", args.retry_errors or None),
+                                      ("--batch-images", None if args.batch_images == BATCH_IMAGES else 1))
+             if value is not None]
+    if given:
+        raise UserError(f"{', '.join(given)} apply to a folder run, but {args.image} is one image file.",
+                        cli_hint="Give a folder (or a .txt list of images) and --out RUN_DIR, or use `compare` for "
+                        "several methods on one image.")
+
+
+def check_files(args: argparse.Namespace) -> None:
+    """Inputs readable and the run folder writable, before the network loads (iba_core.cli.files)."""
+    if args.out is None:
+        raise UserError("A folder run needs a run folder for its table and maps.",
+                        cli_hint="Give --out RUN_DIR (created if missing; an existing run there is resumed).")
+    if args.png is not None:
+        raise UserError("--png draws the overlay of one image; a folder run keeps every map in its run folder.",
+                        cli_hint="Leave out --png; read the maps with iba_core.open_run(RUN_DIR).heatmap(row).")
+    image = Path(args.image).expanduser()
+    if image.is_dir():
+        files.readable_folder(image, "image folder", "Image folder")
+    else:
+        files.readable_file(image, "image list")
+    files.readable_file(args.labels, "--labels")
+    files.readable_folder(args.boxes, "--boxes")
+    files.weights_file(args)
+    files.readable_file(args.readout, "--readout")
+    files.image_folder(args.stats_images, "--stats-images")
+    files.output_folder(args.out, "--out")
+
+
+def method_list(args: argparse.Namespace) -> list:
+    """The methods to run, with the command's Per-Sample settings (--layer, --steps, …) and --readout; unknown keys
+    and out-of-range settings fail here, before the network loads."""
+    from ..methods import get_method, method_keys, resolve_methods
+    from ..methods.bottlenecks import PerSampleIBA
+
+    # the bottleneck's options go to the methods that place a bottleneck on a layer, --readout to the Readout
+    bottleneck = {"layer": args.layer, "steps": args.steps, "batch": args.batch, "lr": args.lr, "sigma": args.sigma,
+                  "seed": args.seed, "read_point": args.read_point, "inactive_threshold": args.inactive_threshold,
+                  "precision": args.precision, "stats_samples": args.n}
+
+    def settings_for(method) -> dict:
+        defaults = method.default_settings()
+        if method.needs_stats:
+            return {k: v for k, v in bottleneck.items() if k in defaults}
+        return {"checkpoint": args.readout} if "checkpoint" in defaults and args.readout else {}
+
+    if args.methods is None:
+        if args.method == "readout":
+            keys = ["readout"]
+        else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
+            keys = [PerSampleIBA(args.beta_k, **settings_for(PerSampleIBA()))]
+    else:
+        keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
+        if "all" in keys:
+            keys = method_keys()
+    settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in method_keys()}
+    methods = resolve_methods(keys, settings)
+    for method in methods:
+        if isinstance(method, PerSampleIBA):
+            method.bottleneck_settings()  # the ranges, checked now
+    return methods
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..metrics import results as res
+
+    rank, world = res.dist_info()
+    check_files(args)
+    methods = method_list(args)
+    from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
+    from ..runs.store import TABLE_FILE
+    from .common import load_from_args, print_json, progress_bar
+
+    network = load_from_args(args, device=res.rank_device(args.device))  # one GPU per rank under torchrun
+    if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
+        methods = [m for m in methods if m.available_for(network) is None]
+    target = None if args.target is None else network.class_index(args.target)
+    root, items = list_images(args.image, args.labels, network.class_index, args.limit)
+    settings = FolderSettings(target=target, boxes=args.boxes, stats_images=args.stats_images,
+                              batch_images=args.batch_images, retry_errors=args.retry_errors)
+    progress, close = (None, lambda: None) if args.no_progress else progress_bar(
+        f"attribute {Path(args.image).name}" + (f" rank {rank}/{world}" if world > 1 else ""))
+    try:
+        summary = run_folder(network, items, methods, args.out, settings, root=root, rank=rank, world=world,
+                             progress=progress)
+    finally:
+        close()
+    for example in summary.error_examples:
+        print(f"note: {example}", file=sys.stderr)
+    table = finish_run(args.out, rank, world)
+    record = {
+        "run": str(args.out), "model": network.key, "weights": network.weights_id,
+        "methods": [m.key for m in methods], "images": len(items),
+        "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
+        "new_rows": summary.rows, "new_errors": summary.errors,
+    }
+    if table is not None:
+        record.update(rows=len(table), errors=int(table["error"].notna().sum()),
+                      table=str(Path(args.out) / TABLE_FILE))
+    print_json(record)
+    return 0

@@ -1,0 +1,33 @@
+"""Folder runs: attribution over a whole image folder, a results table any tool reads, per-map measures.
+
+- `folder`: the loop (images × methods, batched, resumable, sharded across torchrun ranks): `list_images`,
+  `run_folder`, `finish_run`;
+- `store`: the run folder on disk (run.json, parts, maps, results.parquet) and `open_run` → `Run` (`.table`,
+  `.heatmap(row)`, `.thumbnails(rows)`);
+- `measures`: per-map measures that point at shortcuts (border_share, box_share, concentration, thumbnails,
+  distance to the class mean), a formula each;
+- `spectral`: spectral clustering of thumbnails (SpRAy) with numpy and scipy;
+- `per_class`: a class's rows, mean map and clusters of similar maps.
+
+Names are imported on first use, so `from iba_core.runs import open_run` does not load the methods.
+"""
+from __future__ import annotations
+
+from ..lazy import lazy_exports
+
+#: public name → module (in this package) that defines it
+_PUBLIC = {
+    "FolderSettings": "folder", "RunSummary": "folder", "list_images": "folder", "run_folder": "folder",
+    "finish_run": "folder", "read_image_list": "folder",
+    "Run": "store", "RunFolderError": "store", "open_run": "store", "build_table": "store",
+    "border_share": "measures", "box_share": "measures", "concentration": "measures", "thumbnail": "measures",
+    "map_measures": "measures", "cosine_distance": "measures",
+    "Clusters": "spectral", "spectral_clusters": "spectral",
+    "MapClusters": "per_class", "class_rows": "per_class", "class_mean_map": "per_class",
+    "class_mean_thumbnails": "per_class", "map_clusters": "per_class",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

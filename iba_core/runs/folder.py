@@ -1,0 +1,460 @@
+"""The folder run: every image of a folder (or of a list of images) × the chosen methods, batched, resumable,
+sharded across torchrun ranks.
+
+    root, items = list_images("val/", labels=None, class_index=network.class_index)
+    run_folder(network, items, [get_method("iba_10")], "runs/val", FolderSettings(), root=root)
+    finish_run("runs/val")                       # the table, with distance_to_class_mean
+    open_run("runs/val").table
+
+Per chunk of `batch_images` images: each image is loaded and preprocessed (a file that cannot be read, or does
+not suit the network, becomes an error row for each method), the network runs once on the chunk (the top-1 class,
+its probability, p(target)), then each method makes its maps: the Per-Sample Bottleneck fits one bottleneck per
+image in one batched run (`PerSampleBottleneck.attribute_batch`), the Readout predicts the chunk's maps in one
+pass, every other method runs image by image. A method that fails on a batch is tried image by image, so one
+bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
+interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
+`FolderSettings.retry_errors`).
+
+The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class.
+Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
+its own parts; `finish_run` meets the ranks at a barrier and rank 0 writes the table.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import USER_ERRORS, UserError
+from ..heads import head_of, probabilities
+from ..methods import Method
+from ..methods.bottlenecks import PerSampleIBA, ReadoutMethod
+from ..metrics.dataset import ImageItem, list_items
+from ..metrics.results import meet_ranks, shard
+from ..model_state import frozen_eval
+from ..progress import ProgressFn
+from .measures import THUMBNAIL, map_measures
+from .store import PART_ROWS, PART_SECONDS, PartWriter, build_table, done_pairs, start_run
+
+#: A text file of image paths (one a line, relative to the file) stands for a folder.
+LIST_SUFFIX = ".txt"
+#: Images per chunk: one network pass and one batched Per-Sample run (N × B noisy copies) per chunk.
+BATCH_IMAGES = 8
+
+
+@dataclass
+class FolderSettings:
+    """What a folder run does beyond its methods (part of its identity, except the batching and the parts)."""
+
+    target: int | None = None  # explain this class in every image; None: the label, else the top-1 class
+    boxes: Path | None = None  # Pascal-VOC XML files named like the images: box_share
+    stats_images: str | None = None  # the Per-Sample Bottleneck's statistics images (None: the network's, or photos)
+    batch_images: int = BATCH_IMAGES
+    retry_errors: bool = False  # try (image, method) pairs with an error row again (e.g. files fixed since)
+    part_rows: int = PART_ROWS
+    part_seconds: float = PART_SECONDS
+
+
+@dataclass
+class RunSummary:
+    """What one call of `run_folder` did (on this rank)."""
+
+    images: int = 0  # this rank's images
+    skipped: int = 0  # images with nothing left to do
+    rows: int = 0  # rows written
+    errors: int = 0  # of them with an error
+    parts: int = 0
+    error_examples: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# The images.
+
+
+def read_image_list(path: str | os.PathLike) -> list[Path]:
+    """The images a text file lists: one path a line, relative to the file's folder (or absolute); blank lines and
+    lines starting with '#' are skipped, a path listed twice counts once."""
+    path = Path(path).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"The image list {path} cannot be read ({err}).") from None
+    files = [Path(os.path.normpath(path.parent / line.strip())) for line in lines
+             if line.strip() and not line.strip().startswith("#")]
+    return list(dict.fromkeys(files))
+
+
+def list_images(source: str | os.PathLike, labels: str | os.PathLike | None = None,
+                class_index: Callable[[str], int] | None = None,
+                limit: int | None = None) -> tuple[Path, list[ImageItem]]:
+    """(root, items) of a folder (every image below it, sorted) or of a `.txt` list of images (its folder is the
+    root), labelled as `evaluate` labels them (`metrics.dataset.list_items`: a label file, class folders, wnids)."""
+    source = Path(source).expanduser()
+    if source.is_dir():
+        root, files = source, None
+    elif source.is_file() and source.suffix.lower() == LIST_SUFFIX:
+        root, files = source.parent, read_image_list(source)
+    else:
+        raise UserError(f"{source} is neither a folder of images nor a {LIST_SUFFIX} list of images.")
+    items = list_items(root, labels, class_index, limit, files=files)
+    if not items:
+        raise UserError(f"No images (jpg, png, …) found {'below' if files is None else 'in the list'} {source}.")
+    return root, items
+
+
+# --------------------------------------------------------------------------------------------
+# The run's identity: what a later run must share to add to it.
+
+
+def _file_id(path: str | os.PathLike) -> dict:
+    import hashlib
+
+    path = Path(path)
+    return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+
+
+def method_identity(network, method: Method) -> dict:
+    """A method's settings as they decide its maps: the layer resolved, the readout checkpoint by its hash."""
+    settings = dict(method.settings)
+    if "layer" in settings and method.needs_stats:
+        settings["layer"] = network.spec.check_layer(settings["layer"] or network.spec.default_layer)
+    if settings.get("stats") is not None:  # statistics given as an object: what they are
+        stats = settings["stats"]
+        settings["stats"] = {"n": getattr(stats, "n", None), "layer": getattr(stats, "layer", None),
+                             "source": getattr(stats, "source", None)}
+    if isinstance(method, ReadoutMethod):
+        checkpoint = method.checkpoint(network)
+        settings["checkpoint"] = _file_id(checkpoint) if checkpoint is not None else None
+    return {"name": method.name, "unit": method.unit, "settings": settings}
+
+
+def run_identity(network, methods: Sequence[Method], settings: FolderSettings, root: str | os.PathLike) -> dict:
+    """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
+    layers = [m.layer(network) for m in methods if isinstance(m, PerSampleIBA)]
+    return {
+        "network": network.key,
+        "weights": getattr(network, "weights_id", ""),
+        "layer": network.spec.check_layer(layers[0]) if layers else None,
+        "settings": {
+            "target": settings.target,
+            "boxes": str(Path(settings.boxes).expanduser().resolve()) if settings.boxes else None,
+            "stats_images": str(settings.stats_images) if settings.stats_images else None,
+            "thumbnail": THUMBNAIL,
+        },
+        "methods": {m.key: method_identity(network, m) for m in methods},
+        "source": str(Path(root).expanduser().resolve()),
+        # how the maps lie on the images (the Dataset page draws each map over the crop the network saw)
+        "preprocess": {"resize": getattr(network.preprocess, "resize", None),
+                       "crop": getattr(network.preprocess, "crop_size", None)},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# How each method makes the maps of a chunk: [(map, extra, seconds)] per image.
+
+
+class _PerSampleMaps:
+    """The Per-Sample Bottleneck, one batched fit per chunk (statistics fetched on first use)."""
+
+    def __init__(self, network, method: PerSampleIBA, stats_images: str | None):
+        self.network, self.method, self.stats_images, self.bottleneck = network, method, stats_images, None
+
+    def prepare(self):
+        """The bottleneck, with its layer's statistics (estimated on first use): a problem there stops the run
+        before any image, rather than failing every image."""
+        if self.bottleneck is None:
+            from ..feature_stats import app_samples, get_stats
+            from ..per_sample import PerSampleBottleneck
+
+            net, s = self.network, self.method.settings
+            layer = net.spec.check_layer(self.method.layer(net))
+            stats = s["stats"]
+            if stats is None:
+                images = self.stats_images or getattr(net.spec, "stats_images", None)
+                stats = get_stats(net, layer, images=images, n=int(s["stats_samples"] or app_samples(net, images)))
+            self.bottleneck = PerSampleBottleneck.for_network(net, layer, stats.to(net.device),
+                                                              self.method.bottleneck_settings())
+        return self.bottleneck
+
+    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
+        results = self.prepare().attribute_batch(x, targets)
+        return [(r.heatmap, {"total_bits": r.total_bits, "unlocated_bits": r.unlocated_bits, "p_without": r.p_without,
+                             "p_with": r.p_with, "precision": r.precision}, r.seconds) for r in results]
+
+
+class _ReadoutMaps:
+    """The Readout Bottleneck: the chunk's maps in one pass (p_with is not measured: NaN)."""
+
+    def __init__(self, network, method: ReadoutMethod):
+        self.network, self.method = network, method
+
+    def prepare(self):
+        """The readout, loaded (a missing or unsuitable checkpoint stops the run before any image)."""
+        from ..readout import cached_readout
+
+        checkpoint = self.method.checkpoint(self.network)
+        if checkpoint is None:
+            from ..readout.checkpoints import no_checkpoint_error
+
+            raise no_checkpoint_error(self.network)
+        return cached_readout(self.network, checkpoint)
+
+    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
+        start = time.perf_counter()
+        maps = self.prepare().heatmaps(x).float().cpu().numpy()
+        seconds = (time.perf_counter() - start) / len(maps)
+        return [(m, {"total_bits": float(m.sum(dtype=np.float64)), "unlocated_bits": 0.0, "p_with": float("nan"),
+                     "precision": "fp32"}, seconds) for m in maps]
+
+
+class _EachImage:
+    """Any method, image by image (`method.attribute`)."""
+
+    def __init__(self, network, method: Method):
+        self.network, self.method = network, method
+
+    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
+        out = []
+        for i, target in enumerate(targets):
+            amap = self.method.attribute(self.network, x[i:i + 1], int(target))
+            out.append((amap.values, dict(amap.extra), amap.seconds))
+        return out
+
+
+def _map_maker(network, method: Method, settings: FolderSettings):
+    if isinstance(method, PerSampleIBA):
+        return _PerSampleMaps(network, method, settings.stats_images)
+    if isinstance(method, ReadoutMethod):
+        return _ReadoutMaps(network, method)
+    return _EachImage(network, method)
+
+
+def is_bits_method(method: Method) -> bool:
+    """Whether the method's maps are bits per pixel (the bottlenecks): total_bits, p_without and p_with apply."""
+    return method.unit == "bits/pixel"
+
+
+def error_text(err: BaseException) -> str:
+    """An error as one sentence for a row: a user error's message, else its type and message."""
+    if isinstance(err, UserError):
+        return err.message
+    if isinstance(err, USER_ERRORS):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+# --------------------------------------------------------------------------------------------
+# The loop.
+
+
+@dataclass
+class _Loaded:
+    item: ImageItem
+    methods: list[Method]
+    x: torch.Tensor | None = None
+    box: np.ndarray | None = None
+    error: str | None = None
+
+
+def _box_mask(boxes: Path | None, item: ImageItem, preprocess, shape: tuple[int, int]) -> np.ndarray | None:
+    """The union of the image's object boxes on the crop, or None (no boxes folder, no box file, unreadable)."""
+    if boxes is None:
+        return None
+    from ..metrics.bbox import boxes_on_crop, find_annotation, parse_voc
+
+    xml = find_annotation(boxes, item.key)
+    if xml is None:
+        return None
+    try:
+        mask, _ = boxes_on_crop(parse_voc(xml), preprocess)
+    except (ValueError, OSError):
+        return None
+    return mask if mask.shape == shape else None
+
+
+def _load(network, item: ImageItem, methods: list[Method], boxes: Path | None) -> _Loaded:
+    pre = network.preprocess
+    try:
+        x = pre.normalise(pre.crop(pre.load(item.path)))
+    except Exception as err:  # noqa: BLE001 - any file that cannot be used is a row with the reason, not a crash
+        return _Loaded(item, methods, error=error_text(err))
+    return _Loaded(item, methods, x, _box_mask(boxes, item, pre, tuple(x.shape[-2:])))
+
+
+def _class_name(network, index: int | None) -> str | None:
+    if index is None:
+        return None
+    name = getattr(network, "class_name", None)
+    return name(index) if callable(name) else f"class {index}"
+
+
+def _predictions(network, x: torch.Tensor) -> torch.Tensor:
+    """(N, classes) probabilities of the unmodified network, under its head."""
+    device = getattr(network, "device", None) or next(network.model.parameters()).device
+    with frozen_eval(network.model), torch.no_grad():
+        return probabilities(network.model(x.to(device)).float(), head_of(network)).cpu()
+
+
+def _base_rows(network, loaded: list[_Loaded], fixed_target: int | None) -> list[dict]:
+    """Per loaded image: image, label, target, class, prediction and probabilities (one network pass); a target
+    the network has no output for marks the image with an error."""
+    probs = _predictions(network, torch.cat([b.x for b in loaded]))
+    rows = []
+    for b, p in zip(loaded, probs):
+        label = b.item.label
+        predicted = int(p.argmax())
+        target = fixed_target if fixed_target is not None else label if label is not None else predicted
+        if not 0 <= target < p.numel():
+            b.error = f"Class index {target} is out of range 0…{p.numel() - 1} for this network."
+            target = predicted
+        rows.append({
+            "image": b.item.key, "label": label, "target": target, "class_name": _class_name(network, target),
+            "predicted": predicted, "predicted_name": _class_name(network, predicted),
+            "p_predicted": float(p[predicted]), "p_target": float(p[target]),
+            "correct": None if label is None else predicted == label,
+        })
+    return rows
+
+
+def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict], device) -> list[tuple[dict, np.ndarray | None]]:
+    """(row, map) of `method` for each loaded image; a batch that fails is tried image by image."""
+    x = torch.cat([b.x for b in loaded]).to(device)
+    targets = [int(r["target"]) for r in base]
+    try:
+        made = maker(x, targets)
+    except Exception:  # noqa: BLE001 - find which image fails (or run smaller when memory ran out)
+        made = []
+        for i, target in enumerate(targets):
+            try:
+                made.extend(maker(x[i:i + 1], [target]))
+            except Exception as err:  # noqa: BLE001 - one image's failure is its row's error
+                made.append(err)
+    out = []
+    for b, row, result in zip(loaded, base, made):
+        row = {**row, "method": method.key, "method_name": method.name}
+        if isinstance(result, BaseException):
+            out.append(({**row, "error": error_text(result)}, None))
+            continue
+        values, extra, seconds = result
+        values = np.asarray(values, dtype=np.float32)
+        row.update(seconds=float(seconds), precision=str(extra.get("precision", "fp32")), error=None,
+                   **map_measures(values, b.box))
+        if is_bits_method(method):
+            row.update(total_bits=float(extra.get("total_bits", values.sum(dtype=np.float64))),
+                       unlocated_bits=float(extra.get("unlocated_bits", 0.0)),
+                       p_without=float(extra.get("p_without", row["p_target"])),
+                       p_with=float(extra.get("p_with", float("nan"))))
+        out.append((row, values))
+    return out
+
+
+def _chunks(seq: list, size: int):
+    for start in range(0, len(seq), size):
+        yield seq[start:start + size]
+
+
+def run_folder(
+    network,
+    items: Sequence[ImageItem],
+    methods: Sequence[Method],
+    run_dir: str | os.PathLike,
+    settings: FolderSettings | None = None,
+    *,
+    root: str | os.PathLike | None = None,
+    rank: int = 0,
+    world: int = 1,
+    progress: ProgressFn | None = None,
+) -> RunSummary:
+    """Attribute this rank's share of `items` with every method not done yet, appending rows to `run_dir`.
+
+    root: the folder the items' keys are relative to (recorded in run.json; default: the first item's folder).
+    A run folder made with another network, weights, layer or settings is refused (`store.RunFolderError`)
+    before any work. progress(done, total, label) counts this rank's images with work left.
+    """
+    settings = settings or FolderSettings()
+    if settings.batch_images < 1:
+        raise UserError(f"Images per batch must be at least 1 (you gave {settings.batch_images}).")
+    methods = list(dict((m.key, m) for m in methods).values())
+    if not methods:
+        raise UserError("Choose at least one attribution method.")
+    for method in methods:
+        reason = method.available_for(network)
+        if reason:
+            raise UserError(f"{method.name} cannot run here: {reason}")
+    run_dir = Path(run_dir)
+    if root is None:
+        root = Path(items[0].path).parent if items else Path(".")
+    start_run(run_dir, run_identity(network, methods, settings, root))
+
+    done = done_pairs(run_dir, errors=not settings.retry_errors)
+    mine = shard(list(items), rank, world)
+    todo = [(item, [m for m in methods if (item.key, m.key) not in done]) for item in mine]
+    todo = [(item, pending) for item, pending in todo if pending]
+    summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo))
+    makers = {m.key: _map_maker(network, m, settings) for m in methods}
+    for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
+        if hasattr(makers[key], "prepare"):
+            makers[key].prepare()
+    device = getattr(network, "device", None) or next(network.model.parameters()).device
+    writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
+
+    def keep(row: dict, values: np.ndarray | None) -> None:
+        writer.add(row, values)
+        summary.rows += 1
+        if row.get("error"):
+            summary.errors += 1
+            if len(summary.error_examples) < 3:
+                summary.error_examples.append(f"{row['image']}: {row['error']}")
+
+    finished = 0
+    try:
+        for chunk in _chunks(todo, settings.batch_images):
+            loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
+            readable = [b for b in loaded if b.error is None]
+            base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
+                if readable else {}
+            for b in loaded:
+                if b.error is not None:
+                    for m in b.methods:
+                        keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
+                              "method_name": m.name, "error": b.error}, None)
+            good = [b for b in loaded if b.error is None]
+            if good:
+                for method in methods:
+                    mine_now = [b for b in good if method in b.methods]
+                    if not mine_now:
+                        continue
+                    if progress is not None:
+                        progress(finished, len(todo), f"{method.name} · {mine_now[0].item.key}")
+                    rows = _method_rows(makers[method.key], method, mine_now, [base[b.item.key] for b in mine_now],
+                                        device)
+                    for row, values in rows:
+                        keep(row, values)
+            finished += len(chunk)
+            if progress is not None:
+                progress(finished, len(todo), chunk[-1][0].key)
+    finally:  # also on Ctrl-C: what is finished is kept
+        writer.flush()
+        summary.parts = writer.parts
+    return summary
+
+
+def finish_run(run_dir: str | os.PathLike, rank: int = 0, world: int = 1):
+    """After this rank's share: meet the other ranks (torchrun) and write the table (results.parquet) on rank 0;
+    returns the table, or None on the other ranks. Without a rendezvous every rank writes it when done (the last
+    one holds every part; `open_run` rebuilds a table that misses parts)."""
+    met = meet_ranks(world)
+    if met and rank != 0:
+        print(f"rank {rank}: shard finished; rank 0 writes the table", file=sys.stderr)
+        return None
+    return build_table(run_dir)
+
+
+__all__ = ["BATCH_IMAGES", "FolderSettings", "LIST_SUFFIX", "RunSummary", "finish_run", "is_bits_method",
+           "list_images", "method_identity", "read_image_list", "run_folder", "run_identity"]

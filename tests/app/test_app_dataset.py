@@ -1,0 +1,116 @@
+"""The Dataset page's state (iba_core.app.dataset): filters, a folder run in the background (progress, one per
+server, paths under the trust rules, the network's lock), the report's pictures."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runs"))
+from run_fixtures import load_card, write_card, write_folder_with_bad_files  # noqa: E402
+
+from iba_core import open_run  # noqa: E402
+from iba_core.app import dataset as ds  # noqa: E402
+from iba_core.app.state import SharedModel  # noqa: E402
+from iba_core.errors import UserError  # noqa: E402
+from iba_core.runs.store import as_table  # noqa: E402
+from iba_core.trust import NotTrustedError, Trust  # noqa: E402
+
+
+def hand_table() -> pd.DataFrame:
+    rows = [
+        {"image": "a.png", "method": "iba_10", "class_name": "cat", "correct": True, "total_bits": 5.0,
+         "border_share": 0.7, "map_index": 0},
+        {"image": "b.png", "method": "iba_10", "class_name": "dog", "correct": False, "total_bits": 9.0,
+         "border_share": 0.1, "map_index": 1},
+        {"image": "c.png", "method": "saliency", "class_name": "cat", "correct": True, "total_bits": None,
+         "border_share": 0.3, "map_index": 2},
+        {"image": "d.png", "method": "iba_10", "error": "not a readable image", "map_index": -1},
+    ]
+    return as_table([{**r, "rank": 0} for r in rows])
+
+
+def test_filters_pick_rows_by_class_correct_method_and_range():
+    table = hand_table()
+    images = lambda f: list(ds.filter_rows(table, f)["image"])  # noqa: E731
+    assert images(ds.RowFilter()) == ["a.png", "b.png", "c.png"]  # error rows apart
+    assert images(ds.RowFilter(classes=("cat",))) == ["a.png", "c.png"]
+    assert images(ds.RowFilter(correct="incorrect")) == ["b.png"]
+    assert images(ds.RowFilter(methods=("saliency",))) == ["c.png"]
+    assert images(ds.RowFilter(ranges=(("total_bits", 4.0, 6.0),))) == ["a.png"]  # NaN bits drop out
+    assert images(ds.RowFilter(ranges=(("border_share", 0.25, 1.0),), correct="correct")) == ["a.png", "c.png"]
+    assert list(ds.error_rows(table)["image"]) == ["d.png"]
+    assert ds.value_range(table, "total_bits") == (5.0, 9.0) and ds.value_range(table, "box_share") is None
+    assert list(ds.flagged_rows(table)["image"]) == ["a.png"]  # border share ≥ BORDER_FLAG
+    with pytest.raises(UserError, match="Choose one of"):
+        ds.filter_rows(table, ds.RowFilter(correct="maybe"))
+
+
+def test_map_png_states_its_scale_below_the_map():
+    values = np.zeros((28, 28), dtype=np.float32)
+    values[0, 0] = 3.0
+    from PIL import Image
+    import io
+
+    picture = Image.open(io.BytesIO(ds.map_png(values, "bits / pixel", size=96)))
+    assert picture.width == 96 and picture.height > 96  # the legend under it
+    assert np.asarray(picture.convert("RGB"))[0, 0].sum() > np.asarray(picture.convert("RGB"))[95, 95].sum()
+
+
+@pytest.fixture(scope="module")
+def tiny_shared(tmp_path_factory):
+    card = write_card(tmp_path_factory.mktemp("card"), ["apple", "banana", "cherry"])
+    return SharedModel(load_card(card))
+
+
+def test_a_background_run_reports_progress_holds_the_lock_and_writes_the_run(tiny_shared, tmp_path, monkeypatch):
+    images = write_folder_with_bad_files(tmp_path / "images")
+    taken = []
+    busy = SharedModel.busy
+
+    def recording(self, on_wait=None, poll_s=None):
+        taken.append(True)
+        return busy(self, on_wait, poll_s)
+
+    monkeypatch.setattr(SharedModel, "busy", recording)
+    trust = Trust(server_paths=(tmp_path.resolve(),))
+    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    assert job.wait(120) and job.error is None, job.error
+    assert job.progress()[:2] == (12, 12) and job.label == "finished"
+    assert len(taken) == 3  # one turn of the network's lock per batch of 5: other pages run between batches
+    table = open_run(tmp_path / "run").table
+    assert len(table) == 12 and table["error"].notna().sum() == 2
+    assert "12 / 12 images" in ds.job_text(job)
+
+
+def test_a_background_run_is_refused_outside_the_allowed_folders_and_while_another_runs(tiny_shared, tmp_path,
+                                                                                         monkeypatch):
+    (tmp_path / "images").mkdir()
+    trust = Trust(server_paths=((tmp_path / "allowed").resolve(),))
+    with pytest.raises(NotTrustedError, match="outside the folders this app may read"):
+        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "allowed" / "run"), ["saliency"],
+                            trust=trust)
+
+    class Running:
+        running, run_dir = True, tmp_path / "other"
+
+        def progress(self):
+            return 3, 10, "x"
+
+    monkeypatch.setattr(ds, "_JOB", Running())
+    anywhere = Trust(server_paths=(tmp_path.resolve(),))
+    with pytest.raises(UserError, match=r"already \(3 of 10 images"):
+        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), ["saliency"],
+                            trust=anywhere)
+    with pytest.raises(UserError, match="at least one attribution method"):
+        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), [], trust=anywhere)
+
+
+def test_opening_a_run_folder_checks_the_trust_rules_first(tmp_path):
+    with pytest.raises(NotTrustedError):
+        ds.open_run_folder(str(tmp_path), Trust(server_paths=((tmp_path / "x").resolve(),)))
+    with pytest.raises(UserError, match="is not a run folder"):
+        ds.open_run_folder(str(tmp_path), Trust(server_paths=(tmp_path.resolve(),)))

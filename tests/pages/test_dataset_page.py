@@ -1,0 +1,120 @@
+"""The Dataset page (issue #22, point 6) through AppTest, on a folder run of the shortcut data set (a tiny CNN
+trained in the fixture on images whose class "marked" is told only by a corner mark): open the run, filter it, the
+cluster view lists the members `map_clusters` finds (the marked images apart), the link to Per-Sample carries the
+run's network, layer and class, a path outside the allowed folders is refused, the HTML report names the classes."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from page_helpers import assert_clean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runs"))
+from run_fixtures import LAYER, make_shortcut_run  # noqa: E402
+
+from iba_core import open_run  # noqa: E402
+from iba_core.runs import map_clusters  # noqa: E402
+from pages._widgets import plain  # noqa: E402
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def shortcut(tmp_path_factory) -> tuple[Path, dict[str, bool]]:
+    """The run folder (inside a folder the app may read: IBA_DATA_DIRS) and {image: marked}."""
+    root = tmp_path_factory.mktemp("dataset_page")
+    run_dir, keys = make_shortcut_run(root / "data_root", per_class=6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IBA_DATA_DIRS", str(root / "data_root"))
+        yield run_dir, keys
+
+
+def opened(run_dir: Path | str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/dataset.py").run()
+    assert_clean(at)
+    at.text_input(key="ds_path").input(str(run_dir))
+    at.button(key="ds_open_button").click().run()
+    assert_clean(at)
+    return at
+
+
+def table_images(at: AppTest) -> list[str]:
+    """The images of the page's table (its first dataframe; the run has no error rows)."""
+    return sorted(at.dataframe[0].value["image"])
+
+
+def test_open_and_filter_a_run(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    assert not at.error, [e.value for e in at.error]
+    assert table_images(at) == sorted(keys)
+    at.multiselect(key="ds_classes").select("marked").run()
+    assert table_images(at) == sorted(k for k, m in keys.items() if m)
+    at.multiselect(key="ds_classes").unselect("marked").run()
+    at.radio(key="ds_correct").set_value("incorrect").run()
+    assert table_images(at) == []  # the trained network gets every image right
+    assert any("No row passes the filters" in i.value for i in at.info)
+    at.radio(key="ds_correct").set_value("correct").run()
+    assert table_images(at) == sorted(keys)
+    # the gallery: one bits scale for the view, stated
+    assert any("bits per pixel" in c.value and "One colour scale" in c.value for c in at.caption)
+
+
+def test_the_cluster_view_lists_the_members_map_clusters_finds(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    run = open_run(run_dir)
+    for target in (0, 1):
+        at.selectbox(key="ds_class_iba_10").set_value(target).run()
+        assert_clean(at)
+        groups = map_clusters(run, "iba_10", target)
+        expected = sorted(sorted(plain(m) for m in groups.members(c)["image"]) for c in range(groups.k))
+        shown = sorted(sorted(c.value[len("Members: "):].split(", ")) for c in at.caption
+                       if c.value.startswith("Members: "))
+        assert shown == expected
+    # class "marked": every map lies in the corner, so its clusters are flagged as a border shortcut
+    at.selectbox(key="ds_class_iba_10").set_value(0).run()
+    assert any("border shortcut?" in m.value for m in at.markdown)
+
+
+def test_the_gallery_links_open_per_sample_with_the_runs_network_layer_and_class(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    found = [m.value for m in at.markdown if "[Per-Sample](per_sample?" in m.value]
+    assert len(found) == min(len(keys), 12)
+    table = open_run(run_dir).table.set_index("image")
+    for text in found:
+        url = text.split("[Per-Sample](", 1)[1].rstrip(")")
+        params = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+        assert params["network"] == "card:tiny" and params["layer"] == LAYER and params["beta_k"] == "10"
+        assert params["image"].startswith("upload:")  # the image is kept like an upload: no server path in a link
+        image = next(k for k in keys if plain(k) in text)
+        assert params["target"] == str(int(table.loc[image, "target"]))
+
+
+def test_a_path_outside_the_allowed_folders_is_refused(shortcut, tmp_path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    at = opened(outside)
+    assert [e.value for e in at.error] and "outside the folders this app may read" in at.error[0].value
+    assert not at.dataframe  # no run is shown
+    at = opened("")
+    assert "Type the path of a run folder" in at.error[0].value
+
+
+def test_the_html_report_names_the_classes(shortcut) -> None:
+    run_dir, _ = shortcut
+    at = opened(run_dir)
+    at.button(key="ds_report_button").click().run()
+    assert_clean(at)
+    report = at.session_state["ds_report"].decode("utf-8")
+    assert report.startswith("<!DOCTYPE html>") and "marked" in report and "object" in report
+    assert "data:image/png;base64," in report and "src=\"http" not in report  # self-contained
+    assert "border shortcut?" in report
