@@ -18,6 +18,9 @@ if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/bench_per_sample.py --device cuda --no-memory --repeats 5 2>&1 | tee "$LOGS/bench_per_sample.txt"
   python3 benchmarks/bench_per_sample.py --device cuda --batched --sizes 1,4,16,64 --models resnet50,efficientnet_lite0 2>&1 | tee "$LOGS/bench_batched.txt"
   python3 benchmarks/bench_per_sample.py --device cuda --sweep --repeats 5 2>&1 | tee "$LOGS/bench_sweep.txt"
+  # folder runs (issue 22): ResNet-50 Per-Sample (goal ≥ 100 images/s) and the Readout (goal ≥ 1,000 images/s)
+  python3 benchmarks/bench_folder.py --model resnet50 --weights random --device cuda --images 512 --batch-images 64 \
+    --precision auto 2>&1 | tee "$LOGS/bench_folder.txt"
 fi
 if [[ $what == sweep || $what == all ]]; then
   python3 benchmarks/bench_per_sample.py --device cuda --sweep --repeats 5 --models resnet50 --compile default,reduce-overhead 2>&1 | tee "$LOGS/bench_compile.txt"
