@@ -657,9 +657,8 @@ def _check_network(trust: Trust, form: dict[str, Any]) -> None:
         show_error(err)
         return
     st.caption(f"What {plain(preview.name)} would be, read from its files; if it is right, add it.")
-    rows = preview.rows()
-    st.dataframe({"": [what for what, _ in rows], "Read from the files": [value for _, value in rows]},
-                 hide_index=True)
+    # One line per entry, wrapped: the form sits in the narrow sidebar column, where a table cuts its values off.
+    st.markdown("  \n".join(f"**{plain(what)}:** {plain(value)}" for what, value in preview.rows()))
 
 
 def _add_network(trust: Trust, form: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import streamlit as st
 from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
 from iba_core.methods import display_names
+from iba_core.render.text import count_of
 from pages import _widgets as ui
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
@@ -125,6 +126,9 @@ def filters(run) -> ds.RowFilter:
     chosen = c1.multiselect("Classes", classes, key="ds_classes", format_func=ui.plain, placeholder="all classes")
     correct = c2.radio("Prediction", ds.CORRECT_CHOICES, key="ds_correct", horizontal=True,
                        help="correct: the network's top-1 is the label (rows without a label count as neither).")
+    note = ds.label_note(table)
+    if note:
+        st.info(note, icon=":material/label_off:")
     methods = c3.multiselect("Methods", list(names), key="ds_methods_shown", format_func=lambda k: names[k],
                              placeholder="all methods")
     ranges = []
@@ -217,13 +221,13 @@ def class_section(run) -> None:
     unit = "bits / pixel" if units.get(method) == ds.BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
     left.image(ds.map_png(view.mean_map, unit), width="stretch",
-               caption=f"Mean map of {ui.plain(view.class_name)} over {view.images} images ({unit}).")
+               caption=f"Mean map of {ui.plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
     with right:
-        st.caption(f"{len(view.clusters)} clusters (spectral clustering of the 28 × 28 thumbnails; k by the "
+        st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
                    f"eigengap). A cluster whose maps put {ds.BORDER_FLAG:.0%} or more in the border is flagged.")
         for c in view.clusters:
             flag = " · :red[**border shortcut?**]" if c.flagged else ""
-            st.markdown(f"**Cluster {c.cluster + 1}** · {len(c.members)} images · mean border share "
+            st.markdown(f"**Cluster {c.cluster + 1}** · {count_of(len(c.members), 'image')} · mean border share "
                         f"{c.border_share:.0%}{flag}")
             cols = st.columns(8)
             cols[0].image(ds.map_png(c.mean_thumbnail, "share", size=96), width="stretch")

@@ -301,10 +301,14 @@ def few_bits(record: RunRecord) -> None:
     slot.image(not_needed_outline(record.cropped, r.heatmap, threshold), width="stretch")
     share = not_needed_fraction(r.heatmap, threshold)
     passed = bits_below(r.heatmap, threshold)
-    st.caption(
-        f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} bits / pixel. Together these regions "
-        f"still pass **{passed:,.1f} bits** of the {r.total_bits:,.0f} — few, but not zero."
-    )
+    if share > 0:
+        st.caption(
+            f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} bits / pixel. Together these regions "
+            f"still pass **{passed:,.1f} bits** of the {r.total_bits:,.0f} — few, but not zero."
+        )
+    else:  # nothing below the threshold: no region to grey, and no "few" bits to speak of
+        st.caption(f"No part of the crop is below {threshold:g} bits / pixel: every region passes more. A higher "
+                   "threshold shows the regions the network takes the least from.")
     with st.expander("What does the guarantee cover?"):
         st.markdown(
             "The bits that pass the noisy bottleneck bound what the network can use from a region *when it "

@@ -448,8 +448,8 @@ class FolderJob:
                     break
                 chunk = items[start:start + self.batch]
 
-                def progress(done: int, total: int, label: str, _start=start) -> None:
-                    self.label = label
+                def progress(done: int, total: int, label: str, _start=start, _n=len(chunk)) -> None:
+                    self.label = f"images {_start + 1}–{_start + _n}: {label}" if _n > 1 else label
 
                 with self.shared.busy():
                     run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress)
@@ -462,6 +462,10 @@ class FolderJob:
         finally:
             self.finished = time.time()
 
+
+#: Images per batch of the page's background run: fewer than the CLI's (BATCH_IMAGES), so the progress moves every
+#: few seconds on a CPU and other pages get the network between batches; a GPU run belongs to the CLI anyway.
+PAGE_BATCH_IMAGES = 2
 
 _JOB: FolderJob | None = None
 _JOB_LOCK = threading.Lock()
@@ -479,7 +483,6 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     second is refused with a sentence); both paths checked against `trust`; the methods checked before any
     work (a bottleneck method at `layer`)."""
     from ..methods import get_method
-    from ..runs.folder import BATCH_IMAGES
 
     global _JOB
     if not (source or "").strip():
@@ -509,19 +512,32 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
             raise UserError(f"A folder run is going on this server already ({done} of {total} images, into "
                             f"{_JOB.run_dir}); one runs at a time.", app_hint="Wait for it to finish.")
         out.mkdir(parents=True, exist_ok=True)
-        _JOB = FolderJob(shared, folder, out, methods, limit, batch or BATCH_IMAGES)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES)
         _JOB._thread.start()
         return _JOB
 
 
+def label_note(table) -> str:
+    """A sentence when no row of the run has a label ("" otherwise): then nothing is correct or incorrect, and each
+    image explains the network's top-1 (or the run's fixed target)."""
+    rows = result_rows(table)
+    if len(rows) == 0 or "label" not in rows or rows["label"].notna().any():
+        return ""
+    return ("No image of this run has a label, so none is correct or incorrect, and each explains the network's own "
+            "top-1 class (unless the run fixed one). Labels come from a label file in the folder or from class folders named by the network's "
+            "class names, indices or WordNet ids; folder names the network does not know are not read as labels.")
+
+
 def job_text(job: FolderJob) -> str:
-    """The job's progress as one line: 'N / M images · label · S s'."""
+    """The job's progress as one line: 'N / M images · label · S s', with the time to go once an image is done
+    (at the rate so far)."""
     done, total, label = job.progress()
     seconds = (job.finished or time.time()) - job.started
-    return f"{done} / {total} images · {label} · {seconds:.0f} s"
+    left = f" · about {seconds / done * (total - done):.0f} s to go" if 0 < done < total and not job.finished else ""
+    return f"{done} / {total} images · {label} · {seconds:.0f} s{left}"
 
 
 __all__ = ["BORDER_FLAG", "ClassView", "ClusterView", "FolderJob", "GALLERY_PAGE", "GalleryCell", "RowFilter",
            "class_targets", "class_view", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery",
-           "image_thumbnail", "job_text", "map_png", "open_run_folder", "page_scale", "per_sample_link",
+           "image_thumbnail", "job_text", "label_note", "map_png", "open_run_folder", "page_scale", "per_sample_link",
            "report_html", "result_rows", "start_folder_job", "table_csv", "table_parquet", "value_range"]

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from ..errors import USER_ERRORS, UserError, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
-from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card,
-                              write_card)
+from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, default_card_name, is_card_key,
+                              load_card, read_card, write_card)
 from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
 from ..networks.model_folders import read_folder
 from ..networks.spec import UnknownModelError
@@ -111,7 +111,7 @@ def find_cards(folder: str | os.PathLike | None = None, trust: Trust | None = No
         try:
             card = read_card(path, trust)
         except ValueError as err:  # ModelCardError, NotTrustedError
-            found.append(CardChoice(path.resolve(), path.stem, error=user_message(err, "app")))
+            found.append(CardChoice(path.resolve(), default_card_name(path), error=user_message(err, "app")))
             continue
         found.append(CardChoice(card.path, card.name, card.title or "", card.stats_images))
     return sorted(found, key=lambda c: (c.name.lower(), str(c.path)))

@@ -7,7 +7,8 @@
     classes = "classes.txt"              # one name a line; or JSON (list, {index: name}); or CSV index,name
     layer = "layer3"                     # optional: default layer (else the derived spec's rule)
     stats_images = "photos"              # optional: image folder for the feature statistics
-    name = "mynet"                       # optional: the network's key is card:<name> (default: the file stem)
+    name = "mynet"                       # optional: the network's key is card:<name> (default: the file stem;
+                                         # a card.toml is named by its folder)
     title = "My ResNet-50"               # optional: shown in tables and figures
     head = "softmax"                     # optional: "softmax" (default), "sigmoid" (multi-label) or "binary"
     channels = 4                         # optional: input channels (default: the source's, else the first conv's)
@@ -236,7 +237,7 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
         raise ModelCardError(f"In the model card {path}, head must be one of {', '.join(HEADS)}, not "
                              f"{shown(head, 20)!r}.")
     card = ModelCard(
-        path=path.resolve(), name=text("name") or path.stem, arch=arch, weights=file("weights"),
+        path=path.resolve(), name=text("name") or default_card_name(path), arch=arch, weights=file("weights"),
         classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
         title=text("title"), arch_args=arch_args, preprocess=preprocess, head=head, channels=channels,
         display_bands=display_bands,
@@ -249,6 +250,19 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
         raise ModelCardError(f"The model card {path} names no arch; add arch = \"torchvision:NAME\" or "
                              "\"package.module:function\".")
     return card
+
+
+#: File names that say nothing about the network: such a card is named by its folder (models/skin/card.toml →
+#: card:skin), so that two networks laid out that way do not share one key (and its caches, links, run folders).
+GENERIC_CARD_STEMS = ("card", "model", "model_card", "config")
+
+
+def default_card_name(path: Path) -> str:
+    """The name of a card without `name`: its file's stem, or its folder's name for a generic file name."""
+    stem = path.stem
+    if stem.lower() in GENERIC_CARD_STEMS and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return stem
 
 
 def check_builder_args(path: Path, args: dict, *, source: str | None = None, entry: str = "arch_args") -> None:

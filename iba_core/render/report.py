@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..jsonable import jsonable
+from .text import count_of
 
 if TYPE_CHECKING:
     from ..per_sample import AttributionResult, BottleneckSettings
@@ -125,12 +126,12 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict])
                "network takes most of what it uses from the border (a ruler, a watermark, a corner mark).</p>")
     out.append("<h2>Classes: mean map and clusters of similar maps</h2>")
     for c in classes:
-        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {int(c['images'])} images)</h3>")
+        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {count_of(int(c['images']), 'image')})</h3>")
         out.append('<div class="cells"><figure>' + _img(c.get("mean_png"), f"mean map of {c['name']}")
                    + "<figcaption>mean map</figcaption></figure></div>")
         for k in c.get("clusters", []):
             note = ' <span class="flag">border shortcut?</span>' if k.get("flagged") else ""
-            out.append(f"<p>Cluster {int(k['cluster']) + 1}: {int(k['size'])} images, mean border share "
+            out.append(f"<p>Cluster {int(k['cluster']) + 1}: {count_of(int(k['size']), 'image')}, mean border share "
                        f"{float(k['border_share']):.0%}{note}</p>")
             cells = ['<figure>' + _img(k.get("mean_png"), "cluster mean") + "<figcaption>where its maps put their "
                      "mass</figcaption></figure>"]

@@ -21,3 +21,8 @@ def format_seconds(seconds: float) -> str:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min"
 
+
+
+def count_of(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 image", "3 images": a count with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

@@ -49,6 +49,31 @@ def test_filters_pick_rows_by_class_correct_method_and_range():
         ds.filter_rows(table, ds.RowFilter(correct="maybe"))
 
 
+def test_a_run_without_labels_says_so_once():
+    table = hand_table()
+    assert "label" not in table or table["label"].isna().all()
+    assert "has a label" in ds.label_note(table) and "class folders" in ds.label_note(table)
+    labelled = table.assign(label=[1.0, 2.0, None, None])
+    assert ds.label_note(labelled) == ""
+
+
+def test_job_text_gives_the_time_to_go_at_the_rate_so_far():
+    class Job:
+        started, finished = 100.0, None
+
+        def progress(self):
+            return 2, 8, "images 3–4: b.png"
+
+    import time as clock
+
+    job = Job()
+    job.started = clock.time() - 10.0  # 2 images in 10 s: 6 left take about 30 s
+    text = ds.job_text(job)
+    assert text.startswith("2 / 8 images · images 3–4: b.png · 10 s") and "about 30 s to go" in text
+    job.finished = job.started + 40.0
+    assert "to go" not in ds.job_text(job)
+
+
 def test_map_png_states_its_scale_below_the_map():
     values = np.zeros((28, 28), dtype=np.float32)
     values[0, 0] = 3.0

@@ -192,3 +192,20 @@ def test_card_without_arch_needs_a_trusted_whole_module(tmp_path):
     card.write_text('classes = "classes.txt"\n')
     with pytest.raises(ModelCardError, match="names no arch"):
         load_network(card)
+
+
+def test_a_card_named_card_toml_takes_its_folders_name(tmp_path):
+    """The layout models/<network>/card.toml: two such cards get two keys (their folders'), not one "card:card"
+    that their caches, links and run folders would share; any other file name stays the key."""
+    from iba_core.networks.cards import read_card
+
+    keys = []
+    for network in ("skin", "xray"):
+        folder = tmp_path / network
+        folder.mkdir()
+        keys.append(read_card(write_card(folder, name="card", arch="torchvision:resnet18", weights=None,
+                                         classes=None)).key)
+    assert keys == ["card:skin", "card:xray"]
+    assert read_card(write_card(tmp_path / "skin", name="fruit", weights=None, classes=None)).key == "card:fruit"
+    named = write_card(tmp_path / "xray", name="card", weights=None, classes=None, extra='name = "chest"\n')
+    assert read_card(named).key == "card:chest"
