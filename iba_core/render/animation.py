@@ -210,7 +210,9 @@ def _bar_labels(height: int, top: float, bottom: float, font, clipped: bool) -> 
     tall, bottom to top: round ticks where they fit, and the top at the bar's top. No two labels overlap."""
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     line_h = _text_size(probe, "0123456789", font)[1]
-    labels = scale_labels(top, bottom, min_gap=(line_h + 6) / max(height, 1), clipped=clipped)
+    # The top label hangs below the bar's top edge (it cannot sit centred on it): a round tick needs a label and a
+    # half plus a margin of room below the top, or "30" touches "32.7".
+    labels = scale_labels(top, bottom, min_gap=(1.5 * line_h + 8) / max(height, 1), clipped=clipped)
     span = top - bottom if top > bottom else 1.0
     out = []
     for value, text in labels:

@@ -77,7 +77,7 @@ def test_colour_bar_is_labelled() -> None:
         animation._lut("inferno")[0])
 
 
-@pytest.mark.parametrize("top", [61.8, 0.0123, 1e-6, 3.0, 0.752, 1234.5])
+@pytest.mark.parametrize("top", [61.8, 32.7, 0.0123, 1e-6, 3.0, 0.752, 1234.5])
 @pytest.mark.parametrize("height, font_size", [(224, 17), (120, 13), (360, 19)])
 def test_colour_bar_labels_never_overlap(top, height, font_size) -> None:
     """The stem's 61.8 drew '61.8' over '60': the top is always labelled and no tick label touches another."""
@@ -87,6 +87,9 @@ def test_colour_bar_labels_never_overlap(top, height, font_size) -> None:
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     boxes = sorted((y_text, y_text + animation._text_size(probe, text, font)[1]) for _, y_text, text in labels)
     assert all(lower[0] >= upper[1] for upper, lower in zip(boxes, boxes[1:])), (top, labels)
+    # The ink as drawn (a glyph sits below its text origin): 32.7's "30" touched "32.7" in a browser walkthrough.
+    ink = sorted(probe.textbbox((0, y_text), text, font=font)[1::2] for _, y_text, text in labels)
+    assert all(lower[0] - upper[1] >= 2 for upper, lower in zip(ink, ink[1:])), (top, labels, ink)
     assert all(0 <= a and b <= height for a, b in boxes)
     texts = [t for _, t in animation.scale_labels(top)]
     assert len(texts) == len(set(texts)) and texts[-1] == animation._tick_text(top)
