@@ -48,12 +48,21 @@ def _top_of(heatmap: np.ndarray, top: float | None) -> float:
     return float(top)
 
 
+#: The narrowest picture a legend is drawn under: "≥ 107 bits / pixel" and a round tick need about this much at the
+#: legend's smallest font (a network's 224 px crop is wider already).
+LEGEND_MIN_WIDTH = 200
+
+
 def with_legend(picture: Image.Image, heatmap: np.ndarray, top: float, cmap: str = "inferno",
                 label: str = BITS_LABEL) -> Image.Image:
     """`picture` with a colour legend below it, as wide as it: 0 – `top` in `label` ("≥ top" where the map has
-    values above the scale). The picture itself keeps its pixels."""
+    values above the scale). The picture itself keeps its pixels; one narrower than LEGEND_MIN_WIDTH (a 96 px tile)
+    is enlarged by a whole factor, pixels kept as blocks, so the legend's text fits beside its scale."""
     h = as_map(heatmap)
     clipped = bool(h.size) and float(h.max()) > top * (1 + 1e-6)
+    if 0 < picture.width < LEGEND_MIN_WIDTH:
+        factor = -(-LEGEND_MIN_WIDTH // picture.width)
+        picture = picture.resize((picture.width * factor, picture.height * factor), Image.Resampling.NEAREST)
     legend = colour_legend(picture.width, top, cmap, label=label, clipped=clipped)
     out = Image.new("RGB", (picture.width, picture.height + legend.height), (255, 255, 255))
     out.paste(picture.convert("RGB"), (0, 0))

@@ -153,3 +153,18 @@ def test_overlays_carry_a_legend_of_the_scale() -> None:
     assert full.width == 900 and full.height > 500 + 20
     bare = overlays.full_resolution_overlay(original, blob(), box, top=3.0)
     assert np.array_equal(np.asarray(full)[:500], np.asarray(bare))
+
+
+def test_a_small_picture_is_enlarged_by_a_whole_factor_so_its_legend_fits() -> None:
+    """A 96 px tile's legend could not hold "107 bits / pixel": the picture grows 3× (blocks kept) to 288 px."""
+    import numpy as np
+    from PIL import Image
+
+    from iba_core.render.overlays import LEGEND_MIN_WIDTH, with_legend
+
+    tile = Image.fromarray(np.arange(96 * 96 * 3, dtype=np.uint8).reshape(96, 96, 3))
+    out = with_legend(tile, np.full((96, 96), 50.0), 107.0)
+    assert out.width == 288 >= LEGEND_MIN_WIDTH and out.height > 288
+    blocks = np.asarray(out)[:288]
+    assert (blocks[::3, ::3] == np.asarray(tile)).all() and (blocks[2::3, 2::3] == np.asarray(tile)).all()
+    assert with_legend(Image.new("RGB", (500, 400)), np.zeros((4, 4)), 1.0).width == 500  # large: as it is
