@@ -230,7 +230,7 @@ def class_section(run) -> None:
             st.markdown(f"**Cluster {c.cluster + 1}** · {count_of(len(c.members), 'image')} · mean border share "
                         f"{c.border_share:.0%}{flag}")
             cols = st.columns(8)
-            cols[0].image(ds.map_png(c.mean_thumbnail, "share", size=96), width="stretch")
+            cols[0].image(ds.map_png(c.mean_thumbnail, "share of the map", size=96), width="stretch")
             for i, (_, row) in enumerate(c.members.head(7).iterrows(), start=1):
                 png = ds.image_thumbnail(run, row, trust)
                 if png is not None:
