@@ -76,3 +76,17 @@ def edit_config(folder: Path, **entries) -> None:
         else:
             config[key] = value
     path.write_text(json.dumps(config))
+
+
+def attribute_cli(argv: list, capsys, tmp_path: Path) -> tuple[dict, np.ndarray]:
+    """`attribute ARGV --steps 2 --n 8` in-process: its JSON summary and its heatmap, checked finite and not
+    constant."""
+    from iba_core.cli import main
+
+    out = tmp_path / "heatmap.npy"
+    code = main(["attribute", *map(str, argv), "--steps", "2", "--n", "8", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    heatmap = np.load(out)
+    assert np.isfinite(heatmap).all() and heatmap.std() > 0  # finite and not constant
+    return json.loads(captured.out.strip()), heatmap

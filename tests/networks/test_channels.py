@@ -3,7 +3,6 @@ with in_chans=1) or more than three (multispectral tiles: in_chans=4, read from 
 through the library and the CLI, with random weights saved offline; and the refusals, one sentence each."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,11 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from iba_core.cli import main
 from iba_core.images import ImageError, MultiBandImage, load_input
 from iba_core.networks import ModelCardError, load_network
 from iba_core.networks.spec import fit_channels, input_channels_of
-from source_fixtures import save_timm_folder, write_image
+from source_fixtures import attribute_cli, save_timm_folder, write_image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bad_inputs"))
 from bad_input_helpers import assert_one_sentence, cli_error, run_cli  # noqa: E402
@@ -75,21 +73,11 @@ def bands(tmp_path_factory) -> Path:
     return root
 
 
-def attribute(argv: list, capsys, tmp_path: Path) -> tuple[dict, np.ndarray]:
-    out = tmp_path / "heatmap.npy"
-    code = main(["attribute", *map(str, argv), "--steps", "2", "--n", "8", "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    heatmap = np.load(out)
-    assert np.isfinite(heatmap).all() and heatmap.std() > 0  # finite and not constant
-    return json.loads(captured.out.strip()), heatmap
-
-
 # ---- one channel ---------------------------------------------------------------------------------------------
 
 
 def test_a_grayscale_timm_folder_attributes_a_photo_by_class_name(gray_folder, image, capsys, tmp_path):
-    summary, heatmap = attribute([image, "--model", gray_folder, "--target", "nodule"], capsys, tmp_path)
+    summary, heatmap = attribute_cli([image, "--model", gray_folder, "--target", "nodule"], capsys, tmp_path)
     assert summary["target"] == 1 and summary["class_name"] == "nodule"
     assert heatmap.shape == (224, 224) and summary["path"] == "fx"  # the cut was checked on 1-channel images
     assert summary["stats_samples"] == 8  # the sample photos, in gray
@@ -156,8 +144,8 @@ def test_channels_and_mean_helpers():
 
 def test_a_4_band_card_attributes_a_npy_and_a_tif_tile_alike(bands, capsys, tmp_path):
     card = bands / "bands.toml"
-    from_npy, heat_npy = attribute([bands / "tile.npy", "--model", card, "--target", "forest"], capsys, tmp_path)
-    from_tif, heat_tif = attribute([bands / "tile.tif", "--model", card, "--target", "forest"], capsys, tmp_path)
+    from_npy, heat_npy = attribute_cli([bands / "tile.npy", "--model", card, "--target", "forest"], capsys, tmp_path)
+    from_tif, heat_tif = attribute_cli([bands / "tile.tif", "--model", card, "--target", "forest"], capsys, tmp_path)
     for summary in (from_npy, from_tif):
         assert summary["model"] == "card:bands" and summary["class_name"] == "forest" and summary["target"] == 1
         assert summary["stats_samples"] == 6  # the card's folder of six 4-band tiles

@@ -11,7 +11,8 @@ import pytest
 from iba_core.cli import main
 from iba_core.networks import HubUnavailableError, UnknownModelError, WeightsMismatchError, load_network
 from iba_core.trust import NotTrustedError, Trust
-from source_fixtures import FRUIT, edit_config, save_hf_convnext, save_hf_vit, tiny_vit_config, write_image
+from source_fixtures import (FRUIT, attribute_cli, edit_config, save_hf_convnext, save_hf_vit, tiny_vit_config,
+                             write_image)
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +36,8 @@ def offline_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
-def _attribute(argv, capsys, tmp_path) -> tuple[dict, np.ndarray]:
-    out = tmp_path / "heatmap.npy"
-    code = main(["attribute", *argv, "--steps", "2", "--n", "8", "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    heatmap = np.load(out)
-    assert np.isfinite(heatmap).all() and heatmap.std() > 0  # finite and not constant
-    return json.loads(captured.out.strip()), heatmap
-
-
 def test_vit_folder_attributes_a_class_by_name_on_its_tokens(vit, image, capsys, tmp_path):
-    summary, heatmap = _attribute([image, "--model", str(vit), "--target", "cherry"], capsys, tmp_path)
+    summary, heatmap = attribute_cli([image, "--model", str(vit), "--target", "cherry"], capsys, tmp_path)
     assert summary["model"] == "folder:fruit-vit" and summary["class_name"] == "cherry" and summary["target"] == 2
     assert summary["layer"] == "vit.layers.0"  # the middle block of 2
     assert heatmap.shape == (64, 64)  # the processor's 64 × 64
@@ -70,7 +61,7 @@ def _gray():
 
 
 def test_convnext_folder_generic_labels_and_stages(convnext, image, capsys, tmp_path):
-    summary, _ = _attribute([image, "--model", str(convnext), "--target", "2", "--layer",
+    summary, _ = attribute_cli([image, "--model", str(convnext), "--target", "2", "--layer",
                              "convnext.encoder.stages.1"], capsys, tmp_path)
     assert summary["class_name"] == "class 2"  # transformers calls it LABEL_2, which says nothing
     assert summary["path"] == "hook"  # the embeddings check the channel count in Python: no fx trace past them
@@ -99,7 +90,7 @@ def test_swin_blocks_return_tuples_and_still_hold_the_bottleneck(tmp_path, image
     assert net.spec.layers == ("swin.embeddings", "swin.encoder.layers.0.blocks.0", "swin.encoder.layers.0.blocks.1",
                                "swin.encoder.layers.0", "swin.encoder.layers.1")
     assert (net.spec.crop, net.spec.resize) == (64, 73)
-    summary, heatmap = _attribute([image, "--model", str(tmp_path / "swin"), "--target", "banana",
+    summary, heatmap = attribute_cli([image, "--model", str(tmp_path / "swin"), "--target", "banana",
                                    "--layer", "swin.encoder.layers.0.blocks.1"], capsys, tmp_path)
     assert summary["path"] == "hook" and summary["class_name"] == "banana" and heatmap.shape == (64, 64)
 
