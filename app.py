@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages import _widgets as ui
+from pages._page import VIA_APP_KEY, presentation_toggle
 
 st.set_page_config(page_title="IBA Explorer", page_icon=":material/blur_on:", layout="wide")
 
@@ -25,6 +25,6 @@ st.sidebar.caption(
     "Per-Sample Information Bottleneck: Schulz, Sixt, Tombari & Landgraf, "
     "*Restricting the Flow: Information Bottlenecks for Attribution*, ICLR 2020."
 )
-ui.presentation_toggle()  # larger text (every page) and maps (β × layer) for a projector
-st.session_state[ui.VIA_APP_KEY] = True  # this run went through the navigation above (see ui.through_app)
+presentation_toggle()  # larger text (every page) and maps (β × layer) for a projector
+st.session_state[VIA_APP_KEY] = True  # this run went through the navigation above (see through_app)
 page.run()

@@ -11,7 +11,11 @@ from iba_core.beta_layer import (
 )
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import PRESENTATION_ZOOM, grid_figure
-from pages import _widgets as ui
+from pages._errors import show_error
+from pages._form_widgets import layer_picker, resolve_target, settings_row, target_picker
+from pages._inputs import Inputs, input_section, subject_caption
+from pages._page import presentation, through_app
+from pages._progress import network_turn, stats_with_progress
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
 PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)
@@ -19,7 +23,7 @@ MAX_KEPT = 6  # grids kept per session (each ~2 MB of heatmaps); every session a
 MAP_CONFIG = {"displayModeBar": False}  # the tool bar would cover the cell titles
 LIVE_ZOOM = 0.75  # the grid filling beside the image (60 % of the page wide): a preview; the grid below is read
 
-ui.through_app()
+through_app()
 st.title("β × layer")
 st.markdown(
     "How the two main choices shape the heatmap, for your image (the paper's Figure 3). "
@@ -34,10 +38,10 @@ st.markdown(
 
 def zoom() -> float:
     """How much larger the grid is drawn: PRESENTATION_ZOOM in presentation mode (the sidebar's toggle)."""
-    return PRESENTATION_ZOOM if ui.presentation() else 1.0
+    return PRESENTATION_ZOOM if presentation() else 1.0
 
 
-def compute(inputs: ui.Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None,
+def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None,
             n: int) -> list[GridCell]:
     """Fill the grid cell by cell, redrawing it after each one."""
     layers = list(key.layers)
@@ -55,10 +59,10 @@ def compute(inputs: ui.Inputs, key: GridKey, settings: BottleneckSettings, folde
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total, text=f"{done} / {total} cells · last: {label}")
 
-    with ui.network_turn(inputs.shared) as network:
+    with network_turn(inputs.shared) as network:
         result = beta_layer_grid(
             network, inputs.x, key.target, key.layer, betas=key.betas,
-            stats_for=lambda name: ui.stats_with_progress(inputs, name, folder, n),
+            stats_for=lambda name: stats_with_progress(inputs, name, folder, n),
             layers=layers, settings=settings, progress=progress, on_cell=on_cell,
         )
     bar.empty()
@@ -66,32 +70,32 @@ def compute(inputs: ui.Inputs, key: GridKey, settings: BottleneckSettings, folde
     return result
 
 
-def form(inputs: ui.Inputs) -> tuple | None:
+def form(inputs: Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n) when it was submitted."""
     spec = inputs.network.spec
     with st.form("bl_form"):
         c1, c2 = st.columns(2)
         with c1:
-            layer = ui.layer_picker(inputs, "bl", label="Layer for the β row")
+            layer = layer_picker(inputs, "bl", label="Layer for the β row")
             st.caption(
                 f"Layer row: {', '.join(depth_layers(spec, include=layer))} — the last layer of each stage, "
                 "spread over the depth, always including the chosen layer."
             )
         with c2:
-            target = ui.target_picker(inputs, "bl")
-        settings, folder, n = ui.settings_row(inputs, "bl", layer)
+            target = target_picker(inputs, "bl")
+        settings, folder, n = settings_row(inputs, "bl", layer)
         submitted = st.form_submit_button("Compute grid", type="primary", icon=":material/grid_view:",
                                           key="bl_run_button")
     return (layer, settings, target, folder, n) if submitted else None
 
 
-def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
+def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
             n: int) -> None:
     """Compute the grid (or reuse an identical one: this session's, or any session's from the disk cache) and
     make it the one shown."""
     try:
         settings = settings.validate()
-        target_idx = ui.resolve_target(inputs, target)
+        target_idx = resolve_target(inputs, target)
         key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n)
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         cached = key in grids
@@ -104,14 +108,14 @@ def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target:
         st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."
                                                  if cached else "."), icon=":material/check_circle:")
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-        ui.show_error(err)
+        show_error(err)
 
 
 def show(entry: GridRun) -> None:
     st.divider()
     st.subheader("Grid")
     st.caption(
-        f"{ui.subject_caption(entry.subject)} · {entry.settings.steps} steps × batch {entry.settings.batch}"
+        f"{subject_caption(entry.subject)} · {entry.settings.steps} steps × batch {entry.settings.batch}"
     )
     per_map = st.checkbox(
         "Scale each map on its own", key=PER_MAP_KEY,
@@ -141,7 +145,7 @@ def show(entry: GridRun) -> None:
     )
 
 
-inputs = ui.input_section()
+inputs = input_section()
 if inputs is not None:
     with inputs.controls:  # the form, and the grid filling right under it, sit next to the image
         submitted = form(inputs)

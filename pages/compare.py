@@ -18,7 +18,12 @@ from iba_core.errors import user_message
 from iba_core.methods import display_names
 from iba_core.render.comparison import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
-from pages import _widgets as ui
+from pages._errors import show_error
+from pages._form_widgets import method_picker, resolve_target, target_picker
+from pages._inputs import Inputs, input_section, subject_caption
+from pages._page import map_cache, through_app
+from pages._progress import network_turn, stats_for_methods_with_progress
+from pages._text import plain
 
 LAST_KEY = "cmp_last"
 #: The last grid's note when the network hardly predicts its class (`compare_target_note`), set with LAST_KEY.
@@ -27,7 +32,7 @@ PER_MAP_KEY = "cmp_per_map"
 READOUT_NONE = "—"
 COLUMNS = 4
 
-ui.through_app()
+through_app()
 st.title("Compare methods")
 st.markdown(
     "The same image and class explained by several attribution methods. **Signed** maps (gradients, LRP ε) use a "
@@ -38,13 +43,13 @@ st.markdown(
 )
 
 
-def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
+def form(inputs: Inputs, names: dict[str, str], choices: MethodChoices,
          checkpoints: list[ReadoutCheckpoint]) -> tuple | None:
     """Returns (methods, target, readout checkpoint or None) when Compare was pressed."""
     with st.form("cmp_form"):
         if st.session_state.pop("_cmp_select_all", False):
             st.session_state["cmp_methods"] = list(choices.keys)
-        methods = ui.method_picker(
+        methods = method_picker(
             "Methods", "cmp_methods", choices, names, DEFAULT_COMPARE_METHODS,
             help="The default is quick on a CPU. Integrated Gradients, SmoothGrad, Occlusion-8 and the "
             "bottlenecks take longer (seconds to a minute each).",
@@ -62,7 +67,7 @@ def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
                 + " ".join(f"**{c.label}**: {c.details}" for c in usable),
             )
         with c2:
-            target = ui.target_picker(inputs, "cmp")
+            target = target_picker(inputs, "cmp")
         submitted = st.form_submit_button("Compare", type="primary", icon=":material/compare:", key="cmp_run_button")
     if st.button("Select all methods", key="cmp_all", icon=":material/select_all:",
                  help="All methods that can run on this network (slow on a CPU: a few minutes)."):
@@ -72,15 +77,15 @@ def form(inputs: ui.Inputs, names: dict[str, str], choices: MethodChoices,
     return (methods, target, chosen) if submitted else None
 
 
-def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: ReadoutCheckpoint | None,
+def execute(inputs: Inputs, methods: list[str], target: int | str, readout: ReadoutCheckpoint | None,
             names: dict[str, str]) -> None:
     """Fill the grid cell by cell; cached cells appear at once. The Readout, if chosen, is the last cell."""
     try:
         request = compare_request(methods, names, readout)
         keys, settings, labels = request.keys, request.settings, request.names
-        target_idx = ui.resolve_target(inputs, target)
-        cache = ui.map_cache()
-        ui.stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
+        target_idx = resolve_target(inputs, target)
+        cache = map_cache()
+        stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
         live = st.empty()
         with live.container():
             bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
@@ -100,7 +105,7 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         def on_error(key: str, err: BaseException) -> None:
             failed.append(f"{labels[key]}: {user_message(err, 'app')}")
 
-        with ui.network_turn(inputs.shared) as network:
+        with network_turn(inputs.shared) as network:
             maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
                               names=labels, progress=progress, on_map=on_map, on_error=on_error)
             note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
@@ -114,16 +119,16 @@ def execute(inputs: ui.Inputs, methods: list[str], target: int | str, readout: R
         )
         st.session_state[NOTE_KEY] = note
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-        ui.show_error(err)
+        show_error(err)
 
 
-def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> None:
+def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: Inputs) -> None:
     network = inputs.network
     label = "Readout Bottleneck checkpoints" + ("" if checkpoints else " (none for this network)")
     with st.expander(label, icon=":material/inventory_2:"):
         if not checkpoints:
             st.markdown(
-                f"No Readout Bottleneck checkpoint for {ui.plain(network.spec.title)} yet: the readout must be trained for "
+                f"No Readout Bottleneck checkpoint for {plain(network.spec.title)} yet: the readout must be trained for "
                 "this very network. The app ships one for the offline network only and looks for trained "
                 "checkpoints (`.pt` files) in " + ", ".join(f"`{d}`" for d in readout_dirs())
                 + ". Training a readout needs a folder of images and runs outside the app (see the README, "
@@ -132,17 +137,17 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: ui.Inputs) -> Non
             )
             st.code(readout_training_command(network, inputs.shared.source), language="bash", wrap_lines=True)
         for c in checkpoints:
-            st.markdown(f"- **{ui.plain(c.label)}** — {ui.plain(c.details)}"
-                        + (f" Not usable: {ui.plain(c.error)}" if c.error else ""))
+            st.markdown(f"- **{plain(c.label)}** — {plain(c.details)}"
+                        + (f" Not usable: {plain(c.error)}" if c.error else ""))
 
 
 def show(last: CompareRun) -> None:
-    cache = ui.map_cache()
+    cache = map_cache()
     found = [(k[4], e) for k, e in ((k, cache.get(k)) for k in last.keys) if e is not None]
     entries = [e for _, e in found]
     st.divider()
     st.subheader("Maps")
-    st.caption(ui.subject_caption(last.subject))
+    st.caption(subject_caption(last.subject))
     note = st.session_state.get(NOTE_KEY, "")
     if note:
         st.warning(f"**Hardly predicted:** {note}", icon=":material/help:")
@@ -176,7 +181,7 @@ def show(last: CompareRun) -> None:
 
 
 names = display_names()
-inputs = ui.input_section()
+inputs = input_section()
 if inputs is not None:
     with inputs.controls:
         checkpoints = readout_checkpoints(inputs.network.key, aliases=[inputs.shared.source])

@@ -10,7 +10,11 @@ from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
-from pages import _widgets as ui
+from pages._errors import show_error
+from pages._form_widgets import method_picker
+from pages._network_picker import network_picker
+from pages._page import app_trust, presentation, through_app
+from pages._text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
 #: Class views (mean map and clusters) already computed this session, by (run folder, rows, method, class).
@@ -18,7 +22,7 @@ CLASS_CACHE_KEY = "_ds_class_views"
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
-ui.through_app()
+through_app()
 st.title("Dataset")
 st.markdown(
     "A folder run explains every image of a folder (`python -m iba_core attribute FOLDER --out RUN_DIR`, or "
@@ -27,7 +31,7 @@ st.markdown(
     "**clusters of similar maps** (SpRAy), so a group of images the network explains by the border or a corner "
     "stands out. A click on *Per-Sample* opens an image there with the run's network, layer and class."
 )
-trust = ui.app_trust()
+trust = app_trust()
 
 
 # ---- open or start a run -------------------------------------------------------------------------
@@ -45,7 +49,7 @@ def open_section() -> None:
             st.session_state[RUN_KEY] = ds.open_run_folder(path, trust)
             st.session_state.pop(REPORT_KEY, None)
         except Exception as err:  # noqa: BLE001 - one sentence; the run shown before stays
-            ui.show_error(err)
+            show_error(err)
 
 
 def start_section() -> None:
@@ -53,7 +57,7 @@ def start_section() -> None:
         st.caption("The network comes from the menu below; the run goes on in the background (one per server), a "
                    "few images at a time, so this and other pages stay usable. A run folder that exists is resumed: "
                    "what is done is skipped.")
-        shared = ui.network_picker()
+        shared = network_picker()
         if shared is None:
             return
         network = shared.network
@@ -62,7 +66,7 @@ def start_section() -> None:
             c1, c2 = st.columns(2)
             source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
             out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
-            methods = ui.method_picker("Methods", "ds_methods", method_choices(network), names, ["iba_10"],
+            methods = method_picker("Methods", "ds_methods", method_choices(network), names, ["iba_10"],
                                        help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
             c3, c4 = st.columns(2)
             spec = network.spec
@@ -77,7 +81,7 @@ def start_section() -> None:
                                     trust=trust)
                 st.session_state[PATH_KEY + "_next"] = out
             except Exception as err:  # noqa: BLE001
-                ui.show_error(err)
+                show_error(err)
 
 
 def job_section() -> None:
@@ -90,22 +94,22 @@ def job_section() -> None:
     def status() -> None:
         done, total, _ = job.progress()
         if job.running:
-            st.progress(done / max(total, 1), text=f"Folder run into {ui.plain(job.run_dir)}: "
-                        f"{ui.plain(ds.job_text(job))}")
+            st.progress(done / max(total, 1), text=f"Folder run into {plain(job.run_dir)}: "
+                        f"{plain(ds.job_text(job))}")
             if st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
                 job.cancel()
         elif job.error:
-            st.error(f"The folder run into {ui.plain(job.run_dir)} stopped: {ui.plain(job.error)}",
+            st.error(f"The folder run into {plain(job.run_dir)} stopped: {plain(job.error)}",
                      icon=":material/error:")
         else:
-            st.success(f"Folder run into {ui.plain(job.run_dir)}: {ui.plain(ds.job_text(job))}.",
+            st.success(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}.",
                        icon=":material/check_circle:")
             if st.button("Open this run", key="ds_open_job", icon=":material/folder_open:"):
                 try:
                     st.session_state[RUN_KEY] = ds.open_run_folder(str(job.run_dir), trust)
                     st.session_state.pop(REPORT_KEY, None)
                 except Exception as err:  # noqa: BLE001
-                    ui.show_error(err)
+                    show_error(err)
                 st.rerun(scope="app")
         if not job.running and st.session_state.get("_ds_was_running"):
             st.session_state["_ds_was_running"] = False
@@ -123,7 +127,7 @@ def filters(run) -> ds.RowFilter:
     names = ds.method_names(run)
     c1, c2, c3 = st.columns([2, 1, 2])
     classes = sorted(str(c) for c in ds.result_rows(table)["class_name"].dropna().unique())
-    chosen = c1.multiselect("Classes", classes, key="ds_classes", format_func=ui.plain, placeholder="all classes")
+    chosen = c1.multiselect("Classes", classes, key="ds_classes", format_func=plain, placeholder="all classes")
     correct = c2.radio("Prediction", ds.CORRECT_CHOICES, key="ds_correct", horizontal=True,
                        help="correct: the network's top-1 is the label (rows without a label count as neither).")
     note = ds.label_note(table)
@@ -180,12 +184,12 @@ def gallery_section(run, rows) -> None:
         scale = ds.page_scale(run, shown)
         cells = ds.gallery(run, shown, trust, scale)
     except Exception as err:  # noqa: BLE001
-        ui.show_error(err)
+        show_error(err)
         return
     st.caption(f"Rows {(int(page) - 1) * ds.GALLERY_PAGE + 1}–{(int(page) - 1) * ds.GALLERY_PAGE + len(shown)} of "
                f"{len(rows)}. One colour scale for the bottleneck maps of this view: 0 – {scale:.3g} bits per pixel "
                "(the largest value among them); other methods each on their own maximum (their units differ).")
-    per_row = 3 if ui.presentation() else 4
+    per_row = 3 if presentation() else 4
     cols = st.container(key="ds_gallery").columns(per_row)
     for i, cell in enumerate(cells):
         with cols[i % per_row]:
@@ -194,7 +198,7 @@ def gallery_section(run, rows) -> None:
             else:
                 st.image(cell.png, width="stretch")
             link = f" · [Per-Sample]({cell.link})" if cell.link else ""
-            st.markdown(f"<small>{ui.plain(cell.caption)}</small>{link}", unsafe_allow_html=True)
+            st.markdown(f"<small>{plain(cell.caption)}</small>{link}", unsafe_allow_html=True)
 
 
 def class_section(run) -> None:
@@ -209,19 +213,19 @@ def class_section(run) -> None:
         st.info("No map of this method to group.", icon=":material/info:")
         return
     labels = dict(targets)
-    target = c2.selectbox("Class", list(labels), key=f"ds_class_{method}", format_func=lambda t: ui.plain(labels[t]))
+    target = c2.selectbox("Class", list(labels), key=f"ds_class_{method}", format_func=lambda t: plain(labels[t]))
     try:
         # kept for this run's table: the mean map reads every map of the class, the clusters solve an eigenproblem
         cache = st.session_state.setdefault(CLASS_CACHE_KEY, {})
         key = (str(run.path), len(run.table), method, int(target))
         view = cache.get(key) or cache.setdefault(key, ds.class_view(run, method, target))
     except Exception as err:  # noqa: BLE001
-        ui.show_error(err)
+        show_error(err)
         return
     unit = "bits / pixel" if units.get(method) == ds.BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
     left.image(ds.map_png(view.mean_map, unit), width="stretch",
-               caption=f"Mean map of {ui.plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
+               caption=f"Mean map of {plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
     with right:
         st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
                    f"eigengap). A cluster whose maps put {ds.BORDER_FLAG:.0%} or more in the border is flagged.")
@@ -235,7 +239,7 @@ def class_section(run) -> None:
                 png = ds.image_thumbnail(run, row, trust)
                 if png is not None:
                     cols[i].image(png, width="stretch")
-            st.caption("Members: " + ", ".join(ui.plain(m) for m in c.members["image"]))
+            st.caption("Members: " + ", ".join(plain(m) for m in c.members["image"]))
 
 
 def downloads(run, method_for_report: str | None) -> None:
@@ -254,7 +258,7 @@ def downloads(run, method_for_report: str | None) -> None:
             with st.spinner("Drawing the report…"):
                 st.session_state[REPORT_KEY] = ds.report_html(run, method_for_report, trust)
         except Exception as err:  # noqa: BLE001
-            ui.show_error(err)
+            show_error(err)
     report = st.session_state.get(REPORT_KEY)
     if report is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",
@@ -271,8 +275,8 @@ run = st.session_state.get(RUN_KEY)
 if run is not None:
     st.divider()
     info = run.info
-    st.caption(f"Run {ui.plain(run.path)} · network {ui.plain(info.get('network'))} · layer "
-               f"{ui.plain(info.get('layer'))} · {run.table['image'].nunique()} images · {len(run.table)} rows")
+    st.caption(f"Run {plain(run.path)} · network {plain(info.get('network'))} · layer "
+               f"{plain(info.get('layer'))} · {run.table['image'].nunique()} images · {len(run.table)} rows")
     rows = ds.filter_rows(run.table, filters(run))
     table_section(run, rows)
     gallery_section(run, rows)

@@ -31,7 +31,11 @@ from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
 from iba_core.render.figures import degradation_figure, ssim_figure
 from iba_core.render.sanity import sanity_strip_png
-from pages import _widgets as ui
+from pages._errors import show_error
+from pages._form_widgets import method_picker, resolve_target, target_picker
+from pages._inputs import Inputs, input_section, subject_caption
+from pages._page import map_cache, through_app
+from pages._progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
 PLOT_CONFIG = {"displayModeBar": False}
@@ -43,7 +47,7 @@ def table(rows: list[dict], key: str) -> None:
               for name, c in table_columns(rows).items()}
     st.dataframe(rows, hide_index=True, key=key, column_config=config, width="content")
 
-ui.through_app()
+through_app()
 st.title("Evaluate")
 st.markdown(
     "Three checks of the attribution maps for your image (paper §4). **Degradation:** remove tiles in the order "
@@ -55,16 +59,16 @@ st.markdown(
 )
 
 
-def choices(inputs: ui.Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
+def choices(inputs: Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
     """Methods and class for all three sections (no form: each section has its own button)."""
     c1, c2 = st.columns(2)
     with c1:
-        methods = ui.method_picker(
+        methods = method_picker(
             "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
             help="Maps are shared with the Compare page: one computed there is not computed again.",
         )
     with c2:
-        target = ui.target_picker(inputs, "ev")
+        target = target_picker(inputs, "ev")
     return methods, target
 
 
@@ -77,26 +81,26 @@ def reporting(bar, what: str) -> ProgressFn:
     return progress
 
 
-def maps_for(inputs: ui.Inputs, methods: list[str], target: int, bar) -> dict:
+def maps_for(inputs: Inputs, methods: list[str], target: int, bar) -> dict:
     """{key: AttributionMap}, computing the maps not in the session's cache (progress on `bar`)."""
     if not methods:
         raise ValueError("Choose at least one method.")
-    cache = ui.map_cache()
-    ui.stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
-    with ui.network_turn(inputs.shared) as network:
+    cache = map_cache()
+    stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
+    with network_turn(inputs.shared) as network:
         entries = cache.maps(network, inputs.x, inputs.image.digest, target, methods,
                              progress=reporting(bar, "Maps"))
     return {k: e.amap for k, e in entries.items()}
 
 
-def subject(inputs: ui.Inputs, target: int) -> Subject:
+def subject(inputs: Inputs, target: int) -> Subject:
     return Subject.of(inputs.image, inputs.network, target)
 
 
 # ---- degradation -------------------------------------------------------------------------------
 
 
-def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str, names: dict[str, str]) -> None:
+def degradation_section(inputs: Inputs, methods: list[str], target: int | str, names: dict[str, str]) -> None:
     st.subheader("Degradation (MoRF / LeRF)")
     with st.form("ev_deg_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
@@ -112,19 +116,19 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
                                         key="ev_deg_button")
     if pressed:
         try:
-            target_idx = ui.resolve_target(inputs, target)
+            target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
-            with ui.network_turn(inputs.shared) as network:
+            with network_turn(inputs.shared) as network:
                 curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points),
                                          reporting(bar, "Curves"))
             bar.empty()
             st.session_state[DEG_KEY] = DegradationRun(subject(inputs, target_idx), curves, int(tile))
         except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-            ui.show_error(err)
+            show_error(err)
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
-        st.caption(ui.subject_caption(run.subject))
+        st.caption(subject_caption(run.subject))
         st.plotly_chart(degradation_figure(run.curves, names), key="ev_deg_chart", theme=None,
                         config=PLOT_CONFIG)
         table(degradation_rows(run.curves, names), "ev_deg_table")
@@ -138,7 +142,7 @@ def degradation_section(inputs: ui.Inputs, methods: list[str], target: int | str
 # ---- sanity check ------------------------------------------------------------------------------
 
 
-def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) -> None:
+def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> None:
     st.subheader("Sanity check (cascading randomisation)")
     levels = sanity_levels(inputs.network)
     fast = sanity_choices(inputs.network)
@@ -153,17 +157,17 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
                                         key="ev_san_button")
     if pressed:
         try:
-            target_idx = ui.resolve_target(inputs, target)
+            target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
-            with ui.network_turn(inputs.shared) as network:
+            with network_turn(inputs.shared) as network:
                 strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), reporting(bar, "Step"))
             bar.empty()
             st.session_state[SAN_KEY] = SanityRun(subject(inputs, target_idx), strip)
         except Exception as err:  # noqa: BLE001
-            ui.show_error(err)
+            show_error(err)
     run: SanityRun | None = st.session_state.get(SAN_KEY)
     if run is not None:
-        st.caption(ui.subject_caption(run.subject))
+        st.caption(subject_caption(run.subject))
         strip = run.strip
         st.image(sanity_strip_png(strip, normalise_heatmap), width="stretch",
                  caption=f"{strip.method}: the map after each randomisation step (each normalised to its "
@@ -174,7 +178,7 @@ def sanity_section(inputs: ui.Inputs, target: int | str, names: dict[str, str]) 
 # ---- bounding box ------------------------------------------------------------------------------
 
 
-def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> None:
+def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> None:
     st.subheader("Bounding box")
     preprocess = inputs.network.preprocess
     resize, crop = preprocess_sizes(preprocess)  # this network's own preprocessing, as the CLI maps boxes
@@ -191,16 +195,16 @@ def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> No
     if pressed:
         try:
             mask, boxes = box_input(text, None if xml is None else xml.getvalue(), preprocess)
-            target_idx = ui.resolve_target(inputs, target)
+            target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
             bar.empty()
             st.session_state[BOX_KEY] = box_run(subject(inputs, target_idx), maps, mask, boxes, inputs.cropped)
         except Exception as err:  # noqa: BLE001
-            ui.show_error(err)
+            show_error(err)
     run: BoxRun | None = st.session_state.get(BOX_KEY)
     if run is not None:
-        st.caption(ui.subject_caption(run.subject))
+        st.caption(subject_caption(run.subject))
         left, right = st.columns([1, 2])
         left.image(run.picture, caption="The box on the crop", width=run.picture.width)
         with right:
@@ -216,7 +220,7 @@ def bbox_section(inputs: ui.Inputs, methods: list[str], target: int | str) -> No
 
 
 names = display_names()
-inputs = ui.input_section()
+inputs = input_section()
 if inputs is not None:
     with inputs.controls:
         methods, target = choices(inputs, names)

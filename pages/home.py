@@ -7,9 +7,9 @@ import streamlit as st
 
 from iba_core.render.text import format_probability
 from iba_core.settings import ASSETS_DIR
-from pages import _widgets as ui
+from pages._page import through_app
 
-ui.through_app()
+through_app()
 st.title("IBA Explorer")
 st.markdown(
     """

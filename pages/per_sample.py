@@ -29,7 +29,13 @@ from iba_core.render.overlays import (
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
-from pages import _widgets as ui
+from pages._errors import show_error
+from pages._form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
+from pages._inputs import Inputs, input_section
+from pages._links import replay_step_key, result_note, result_note_line
+from pages._page import bring_into_view, through_app
+from pages._progress import network_turn, stats_with_progress
+from pages._text import plain
 
 RESULT_KEY = "ps_run"
 #: Maps are read, not explored: no Plotly tool bar over their titles.
@@ -43,7 +49,7 @@ SCALE_BASIS_KEY = "ps_scale_basis"
 #: The scale's top when none is typed (`animation.SCALE_BASES`), as the radio names them.
 SCALE_BASIS_NAMES = {"run": "the whole run's largest value", "final": "the final map's largest value"}
 
-ui.through_app()
+through_app()
 st.title("Per-Sample Bottleneck")
 st.caption(
     "Noise replaces part of a layer's features; for this one image the bottleneck learns how much of each feature "
@@ -86,16 +92,16 @@ def scale_controls() -> None:
 # ---- run ---------------------------------------------------------------------------------------
 
 
-def form(inputs: ui.Inputs) -> tuple | None:
+def form(inputs: Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n) when Run was pressed."""
     with st.form("ps_form"):
         c1, c2 = st.columns(2)
         with c1:
-            layer = ui.layer_picker(inputs, "ps")
-            beta_k = ui.beta_picker("ps")
+            layer = layer_picker(inputs, "ps")
+            beta_k = beta_picker("ps")
         with c2:
-            target = ui.target_picker(inputs, "ps")
-        settings, folder, n = ui.settings_row(inputs, "ps", layer)
+            target = target_picker(inputs, "ps")
+        settings, folder, n = settings_row(inputs, "ps", layer)
         submitted = st.form_submit_button("Run", type="primary", icon=":material/play_arrow:", key="ps_run_button")
     return (layer, replace(settings, beta_k=float(beta_k)), target, folder, n) if submitted else None
 
@@ -105,7 +111,7 @@ def _blank_like(picture: Image.Image) -> Image.Image:
     return Image.new("RGB", picture.size, (240, 242, 246))
 
 
-def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int,
+def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int,
              folder: str | None, n: int, panel: DeltaGenerator) -> RunRecord:
     """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`.
 
@@ -115,8 +121,8 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
     fixed = fixed_top()
     timing: dict = {}
     with panel.container(border=True, key="ps_live"):
-        ui.bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
-        stats = ui.stats_with_progress(inputs, layer, folder, n, timing=timing)
+        bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
+        stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
         bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
         c1, c2 = st.columns(2, gap="small")
         heat, lam, curves = c1.empty(), c2.empty(), st.empty()
@@ -148,7 +154,7 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
         # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
-        with ui.network_turn(inputs.shared, timing) as network:
+        with network_turn(inputs.shared, timing) as network:
             iba = PerSampleBottleneck.for_network(network, layer, stats, settings)
             if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
@@ -164,14 +170,14 @@ def run_live(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target
     )
 
 
-def execute(inputs: ui.Inputs, layer: str, settings: BottleneckSettings, target: int | str,
+def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
             folder: str | None, n: int, panel: DeltaGenerator) -> None:
     """The live run; its record replaces the previous one only if it succeeds."""
     try:
-        record = run_live(inputs, layer, settings.validate(), ui.resolve_target(inputs, target), folder, n, panel)
+        record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel)
     except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
         panel.empty()
-        ui.show_error(err)
+        show_error(err)
         return
     st.session_state[RESULT_KEY] = record
 
@@ -201,7 +207,7 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     colour scale. current_key: the network chosen now; when the run used another one, the panel says so."""
     r = record.result
     history = r.history
-    if current_key is not None and (note := ui.result_note(record.image_name, record.model_title or record.model_key,
+    if current_key is not None and (note := result_note(record.image_name, record.model_title or record.model_key,
                                                          record.image_digest)):
         st.caption(note)  # another image or network is chosen above: says which this run is of
     st.markdown(
@@ -215,7 +221,7 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
         return
     steps = len(history)
     step = steps if steps == 1 else st.slider(
-        "Replay step", 1, steps, steps, key=ui.replay_step_key(f"ps_replay_{record.run_id}", steps),
+        "Replay step", 1, steps, steps, key=replay_step_key(f"ps_replay_{record.run_id}", steps),
         help="Shows the bits, λ and the curves as they were at this step of the optimisation.",
     )
     info = history[step - 1]
@@ -245,10 +251,10 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     st.divider()
     st.subheader("Result", anchor="result")
     st.caption(
-        f"{ui.plain(record.image_name)} · {ui.plain(record.model_title or record.model_key)} · layer {record.layer} · "
-        f"explaining **{ui.plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
+        f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · layer {record.layer} · "
+        f"explaining **{plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
-        + ui.result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
+        + result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
     )
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Information used", f"{r.total_bits:,.0f} bits",
@@ -361,7 +367,7 @@ def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
 
 # ---- page --------------------------------------------------------------------------------------
 
-inputs = ui.input_section(widths=(1.55, 3))
+inputs = input_section(widths=(1.55, 3))
 if inputs is not None:
     with inputs.controls:  # the live view / replay, then the form, next to the image
         panel = st.empty()

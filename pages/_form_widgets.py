@@ -1,0 +1,156 @@
+"""The settings widgets of a page's form: layer, β·k, class, optimisation, statistics and methods."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import streamlit as st
+
+from iba_core.app import links
+from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, MethodChoices, unavailable_text
+from iba_core.app.stats_source import stats_folder, stats_status
+from iba_core.heads import PROBABILITY_NOTES
+from iba_core.networks import REGISTRY
+from iba_core.per_sample import BottleneckSettings
+from iba_core.render.text import format_beta, format_probability
+from iba_core.settings import max_stats_samples
+from iba_core.feature_stats import app_samples
+
+from pages._inputs import Inputs, show_domain_warning
+from pages._links import set_link, take_from_link
+from pages._text import plain
+
+# ---- form widgets (call inside st.form) ----------------------------------------------------------
+
+
+def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
+    """The layer (its key holds the network's: another network's layers are never offered)."""
+    spec = inputs.network.spec
+    why = ("paper, Appendix" if spec.key in REGISTRY else
+           "the model card's, or the last feature map of at least 28 × 28")
+    key = f"{prefix}_layer_{spec.key}"
+    linked = take_from_link(inputs.network, "layer")
+    if linked is not None:
+        st.session_state[key] = linked
+    layer = st.selectbox(
+        label, spec.layers, index=spec.layers.index(spec.default_layer), key=key,
+        format_func=inputs.network.layer_label,  # name · shape (map or tokens)
+        help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
+    )
+    set_link(layer=layer)
+    return layer
+
+
+def beta_picker(prefix: str) -> float:
+    linked = take_from_link(None, "beta_k")
+    if linked is not None:
+        st.session_state[f"{prefix}_beta"] = linked
+    beta_k = st.select_slider(
+        "β·k (information penalty)", options=BETA_K_CHOICES, value=DEFAULT_BETA_K, format_func=format_beta,
+        key=f"{prefix}_beta",
+        help="The loss is L_CE + β·L_I with β = (β·k)/k, k = number of feature elements. "
+        "Larger β lets fewer bits through. Paper default: β·k = 10.",
+    )
+    set_link(beta_k=links.to_params(links.View(beta_k=float(beta_k)))["beta_k"])
+    return beta_k
+
+
+def target_picker(inputs: Inputs, prefix: str) -> int | str:
+    """A top-5 class (radio), unless a class name or index is typed below (returned as typed)."""
+    top = inputs.top5
+    key_suffix = f"{inputs.network.key}_{inputs.image.digest}"  # new image → back to its top-1
+    other_key, other_for = f"{prefix}_other", f"_{prefix}_other_for"
+    if st.session_state.get(other_for, inputs.network.key) != inputs.network.key:
+        st.session_state[other_key] = ""  # a class typed for another network names another class here, or none
+    st.session_state[other_for] = inputs.network.key
+    linked = take_from_link(inputs.network, "target")
+    if linked is not None:  # a top-5 class on the radio, any other in the field
+        in_top = linked in [i for i, _, _ in top]
+        st.session_state[f"{prefix}_target_{key_suffix}" if in_top else other_key] = linked if in_top else str(linked)
+    chosen = st.radio(
+        "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
+        format_func=lambda i: next(f"{plain(n)} · {format_probability(p)}" for j, n, p in top if j == i),
+        help="The network's five most probable classes for this image, with their probabilities. "
+        + PROBABILITY_NOTES[inputs.network.head],
+    )
+    n = len(inputs.network.categories)
+    other = st.text_input(
+        f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)", key=f"{prefix}_other",
+        placeholder=f"class name or index, e.g. {inputs.network.categories[top[-1][0]]} or {top[-1][0]}",
+        help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
+        "a single class. A part that fits several classes is refused with the candidates listed.",
+    )
+    try:
+        index = inputs.network.class_index(other.strip()) if other.strip() else int(chosen)
+    except ValueError:  # an unknown or ambiguous name: Run says why; the link names no class meanwhile
+        index = None
+    set_link(target=None if index is None else str(index))
+    return other.strip() or chosen
+
+
+def advanced_settings(prefix: str) -> BottleneckSettings:
+    """Steps, batch, learning rate, σ_s and seed (paper defaults) inside an expander."""
+    d = BottleneckSettings()
+    with st.expander("Advanced", icon=":material/tune:"):
+        c1, c2 = st.columns(2)
+        steps = c1.number_input("Steps T", 1, 200, d.steps, key=f"{prefix}_steps", help="Adam iterations.")
+        batch = c2.number_input("Batch B", 1, 64, d.batch, key=f"{prefix}_batch", help="Noisy copies per step.")
+        lr = c1.number_input("Learning rate η", 0.001, 10.0, d.lr, step=0.1, format="%.3f", key=f"{prefix}_lr")
+        sigma = c2.number_input("Smoothing σ_s", 0.0, 10.0, d.sigma, step=0.5, key=f"{prefix}_sigma",
+                                help="Gaussian smoothing of the mask, in feature-map cells.")
+        seed = c1.number_input("Seed", 0, 2**31 - 1, d.seed or 0, key=f"{prefix}_seed")
+    return BottleneckSettings(steps=int(steps), batch=int(batch), lr=float(lr), sigma=float(sigma), seed=int(seed))
+
+
+def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None, int]:
+    """Optional image folder and sample count for the layer statistics μ_R, σ_R."""
+    with st.expander("Feature statistics", icon=":material/bar_chart:"):
+        st.caption(
+            "The bottleneck replaces features by noise with the layer's mean and standard deviation, "
+            f"estimated over many images. {stats_status(inputs.network, layer)}"
+        )
+        card_folder = stats_folder(inputs.network)
+        folder = st.text_input(
+            "Image folder for better statistics (optional)", key=f"{prefix}_folder",
+            placeholder=card_folder or "/path/to/imagenet/val",
+            help=(f"Empty: the model card's folder {card_folder}. " if card_folder else "")
+            + "A folder of images like those the network was trained on (for ImageNet networks: natural photos); "
+            "searched recursively.",
+        )
+        top = max_stats_samples()
+        n = st.number_input("Samples", 1, top, min(top, app_samples(inputs.network, card_folder)), step=100,
+                            key=f"{prefix}_n",
+                            help=f"Images (or augmented sample crops) to estimate μ and σ from; 1000 recommended, at most {top} "
+                            "here (each one is a pass of the network while other visitors wait).")
+    folder = folder.strip() or None
+    if inputs.stats_note is not None:
+        show_domain_warning(inputs.stats_note, inputs.network, folder)
+    return folder, int(n)
+
+
+def settings_row(inputs: Inputs, prefix: str, layer: str) -> tuple[BottleneckSettings, str | None, int]:
+    """The two expanders side by side: optimisation settings and feature statistics."""
+    left, right = st.columns(2)
+    with left:
+        settings = advanced_settings(prefix)
+    with right:
+        folder, n = stats_settings(inputs, prefix, layer)
+    return settings, folder, n
+
+
+def resolve_target(inputs: Inputs, target: int | str) -> int:
+    """Class index for the target widget's value; raises ValueError for an unknown or ambiguous class name."""
+    return inputs.network.class_index(target)
+
+
+def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str, str], defaults: Iterable[str],
+                  help: str) -> list[str]:
+    """A multiselect of the methods that can run on this network; the others are listed with their reason.
+
+    A selection kept from another network drops the methods this one cannot run.
+    """
+    st.session_state[key] = choices.defaults(st.session_state.get(key, defaults))
+    methods = st.multiselect(label, choices.keys, key=key, format_func=lambda k: names[k], help=help)
+    note = unavailable_text(choices, names)
+    if note:
+        st.caption(plain(note))  # the reasons name the network by its title
+    return methods

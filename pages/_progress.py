@@ -1,0 +1,89 @@
+"""Progress while a page waits: for the shared network, and for feature statistics being estimated."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+import streamlit as st
+
+from iba_core.app.state import SharedModel
+from iba_core.app.stats_source import choose_stats, stats_for_methods, stats_progress_text
+from iba_core.networks import Network
+from iba_core.trust import check_server_path
+from iba_core.feature_stats import FeatureStats
+
+from pages._page import app_trust
+
+if TYPE_CHECKING:
+    from pages._inputs import Inputs
+
+# ---- waiting for the network -------------------------------------------------------------------
+
+#: Shown while another session's run holds the shared network (updated every WAIT_POLL_S seconds).
+WAIT_MESSAGE = "Waiting for another run to finish ({seconds:.0f} s)…"
+
+
+@contextmanager
+def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Network]:
+    """`shared.busy()`, saying "Waiting for another run to finish (N s)" while another session holds
+    the network (the message updates while it waits, and disappears once the turn comes).
+
+    timing, if given, gets the seconds waited added to timing["wait"].
+    """
+    holder = st.empty()
+
+    def on_wait(seconds: float) -> None:
+        holder.info(WAIT_MESSAGE.format(seconds=seconds), icon=":material/hourglass_top:")
+
+    start = time.monotonic()
+    with shared.busy(on_wait=on_wait) as network:
+        holder.empty()
+        if timing is not None:
+            timing["wait"] = timing.get("wait", 0.0) + time.monotonic() - start
+        yield network
+
+
+# ---- statistics with a progress bar ------------------------------------------------------------
+
+
+def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
+                        timing: dict | None = None) -> FeatureStats:
+    """Statistics for `layer`, showing a progress bar while they are estimated (cached afterwards).
+
+    timing, if given, gets timing["stats"] (seconds, without waiting for another session) and the
+    seconds waited added to timing["wait"].
+    """
+    if folder:  # a visitor's path on the server: only inside the owner's folders (checked before any scan)
+        check_server_path(Path(folder).expanduser(), app_trust(), what="image folder")
+    holder = st.empty()
+    started = time.perf_counter()
+
+    def progress(done: int, total: int, label: str = "") -> None:
+        text = stats_progress_text(layer, done, total, time.perf_counter() - started)
+        holder.progress(min(done / max(total, 1), 1.0), text=text)
+
+    with network_turn(inputs.shared, timing):
+        start = time.perf_counter()
+        stats = choose_stats(inputs.network, layer, folder=folder, n=n, progress=progress)
+        if timing is not None:
+            timing["stats"] = time.perf_counter() - start
+    holder.empty()
+    return stats
+
+
+def stats_for_methods_with_progress(inputs: Inputs, methods: list[str]) -> None:
+    """Estimate the statistics that `methods` read (if any needs them, and they are not cached), with a bar;
+    the methods then read them from the cache (a model card's from its image folder)."""
+    holder = st.empty()
+    layer = inputs.network.spec.default_layer
+    started = time.perf_counter()
+
+    def progress(done: int, total: int, label: str = "") -> None:
+        text = stats_progress_text(layer, done, total, time.perf_counter() - started)
+        holder.progress(min(done / max(total, 1), 1.0), text=text)
+
+    with network_turn(inputs.shared) as network:
+        stats_for_methods(network, methods, progress=progress)
+    holder.empty()
