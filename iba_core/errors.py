@@ -3,6 +3,10 @@
 The library says what is wrong (`message`, no front-end words); the CLI and the app each add what to do in
 their own words (`cli_hint`: flags and commands; `app_hint`: menus, fields, uploads). `user_message` puts
 them together for one front end. This module imports nothing from iba_core, so any module can raise these.
+
+The rule that tells a mistake from a bug: a condition the user can fix raises `UserError` (or a subclass);
+anything else (a bare ValueError, TypeError, RuntimeError, …) is a bug. The front ends show a mistake as its
+sentence, and a bug as an internal error (`internal_message`) with its traceback in a log, never as the user's fault.
 """
 from __future__ import annotations
 
@@ -38,23 +42,38 @@ def _rebuild(cls: type[UserError], message: str, cli_hint: str, app_hint: str) -
     return err
 
 
-#: Errors whose message is written for users (CLI: one line on stderr; app: st.error); anything else is
-#: reported as unexpected. ValueError covers the library's own checks (ImageError, DataError, …, and
-#: UserError with its subclasses WeightsUnavailableError and UnknownModelError).
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError, FileNotFoundError, ValueError)
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named is not there (still a FileNotFoundError for `except` clauses). A
+    FileNotFoundError of any other file (one the program itself should have made) is a bug."""
 
 
-def user_message(err: BaseException, front_end: FrontEnd) -> str:
+#: Errors whose message is written for users (CLI: one line on stderr; app: st.error): UserError and its
+#: subclasses (ImageError, DataError, WeightsUnavailableError, MissingFileError, …). Anything else is a bug:
+#: logged with its traceback and shown as an internal error (`internal_message`).
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)
+
+#: Where a front end says a bug's details are when it has no log file to name.
+CLI_LOG_PLACE = "the traceback printed above"
+
+
+def user_message(err: BaseException, front_end: FrontEnd, log_place: str = "the server's log") -> str:
     """The sentence to show for `err` in `front_end` ("cli" or "app"): a UserError's message with that front
-    end's hint, another known error's own message, a generic line for anything unexpected."""
+    end's hint; for anything else (a bug) `internal_message`, naming `log_place` as where its details are."""
     if front_end not in ("cli", "app"):
         raise ValueError(f"front_end must be 'cli' or 'app', got {front_end!r}.")
     if isinstance(err, UserError):
         hint = err.cli_hint if front_end == "cli" else err.app_hint
         return f"{err.message} {hint}" if hint else err.message
-    if isinstance(err, USER_ERRORS):
-        return str(err)
-    return f"Something went wrong ({type(err).__name__}: {err}). Your previous results are kept; please try again."
+    return internal_message(err, log_place)
+
+
+def internal_message(err: BaseException, log_place: str, reference: str = "") -> str:
+    """One sentence for a bug: an internal error, not the user's mistake, and where its details are.
+
+    reference: a short id written beside the traceback in the log, so the owner finds this one."""
+    ref = f", reference {reference}" if reference else ""
+    return (f"Internal error in IBA Explorer ({type(err).__name__}{ref}): this is a bug, not a mistake of yours; "
+            f"the details are in {log_place}.")
 
 
 def _number_text(value: float) -> str:
@@ -81,4 +100,5 @@ def check_range(name: str, value: object, low: float, high: float, *, integer: b
     return int(value) if integer else number
 
 
-__all__ = ["USER_ERRORS", "FrontEnd", "UserError", "check_range", "user_message"]
+__all__ = ["CLI_LOG_PLACE", "USER_ERRORS", "FrontEnd", "MissingFileError", "UserError", "check_range",
+           "internal_message", "user_message"]

@@ -70,7 +70,7 @@ def check_fits(head: str, outputs: int | None, classes: int | None, title: str) 
 
 def _binary_logit(logits: torch.Tensor) -> torch.Tensor:
     if logits.dim() != 2 or logits.shape[1] != 1:
-        raise ValueError(f"A binary head has one output per image, got logits shaped {tuple(logits.shape)}.")
+        raise UserError(f"A binary head has one output per image, got logits shaped {tuple(logits.shape)}.")
     return logits[:, 0]
 
 

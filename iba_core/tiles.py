@@ -4,12 +4,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .errors import UserError
+
 
 def tile_sums(attribution: np.ndarray, tile: int) -> np.ndarray:
     """Sum of an (H, W) attribution inside each tile×tile tile → (H//tile, W//tile)."""
     h, w = attribution.shape
     if h % tile or w % tile:
-        raise ValueError(f"Image size {h}×{w} is not a multiple of the tile size {tile}.")
+        raise UserError(f"Image size {h}×{w} is not a multiple of the tile size {tile}.")
     return attribution.reshape(h // tile, tile, w // tile, tile).sum(axis=(1, 3))
 
 
@@ -28,7 +30,7 @@ def tile_rank_map(order: np.ndarray, tile: int, size: tuple[int, int]) -> torch.
     """
     h, w = size
     if h % tile or w % tile:
-        raise ValueError(f"Image size {h}×{w} is not a multiple of the tile size {tile}.")
+        raise UserError(f"Image size {h}×{w} is not a multiple of the tile size {tile}.")
     rows, cols = h // tile, w // tile
     order = np.asarray(order).ravel()
     if sorted(order.tolist()) != list(range(rows * cols)):

@@ -15,7 +15,7 @@ from iba_core.networks.cards import BUILTIN_BACKBONES, CROP_RANGE, RESIZE_RANGE
 from iba_core.settings import models_dir
 from iba_core.trust import ANY, Trust
 
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._text import plain
 
 # ---- adding your own network -------------------------------------------------------------------
@@ -150,12 +150,11 @@ def _new_network(form: dict[str, Any]) -> NewNetwork:
 
 def _check_network(trust: Trust, form: dict[str, Any]) -> None:
     """The preview: what the network would be (nothing is written), or the library's message."""
-    try:
+    with shown_errors() as outcome:  # nothing was written
         new = _new_network(form)
         with st.spinner("Checking the network: loading it once…"):
             preview = preview_network(new, trust=trust)
-    except Exception as err:  # noqa: BLE001 - the library's message; nothing was written
-        show_error(err)
+    if outcome.failed:
         return
     st.caption(f"What {plain(preview.name)} would be, read from its files; if it is right, add it.")
     # One line per entry, wrapped: the form sits in the narrow sidebar column, where a table cuts its values off.
@@ -163,12 +162,11 @@ def _check_network(trust: Trust, form: dict[str, Any]) -> None:
 
 
 def _add_network(trust: Trust, form: dict[str, Any]) -> None:
-    try:
+    with shown_errors() as outcome:  # nothing was written, the choice stays
         new = _new_network(form)
         with st.spinner("Checking the network: loading its weights and class list…"):
             card = add_network(new, trust=trust)
-    except Exception as err:  # noqa: BLE001 - the library's message; nothing was written, the choice stays
-        show_error(err)
+    if outcome.failed:
         return
     st.session_state["_keep_network"] = str(card)
     st.session_state[ADDED_KEY] = (f"Added {plain(card.stem)}: its model card is {plain(card)}. It is chosen in the "

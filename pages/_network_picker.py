@@ -15,7 +15,7 @@ from iba_core.settings import models_dir, weights_dir
 from iba_core.trust import Trust
 
 from pages._add_network import add_network_form
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._links import NETWORK_CHOICE_KEY
 from pages._page import app_trust, remember_choice, restore_choice
 from pages._text import plain
@@ -62,10 +62,8 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
         controls.info(f"Loading {plain(network_label(key, cards))}: its layers and classes appear here once it is "
                       "ready.", icon=":material/hourglass_top:")
     shared = None
-    try:
+    with shown_errors():  # a card or weights file that does not fit: its message, no traceback
         shared = shared_model(key, source_version(key, trust), trust)
-    except Exception as err:  # noqa: BLE001 - a card or weights file that does not fit: its message, no traceback
-        show_error(err)
     if shared is not None and key not in REGISTRY:
         st.caption(source_note(key, shared.network))
     unusable = [c for c in cards if c.error]

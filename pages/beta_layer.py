@@ -11,7 +11,7 @@ from iba_core.beta_layer import (
 )
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import PRESENTATION_ZOOM, grid_figure
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._form_widgets import layer_picker, resolve_target, settings_row, target_picker
 from pages._inputs import Inputs, input_section, subject_caption
 from pages._page import presentation, through_app
@@ -93,7 +93,7 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
             n: int) -> None:
     """Compute the grid (or reuse an identical one: this session's, or any session's from the disk cache) and
     make it the one shown."""
-    try:
+    with shown_errors():  # previous results stay
         settings = settings.validate()
         target_idx = resolve_target(inputs, target)
         key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n)
@@ -107,8 +107,6 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
         st.session_state[LAST_KEY] = key
         st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."
                                                  if cached else "."), icon=":material/check_circle:")
-    except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-        show_error(err)
 
 
 def show(entry: GridRun) -> None:

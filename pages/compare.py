@@ -11,14 +11,14 @@ from iba_core.app.choices import (
     compare_choices,
     compare_request,
 )
+from iba_core.app.error_log import error_text
 from iba_core.app.maps import CachedMap, cell_pictures, map_key
 from iba_core.app.state import CompareRun, Subject
 from iba_core.compare import compare_target_note
-from iba_core.errors import user_message
 from iba_core.methods import display_names
 from iba_core.render.comparison import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._form_widgets import method_picker, resolve_target, target_picker
 from pages._inputs import Inputs, input_section, subject_caption
 from pages._page import map_cache, through_app
@@ -80,7 +80,7 @@ def form(inputs: Inputs, names: dict[str, str], choices: MethodChoices,
 def execute(inputs: Inputs, methods: list[str], target: int | str, readout: ReadoutCheckpoint | None,
             names: dict[str, str]) -> None:
     """Fill the grid cell by cell; cached cells appear at once. The Readout, if chosen, is the last cell."""
-    try:
+    with shown_errors():  # previous results stay
         request = compare_request(methods, names, readout)
         keys, settings, labels = request.keys, request.settings, request.names
         target_idx = resolve_target(inputs, target)
@@ -103,7 +103,7 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
             next(slots).image(entry.png, caption=entry.amap.name, width="stretch")
 
         def on_error(key: str, err: BaseException) -> None:
-            failed.append(f"{labels[key]}: {user_message(err, 'app')}")
+            failed.append(f"{labels[key]}: {error_text(err)}")  # a bug is logged, and said to be one
 
         with network_turn(inputs.shared) as network:
             maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
@@ -118,8 +118,6 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
             failed=failed,
         )
         st.session_state[NOTE_KEY] = note
-    except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-        show_error(err)
 
 
 def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: Inputs) -> None:

@@ -10,7 +10,7 @@ from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._form_widgets import method_picker
 from pages._network_picker import network_picker
 from pages._page import app_trust, presentation, through_app
@@ -45,11 +45,9 @@ def open_section() -> None:
         pressed = c2.form_submit_button("Open run", type="primary", icon=":material/folder_open:",
                                         key="ds_open_button")
     if pressed:
-        try:
+        with shown_errors():  # one sentence; the run shown before stays
             st.session_state[RUN_KEY] = ds.open_run_folder(path, trust)
             st.session_state.pop(REPORT_KEY, None)
-        except Exception as err:  # noqa: BLE001 - one sentence; the run shown before stays
-            show_error(err)
 
 
 def start_section() -> None:
@@ -76,12 +74,10 @@ def start_section() -> None:
                                     placeholder="all")
             pressed = st.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
         if pressed:
-            try:
+            with shown_errors():
                 ds.start_folder_job(shared, source, out, methods, layer, None if limit is None else int(limit),
                                     trust=trust)
                 st.session_state[PATH_KEY + "_next"] = out
-            except Exception as err:  # noqa: BLE001
-                show_error(err)
 
 
 def job_section() -> None:
@@ -105,11 +101,9 @@ def job_section() -> None:
             st.success(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}.",
                        icon=":material/check_circle:")
             if st.button("Open this run", key="ds_open_job", icon=":material/folder_open:"):
-                try:
+                with shown_errors():
                     st.session_state[RUN_KEY] = ds.open_run_folder(str(job.run_dir), trust)
                     st.session_state.pop(REPORT_KEY, None)
-                except Exception as err:  # noqa: BLE001
-                    show_error(err)
                 st.rerun(scope="app")
         if not job.running and st.session_state.get("_ds_was_running"):
             st.session_state["_ds_was_running"] = False
@@ -180,11 +174,10 @@ def gallery_section(run, rows) -> None:
     page = c3.number_input(f"Page (of {pages})", 1, pages, 1, key="ds_page")
     shown = rows.sort_values(order, ascending=not descending, na_position="last", kind="stable")
     shown = shown.iloc[(int(page) - 1) * ds.GALLERY_PAGE:int(page) * ds.GALLERY_PAGE]
-    try:
+    with shown_errors() as outcome:
         scale = ds.page_scale(run, shown)
         cells = ds.gallery(run, shown, trust, scale)
-    except Exception as err:  # noqa: BLE001
-        show_error(err)
+    if outcome.failed:
         return
     st.caption(f"Rows {(int(page) - 1) * ds.GALLERY_PAGE + 1}–{(int(page) - 1) * ds.GALLERY_PAGE + len(shown)} of "
                f"{len(rows)}. One colour scale for the bottleneck maps of this view: 0 – {scale:.3g} bits per pixel "
@@ -214,13 +207,12 @@ def class_section(run) -> None:
         return
     labels = dict(targets)
     target = c2.selectbox("Class", list(labels), key=f"ds_class_{method}", format_func=lambda t: plain(labels[t]))
-    try:
+    with shown_errors() as outcome:
         # kept for this run's table: the mean map reads every map of the class, the clusters solve an eigenproblem
         cache = st.session_state.setdefault(CLASS_CACHE_KEY, {})
         key = (str(run.path), len(run.table), method, int(target))
         view = cache.get(key) or cache.setdefault(key, ds.class_view(run, method, target))
-    except Exception as err:  # noqa: BLE001
-        show_error(err)
+    if outcome.failed:
         return
     unit = "bits / pixel" if units.get(method) == ds.BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
@@ -254,11 +246,9 @@ def downloads(run, method_for_report: str | None) -> None:
         return
     if c3.button("Make the HTML report", icon=":material/description:", key="ds_report_button",
                  help="Class means, clusters and flagged images in one file, pictures embedded."):
-        try:
+        with shown_errors():
             with st.spinner("Drawing the report…"):
                 st.session_state[REPORT_KEY] = ds.report_html(run, method_for_report, trust)
-        except Exception as err:  # noqa: BLE001
-            show_error(err)
     report = st.session_state.get(REPORT_KEY)
     if report is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",

@@ -31,7 +31,7 @@ from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
 from iba_core.render.figures import degradation_figure, ssim_figure
 from iba_core.render.sanity import sanity_strip_png
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._form_widgets import method_picker, resolve_target, target_picker
 from pages._inputs import Inputs, input_section, subject_caption
 from pages._page import map_cache, through_app
@@ -115,7 +115,7 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
         pressed = c3.form_submit_button("Compute curves", type="primary", icon=":material/show_chart:",
                                         key="ev_deg_button")
     if pressed:
-        try:
+        with shown_errors():  # previous results stay
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
@@ -124,8 +124,6 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
                                          reporting(bar, "Curves"))
             bar.empty()
             st.session_state[DEG_KEY] = DegradationRun(subject(inputs, target_idx), curves, int(tile))
-        except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
-            show_error(err)
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
@@ -156,15 +154,13 @@ def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> 
         pressed = c3.form_submit_button("Run sanity check", type="primary", icon=":material/shuffle:",
                                         key="ev_san_button")
     if pressed:
-        try:
+        with shown_errors():
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             with network_turn(inputs.shared) as network:
                 strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), reporting(bar, "Step"))
             bar.empty()
             st.session_state[SAN_KEY] = SanityRun(subject(inputs, target_idx), strip)
-        except Exception as err:  # noqa: BLE001
-            show_error(err)
     run: SanityRun | None = st.session_state.get(SAN_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
@@ -193,15 +189,13 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> None:
         pressed = c3.form_submit_button("Score maps", type="primary", icon=":material/crop_free:",
                                         key="ev_box_button")
     if pressed:
-        try:
+        with shown_errors():
             mask, boxes = box_input(text, None if xml is None else xml.getvalue(), preprocess)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
             bar.empty()
             st.session_state[BOX_KEY] = box_run(subject(inputs, target_idx), maps, mask, boxes, inputs.cropped)
-        except Exception as err:  # noqa: BLE001
-            show_error(err)
     run: BoxRun | None = st.session_state.get(BOX_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))

@@ -29,7 +29,7 @@ from iba_core.render.overlays import (
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
-from pages._errors import show_error
+from pages._errors import shown_errors
 from pages._form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
 from pages._inputs import Inputs, input_section
 from pages._links import replay_step_key, result_note, result_note_line
@@ -173,11 +173,10 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
             folder: str | None, n: int, panel: DeltaGenerator) -> None:
     """The live run; its record replaces the previous one only if it succeeds."""
-    try:
+    with shown_errors() as outcome:  # previous results stay
         record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel)
-    except Exception as err:  # noqa: BLE001 - shown to the user; previous results stay
+    if outcome.failed:
         panel.empty()
-        show_error(err)
         return
     st.session_state[RESULT_KEY] = record
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from iba_core.errors import USER_ERRORS, UserError, check_range, user_message
+from iba_core.errors import USER_ERRORS, MissingFileError, UserError, check_range, internal_message, user_message
 from iba_core.images import ImageError
 from iba_core.networks import UnknownModelError, WeightsUnavailableError
 
@@ -45,13 +45,20 @@ def _assert_front_ends(err: BaseException, flag: str) -> tuple[str, str]:
 # ---- the error type and the sentence ------------------------------------------------------------
 
 
-def test_user_message_keeps_known_messages_and_wraps_others() -> None:
+def test_a_mistake_keeps_its_sentence_and_anything_else_is_an_internal_error() -> None:
     assert user_message(ImageError("The file is empty."), "app") == "The file is empty."
     assert user_message(WeightsUnavailableError("Place the file here."), "cli") == "Place the file here."
-    assert user_message(ValueError("Choose at least one method."), "app") == "Choose at least one method."
-    msg = user_message(RuntimeError("boom"), "cli")
-    assert "RuntimeError" in msg and "previous results are kept" in msg
-    assert FileNotFoundError in USER_ERRORS
+    assert user_message(MissingFileError("No such folder: /x."), "cli") == "No such folder: /x."
+    # A bare ValueError (or FileNotFoundError, RuntimeError) is a bug: never shown as the user's mistake.
+    for bug in (ValueError("Expected one image shaped (1, 3, H, W)."), FileNotFoundError("/tmp/x.npz"),
+                RuntimeError("boom")):
+        msg = user_message(bug, "app", log_place="the log at /srv/app.log")
+        assert msg.startswith("Internal error in IBA Explorer") and type(bug).__name__ in msg, msg
+        assert "not a mistake of yours" in msg and msg.endswith("the log at /srv/app.log.")
+        assert str(bug) not in msg  # the bug's own text goes to the log, not to a visitor
+    assert USER_ERRORS == (UserError,)
+    assert isinstance(MissingFileError("x"), FileNotFoundError)  # `except FileNotFoundError` still catches it
+    assert "reference 1a2b" in internal_message(ValueError(), "the log", "1a2b")
     with pytest.raises(ValueError, match="front_end"):
         user_message(ValueError("x"), "web")
 
@@ -100,6 +107,39 @@ def test_cli_prints_the_message_with_the_cli_hint(capsys) -> None:
 
     assert run_command(argparse.Namespace(func=fail)) == EXIT_FAILED
     assert capsys.readouterr().err.strip() == "error: Something is missing. Pass --thing X."
+
+
+def test_cli_reports_a_bug_as_an_internal_error_with_its_traceback(capsys) -> None:
+    from iba_core.cli.common import EXIT_INTERNAL, run_command
+
+    def bug(args) -> int:
+        raise ValueError("shapes (3,) and (4,) do not align")
+
+    assert run_command(argparse.Namespace(func=bug)) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "shapes (3,) and (4,) do not align" in err  # the details, for a bug report
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: Internal error in IBA Explorer (ValueError)") and "traceback printed above" in last
+
+
+def test_cli_main_tells_a_bug_in_the_library_from_a_mistake(monkeypatch, capsys) -> None:
+    """Through the real entry point: a ValueError raised inside the library (here while `models` lists the
+    weights) is an internal error with its traceback and exit status 70; a mistake is its one line, exit 1."""
+    import iba_core.networks as networks
+    from iba_core.cli import main
+
+    assert main(["models", "--weights", "/no/such/folder/w.pth"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "error: The --weights file /no/such/folder/w.pth was not found; please check the path."
+
+    def broken(spec):
+        raise ValueError("weights table out of step")
+
+    monkeypatch.setattr(networks, "weights_status", broken)
+    assert main(["models"]) == 70
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err and "weights table out of step" in err
+    assert err.strip().splitlines()[-1].startswith("error: Internal error in IBA Explorer (ValueError)")
 
 
 # ---- each site that named a CLI flag ------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from ..errors import UserError
 from ..methods import Method, get_method, method_keys
 from ..bottleneck import DEFAULT_BETA_K  # noqa: F401  (the pages read the default here, with the choices)
 from .maps import MapRequest
@@ -120,5 +121,5 @@ def compare_request(methods: Iterable[str], names: dict[str, str],
         request.settings[READOUT_METHOD] = readout.method_settings()
         request.names[READOUT_METHOD] = readout.label
     if not request.keys:
-        raise ValueError("Choose at least one method.")
+        raise UserError("Choose at least one method.")
     return request

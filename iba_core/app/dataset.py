@@ -26,11 +26,12 @@ from urllib.parse import urlencode
 import numpy as np
 from PIL import Image
 
-from ..errors import UserError, user_message
+from ..errors import UserError
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
 from . import links
+from .error_log import error_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -458,7 +459,7 @@ class FolderJob:
             finish_run(self.run_dir)
             self.label = "stopped" if self._cancel.is_set() else "finished"
         except Exception as err:  # noqa: BLE001 - told on the page in one sentence; the thread ends
-            self.error = user_message(err, "app")
+            self.error = error_text(err)  # a bug is logged with its traceback, and said to be one
         finally:
             self.finished = time.time()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from ..errors import UserError
 from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, MultiBandImage, channels_text, load_input, load_sample
 from ..networks.spec import CROP
 
@@ -136,17 +137,17 @@ def parse_box(text: str, size: int) -> tuple[int, int, int, int]:
     parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
     if len(parts) != 4:  # (the text itself is not echoed: it may be anything pasted)
         entries = f"{len(parts)} entr{'y' if len(parts) == 1 else 'ies'}"
-        raise ValueError(f"Enter the box as four numbers x0, y0, x1, y1 (you gave {entries}).")
+        raise UserError(f"Enter the box as four numbers x0, y0, x1, y1 (you gave {entries}).")
     try:
         x0, y0, x1, y1 = (int(round(float(p))) for p in parts)
     except (ValueError, OverflowError):  # not a number, NaN or infinite
-        raise ValueError("The box must be four finite numbers x0, y0, x1, y1, e.g. 50, 40, 170, 170.") from None
+        raise UserError("The box must be four finite numbers x0, y0, x1, y1, e.g. 50, 40, 170, 170.") from None
     # a typed box is in crop pixels: a corner outside the crop or swapped corners is a typo, said as such
     # (never silently clipped or reordered into another box)
     if not all(0 <= v <= size for v in (x0, y0, x1, y1)):
-        raise ValueError(f"The box's corners must lie inside the {size} × {size} crop: each number from 0 to {size}.")
+        raise UserError(f"The box's corners must lie inside the {size} × {size} crop: each number from 0 to {size}.")
     if x1 - x0 < 1 or y1 - y0 < 1:
-        raise ValueError(f"The box is empty inside the {size} × {size} crop; give x1 > x0 and y1 > y0.")
+        raise UserError(f"The box is empty inside the {size} × {size} crop; give x1 > x0 and y1 > y0.")
     return x0, y0, x1, y1
 
 
@@ -165,10 +166,10 @@ def voc_boxes(xml: str | bytes, preprocess) -> tuple[np.ndarray, list[Box]]:
 
     text = xml.decode("utf-8", errors="replace") if isinstance(xml, bytes) else xml
     if not text.lstrip().startswith("<"):
-        raise ValueError("The annotation is not XML.")
+        raise UserError("The annotation is not XML.")
     ann = parse_voc(text)
     if not ann.boxes:
-        raise ValueError("The annotation holds no <object> with a <bndbox>.")
+        raise UserError("The annotation holds no <object> with a <bndbox>.")
     return boxes_on_crop(ann, preprocess)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..bottleneck import BETA_K_RANGE
 from ..cache import cache_file, load_arrays, save_arrays
+from ..errors import UserError
 from ..images import sample_image_names
 from ..networks import REGISTRY
 from ..networks.cards import CARD_PREFIX
@@ -220,7 +221,7 @@ def upload_path(digest: str) -> Path:
     """The cache file of a kept upload; ValueError unless `digest` has DIGEST_PATTERN's form (so a link's text
     never reaches a path)."""
     if not isinstance(digest, str) or not DIGEST_PATTERN.fullmatch(digest):
-        raise ValueError("An uploaded image is named by a digest of 16 hex digits.")
+        raise UserError("An uploaded image is named by a digest of 16 hex digits.")
     return cache_file(UPLOADS_KIND, digest, suffix=".npz")
 
 

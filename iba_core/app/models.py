@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import USER_ERRORS, UserError, user_message
+from ..errors import USER_ERRORS, UserError
 from ..networks import DEFAULT_NETWORK, REGISTRY
 from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, default_card_name, is_card_key,
                               load_card, read_card, write_card)
@@ -42,6 +42,7 @@ from ..networks.timm_models import PREFIX as TIMM_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
 from ..trust import Trust, check_server_path, shown
+from .error_log import error_text
 
 #: The network menu's entry that opens the choice of a torchvision classifier.
 TORCHVISION_CHOICE = TORCHVISION_PREFIX
@@ -111,7 +112,7 @@ def find_cards(folder: str | os.PathLike | None = None, trust: Trust | None = No
         try:
             card = read_card(path, trust)
         except ValueError as err:  # ModelCardError, NotTrustedError
-            found.append(CardChoice(path.resolve(), default_card_name(path), error=user_message(err, "app")))
+            found.append(CardChoice(path.resolve(), default_card_name(path), error=error_text(err)))
             continue
         found.append(CardChoice(card.path, card.name, card.title or "", card.stats_images))
     return sorted(found, key=lambda c: (c.name.lower(), str(c.path)))
@@ -286,10 +287,10 @@ def parse_triple(text: str, what: str) -> tuple[float, float, float] | None:
     except ValueError:
         values = ()
     if len(values) != 3 or not all(v == v and abs(v) != float("inf") for v in values):
-        raise ValueError(f"The {what} must be three numbers (red, green, blue), e.g. 0.485, 0.456, 0.406; "
+        raise UserError(f"The {what} must be three numbers (red, green, blue), e.g. 0.485, 0.456, 0.406; "
                          f"got {text!r}.")
     if what == "std" and min(values) <= 0:
-        raise ValueError(f"The std must be three positive numbers; got {text!r}.")
+        raise UserError(f"The std must be three positive numbers; got {text!r}.")
     return values  # type: ignore[return-value]
 
 

@@ -24,6 +24,42 @@ if TYPE_CHECKING:
     from .inputs import ImageInput
 
 
+class TorchThreads:
+    """The one owner of torch's thread count while the app computes.
+
+    `torch.set_num_threads` is process-wide, but each network has its own lock, so two networks' runs overlap:
+    if each set the count and restored what it found, the one that started second would restore the first
+    one's setting and leave it for good. Here the first run in sets `settings.torch_threads()` and the last one
+    out restores the count found before, under one lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._before = 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Run the block with the app's thread count (`settings.torch_threads()`)."""
+        with self._lock:
+            if self._running == 0:
+                self._before = torch.get_num_threads()
+                torch.set_num_threads(torch_threads())
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    torch.set_num_threads(self._before)
+
+
+#: The process's one owner of torch's thread count (the count itself is process state: one owner, not one per
+#: network).
+TORCH_THREADS = TorchThreads()
+
+
 @dataclass
 class SharedModel:
     """A loaded network plus the lock that every computation touching it must hold.
@@ -44,7 +80,8 @@ class SharedModel:
     @contextmanager
     def busy(self, on_wait: Callable[[float], None] | None = None,
              poll_s: float | None = None) -> Iterator[Network]:
-        """Hold the lock and run torch with `settings.torch_threads()` threads; the count is restored after.
+        """Hold the lock and run torch with `settings.torch_threads()` threads (`TORCH_THREADS`: the count is
+        process-wide, so one owner sets it for all networks and restores it when the last one is done).
 
         While another thread (another browser session) holds the lock, `on_wait(seconds waited so far)`
         is called at once and then every `poll_s` seconds (default WAIT_POLL_S), so a page can say that
@@ -53,12 +90,8 @@ class SharedModel:
         """
         self.acquire(on_wait, poll_s)
         try:
-            before = torch.get_num_threads()
-            torch.set_num_threads(torch_threads())
-            try:
+            with TORCH_THREADS.held():
                 yield self.network
-            finally:
-                torch.set_num_threads(before)
         finally:
             self.lock.release()
 

@@ -15,7 +15,7 @@ from ..feature_stats import FeatureStats, app_samples, cached_stats, get_stats, 
 from ..methods import get_method
 from ..networks import Network
 from ..progress import ProgressFn
-from ..errors import UserError, check_range
+from ..errors import MissingFileError, UserError, check_range
 from ..settings import MAX_STATS_SAMPLES_ENV, STATS_SAMPLES_ENV, max_stats_samples
 from .models import is_card_network
 
@@ -82,7 +82,7 @@ def choose_stats(
     if folder:
         path = Path(folder).expanduser()
         if not path.is_dir():
-            raise FileNotFoundError(f"Image folder not found: {path}. Enter a folder that holds images.")
+            raise MissingFileError(f"Image folder not found: {path}. Enter a folder that holds images.")
         return get_stats(network, layer, images=path, n=n, progress=progress)
     best = next(iter(cached_stats(network, layer)), None)
     if best is not None and best.n >= n:

@@ -4,7 +4,8 @@ One module per command (`add_parser(subparsers)` + `run(args)`); `common` holds 
 every command does first (check its input files and output paths, before the network loads) and last (write
 results atomically).
 Imports flow one way: this package → command modules → common → the library. Every command prints
-plain text or JSON lines, so results can be scripted; user errors are one line on stderr.
+plain text or JSON lines, so results can be scripted; user errors are one line on stderr (exit status 1), a bug
+is its traceback and one "internal error" line (exit status 70).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; user errors print one line to stderr and exit non-zero, no traceback."""
+    """Entry point; a user's mistake prints one line to stderr (exit 1, no traceback), a bug its traceback and one
+    "internal error" line (exit 70)."""
     return run_command(build_parser().parse_args(argv))
 
 

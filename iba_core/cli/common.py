@@ -4,12 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from typing import Any, Callable
 
-from ..errors import USER_ERRORS, user_message
+from ..errors import CLI_LOG_PLACE, UserError, internal_message, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+#: Exit statuses: a user's mistake (EXIT_FAILED) and a bug (EXIT_INTERNAL, sysexits' EX_SOFTWARE) apart, so a
+#: script can tell "fix your input" from "report this".
+EXIT_OK, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 70, 130
 
 
 def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_default: str | None = DEFAULT_NETWORK,
@@ -111,13 +114,18 @@ def print_json(record: dict[str, Any]) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run a parsed subcommand; user errors become one line on stderr (the message and its CLI hint), no
-    traceback."""
+    """Run a parsed subcommand. A user's mistake (`UserError`) becomes one line on stderr (the message and its
+    CLI hint), no traceback, exit status EXIT_FAILED; anything else is a bug: its traceback on stderr, then one
+    line saying it is an internal error, exit status EXIT_INTERNAL."""
     try:
         return args.func(args)
-    except USER_ERRORS as err:
+    except UserError as err:
         print(f"error: {user_message(err, 'cli')}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted (a results file resumes when the same command runs again)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - a bug: its details for a report, and never the user's fault
+        traceback.print_exception(err, file=sys.stderr)
+        print(f"error: {internal_message(err, CLI_LOG_PLACE)}", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import MissingFileError, UserError
 from ..metrics import results as res
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
@@ -98,15 +99,15 @@ def run(args: argparse.Namespace) -> int:
     if args.merge_only:
         records = res.merge_results(args.out) if res.rank_files(args.out) else res.read_records(args.out)
         if not records:
-            raise FileNotFoundError(f"No results in {args.out} or its rank files.")
+            raise MissingFileError(f"No results in {args.out} or its rank files.")
         text, path = res.write_table(records, args.out)
         print(text)
         print(f"table saved to {path}", file=sys.stderr)
         return 0
     if args.images is None:
-        raise ValueError("--images DIR is required (a folder of images, searched recursively).")
+        raise UserError("--images DIR is required (a folder of images, searched recursively).")
     if args.metric == "bbox" and args.boxes is None:
-        raise ValueError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+        raise UserError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
     check_files(args)
     from ..metrics.dataset import list_items
     from ..methods import resolve_methods
@@ -118,11 +119,11 @@ def run(args: argparse.Namespace) -> int:
         methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
     items = list_items(args.images, args.labels, network.class_index, args.limit)
     if not items:
-        raise FileNotFoundError(f"No images (jpg, png, …) found below {args.images}.")
+        raise MissingFileError(f"No images (jpg, png, …) found below {args.images}.")
     if args.metric == "beta-table":
         unlabelled = sum(item.label is None for item in items)
         if unlabelled == len(items):
-            raise ValueError(
+            raise UserError(
                 "beta-table needs labelled images: class folders named by index (e.g. 285/), WordNet-id folders "
                 "with a wnid mapping file, or a labels.txt/labels.csv with '<image>,<class>' rows (see --labels)."
             )

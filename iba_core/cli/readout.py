@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from . import files
+from ..errors import UserError
 from .common import add_network_args
 
 #: argparse dest → TrainConfig field, for options whose names differ.
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg, given = config_from_args(args)
     if args.resume is None and args.images is None and args.sample_photos is None:
-        raise ValueError("Give --images DIR (or --sample-photos N), or --resume CKPT.")
+        raise UserError("Give --images DIR (or --sample-photos N), or --resume CKPT.")
     check_files(args, cfg.out)
     summary = train_readout(cfg, resume=args.resume, overrides=given if args.resume else None,
                             progress=not args.no_progress, trust=trust_from_args(args),

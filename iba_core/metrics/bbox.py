@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..networks.spec import CROP, RESIZE
 from .common import group_records, method_label, resolve_map
 
@@ -58,23 +59,23 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
     try:
         root = ET.fromstring(text)
     except ET.ParseError as err:
-        raise ValueError(f"Not a readable VOC XML annotation: {err}") from err
+        raise UserError(f"Not a readable VOC XML annotation: {err}") from err
 
     def number(node, tag: str) -> float:
         child = node.find(tag)
         if child is None or child.text is None:
-            raise ValueError(f"The annotation lacks <{tag}>.")
+            raise UserError(f"The annotation lacks <{tag}>.")
         try:
             value = float(child.text)
         except ValueError:
-            raise ValueError(f"The annotation's <{tag}> is not a number ({child.text.strip()[:40]!r}).") from None
+            raise UserError(f"The annotation's <{tag}> is not a number ({child.text.strip()[:40]!r}).") from None
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"The annotation's <{tag}> must be a finite number of pixels ≥ 0 (it is {value:g}).")
+            raise UserError(f"The annotation's <{tag}> must be a finite number of pixels ≥ 0 (it is {value:g}).")
         return value
 
     size = root.find("size")
     if size is None:
-        raise ValueError("The annotation lacks <size> (width and height of the original image).")
+        raise UserError("The annotation lacks <size> (width and height of the original image).")
     boxes = []
     for obj in root.iter("object"):
         bb = obj.find("bndbox")
@@ -84,7 +85,7 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
         boxes.append(Box(name, number(bb, "xmin"), number(bb, "ymin"), number(bb, "xmax"), number(bb, "ymax")))
     width, height = int(number(size, "width")), int(number(size, "height"))
     if width < 1 or height < 1:
-        raise ValueError(f"The annotation's image size must be at least 1 × 1 pixel (it says {width} × {height}).")
+        raise UserError(f"The annotation's image size must be at least 1 × 1 pixel (it says {width} × {height}).")
     return Annotation(width, height, boxes, root.findtext("filename") or "")
 
 
@@ -154,7 +155,7 @@ def bbox_ratio(attribution, mask: np.ndarray, x: torch.Tensor | None = None, tar
         raise ValueError(f"Attribution {values.shape} and box mask {mask.shape} differ in shape.")
     n = int(mask.sum())
     if n == 0:
-        raise ValueError("The box mask is empty.")
+        raise UserError("The box mask is empty.")
     flat = np.nan_to_num(values.ravel(), nan=-np.inf)
     tiebreak = np.random.default_rng(seed).random(flat.size)
     top = np.lexsort((tiebreak, -flat))[:n]  # by value (descending), ties at random

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..datasets import LabelMap, LabelResolver, class_folder, find_label_file, read_label_file
+from ..errors import MissingFileError
 from ..images import find_images
 
 __all__ = ["ImageItem", "LabelMap", "find_label_file", "list_items", "read_label_file"]
@@ -55,7 +56,7 @@ def list_items(
     if labels_file is None:
         labels_file = find_label_file(root)
     elif not Path(labels_file).is_file():
-        raise FileNotFoundError(f"Label file not found: {labels_file}")
+        raise MissingFileError(f"Label file not found: {labels_file}")
     labels = read_label_file(labels_file) if labels_file is not None else LabelMap.empty()
     resolve = LabelResolver(wnids=labels.wnids, class_index=class_index)
 

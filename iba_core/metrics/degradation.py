@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import UserError
 from ..heads import probabilities
 from ..tiles import degrade, tile_order, tile_rank_map
 from .common import batched_logits, group_records, method_label, resolve_map
@@ -40,7 +41,7 @@ def removal_steps(n_tiles: int, points: int | None = None) -> np.ndarray:
     if points is None or points >= n_tiles + 1:
         return np.arange(n_tiles + 1)
     if points < 2:
-        raise ValueError("A degradation curve needs at least 2 points (nothing and everything removed).")
+        raise UserError("A degradation curve needs at least 2 points (nothing and everything removed).")
     return np.unique(np.round(np.linspace(0, n_tiles, points)).astype(int))
 
 

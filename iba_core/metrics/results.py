@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..cache import write_atomic
+from ..errors import UserError
 from ..jsonable import jsonable
 
 KEY_FIELDS = ("metric", "image", "method", "setting")
@@ -126,9 +127,9 @@ def dist_info() -> tuple[int, int]:
         rank = int(os.environ.get("RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError as err:
-        raise ValueError("RANK and WORLD_SIZE must be integers.") from err
+        raise UserError("RANK and WORLD_SIZE must be integers.") from err
     if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"Invalid RANK={rank} for WORLD_SIZE={world}.")
+        raise UserError(f"Invalid RANK={rank} for WORLD_SIZE={world}.")
     return rank, world
 
 

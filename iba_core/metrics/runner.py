@@ -321,7 +321,7 @@ def run_evaluation(
     Keys already present in `out` or its rank files are skipped.
     """
     if metric not in RUNNERS:
-        raise ValueError(f"Unknown metric {metric!r}; choose one of: {', '.join(RUNNERS)}.")
+        raise UserError(f"Unknown metric {metric!r}; choose one of: {', '.join(RUNNERS)}.")
     options = options or EvalOptions()
     out = Path(out)
     done = res.done_keys([out, *res.rank_files(out)])

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import UserError
 from ..heads import class_logits
 from ..tiles import tile_mask, tile_sums
 from .common import batched_logits, group_records, method_label, resolve_map
@@ -80,11 +81,11 @@ def logit_drops(
     x = x.detach().cpu()
     size = tuple(x.shape[-2:])
     if size[0] % tile or size[1] % tile:
-        raise ValueError(f"Image size {size} is not a multiple of the tile size {tile}.")
+        raise UserError(f"Image size {size} is not a multiple of the tile size {tile}.")
     n_tiles = (size[0] // tile) * (size[1] // tile)
     ns_arr = n_values(n_tiles, n_count) if ns is None else np.asarray(sorted(set(int(n) for n in ns)))
     if ns_arr.min() < 1 or ns_arr.max() > n_tiles:
-        raise ValueError(f"n must lie between 1 and the number of tiles ({n_tiles}).")
+        raise UserError(f"n must lie between 1 and the number of tiles ({n_tiles}).")
     drops = LogitDrops(tile, n_tiles, ns_arr, sets, seed, np.zeros((len(ns_arr), sets)), int(target))
 
     def batches() -> Iterator[torch.Tensor]:

@@ -33,6 +33,7 @@ from ..bottleneck import (
     resize_preserving_total,
     standardise,
 )
+from ..errors import UserError
 from ..heads import head_of, predicted, probabilities, target_nll
 from ..model_state import frozen_eval
 from ..networks import LOGITS
@@ -98,7 +99,7 @@ class ReadoutBottleneck(nn.Module):
         if layer not in reads:
             reads = (layer, *reads)
         if len(set(reads)) != len(reads):
-            raise ValueError(f"Read-out layers must be distinct, got {', '.join(reads)}.")
+            raise UserError(f"Read-out layers must be distinct, got {', '.join(reads)}.")
         check_beta_k(beta_k)  # before the probe pass; ReadoutConfig checks σ_s against the map too
         check_sigma(sigma)
         passes = network_passes(network, layer, reads)
@@ -270,7 +271,7 @@ class ReadoutBottleneck(nn.Module):
             probs = probabilities(out[LOGITS], self.head)[0]
             target = int(probs.argmax()) if target is None else int(target)
             if not 0 <= target < probs.numel():
-                raise ValueError(f"Class index {target} is out of range 0…{probs.numel() - 1}.")
+                raise UserError(f"Class index {target} is out of range 0…{probs.numel() - 1}.")
             p_with = float("nan")
             if batch > 0:
                 mean, std = self._noise_stats()

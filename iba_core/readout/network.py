@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bottleneck import INIT_ALPHA, MIN_STD
+from ..errors import UserError
 from ..networks import LOGITS
 from .config import ALPHA_MAX, DEFAULT_HIDDEN, ReadoutCheckpointError
 
@@ -58,7 +59,7 @@ class NetworkPasses:
                     f"and {LOGITS!r} for the logits."
                 )
         if layer == LOGITS:
-            raise ValueError("The bottleneck cannot sit on the logits.")
+            raise UserError("The bottleneck cannot sit on the logits.")
         cuts = sorted({index[layer]} | {index[r] for r in reads if r != LOGITS})
         modules = [m for _, m in stages]
         self.segments: list[tuple[str, nn.Module]] = []
@@ -104,7 +105,7 @@ class TracedPasses:
 
     def __init__(self, network, layer: str, reads: Sequence[str]):
         if layer == LOGITS:
-            raise ValueError("The bottleneck cannot sit on the logits.")
+            raise UserError("The bottleneck cannot sit on the logits.")
         for name in (layer, *reads):
             if name != LOGITS and name not in network.spec.layers:
                 known = list(network.spec.layers)

@@ -29,6 +29,50 @@ def test_shared_model_busy_holds_the_lock_and_restores_threads(monkeypatch) -> N
     assert torch.get_num_threads() == before
 
 
+def _threads_of_a_new_thread() -> int:
+    """Torch's thread count as a thread started now sees it (OpenMP keeps a count per thread; a new thread,
+    such as a new session's script thread, starts from the count set last anywhere in the process)."""
+    seen: list[int] = []
+    t = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    return seen[0]
+
+
+def test_two_networks_interleaving_leave_the_thread_count_as_found(monkeypatch) -> None:
+    """Network A starts, network B starts, A ends while B still runs, B ends (each in its session's thread): B
+    runs with the app's count throughout, and afterwards the process has the count it had before. (Each
+    network saving and restoring the count on its own left the app's count behind for good: B saved A's.)"""
+    before = _threads_of_a_new_thread()
+    app_count = 1 if before != 1 else 2
+    monkeypatch.setenv("IBA_TORCH_THREADS", str(app_count))
+    a, b = SharedModel(network=object()), SharedModel(network=object())
+    a_started, b_started, a_ended = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, int] = {}
+
+    def run_a() -> None:
+        with a.busy():
+            a_started.set()
+            b_started.wait(5)
+            seen["a"] = torch.get_num_threads()
+        a_ended.set()
+
+    def run_b() -> None:
+        a_started.wait(5)
+        with b.busy():
+            b_started.set()
+            a_ended.wait(5)
+            seen["b after a ended"] = torch.get_num_threads()
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"a": app_count, "b after a ended": app_count}
+    assert _threads_of_a_new_thread() == before
+
+
 def test_run_record_names_its_files_and_reports() -> None:
     from PIL import Image
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from ...bottleneck import DEFAULT_BETA_K, check_beta_k, check_sigma
-from ...errors import check_range
+from ...errors import UserError, check_range
 from ...networks import DEFAULT_NETWORK
 from ..config import DEFAULT_HIDDEN
 
@@ -75,11 +75,11 @@ class TrainConfig:
         """Every check, before a run: the ranges, the image source, labels and counts."""
         self.check_ranges()
         if self.images is None and self.sample_photos < 1:
-            raise ValueError("Give an image folder, or a number of sample-photo crops per epoch.")
+            raise UserError("Give an image folder, or a number of sample-photo crops per epoch.")
         if self.labels not in ("auto", "folders", "top1"):
-            raise ValueError(f"labels must be auto, folders or top1, got {self.labels!r}.")
+            raise UserError(f"labels must be auto, folders or top1, got {self.labels!r}.")
         if self.stats_n < 1 or self.repeats < 1 or self.workers < 0:
-            raise ValueError("stats_n and repeats must be ≥ 1, workers ≥ 0.")
+            raise UserError("stats_n and repeats must be ≥ 1, workers ≥ 0.")
         return self
 
     def resumed(self, saved: "TrainConfig", overrides: list[str] | tuple[str, ...] | None = None) -> "TrainConfig":
