@@ -291,7 +291,7 @@ def results(record: RunRecord, scale: ColourScale) -> None:
         few_bits(record)
 
     downloads(record, opacity, scale)
-    st.caption(f"Feature statistics: {record.stats_description}.")
+    st.caption(f"Feature statistics: {plain(record.stats_description)}.")  # it may name a typed folder
 
 
 def few_bits(record: RunRecord) -> None:

@@ -63,3 +63,24 @@ def streamlit_server(tmp_path: Path, stats_samples: str = "32") -> Iterator[str]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def chromium_page(viewport: tuple[int, int] = (1400, 1200), timeout_ms: int = 120_000) -> Iterator:
+    """A Playwright page in Debian's headless Chromium (the test is skipped where it is not installed); the
+    browser is closed afterwards. Its timeouts (and `expect`'s) are `timeout_ms`: loading a network on a busy
+    2-core machine takes a while."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            page.set_default_timeout(timeout_ms)
+            expect.set_options(timeout=timeout_ms)
+            yield page
+        finally:
+            browser.close()
