@@ -18,8 +18,6 @@ from iba_core.trust import ANY, Trust
 from pages._errors import shown_errors
 from pages._text import plain
 
-# ---- adding your own network -------------------------------------------------------------------
-
 #: A message about the last "Add your network" submission, shown on the next run (the form reruns the page).
 ADDED_KEY = "_added_network"
 

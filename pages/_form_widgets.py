@@ -19,8 +19,6 @@ from pages._inputs import Inputs, show_domain_warning
 from pages._links import set_link, take_from_link
 from pages._text import plain
 
-# ---- form widgets (call inside st.form) ----------------------------------------------------------
-
 
 def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
     """The layer (its key holds the network's: another network's layers are never offered)."""

@@ -30,8 +30,6 @@ from pages._page import SOURCES, app_trust, remember_choice, restore_choice
 from pages._progress import network_turn
 from pages._text import plain
 
-# ---- inputs ------------------------------------------------------------------------------------
-
 
 @dataclass
 class Inputs:

@@ -20,8 +20,6 @@ from pages._links import NETWORK_CHOICE_KEY
 from pages._page import app_trust, remember_choice, restore_choice
 from pages._text import plain
 
-# ---- models ------------------------------------------------------------------------------------
-
 
 @st.cache_resource(show_spinner="Loading the network…", max_entries=3)
 def shared_model(key: str, version: int = 0, trust: Trust | None = None) -> SharedModel:

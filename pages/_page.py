@@ -89,6 +89,9 @@ def bring_into_view(key: str, top_share: float = 0.4) -> None:
     )
 
 
+# ---- what the owner allows ---------------------------------------------------------------------
+
+
 def app_trust() -> Trust:
     """What this app's owner allows (IBA_TRUST_CODE, IBA_DATA_DIRS); paths on the server typed by a visitor
     anywhere only when the server listens on this machine alone (its visitor is its owner)."""
@@ -107,6 +110,7 @@ def restore_choice(key: str, default: Any) -> None:
 
 
 def remember_choice(key: str) -> None:
+    """Keep the widget's choice for every page (a widget's on_change)."""
     st.session_state[f"_keep_{key}"] = st.session_state[key]
 
 
@@ -119,4 +123,5 @@ MAP_CACHE_KEY = "map_cache"
 
 
 def map_cache() -> MapCache:
+    """This session's attribution-map cache."""
     return st.session_state.setdefault(MAP_CACHE_KEY, MapCache())
