@@ -86,7 +86,7 @@ def small_crop_network(tmp_path_factory):
 
 
 def test_boxes_follow_a_card_networks_own_crop_as_the_cli_maps_them(small_crop_network, tmp_path) -> None:
-    from iba_core.metrics.dataset import list_items
+    from iba_core.image_folders import list_items
     from iba_core.metrics.results import read_records
     from iba_core.metrics.runner import EvalOptions, run_evaluation
 

@@ -7,7 +7,7 @@ import pytest
 from iba_core.cli import main
 from iba_core.methods import Method, get_method, resolve_methods
 from iba_core.metrics.runner import EvalOptions, finish, run_evaluation
-from iba_core.metrics.dataset import list_items
+from iba_core.image_folders import list_items
 from iba_core.metrics.results import read_records, table_path
 from metric_helpers import SIZE, TILE, Counting, SmallConvNet, StubLoaded, write_images
 

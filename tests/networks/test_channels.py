@@ -104,7 +104,7 @@ def test_a_grayscale_network_reads_a_photo_in_gray_and_normalises_its_one_channe
 
 
 def test_the_sample_photos_serve_a_grayscale_network_in_gray(gray_folder):
-    from iba_core.datasets import sample_photo_batches
+    from iba_core.image_sources import sample_photo_batches
 
     net = load_network(gray_folder)
     batch = next(sample_photo_batches(net.preprocess, 2, batch_size=2, seed=0))
@@ -179,7 +179,7 @@ def test_a_4_band_tile_is_scaled_cropped_and_normalised_per_band(bands):
 
 
 def test_statistics_of_a_4_band_network_need_a_folder_of_its_images(bands):
-    from iba_core.datasets import DataError
+    from iba_core.labels import DataError
     from iba_core.feature_stats import get_stats
 
     net = load_network(bands / "bands.toml")
