@@ -37,3 +37,10 @@ def noise_stats():
 
     return get
 
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """An empty Hugging Face hub cache and HF_HUB_OFFLINE=1, no IBA_WEIGHTS_DIR: nothing can be downloaded or found."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("IBA_WEIGHTS_DIR", raising=False)

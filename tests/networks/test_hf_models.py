@@ -30,12 +30,6 @@ def image(tmp_path_factory):
     return str(write_image(tmp_path_factory.mktemp("hf-image") / "img.png"))
 
 
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-
-
 def test_vit_folder_attributes_a_class_by_name_on_its_tokens(vit, image, capsys, tmp_path):
     summary, heatmap = attribute_cli([image, "--model", str(vit), "--target", "cherry"], capsys, tmp_path)
     assert summary["model"] == "folder:fruit-vit" and summary["class_name"] == "cherry" and summary["target"] == 2
