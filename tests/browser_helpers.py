@@ -1,4 +1,4 @@
-"""A private `streamlit run app.py` for the real-browser tests (tests/test_browser*.py)."""
+"""A private `streamlit run app.py` and a headless Chromium for the real-browser tests (tests/test_browser*.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -63,3 +63,20 @@ def streamlit_server(tmp_path: Path, stats_samples: str = "32") -> Iterator[str]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def chromium_browser() -> Iterator:
+    """Debian's Chromium, headless, through Playwright: a `playwright.sync_api.Browser`, closed afterwards (also when
+    the test fails). Skips the test where Chromium is not installed."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-background-networking"])
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -14,7 +14,7 @@ from PIL import Image
 from iba_core.images import ImageError, MultiBandImage, load_input
 from iba_core.networks import ModelCardError, load_network
 from iba_core.networks.spec import fit_channels, input_channels_of
-from source_fixtures import attribute_cli, save_timm_folder, write_image
+from source_fixtures import attribute_cli, save_timm_folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bad_inputs"))
 from bad_input_helpers import assert_one_sentence, cli_error, run_cli  # noqa: E402
@@ -45,11 +45,6 @@ def card_text(mean: str = "[0.3, 0.3, 0.3, 0.3]", std: str = "[0.2, 0.2, 0.2, 0.
 def gray_folder(tmp_path_factory) -> Path:
     """timm's ResNet-18 with in_chans=1 and 3 classes, random weights, saved by save_for_hf."""
     return save_timm_folder(tmp_path_factory.mktemp("gray") / "xray", classes=FINDINGS, in_chans=1)
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> str:
-    return str(write_image(tmp_path_factory.mktemp("gray-image") / "img.png"))
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,7 @@ import torch
 
 from iba_core.cli import main
 from iba_core.networks import UnknownModelError, WeightsUnavailableError, load_network
-from source_fixtures import attribute_cli, write_image
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return str(write_image(tmp_path_factory.mktemp("timm-image") / "img.png"))
+from source_fixtures import attribute_cli
 
 
 def test_resnet18_random_weights_attribute_a_class_by_name(image, capsys, tmp_path):
