@@ -22,7 +22,7 @@ import torch
 from iba_core.methods import get_method, method_keys  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
 from iba_core.networks import load_network  # noqa: E402
-from iba_core.datasets import sample_photo_batches  # noqa: E402
+from iba_core.image_sources import sample_photo_batches  # noqa: E402
 from iba_core.feature_stats import FeatureStats, estimate_stats  # noqa: E402
 
 MODELS = ("efficientnet_lite0", "resnet50")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from iba_core.cli import main as cli
 from iba_core.precision import machine_id
-from iba_core.datasets import offline_photos
+from iba_core.image_sources import offline_photos
 
 
 def make_folder(folder: Path, count: int) -> None:

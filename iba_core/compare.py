@@ -19,9 +19,6 @@ from .methods import AttributionMap, Method, resolve_methods
 from .per_sample import target_note
 from .progress import ProgressFn
 
-#: progress(done, total, label): before each method (done = methods finished so far, label = the method
-#: about to run) and once at the end (done == total, label "done"). The one definition for every
-#: label-reporting progress callback (the app's map cache and evaluation helpers use it too).
 #: on_error(key, error): called for a failing method, which is then skipped; without it errors propagate.
 ErrorFn = Callable[[str, BaseException], None]
 
@@ -39,6 +36,8 @@ def compare(
     """Run `methods` on the preprocessed image x (1, 3, H, W) for class `target` (None: top-1).
 
     settings: per-key overrides, e.g. {"integrated_gradients": {"steps": 16}}.
+    progress (`iba_core.progress.ProgressFn`): called before each method (done = methods finished so far, label =
+    the method about to run) and once at the end (done == total, label "done").
     """
     chosen = resolve_methods(methods, settings)
     if methods is None or (isinstance(methods, str) and methods.strip() == "all"):

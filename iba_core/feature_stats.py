@@ -23,7 +23,7 @@ from torch import nn
 
 from . import cache
 from .bottleneck import MIN_STD
-from .datasets import FolderBatches, photo_pool, sample_photo_batches
+from .image_sources import FolderBatches, photo_pool, sample_photo_batches
 from .images import find_images
 from .model_state import layer_tensor
 from .progress import ProgressFn

@@ -15,11 +15,21 @@
 |                     | relative entry is relative to the app's working folder   |                          |
 | HF_HUB_OFFLINE      | Hugging Face's: 1 reads timm / Hugging Face models from  | off                      |
 |                     | the hub cache only (also TRANSFORMERS_OFFLINE)           |                          |
+| HF_HUB_CACHE        | Hugging Face's: its hub cache (else HF_HOME/hub, else    | ~/.cache/huggingface/hub |
+|                     | XDG_CACHE_HOME/huggingface/hub)                          |                          |
+| HF_HOME             | Hugging Face's: its folder                               | ~/.cache/huggingface     |
+| HF_ENDPOINT         | Hugging Face's: the hub's address                        | https://huggingface.co   |
+| RANK                | torchrun's: this process's rank                          | 0                        |
+| WORLD_SIZE          | torchrun's: the number of ranks                          | 1                        |
+| LOCAL_RANK          | torchrun's: this process's rank on its machine (its GPU) | 0                        |
+| MASTER_ADDR         | torchrun's: where the ranks meet (set: they can)         | (none)                   |
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from .errors import UserError
 
 CACHE_DIR_ENV = "IBA_CACHE_DIR"
 WEIGHTS_DIR_ENV = "IBA_WEIGHTS_DIR"
@@ -31,6 +41,11 @@ TRUST_CODE_ENV = "IBA_TRUST_CODE"
 DATA_DIRS_ENV = "IBA_DATA_DIRS"
 #: Hugging Face's switch (not this project's): read the hub cache only, never download.
 HUB_OFFLINE_ENV = "HF_HUB_OFFLINE"
+#: Hugging Face's: where huggingface_hub keeps its cache and its own folder, and the hub's address (a mirror).
+HUB_CACHE_ENV, HF_HOME_ENV, HUB_ENDPOINT_ENV = "HF_HUB_CACHE", "HF_HOME", "HF_ENDPOINT"
+#: torchrun's variables (PyTorch's, not this project's): a process's rank, the number of ranks, its rank on this
+#: machine, and the address where the ranks meet.
+RANK_ENV, WORLD_SIZE_ENV, LOCAL_RANK_ENV, MASTER_ADDR_ENV = "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"
 
 #: The app's cap on a visitor's statistics samples unless its owner sets IBA_MAX_STATS_SAMPLES.
 DEFAULT_MAX_STATS_SAMPLES = 2000
@@ -83,6 +98,40 @@ def hub_offline() -> bool:
     reads it once, at its import)."""
     return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
                for name in (HUB_OFFLINE_ENV, "TRANSFORMERS_OFFLINE"))
+
+
+def hub_cache_dir() -> Path:
+    """huggingface_hub's cache folder, where it keeps timm and Hugging Face models: HF_HUB_CACHE, else HF_HOME/hub,
+    else XDG_CACHE_HOME/huggingface/hub (default ~/.cache/huggingface/hub): Hugging Face's own rules."""
+    if os.environ.get(HUB_CACHE_ENV):
+        return Path(os.environ[HUB_CACHE_ENV]).expanduser()
+    home = os.environ.get(HF_HOME_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_endpoint() -> str:
+    """The Hugging Face Hub's address (HF_ENDPOINT, else https://huggingface.co), without a trailing slash."""
+    return os.environ.get(HUB_ENDPOINT_ENV, "https://huggingface.co").rstrip("/")
+
+
+def torchrun_place() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them in RANK, WORLD_SIZE and LOCAL_RANK; (0, 1, 0) in a
+    process torchrun did not start. A UserError when one is not a whole number or the rank lies outside the world."""
+    try:
+        rank = int(os.environ.get(RANK_ENV, "0"))
+        world = int(os.environ.get(WORLD_SIZE_ENV, "1"))
+        local = int(os.environ.get(LOCAL_RANK_ENV, "0"))
+    except ValueError:
+        raise UserError(f"{RANK_ENV}, {WORLD_SIZE_ENV} and {LOCAL_RANK_ENV} must be whole numbers.") from None
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise UserError(f"{RANK_ENV}={rank} and {LOCAL_RANK_ENV}={local} do not fit {WORLD_SIZE_ENV}={world}: "
+                        "ranks run from 0 to the world size − 1.")
+    return rank, world, local
+
+
+def torchrun_rendezvous() -> bool:
+    """Whether the ranks can meet: torchrun sets MASTER_ADDR; RANK and WORLD_SIZE set by hand do not."""
+    return MASTER_ADDR_ENV in os.environ
 
 
 def data_dirs() -> tuple[Path, ...]:

@@ -20,9 +20,8 @@ from iba_core.app.state import RunRecord
 from iba_core.heads import PROBABILITY_NOTES
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
-from iba_core.render.animation import (
-    ColourScale, animation_gif, bits_panel, curves_image, lambda_panel, live_scale, run_scale, step_text,
-)
+from iba_core.render.animation import animation_gif, bits_panel, curves_image, lambda_panel, step_text
+from iba_core.render.colours import ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, full_resolution_overlay, not_needed_fraction, not_needed_outline, overlay_image,
     png_bytes,
@@ -46,7 +45,7 @@ CURVES_SIZE = (640, 230)
 #: Widget key of the colour-scale control (read by the live run, set in the replay panel).
 SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
-#: The scale's top when none is typed (`animation.SCALE_BASES`), as the radio names them.
+#: The scale's top when none is typed (`colours.SCALE_BASES`), as the radio names them.
 SCALE_BASIS_NAMES = {"run": "the whole run's largest value", "final": "the final map's largest value"}
 
 through_app()

@@ -17,13 +17,13 @@ import torch
 
 from iba_core.images import load_sample
 from iba_core.methods import get_method
-from iba_core.metrics.dataset import list_items
+from iba_core.image_folders import list_items
 from iba_core.metrics.degradation import degradation_curves
 from iba_core.metrics.sensitivity_n import correlations, logit_drops
 from iba_core.networks import load_network
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from iba_core.precision import machine_id
-from iba_core.datasets import offline_photos
+from iba_core.image_sources import offline_photos
 from iba_core.feature_stats import get_stats
 
 

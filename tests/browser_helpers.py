@@ -1,4 +1,4 @@
-"""A private `streamlit run app.py` for the real-browser tests (tests/test_browser*.py)."""
+"""A private `streamlit run app.py` and a headless Chromium for the real-browser tests (tests/test_browser*.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -66,21 +66,30 @@ def streamlit_server(tmp_path: Path, stats_samples: str = "32") -> Iterator[str]
 
 
 @contextlib.contextmanager
-def chromium_page(viewport: tuple[int, int] = (1400, 1200), timeout_ms: int = 120_000) -> Iterator:
-    """A Playwright page in Debian's headless Chromium (the test is skipped where it is not installed); the
-    browser is closed afterwards. Its timeouts (and `expect`'s) are `timeout_ms`: loading a network on a busy
-    2-core machine takes a while."""
+def chromium_browser() -> Iterator:
+    """Debian's Chromium, headless, through Playwright: a `playwright.sync_api.Browser`, closed afterwards (also when
+    the test fails). Skips the test where Chromium is not installed."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                     args=["--no-sandbox", "--disable-background-networking"])
         try:
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            page.set_default_timeout(timeout_ms)
-            expect.set_options(timeout=timeout_ms)
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def chromium_page(viewport: tuple[int, int] = (1400, 1200), timeout_ms: int = 120_000) -> Iterator:
+    """A page of `chromium_browser` with its timeouts (and `expect`'s) set to `timeout_ms`: loading a network on a
+    busy 2-core machine takes a while."""
+    from playwright.sync_api import expect
+
+    with chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        page.set_default_timeout(timeout_ms)
+        expect.set_options(timeout=timeout_ms)
+        yield page

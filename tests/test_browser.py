@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 from PIL import Image
 
-from browser_helpers import CHROMIUM, streamlit_server
+from browser_helpers import chromium_browser, streamlit_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT_LIMIT = 300_000  # bytes; the README image must stay small
@@ -122,52 +122,44 @@ def save_small_png(png: bytes, path: Path, limit: int = SCREENSHOT_LIMIT) -> int
 
 
 def test_per_sample_run_in_chromium(server: str, tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
-    from playwright.sync_api import expect, sync_playwright
+    with chromium_browser() as browser:
+        from playwright.sync_api import expect
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-background-networking"]
-        )
-        try:
-            # Tall enough that the README picture shows the inputs and the result row together.
-            page = browser.new_page(viewport={"width": 1400, "height": 1560})
-            page.set_default_timeout(120_000)
-            expect.set_options(timeout=120_000)  # model loading and a cold run take a while on 2 cores
-            page.goto(f"{server}/per_sample")  # straight to a page of a fresh server: app.py must still run
-            expect(page.get_by_text("Top prediction")).to_be_visible()  # model loaded, image classified
-            nav = page.locator('[data-testid="stSidebarNavLink"] [data-testid="stMarkdownContainer"]')
-            titles = app_page_titles()
-            expect(nav).to_have_count(len(titles))
-            assert nav.all_inner_texts() == titles, "the sidebar must list exactly the pages of app.py's PAGES"
-            assert page.title() == "IBA Explorer"  # app.py's st.set_page_config ran
-            run = page.get_by_role("button", name="Run")
-            expect(run).to_be_enabled()
+        # Tall enough that the README picture shows the inputs and the result row together.
+        page = browser.new_page(viewport={"width": 1400, "height": 1560})
+        page.set_default_timeout(120_000)
+        expect.set_options(timeout=120_000)  # model loading and a cold run take a while on 2 cores
+        page.goto(f"{server}/per_sample")  # straight to a page of a fresh server: app.py must still run
+        expect(page.get_by_text("Top prediction")).to_be_visible()  # model loaded, image classified
+        nav = page.locator('[data-testid="stSidebarNavLink"] [data-testid="stMarkdownContainer"]')
+        titles = app_page_titles()
+        expect(nav).to_have_count(len(titles))
+        assert nav.all_inner_texts() == titles, "the sidebar must list exactly the pages of app.py's PAGES"
+        assert page.title() == "IBA Explorer"  # app.py's st.set_page_config ran
+        run = page.get_by_role("button", name="Run")
+        expect(run).to_be_enabled()
 
-            page.evaluate(WATCH_STEPS)
-            run.click()
-            expect(page.get_by_text("Information used")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        page.evaluate(WATCH_STEPS)
+        run.click()
+        expect(page.get_by_text("Information used")).to_be_visible(timeout=RUN_TIMEOUT_MS)
 
-            steps = page.evaluate("window.__ibaSteps")
-            assert any(s.startswith("Step ") and s.endswith("/ 10") for s in steps), steps
-            assert len({s for s in steps if s != "Step 0 / 10"}) >= 2, f"the step counter did not update live: {steps}"
-            heatmap = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="bits / pixel").first
-            expect(heatmap).to_be_visible()
-            expect(page.get_by_text("Few bits", exact=True)).to_be_visible()
-            assert page.locator('[data-testid="stException"]').count() == 0
-            assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        steps = page.evaluate("window.__ibaSteps")
+        assert any(s.startswith("Step ") and s.endswith("/ 10") for s in steps), steps
+        assert len({s for s in steps if s != "Step 0 / 10"}) >= 2, f"the step counter did not update live: {steps}"
+        heatmap = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="bits / pixel").first
+        expect(heatmap).to_be_visible()
+        expect(page.get_by_text("Few bits", exact=True)).to_be_visible()
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0
 
-            # After the run its replay is where the live view was, in view.
-            expect(page.get_by_text("Last run:")).to_be_in_viewport()
-            expect(page.locator('img[alt="Bits per pixel at step 10 of 10"]')).to_be_in_viewport()
-            page.wait_for_timeout(500)  # let Plotly finish drawing
-            keep = os.environ.get("IBA_SAVE_SCREENSHOT") == "1"
-            target = ROOT / "assets" / "screenshot.png" if keep else tmp_path / "screenshot.png"
-            size = save_small_png(page.screenshot(), target)
-            assert size <= SCREENSHOT_LIMIT
-        finally:
-            browser.close()
+        # After the run its replay is where the live view was, in view.
+        expect(page.get_by_text("Last run:")).to_be_in_viewport()
+        expect(page.locator('img[alt="Bits per pixel at step 10 of 10"]')).to_be_in_viewport()
+        page.wait_for_timeout(500)  # let Plotly finish drawing
+        keep = os.environ.get("IBA_SAVE_SCREENSHOT") == "1"
+        target = ROOT / "assets" / "screenshot.png" if keep else tmp_path / "screenshot.png"
+        size = save_small_png(page.screenshot(), target)
+        assert size <= SCREENSHOT_LIMIT
 
 
 # Boxes of the visible elements, read in one go: Streamlit swaps the live view for the replay while the test
@@ -209,78 +201,70 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
     """Session A (1280 × 800) runs with β·k = 1000: the class is lost, and a warning says so next to the maps.
     Session B (1600 × 1000) presses Run meanwhile and shows "Waiting for another run to finish (N s)" until A
     is done, then runs. The live view and the replay fit beside the inputs; a GIF upload names its first frame."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
-    from playwright.sync_api import expect, sync_playwright
-
     from iba_core.per_sample import LOST_CLASS_MESSAGE
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-background-networking"]
-        )
-        try:
-            expect.set_options(timeout=120_000)
-            (a, height), (b, b_height) = ((browser.new_page(viewport={"width": w, "height": h}), h)
-                                          for w, h in ((1280, 800), (1600, 1000)))
-            for page in (a, b):
-                page.set_default_timeout(120_000)
-                page.goto(f"{server}/per_sample")
-                expect(page.get_by_text("Top prediction")).to_be_visible()
+    with chromium_browser() as browser:
+        from playwright.sync_api import expect
 
-            # B: one step, so that it finishes quickly once it has its turn.
-            b.get_by_text("Advanced", exact=True).click()
-            b.get_by_role("spinbutton", name="Steps T").fill("1")
-            # A: β·k = 1000, the end of the β slider.
-            beta = a.get_by_role("slider", name="β·k (information penalty)")
-            beta.focus()
-            beta.press("End")
-            expect(beta).to_have_attribute("aria-valuetext", "1000")
+        expect.set_options(timeout=120_000)
+        (a, height), (b, b_height) = ((browser.new_page(viewport={"width": w, "height": h}), h)
+                                      for w, h in ((1280, 800), (1600, 1000)))
+        for page in (a, b):
+            page.set_default_timeout(120_000)
+            page.goto(f"{server}/per_sample")
+            expect(page.get_by_text("Top prediction")).to_be_visible()
 
-            a.evaluate(WATCH_STEPS)
-            a.evaluate(WATCH_LAMBDA)
-            b.evaluate(WATCH_WAITS)
-            a.get_by_role("button", name="Run").click()
-            # A holds the network from its first step to its last: B asks for it meanwhile.
-            expect(a.get_by_text(re.compile(r"Step [1-4] / 10"))).to_be_visible(timeout=240_000)
-            b.get_by_role("button", name="Run").click()
+        # B: one step, so that it finishes quickly once it has its turn.
+        b.get_by_text("Advanced", exact=True).click()
+        b.get_by_role("spinbutton", name="Steps T").fill("1")
+        # A: β·k = 1000, the end of the β slider.
+        beta = a.get_by_role("slider", name="β·k (information penalty)")
+        beta.focus()
+        beta.press("End")
+        expect(beta).to_have_attribute("aria-valuetext", "1000")
 
-            # While A runs: its step counter, bits map and λ map fit beside the inputs.
-            _assert_fits(a, "the step counter", 'text=/Step \\d+ \\/ 10/', height)
-            _assert_fits(a, "the live bits map", 'img[alt^="Bits per pixel"]', height)
-            _assert_fits(a, "the live λ map", 'img[alt^="λ"]', height)
+        a.evaluate(WATCH_STEPS)
+        a.evaluate(WATCH_LAMBDA)
+        b.evaluate(WATCH_WAITS)
+        a.get_by_role("button", name="Run").click()
+        # A holds the network from its first step to its last: B asks for it meanwhile.
+        expect(a.get_by_text(re.compile(r"Step [1-4] / 10"))).to_be_visible(timeout=240_000)
+        b.get_by_role("button", name="Run").click()
 
-            expect(a.get_by_text("Last run:")).to_be_visible(timeout=240_000)
-            # The class is lost at β·k = 1000, and the page says so beside the replayed maps.
-            warning = a.get_by_text(LOST_CLASS_MESSAGE).first
-            expect(warning).to_be_in_viewport()
-            _assert_fits(a, "the replayed bits map", 'img[alt="Bits per pixel at step 10 of 10"]', height)
-            _assert_fits(a, "the replayed λ map", 'img[alt="λ at step 10 of 10"]', height)
-            # The λ picture was updated in place every step, never taken out (no blank flash); only the last
-            # one gives way to the replay when the run ends.
-            shown = a.evaluate("window.__ibaLambdaShown")
-            assert len([s for s in shown if s.endswith("of 10")]) >= 5, shown
-            removed = a.evaluate("window.__ibaLambdaRemoved")
-            assert set(removed) <= {"λ at step 10 of 10"} and len(removed) <= 1, removed
+        # While A runs: its step counter, bits map and λ map fit beside the inputs.
+        _assert_fits(a, "the step counter", 'text=/Step \\d+ \\/ 10/', height)
+        _assert_fits(a, "the live bits map", 'img[alt^="Bits per pixel"]', height)
+        _assert_fits(a, "the live λ map", 'img[alt^="λ"]', height)
 
-            # B waited visibly, then ran; its replay is in view too.
-            expect(b.get_by_text("Last run:")).to_be_visible(timeout=240_000)
-            _assert_fits(b, "B's replayed bits map", 'img[alt="Bits per pixel at step 1 of 1"]', b_height)
-            _assert_fits(b, "B's replayed λ map", 'img[alt="λ at step 1 of 1"]', b_height)
-            waits = b.evaluate("window.__ibaWaits")
-            assert waits and all(re.fullmatch(r"Waiting for another run to finish \(\d+ s\)", w) for w in waits), waits
-            expect(b.get_by_text("Waiting for another run to finish")).to_have_count(0)
-            for page in (a, b):
-                assert page.locator('[data-testid="stException"]').count() == 0
-                assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        expect(a.get_by_text("Last run:")).to_be_visible(timeout=240_000)
+        # The class is lost at β·k = 1000, and the page says so beside the replayed maps.
+        warning = a.get_by_text(LOST_CLASS_MESSAGE).first
+        expect(warning).to_be_in_viewport()
+        _assert_fits(a, "the replayed bits map", 'img[alt="Bits per pixel at step 10 of 10"]', height)
+        _assert_fits(a, "the replayed λ map", 'img[alt="λ at step 10 of 10"]', height)
+        # The λ picture was updated in place every step, never taken out (no blank flash); only the last
+        # one gives way to the replay when the run ends.
+        shown = a.evaluate("window.__ibaLambdaShown")
+        assert len([s for s in shown if s.endswith("of 10")]) >= 5, shown
+        removed = a.evaluate("window.__ibaLambdaRemoved")
+        assert set(removed) <= {"λ at step 10 of 10"} and len(removed) <= 1, removed
 
-            # A GIF upload is taken, and the page says which frame the network sees.
-            b.get_by_role("radiogroup", name="Image").get_by_text("Upload", exact=True).click()
-            b.get_by_label("Upload an image", exact=True).get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
-                files=[{"name": "cat.gif", "mimeType": "image/gif", "buffer": _gif_of_chelsea(3)}])
-            expect(b.get_by_text("GIF: the network sees the first frame of its 3 frames")).to_be_visible()
-            expect(b.get_by_text("Top prediction")).to_be_visible()
-            assert b.locator('[data-testid="stAlertContentError"]').count() == 0
-            a.screenshot(path=str(tmp_path / "lost_class_1280x800.png"))
-        finally:
-            browser.close()
+        # B waited visibly, then ran; its replay is in view too.
+        expect(b.get_by_text("Last run:")).to_be_visible(timeout=240_000)
+        _assert_fits(b, "B's replayed bits map", 'img[alt="Bits per pixel at step 1 of 1"]', b_height)
+        _assert_fits(b, "B's replayed λ map", 'img[alt="λ at step 1 of 1"]', b_height)
+        waits = b.evaluate("window.__ibaWaits")
+        assert waits and all(re.fullmatch(r"Waiting for another run to finish \(\d+ s\)", w) for w in waits), waits
+        expect(b.get_by_text("Waiting for another run to finish")).to_have_count(0)
+        for page in (a, b):
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+
+        # A GIF upload is taken, and the page says which frame the network sees.
+        b.get_by_role("radiogroup", name="Image").get_by_text("Upload", exact=True).click()
+        b.get_by_label("Upload an image", exact=True).get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
+            files=[{"name": "cat.gif", "mimeType": "image/gif", "buffer": _gif_of_chelsea(3)}])
+        expect(b.get_by_text("GIF: the network sees the first frame of its 3 frames")).to_be_visible()
+        expect(b.get_by_text("Top prediction")).to_be_visible()
+        assert b.locator('[data-testid="stAlertContentError"]').count() == 0
+        a.screenshot(path=str(tmp_path / "lost_class_1280x800.png"))

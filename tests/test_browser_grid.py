@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from browser_helpers import CHROMIUM, streamlit_server
+from browser_helpers import chromium_browser, streamlit_server
 from iba_core.per_sample import LOST_CLASS_MESSAGE
 from iba_core.render.figures import BITS_UNIT, LOST_CLASS_MARK
 
@@ -109,87 +109,79 @@ def assert_titles_apart(text: dict) -> None:
 
 
 def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
-    from playwright.sync_api import expect, sync_playwright
+    with chromium_browser() as browser:
+        from playwright.sync_api import expect
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-background-networking"]
-        )
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(120_000)
-            expect.set_options(timeout=120_000)
-            first_seconds = compute_grid(page, server, expect)
-            grid = the_grid(page, expect)
-            fig = grid.evaluate(READ_GRID)
-            traces = fig["traces"]
-            assert len(traces) == 10
-            beta, layer = traces[:5], traces[5:]
-            # The β row: one linear colour axis from 0 to the row's largest bits per pixel, in bits / pixel.
-            assert [t["coloraxis"] for t in traces] == ["coloraxis"] * 5 + [None] * 5
-            assert fig["coloraxis"]["cmin"] == 0 and fig["coloraxis"]["title"] == BITS_UNIT
-            assert fig["coloraxis"]["cmax"] == pytest.approx(max(t["max"] for t in beta), rel=1e-5)
-            means = [t["mean"] for t in beta]
-            assert means[4] < max(means), "the β·k = 1000 cell must not be the brightest of its row"
-            # The layer row: no black cell. Each map reaches the top of its own scale (its maximum, in its
-            # title), and a tenth of it is brighter than 5 % of that: a visible map, not one bright pixel.
-            # (On one shared scale, the stem's bits per pixel left the deep layers below 1 % of it.)
-            assert fig["coloraxis2"] is None
-            for t, title in zip(layer, fig["titles"][5:]):
-                assert t["max"] / t["zmax"] >= 0.5, f"a black cell: {title}"
-                assert t["p90"] / t["zmax"] >= 0.05, f"a nearly black cell: {title}"
-                assert title.endswith(f"<br>max {t['zmax']:.3g}")
-            # β·k = 1000 discarded the class: its title is marked and a warning names it.
-            assert LOST_CLASS_MARK in fig["titles"][4]
-            warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text=LOST_CLASS_MESSAGE)
-            expect(warning).to_contain_text("β·k = 1000 at block3_2")
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(120_000)
+        expect.set_options(timeout=120_000)
+        first_seconds = compute_grid(page, server, expect)
+        grid = the_grid(page, expect)
+        fig = grid.evaluate(READ_GRID)
+        traces = fig["traces"]
+        assert len(traces) == 10
+        beta, layer = traces[:5], traces[5:]
+        # The β row: one linear colour axis from 0 to the row's largest bits per pixel, in bits / pixel.
+        assert [t["coloraxis"] for t in traces] == ["coloraxis"] * 5 + [None] * 5
+        assert fig["coloraxis"]["cmin"] == 0 and fig["coloraxis"]["title"] == BITS_UNIT
+        assert fig["coloraxis"]["cmax"] == pytest.approx(max(t["max"] for t in beta), rel=1e-5)
+        means = [t["mean"] for t in beta]
+        assert means[4] < max(means), "the β·k = 1000 cell must not be the brightest of its row"
+        # The layer row: no black cell. Each map reaches the top of its own scale (its maximum, in its
+        # title), and a tenth of it is brighter than 5 % of that: a visible map, not one bright pixel.
+        # (On one shared scale, the stem's bits per pixel left the deep layers below 1 % of it.)
+        assert fig["coloraxis2"] is None
+        for t, title in zip(layer, fig["titles"][5:]):
+            assert t["max"] / t["zmax"] >= 0.5, f"a black cell: {title}"
+            assert t["p90"] / t["zmax"] >= 0.05, f"a nearly black cell: {title}"
+            assert title.endswith(f"<br>max {t['zmax']:.3g}")
+        # β·k = 1000 discarded the class: its title is marked and a warning names it.
+        assert LOST_CLASS_MARK in fig["titles"][4]
+        warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text=LOST_CLASS_MESSAGE)
+        expect(warning).to_contain_text("β·k = 1000 at block3_2")
 
-            # Text for the back of a lecture hall: 16 px or more, and the five titles of a row side by side.
-            text = grid.evaluate(MEASURE_TEXT)
-            assert len(text["titles"]) == 10 and text["width"] > 1000
-            for t in text["titles"]:
-                assert t["size"] >= MIN_TEXT_PX and min(t["lines"]) >= MIN_TEXT_PX, t
-            assert text["rowTitles"] and min(text["rowTitles"]) >= MIN_TEXT_PX
-            assert text["barLabels"] and min(text["barLabels"]) >= MIN_TEXT_PX
-            assert_titles_apart(text)
-            page.screenshot(path=str(tmp_path / "beta_layer.png"), full_page=True)
+        # Text for the back of a lecture hall: 16 px or more, and the five titles of a row side by side.
+        text = grid.evaluate(MEASURE_TEXT)
+        assert len(text["titles"]) == 10 and text["width"] > 1000
+        for t in text["titles"]:
+            assert t["size"] >= MIN_TEXT_PX and min(t["lines"]) >= MIN_TEXT_PX, t
+        assert text["rowTitles"] and min(text["rowTitles"]) >= MIN_TEXT_PX
+        assert text["barLabels"] and min(text["barLabels"]) >= MIN_TEXT_PX
+        assert_titles_apart(text)
+        page.screenshot(path=str(tmp_path / "beta_layer.png"), full_page=True)
 
-            # Another browser session, same image and settings, on a 1280 × 800 screen: the grid comes from the
-            # disk cache at once, and in a grid some 820 px wide (the sidebar open) the titles still stand apart.
-            other = browser.new_page(viewport=SMALL_VIEWPORT)
-            again_seconds = compute_grid(other, server, expect)
-            expect(other.get_by_text("computed before for the same image")).to_be_visible()
-            assert other.locator('[data-testid="stSidebar"]').bounding_box()["width"] > 200, "the sidebar is open"
-            small_grid = the_grid(other, expect)
-            again = small_grid.evaluate(READ_GRID)
-            assert [t["max"] for t in again["traces"]] == [t["max"] for t in traces]
-            assert again_seconds < min(10.0, first_seconds / 2), (first_seconds, again_seconds)
-            small = small_grid.evaluate(MEASURE_TEXT)
-            assert len(small["titles"]) == 10 and small["width"] < 900
-            assert min(t["size"] for t in small["titles"]) >= MIN_TEXT_PX
-            assert_titles_apart(small)
-            small_grid.screenshot(path=str(tmp_path / "beta_layer_1280.png"))
-            other.close()
+        # Another browser session, same image and settings, on a 1280 × 800 screen: the grid comes from the
+        # disk cache at once, and in a grid some 820 px wide (the sidebar open) the titles still stand apart.
+        other = browser.new_page(viewport=SMALL_VIEWPORT)
+        again_seconds = compute_grid(other, server, expect)
+        expect(other.get_by_text("computed before for the same image")).to_be_visible()
+        assert other.locator('[data-testid="stSidebar"]').bounding_box()["width"] > 200, "the sidebar is open"
+        small_grid = the_grid(other, expect)
+        again = small_grid.evaluate(READ_GRID)
+        assert [t["max"] for t in again["traces"]] == [t["max"] for t in traces]
+        assert again_seconds < min(10.0, first_seconds / 2), (first_seconds, again_seconds)
+        small = small_grid.evaluate(MEASURE_TEXT)
+        assert len(small["titles"]) == 10 and small["width"] < 900
+        assert min(t["size"] for t in small["titles"]) >= MIN_TEXT_PX
+        assert_titles_apart(small)
+        small_grid.screenshot(path=str(tmp_path / "beta_layer_1280.png"))
+        other.close()
 
-            # Presentation mode: the page's text (rem) and the grid's grow.
-            page.get_by_text("Presentation mode").click()
-            page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) > 16")
-            page.wait_for_timeout(1000)
-            large = the_grid(page, expect).evaluate(MEASURE_TEXT)
-            assert min(t["size"] for t in large["titles"]) > min(t["size"] for t in text["titles"])
-            page.get_by_text("Presentation mode").click()
-            page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) == 16")
+        # Presentation mode: the page's text (rem) and the grid's grow.
+        page.get_by_text("Presentation mode").click()
+        page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) > 16")
+        page.wait_for_timeout(1000)
+        large = the_grid(page, expect).evaluate(MEASURE_TEXT)
+        assert min(t["size"] for t in large["titles"]) > min(t["size"] for t in text["titles"])
+        page.get_by_text("Presentation mode").click()
+        page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) == 16")
 
-            # Per-map scales on request: the β row's maps too, each from 0 to its own maximum.
-            page.get_by_text("Scale each map on its own").click()
-            expect(page.get_by_text("Each map has its own linear colour scale")).to_be_visible()
-            page.wait_for_timeout(1000)
-            fig = the_grid(page, expect).evaluate(READ_GRID)
-            assert all(t["coloraxis"] is None for t in fig["traces"])
-            assert [t["zmax"] for t in fig["traces"]] == pytest.approx([t["max"] for t in fig["traces"]], rel=1e-5)
-            print(f"\nβ × layer grid at 1920 × 1080: computed in {first_seconds:.1f} s ({STEPS} steps, batch "
-                  f"{BATCH}), a second session {again_seconds:.1f} s")
-        finally:
-            browser.close()
+        # Per-map scales on request: the β row's maps too, each from 0 to its own maximum.
+        page.get_by_text("Scale each map on its own").click()
+        expect(page.get_by_text("Each map has its own linear colour scale")).to_be_visible()
+        page.wait_for_timeout(1000)
+        fig = the_grid(page, expect).evaluate(READ_GRID)
+        assert all(t["coloraxis"] is None for t in fig["traces"])
+        assert [t["zmax"] for t in fig["traces"]] == pytest.approx([t["max"] for t in fig["traces"]], rel=1e-5)
+        print(f"\nβ × layer grid at 1920 × 1080: computed in {first_seconds:.1f} s ({STEPS} steps, batch "
+              f"{BATCH}), a second session {again_seconds:.1f} s")

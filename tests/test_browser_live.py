@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from browser_helpers import CHROMIUM, streamlit_server
+from browser_helpers import chromium_browser, streamlit_server
 from live_watch import live_record, open_page, preparing_texts, run_once, settle, steps_in_order
 
 STEPS = 5
@@ -41,39 +41,30 @@ def _hardware_bf16() -> bool:
 
 
 def test_every_step_is_drawn_in_order_under_load(server: str) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's chromium package")
-    from playwright.sync_api import sync_playwright
-
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BURNERS)]
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                        args=["--no-sandbox", "--disable-background-networking"])
-            try:
-                a = open_page(browser, server, STEPS)  # two browser sessions, as two people would have
-                b = open_page(browser, server, STEPS, width=1600, height=1000)
-                a.get_by_role("button", name="Run").click()
-                b.get_by_role("button", name="Run").click()  # waits for the network, then runs
-                for page in (a, b):
-                    page.wait_for_function(f"window.__ibaLive.steps.some(s => s.step === {STEPS})", timeout=180_000)
-                    settle(page, 180_000)
-                first = {name: live_record(page) for name, page in (("A", a), ("B", b))}
-                for name, record in first.items():
-                    in_order, seen = steps_in_order(record, STEPS)
-                    assert in_order, f"session {name} drew steps {seen}, not 1..{STEPS} in order"
+        with chromium_browser() as browser:
+            a = open_page(browser, server, STEPS)  # two browser sessions, as two people would have
+            b = open_page(browser, server, STEPS, width=1600, height=1000)
+            a.get_by_role("button", name="Run").click()
+            b.get_by_role("button", name="Run").click()  # waits for the network, then runs
+            for page in (a, b):
+                page.wait_for_function(f"window.__ibaLive.steps.some(s => s.step === {STEPS})", timeout=180_000)
+                settle(page, 180_000)
+            first = {name: live_record(page) for name, page in (("A", a), ("B", b))}
+            for name, record in first.items():
+                in_order, seen = steps_in_order(record, STEPS)
+                assert in_order, f"session {name} drew steps {seen}, not 1..{STEPS} in order"
 
-                # A second run at the same layer never measures the precision again, so it never says so; a
-                # first run says so only on hardware with bf16 (elsewhere "auto" is fp32 without measuring).
-                run_once(a, STEPS, 180_000)
-                again = live_record(a)
-                in_order, seen = steps_in_order(again, STEPS)
-                assert in_order, f"A's second run drew steps {seen}"
-                assert not any(NOTICE in t for t in preparing_texts(again)), preparing_texts(again)
-                told = [t for record in first.values() for t in preparing_texts(record) if NOTICE in t]
-                assert len(told) <= 1 and (not told or _hardware_bf16()), told
-            finally:
-                browser.close()
+            # A second run at the same layer never measures the precision again, so it never says so; a
+            # first run says so only on hardware with bf16 (elsewhere "auto" is fp32 without measuring).
+            run_once(a, STEPS, 180_000)
+            again = live_record(a)
+            in_order, seen = steps_in_order(again, STEPS)
+            assert in_order, f"A's second run drew steps {seen}"
+            assert not any(NOTICE in t for t in preparing_texts(again)), preparing_texts(again)
+            told = [t for record in first.values() for t in preparing_texts(record) if NOTICE in t]
+            assert len(told) <= 1 and (not told or _hardware_bf16()), told
     finally:
         for proc in burners:
             proc.terminate()

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from iba_core.compare import compare, resolve_methods
@@ -13,13 +12,7 @@ from iba_core.compare import compare, resolve_methods
 CHEAP = ["random", "gradient", "grad_cam"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread: on a shared CPU two OpenMP threads wait on each other (see tests/baselines)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py says why
 
 
 def test_compare_runs_methods_in_order_with_progress(offline_model, chelsea_x):

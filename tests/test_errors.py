@@ -223,9 +223,9 @@ def _image_files(root: Path, folders: list[str]) -> list[Path]:
 
 
 def test_wordnet_folders_without_a_class_map(tmp_path) -> None:
-    from iba_core.datasets import DataError, folder_labels
+    from iba_core.labels import DataError, folder_labels
 
-    files = _image_files(tmp_path, ["n01440764", "n01443537"])
+    files = _image_files(tmp_path, ["n01484850", "n01491361"])  # ImageNet's sharks: not in this class list
     with pytest.raises(DataError) as err:
         folder_labels(tmp_path, files, ["tench", "goldfish", "shark", "ray", "hen"])
     cli, app = _assert_front_ends(err.value, "--class-map")
@@ -233,7 +233,7 @@ def test_wordnet_folders_without_a_class_map(tmp_path) -> None:
 
 
 def test_class_folder_of_no_class(tmp_path) -> None:
-    from iba_core.datasets import DataError, folder_labels
+    from iba_core.labels import DataError, folder_labels
 
     files = _image_files(tmp_path, ["tench", "zebra crossing"])
     with pytest.raises(DataError) as err:

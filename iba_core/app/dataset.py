@@ -440,7 +440,8 @@ class FolderJob:
 
         try:
             network = self.shared.network
-            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit)
+            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
+                                       categories=network.categories)
             self.total = len(items)
             settings = FolderSettings(batch_images=self.batch)
             for start in range(0, len(items), self.batch):

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         files.save_npy(args.out, result.heatmap)
     if args.png:
         from ..render import overlay_image
-        from ..render.animation import run_scale
+        from ..render.colours import run_scale
 
         # the run's one scale (as the app's views), with its legend in bits per pixel
         files.save_image(args.png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))

@@ -117,20 +117,20 @@ def method_list(args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..metrics import results as res
+    from .. import ranks
 
-    rank, world = res.dist_info()
+    rank, world = ranks.rank_and_world()
     check_files(args)
     methods = method_list(args)
     from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
     from ..runs.store import TABLE_FILE
     from .common import load_from_args, print_json, progress_bar
 
-    network = load_from_args(args, device=res.rank_device(args.device))  # one GPU per rank under torchrun
+    network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
         methods = [m for m in methods if m.available_for(network) is None]
     target = None if args.target is None else network.class_index(args.target)
-    root, items = list_images(args.image, args.labels, network.class_index, args.limit)
+    root, items = list_images(args.image, args.labels, network.class_index, args.limit, network.categories)
     settings = FolderSettings(target=target, boxes=args.boxes, stats_images=args.stats_images,
                               batch_images=args.batch_images, retry_errors=args.retry_errors)
     progress, close = (None, lambda: None) if args.no_progress else progress_bar(

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MissingFileError, UserError
+from .. import ranks
 from ..metrics import results as res
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
@@ -95,7 +96,7 @@ def check_files(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rank, world = res.dist_info()
+    rank, world = ranks.rank_and_world()
     if args.merge_only:
         records = res.merge_results(args.out) if res.rank_files(args.out) else res.read_records(args.out)
         if not records:
@@ -109,15 +110,15 @@ def run(args: argparse.Namespace) -> int:
     if args.metric == "bbox" and args.boxes is None:
         raise UserError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
     check_files(args)
-    from ..metrics.dataset import list_items
+    from ..image_folders import list_items
     from ..methods import resolve_methods
     from .common import load_from_args
 
     methods = {} if args.metric == "beta-table" else {m.key: m for m in resolve_methods(args.methods)}
-    network = load_from_args(args, device=res.rank_device(args.device))  # one GPU per rank under torchrun
+    network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is None:  # the default: every registered method that can run on this network
         methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
-    items = list_items(args.images, args.labels, network.class_index, args.limit)
+    items = list_items(args.images, args.labels, network.class_index, args.limit, categories=network.categories)
     if not items:
         raise MissingFileError(f"No images (jpg, png, …) found below {args.images}.")
     if args.metric == "beta-table":

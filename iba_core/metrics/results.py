@@ -118,57 +118,7 @@ class ResultsWriter:
 
 
 # --------------------------------------------------------------------------------------------
-# Ranks (torchrun) and merging.
-
-
-def dist_info() -> tuple[int, int]:
-    """(rank, world_size) from torchrun's RANK/WORLD_SIZE environment variables; (0, 1) otherwise."""
-    try:
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError as err:
-        raise UserError("RANK and WORLD_SIZE must be integers.") from err
-    if world < 1 or not 0 <= rank < world:
-        raise UserError(f"Invalid RANK={rank} for WORLD_SIZE={world}.")
-    return rank, world
-
-
-def rank_device(device: str) -> str:
-    """The device of this rank: under torchrun "cuda" means one GPU per rank, cuda:$LOCAL_RANK."""
-    if device == "cuda" and "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
-    return device
-
-
-def meet_ranks(world: int) -> bool:
-    """Meet the other ranks at a barrier if torch.distributed can rendezvous (torchrun); False if it cannot
-    (one process, or RANK/WORLD_SIZE set by hand without MASTER_ADDR)."""
-    if world <= 1:
-        return False
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
-    if not dist.is_available():
-        return False
-    created = False
-    if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            return False
-        import datetime
-
-        # Joining the group is itself a rendezvous of all ranks; ranks finish at different times.
-        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
-        created = True
-    dist.barrier()
-    if created:
-        dist.destroy_process_group()
-    return True
-
-
-def shard(items: Sequence, rank: int, world: int) -> list:
-    """The items rank `rank` of `world` handles: every world-th one, starting at rank."""
-    return list(items[rank::world])
+# Files of the ranks (torchrun: `iba_core.ranks`) and merging.
 
 
 def rank_path(out: str | os.PathLike, rank: int) -> Path:

@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .. import ranks
 from ..errors import UserError
 from ..heads import head_of, predicted
 from . import results as res
@@ -326,7 +327,7 @@ def run_evaluation(
     out = Path(out)
     done = res.done_keys([out, *res.rank_files(out)])
     path = out if world == 1 else res.rank_path(out, rank)
-    mine = res.shard(list(items), rank, world)
+    mine = ranks.shard(list(items), rank, world)
     from tqdm import tqdm
 
     with res.ResultsWriter(path) as writer:
@@ -363,7 +364,7 @@ def finish(out: str | Path, rank: int, world: int, print_table: bool = True) -> 
     out = Path(out)
     if world > 1:
         res.done_marker(out, rank).touch()
-        met = res.meet_ranks(world)
+        met = ranks.meet_ranks(world)
         if (met and rank != 0) or (not met and not res.all_ranks_done(out, world)):
             print(f"rank {rank}: shard finished; rank files are merged when all ranks are done", file=sys.stderr)
             return None

@@ -7,7 +7,6 @@ saying what to download and where to put it (`HubUnavailableError`).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .. import settings
@@ -20,15 +19,12 @@ class HubUnavailableError(WeightsUnavailableError):
 
 def hub_cache() -> Path:
     """huggingface_hub's cache folder (HF_HUB_CACHE / HF_HOME respected, read now, not at import)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
+    return settings.hub_cache_dir()
 
 
 def hub_endpoint() -> str:
     """The hub's address (HF_ENDPOINT for a mirror)."""
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return settings.hub_endpoint()
 
 
 def hub_offline() -> bool:

@@ -2,6 +2,8 @@
 
 - `figures`: interactive Plotly figures (bits heatmaps, the β × layer grid, degradation curves, the sanity
   check's SSIM);
+- `colours`: colour maps, one colour scale per run (`run_scale`, `live_scale`), colour bars and legends;
+- `animation`: a Per-Sample run step by step (live view, replay, GIF, loss curves);
 - `overlays`: PIL images (heatmap over the photo, the "not needed" view, boxes) and PNG bytes;
 - `comparison`: the comparison grid as one PNG (`grid_png`, `cell_png`) and the colour range of a map (`limits_text`);
 - `sanity`: the sanity check's strip of heatmaps as a PNG;
@@ -19,6 +21,8 @@ from ..lazy import lazy_exports
 _PUBLIC = {
     "heatmap_figure": "figures", "grid_figure": "figures", "degradation_figure": "figures", "ssim_figure": "figures",
     "BITS_COLORSCALE": "figures", "BITS_UNIT": "figures",
+    "ColourScale": "colours", "run_scale": "colours", "live_scale": "colours", "colour_legend": "colours",
+    "colour_bar": "colours", "BITS_LABEL": "colours", "BITS_CMAP": "colours",
     "colorize": "overlays", "overlay_image": "overlays", "not_needed_mask": "overlays",
     "not_needed_fraction": "overlays", "not_needed_outline": "overlays", "png_bytes": "overlays",
     "draw_boxes": "overlays", "OUTLINE_RGB": "overlays",

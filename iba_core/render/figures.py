@@ -12,29 +12,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .animation import scale_labels
+from .colours import BITS_CMAP, BITS_LABEL, plotly_colorscale, scale_labels
 from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
     from ..beta_layer import GridCell
 
 
-def _colorscale(cmap: str, n: int = 11) -> list[list]:
-    """A Plotly colour scale sampled from a matplotlib colour map, as rgb() strings.
-
-    Same colours as the PNG overlays; rgb() rather than hex because Streamlit's chart frontend
-    rewrites some hex colours (inferno's #000004 turned lavender).
-    """
-    import matplotlib
-
-    cm = matplotlib.colormaps[cmap]
-    stops = np.linspace(0.0, 1.0, n)
-    return [[float(t), "rgb({},{},{})".format(*(int(round(255 * c)) for c in cm(t)[:3]))] for t in stops]
-
-
 #: Sequential colour scale for information maps; dark = few bits, bright = many.
-BITS_COLORSCALE = _colorscale("inferno")
-BITS_UNIT = "bits / pixel"
+BITS_COLORSCALE = plotly_colorscale(BITS_CMAP)
+BITS_UNIT = BITS_LABEL
 
 _FONT = dict(family='"Source Sans Pro", "Source Sans 3", "Helvetica Neue", Arial, sans-serif', size=12, color="#31333F")
 #: A plain white look that does not depend on the host's chart theme (Streamlit's would recolour the maps).
@@ -104,7 +91,7 @@ def heatmap_figure(
     bits: np.ndarray, title: str, zmax: float | None = None, *, height: int = 360, downsample: int = 1
 ) -> go.Figure:
     """Bits-per-pixel map with a colour bar in bits that labels its top; zmax fixes the top of the scale (a run's
-    views pass the run's scale, `animation.run_scale`; default: the map's max).
+    views pass the run's scale, `colours.run_scale`; default: the map's max).
 
     downsample > 1 mean-pools the map (still bits per original pixel) for a lighter live view.
     """

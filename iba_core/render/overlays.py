@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance
 
-from .animation import BITS_LABEL, _lut, colour_legend
+from .colours import BITS_LABEL, colour_legend, colour_lut
 from .arrays import as_map
 
 #: Colour of the outline drawn around "not needed" regions and boxes (cyan reads well on inferno and photos).
@@ -76,7 +76,7 @@ def overlay_image(
 ) -> Image.Image:
     """The heatmap, colour-mapped on 0 – `top` (default: its own maximum), alpha-blended over the image.
 
-    A run's views pass the run's scale as `top` (`animation.run_scale`), so a map with few bits looks dark
+    A run's views pass the run's scale as `top` (`colours.run_scale`), so a map with few bits looks dark
     rather than stretched to full brightness. legend=True adds the colour legend below the image
     (`with_legend`); without it the picture is image-sized.
     """
@@ -140,7 +140,7 @@ def full_resolution_overlay(
     levels = (np.minimum(h * (255.0 / scale_top), 255.0) if scale_top > 0 else np.zeros_like(h)) + 0.5
     index = Image.fromarray(levels.astype(np.float32), mode="F").resize(
         (x1 - x0, y1 - y0), Image.Resampling.BILINEAR).convert("L")
-    lut = _lut(cmap)
+    lut = colour_lut(cmap)
     colours = Image.merge("RGB", [index.point(lut[:, c].tolist()) for c in range(3)])
     inside = Image.blend(photo.crop(box), colours, opacity)
     out = ImageEnhance.Brightness(photo.convert("L")).enhance(outside).convert("RGB")

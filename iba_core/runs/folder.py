@@ -35,8 +35,8 @@ from ..errors import USER_ERRORS, UserError
 from ..heads import head_of, probabilities
 from ..methods import Method
 from ..methods.bottlenecks import PerSampleIBA, ReadoutMethod
-from ..metrics.dataset import ImageItem, list_items
-from ..metrics.results import meet_ranks, shard
+from ..image_folders import ImageItem, list_items
+from ..ranks import meet_ranks, shard
 from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
@@ -92,9 +92,9 @@ def read_image_list(path: str | os.PathLike) -> list[Path]:
 
 def list_images(source: str | os.PathLike, labels: str | os.PathLike | None = None,
                 class_index: Callable[[str], int] | None = None,
-                limit: int | None = None) -> tuple[Path, list[ImageItem]]:
+                limit: int | None = None, categories: Sequence[str] = ()) -> tuple[Path, list[ImageItem]]:
     """(root, items) of a folder (every image below it, sorted) or of a `.txt` list of images (its folder is the
-    root), labelled as `evaluate` labels them (`metrics.dataset.list_items`: a label file, class folders, wnids)."""
+    root), labelled as `evaluate` labels them (`image_folders.list_items`: a label file, class folders, wnids)."""
     source = Path(source).expanduser()
     if source.is_dir():
         root, files = source, None
@@ -102,7 +102,7 @@ def list_images(source: str | os.PathLike, labels: str | os.PathLike | None = No
         root, files = source.parent, read_image_list(source)
     else:
         raise UserError(f"{source} is neither a folder of images nor a {LIST_SUFFIX} list of images.")
-    items = list_items(root, labels, class_index, limit, files=files)
+    items = list_items(root, labels, class_index, limit, files=files, categories=categories)
     if not items:
         raise UserError(f"No images (jpg, png, …) found {'below' if files is None else 'in the list'} {source}.")
     return root, items

@@ -20,12 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from card_fixtures import CLASSES, write_card  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py says why
 
 
 def test_bbox_rows_and_large_boxes() -> None:
@@ -86,7 +81,7 @@ def small_crop_network(tmp_path_factory):
 
 
 def test_boxes_follow_a_card_networks_own_crop_as_the_cli_maps_them(small_crop_network, tmp_path) -> None:
-    from iba_core.metrics.dataset import list_items
+    from iba_core.image_folders import list_items
     from iba_core.metrics.results import read_records
     from iba_core.metrics.runner import EvalOptions, run_evaluation
 

@@ -8,17 +8,8 @@ from method_helpers import SMALL, small_stats
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread while these tests run (restored after each module).
-
-    The suite shares two cores with other jobs; with two OpenMP threads each of the many small operators
-    here waits for a descheduled sibling thread: a 32 px ResNet-50 forward+backward took 2.8 s instead of
-    0.08 s in a measurement on this machine. Results do not depend on the thread count.
-    """
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _one_thread_here(one_thread):
+    """Every module of this folder runs on one thread (tests/conftest.py::one_thread says why)."""
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ def _check(amap, x, model, before):
     assert amap.values.shape == tuple(x.shape[-2:])
     assert amap.values.dtype == np.float32
     assert np.isfinite(amap.values).all()
-    assert amap.seconds >= 0
+    assert 0 < amap.seconds < 600  # measured: a method takes time, and not the suite's
     assert hook_count(model) == 0
     assert fingerprint(model) == before
 

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from iba_core.metrics.dataset import list_items, read_label_file
+from iba_core.image_folders import list_items
+from iba_core.labels import read_label_file
 from iba_core.metrics.results import (
     ResultsWriter,
     done_keys,
@@ -11,9 +12,9 @@ from iba_core.metrics.results import (
     rank_files,
     rank_path,
     read_records,
-    shard,
     table_path,
 )
+from iba_core.ranks import shard
 from metric_helpers import write_images
 
 

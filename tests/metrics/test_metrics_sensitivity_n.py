@@ -108,7 +108,7 @@ def test_occlusion_8_with_the_zero_occluder_is_perfect_at_n_1_on_the_offline_net
 
 def test_the_runner_occludes_with_zeros_for_sensitivity_n(tmp_path, small_net):
     from iba_core.methods import get_method
-    from iba_core.metrics.dataset import list_items
+    from iba_core.image_folders import list_items
     from iba_core.metrics.results import read_records
     from iba_core.metrics.runner import EvalOptions, run_evaluation
     from metric_helpers import StubLoaded, write_images

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from source_fixtures import write_image
+
 
 @pytest.fixture(scope="session")
 def any_network():
@@ -37,3 +39,16 @@ def noise_stats():
 
     return get
 
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """An empty Hugging Face hub cache and HF_HUB_OFFLINE=1, no IBA_WEIGHTS_DIR: nothing can be downloaded or found."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("IBA_WEIGHTS_DIR", raising=False)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    """A small photo-like PNG (`source_fixtures.write_image`), written once per module, as a path string."""
+    return str(write_image(tmp_path_factory.mktemp("image") / "img.png"))

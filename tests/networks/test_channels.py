@@ -14,7 +14,7 @@ from PIL import Image
 from iba_core.images import ImageError, MultiBandImage, load_input
 from iba_core.networks import ModelCardError, load_network
 from iba_core.networks.spec import fit_channels, input_channels_of
-from source_fixtures import attribute_cli, save_timm_folder, write_image
+from source_fixtures import attribute_cli, save_timm_folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bad_inputs"))
 from bad_input_helpers import assert_one_sentence, cli_error, run_cli  # noqa: E402
@@ -45,11 +45,6 @@ def card_text(mean: str = "[0.3, 0.3, 0.3, 0.3]", std: str = "[0.2, 0.2, 0.2, 0.
 def gray_folder(tmp_path_factory) -> Path:
     """timm's ResNet-18 with in_chans=1 and 3 classes, random weights, saved by save_for_hf."""
     return save_timm_folder(tmp_path_factory.mktemp("gray") / "xray", classes=FINDINGS, in_chans=1)
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> str:
-    return str(write_image(tmp_path_factory.mktemp("gray-image") / "img.png"))
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +99,7 @@ def test_a_grayscale_network_reads_a_photo_in_gray_and_normalises_its_one_channe
 
 
 def test_the_sample_photos_serve_a_grayscale_network_in_gray(gray_folder):
-    from iba_core.datasets import sample_photo_batches
+    from iba_core.image_sources import sample_photo_batches
 
     net = load_network(gray_folder)
     batch = next(sample_photo_batches(net.preprocess, 2, batch_size=2, seed=0))
@@ -179,7 +174,7 @@ def test_a_4_band_tile_is_scaled_cropped_and_normalised_per_band(bands):
 
 
 def test_statistics_of_a_4_band_network_need_a_folder_of_its_images(bands):
-    from iba_core.datasets import DataError
+    from iba_core.labels import DataError
     from iba_core.feature_stats import get_stats
 
     net = load_network(bands / "bands.toml")

@@ -11,8 +11,7 @@ import pytest
 from iba_core.cli import main
 from iba_core.networks import HubUnavailableError, UnknownModelError, WeightsMismatchError, load_network
 from iba_core.trust import NotTrustedError, Trust
-from source_fixtures import (FRUIT, attribute_cli, edit_config, save_hf_convnext, save_hf_vit, tiny_vit_config,
-                             write_image)
+from source_fixtures import FRUIT, attribute_cli, edit_config, save_hf_convnext, save_hf_vit, tiny_vit_config
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +22,6 @@ def vit(tmp_path_factory):
 @pytest.fixture(scope="module")
 def convnext(tmp_path_factory):
     return save_hf_convnext(tmp_path_factory.mktemp("hf") / "tiny-convnext")
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return str(write_image(tmp_path_factory.mktemp("hf-image") / "img.png"))
-
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
 def test_vit_folder_attributes_a_class_by_name_on_its_tokens(vit, image, capsys, tmp_path):

@@ -12,17 +12,12 @@ import pytest
 from iba_core.cli import main
 from iba_core.networks import FolderError, load_network
 from iba_core.networks.model_folders import read_folder
-from source_fixtures import FRUIT, edit_config, save_hf_vit, save_timm_folder, write_image
+from source_fixtures import FRUIT, edit_config, save_hf_vit, save_timm_folder
 
 
 @pytest.fixture(scope="module")
 def timm_folder(tmp_path_factory):
     return save_timm_folder(tmp_path_factory.mktemp("folders") / "fruit-resnet")
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return str(write_image(tmp_path_factory.mktemp("folder-image") / "img.png"))
 
 
 def test_both_layouts_are_recognised(timm_folder, tmp_path):

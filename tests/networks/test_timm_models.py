@@ -5,40 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from iba_core.cli import main
 from iba_core.networks import UnknownModelError, WeightsUnavailableError, load_network
-from source_fixtures import write_image
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return str(write_image(tmp_path_factory.mktemp("timm-image") / "img.png"))
-
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """An empty hub cache and HF_HUB_OFFLINE=1: nothing can be downloaded or found."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("IBA_WEIGHTS_DIR", raising=False)
-
-
-def _attribute(argv, capsys, tmp_path) -> tuple[dict, np.ndarray]:
-    out = tmp_path / "heatmap.npy"
-    code = main(["attribute", *argv, "--steps", "2", "--n", "8", "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    heatmap = np.load(out)
-    assert np.isfinite(heatmap).all() and heatmap.std() > 0  # finite and not constant
-    return json.loads(captured.out.strip()), heatmap
+from source_fixtures import attribute_cli
 
 
 def test_resnet18_random_weights_attribute_a_class_by_name(image, capsys, tmp_path):
-    summary, heatmap = _attribute([image, "--model", "timm:resnet18", "--weights", "random", "--target", "goldfish"],
+    summary, heatmap = attribute_cli([image, "--model", "timm:resnet18", "--weights", "random", "--target", "goldfish"],
                                   capsys, tmp_path)
     assert summary["model"] == "timm:resnet18" and summary["layer"] == "layer2"  # 28×28, like conv3_4
     assert summary["target"] == 1 and summary["class_name"] == "goldfish"  # timm's ImageNet names, first lemma
@@ -46,7 +22,7 @@ def test_resnet18_random_weights_attribute_a_class_by_name(image, capsys, tmp_pa
 
 
 def test_vit_tiny_random_weights_on_its_token_blocks(image, capsys, tmp_path):
-    summary, heatmap = _attribute([image, "--model", "timm:vit_tiny_patch16_224", "--weights", "random",
+    summary, heatmap = attribute_cli([image, "--model", "timm:vit_tiny_patch16_224", "--weights", "random",
                                    "--target", "tench"], capsys, tmp_path)
     assert summary["layer"] == "blocks.5" and summary["class_name"] == "tench"  # the middle of 12 blocks
     assert summary["unlocated_bits"] > 0 and heatmap.shape == (224, 224)  # the class token's bits apart

@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from iba_core.methods.base import Method
 from page_helpers import assert_clean, png_of_chelsea
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -69,4 +70,18 @@ def lock_waits(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         return busy(self, on_wait, poll_s)
 
     monkeypatch.setattr(SharedModel, "busy", recording)
+    return seen
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list[tuple[str, dict]]:
+    """(key, settings) of every map the app computes; the maps themselves are real."""
+    seen: list[tuple[str, dict]] = []
+    real = Method.attribute
+
+    def counting(self, network, x, target):
+        seen.append((self.key, dict(self.settings)))
+        return real(self, network, x, target)
+
+    monkeypatch.setattr(Method, "attribute", counting)
     return seen

@@ -1,8 +1,6 @@
 """Compare page, driven through Streamlit's AppTest."""
 from __future__ import annotations
 
-import pytest
-
 import io
 
 from PIL import Image
@@ -13,23 +11,8 @@ from iba_core.app.choices import DEFAULT_COMPARE_METHODS, READOUT_METHOD
 from iba_core.app.maps import cell_pictures
 from iba_core.app.state import CompareRun
 from iba_core.render.comparison import limits_text, map_limits
-from iba_core.methods.base import Method
 
 CHEAP = ["saliency", "grad_cam"]
-
-
-@pytest.fixture
-def calls(monkeypatch) -> list[tuple[str, dict]]:
-    """(key, settings) of every map the app computes; the maps themselves are real."""
-    seen: list[tuple[str, dict]] = []
-    real = Method.attribute
-
-    def counting(self, network, x, target):
-        seen.append((self.key, dict(self.settings)))
-        return real(self, network, x, target)
-
-    monkeypatch.setattr(Method, "attribute", counting)
-    return seen
 
 
 def test_grid_fills_and_one_more_method_reuses_the_cached_maps(open_page, calls, lock_waits) -> None:

@@ -178,7 +178,8 @@ def colour_bar_top(at: AppTest) -> float:
 def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, downloads) -> None:
     """The replay, the final map, the overlay and the GIF state one scale: the run's largest value, or the
     user's top."""
-    from iba_core.render.animation import GIF_SIDE, run_scale
+    from iba_core.render.animation import GIF_SIDE
+    from iba_core.render.colours import run_scale
 
     at = open_page("per_sample")
     at.number_input(key="ps_steps").set_value(3)

@@ -17,8 +17,6 @@ from page_helpers import assert_clean
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card  # noqa: E402
 
-from iba_core.methods.base import Method  # noqa: E402
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Path:
@@ -108,15 +106,7 @@ def test_per_sample_page_runs_on_the_card_network(open_page, fruit, models) -> N
     assert "This run used fruit \\(model card\\)" in " ".join(c.value for c in at.caption)
 
 
-def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeypatch) -> None:
-    seen: list[tuple[str, dict]] = []
-    real = Method.attribute
-
-    def counting(self, network, x, target):
-        seen.append((self.key, dict(self.settings)))
-        return real(self, network, x, target)
-
-    monkeypatch.setattr(Method, "attribute", counting)
+def test_compare_page_runs_on_the_card_network(open_page, fruit, models, calls) -> None:
     at = choose(open_page("compare"), fruit)
     # Methods that cannot run on it say why; the Readout says what to train.
     assert "LRP" in " ".join(c.value for c in at.caption if "Not available for this network" in c.value)
@@ -126,7 +116,7 @@ def test_compare_page_runs_on_the_card_network(open_page, fruit, models, monkeyp
 
     at.multiselect(key="cmp_methods").set_value(["saliency", "grad_cam", "iba_10"])
     at = clean(at.button(key="cmp_run_button").click().run())
-    assert [k for k, _ in seen] == ["saliency", "grad_cam", "iba_10"]
+    assert [k for k, _ in calls] == ["saliency", "grad_cam", "iba_10"]
     last = at.session_state["cmp_last"]
     iba = at.session_state["map_cache"].get(last.keys[-1]).amap
     assert iba.extra["stats_samples"] == 12  # the Per-Sample IBA reads the card folder's 12 images' statistics

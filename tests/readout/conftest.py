@@ -22,7 +22,7 @@ def readout(offline_model):
 
 @pytest.fixture(scope="session")
 def crops(offline_model):
-    from iba_core.datasets import sample_photo_batches
+    from iba_core.image_sources import sample_photo_batches
 
     return next(sample_photo_batches(offline_model.preprocess, 2, batch_size=2, seed=3))
 

@@ -1,11 +1,14 @@
 """Made-up results to draw: a bump of bits, a noisy photo, training steps, a run, attribution maps."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from PIL import Image
 
 from iba_core.methods import AttributionMap
 from iba_core.per_sample import AttributionResult, BottleneckSettings, StepInfo
+from iba_core.render.animation import step_bits
 
 
 def blob(size: int = 224, centre: tuple[int, int] = (80, 150)) -> np.ndarray:
@@ -38,3 +41,21 @@ def result() -> AttributionResult:
 
 def amap(key, values, signed, unit="", seconds=0.5) -> AttributionMap:
     return AttributionMap(key, key.title(), np.asarray(values, dtype=np.float32), signed, unit, seconds)
+
+
+def draining(steps: int = 10) -> list[StepInfo]:
+    """A run whose bits drain away: step t has (1 - t/(steps+2)) of the first step's bits."""
+    return [
+        StepInfo(step=t, steps=steps, lambda_mean=np.full((14, 14), 1.0 - t / (steps + 2)),
+                 bits_per_pixel=blob() * (1.0 - t / (steps + 2)), ce=2.0 / t, info=100.0 / t, beta_info=3.0 / t,
+                 p_target=0.3 + 0.05 * t)
+        for t in range(1, steps + 1)
+    ]
+
+
+def draining_result(steps: int = 10):
+    """A finished run whose last step is its final map (as per_sample records it)."""
+    history = draining(steps)
+    res = result()
+    return replace(res, history=history, heatmap=history[-1].bits_per_pixel, lambda_mean=history[-1].lambda_mean,
+                   total_bits=step_bits(history[-1]))

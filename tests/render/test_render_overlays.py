@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from iba_core.render import overlays
+from iba_core.render import colours, overlays
 from render_helpers import blob, photo
 
 
@@ -136,7 +136,7 @@ def test_overlay_on_a_runs_scale_keeps_few_bits_dark() -> None:
     assert zero.max() < 20  # inferno's first colour everywhere
     # Above a top the user set: the top colour (clipped), like the other views.
     clipped = np.asarray(overlays.overlay_image(img, blob(), opacity=1.0, top=0.5)).astype(int)
-    assert tuple(clipped[80, 150]) == tuple(overlays._lut("inferno")[255])
+    assert tuple(clipped[80, 150]) == tuple(colours.colour_lut("inferno")[255])
 
 
 def test_overlays_carry_a_legend_of_the_scale() -> None:

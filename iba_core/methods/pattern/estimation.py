@@ -282,7 +282,7 @@ def compute_patterns(
     progress: ProgressFn | None = None,
 ) -> Patterns:
     """Estimate patterns for a supported `network` from an image folder or the offline sample photos."""
-    from ...datasets import FolderBatches, sample_photo_batches
+    from ...image_sources import FolderBatches, sample_photo_batches
 
     preprocess = _preprocess_of(network)
     skipped = 0

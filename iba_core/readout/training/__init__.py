@@ -5,16 +5,16 @@ lr 1e-5, batch 16, 10 epochs, σ_s = 1). Only the readout network is trained; th
 stays frozen in eval mode.
 
 Data (`data`)
-- An image folder. Labels (``labels="auto"``), by the rules of `iba_core.datasets`:
+- An image folder. Labels (``labels="auto"``), by the rules of `iba_core.labels`:
   * images directly in the folder (no sub-folders) are unlabelled: the label is the analysed
     network's own top-1 on the same (augmented) crop, from the clean first pass;
   * ImageNet-style class folders named by **class index** (``0`` … ``999``) or by the **class name**
     as the network lists it (``tabby``, case-insensitive) map directly;
-  * folders named by **WordNet id** (``n02123045``): this machine has no offline wnid → index table,
-    so either pass ``class_map`` (LOC_synset_mapping.txt, any text file with one wnid per line in
-    class-index order, or Keras' imagenet_class_index.json), or the tree must hold all 1000 class
-    folders, in which case sorted order is the class index (the ILSVRC-2012 convention torchvision's
-    ImageFolder also follows);
+  * folders named by **WordNet id** (``n02123045``): by ``class_map`` (LOC_synset_mapping.txt, any text
+    file with one wnid per line in class-index order, or Keras' imagenet_class_index.json) or a label file
+    in the folder; else, for an ImageNet-1k network, the wnid's ImageNet-1k index (any subset of classes);
+    else the wnid's ImageNet names in the network's class list — the same rules as `evaluate`, never the
+    sorted order of the folders present;
   * ``labels="top1"`` ignores folders and always uses the network's top-1.
 - Or augmented crops of the offline sample photos (``sample_photos=N`` crops per epoch), labelled
   with the network's top-1.
@@ -31,7 +31,8 @@ ranks, statistics are computed on rank 0 and broadcast, and only rank 0 writes f
 """
 from __future__ import annotations
 
-from ...datasets import DataError, folder_labels, offline_photos, read_class_map
+from ...image_sources import offline_photos
+from ...labels import DataError, folder_labels, read_class_map
 from .config import RESUME_OVERRIDABLE, TrainConfig
 from .data import ImageFolderDataset, SamplePhotoDataset, SkipSampler, build_dataset
 from .distributed import DistInfo, setup_distributed

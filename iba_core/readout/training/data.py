@@ -1,6 +1,6 @@
 """Training data: image folders with their labels, crops of the offline photos, resumable sampling.
 
-Labels come from `iba_core.datasets.folder_labels` (the label rules evaluation uses too): class
+Labels come from `iba_core.labels.folder_labels` (the label rules evaluation uses too): class
 folders by index, class name or WordNet id; -1 means "the network's own top-1 on the same crop".
 Augmentation: random resized crop (scale 0.25–1, aspect 3/4–4/3, the same helper the feature
 statistics use) and horizontal flip, seeded per (seed, epoch, index): runs, resumes and any number
@@ -17,7 +17,8 @@ from typing import Iterator
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from ...datasets import DataError, check_photos_fit, folder_labels, offline_photos, random_resized_crop
+from ...image_sources import check_photos_fit, offline_photos, random_resized_crop
+from ...labels import DataError, folder_labels
 from ...images import ImageError, find_images, sample_image_names
 from .config import TrainConfig
 

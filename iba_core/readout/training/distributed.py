@@ -1,16 +1,20 @@
 """Distributed training helpers: joining torchrun's process group, syncing and summing across ranks.
 
+This process's place (rank, world size, local rank) is read as for every command (`settings.torchrun_place`,
+`iba_core.ranks`).
+
 Under ``torchrun`` (WORLD_SIZE > 1) the readout is wrapped in DistributedDataParallel (gloo on CPU,
 nccl on CUDA), a DistributedSampler splits each epoch across ranks, statistics are computed on
 rank 0 and broadcast, and only rank 0 writes files. With one process every helper is a no-op.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from ... import settings
 
 
 @dataclass
@@ -34,11 +38,10 @@ class DistInfo:
 
 def setup_distributed(device: str) -> DistInfo:
     """Join the process group that torchrun describes in the environment (no-op for one process)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world, local = settings.torchrun_place()
     dev = torch.device(device)
     if world <= 1:
         return DistInfo(device=dev)
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if dev.type == "cuda":
         dev = torch.device("cuda", local)
         torch.cuda.set_device(dev)

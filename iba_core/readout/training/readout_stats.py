@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import torch
 from torch.utils.data import DataLoader
 
-from ...datasets import DataError, sample_photo_batches
+from ...image_sources import DataError, sample_photo_batches
 from ...feature_stats import get_stats
 from ...model_state import frozen_eval
 from ..bottleneck import ReadoutBottleneck

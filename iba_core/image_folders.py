@@ -1,19 +1,16 @@
-"""Evaluation images and their labels.
+"""The images of a folder with their labels: what `evaluate`, `attribute FOLDER` and the Dataset page's runs read.
 
 `list_items(root)` finds every image below `root` (recursively, sorted) and labels it, first match wins:
 
 1. a label file's row for the image (`labels.txt`/`labels.csv` in `root`, or `--labels FILE`):
    `<image>,<label>` where <image> is the path relative to root, the file name or its stem, and <label>
-   a class index, an ImageNet class name or a WordNet id;
+   a class index, a class name or a WordNet id;
 2. the image's class folder (the top-level folder below root): named by a class index (`285/…`), by a
-   class name, or by a WordNet id (`n02123045/…`) when a label file maps wnids to indices — rows
-   `<wnid>,<index>`, or a synset list with one wnid per line in class-index order (ImageNet's
-   `LOC_synset_mapping.txt` / `synsets.txt`, also found in root);
-3. otherwise no label (the metrics then explain the network's top-1 class).
+   class name, or by a WordNet id (`n02123045/…`);
+3. otherwise no label (None: the metrics and folder runs then explain the network's top-1 class).
 
-Labels resolve by the rules readout training uses too (`iba_core.datasets`, which also parses the
-label files); here a label that does not resolve is simply None.
-No wnid→index table ships offline, hence the mapping file for wnid-named folders.
+Labels, WordNet ids included, resolve by the one set of rules readout training uses too (`iba_core.labels`):
+a label that does not resolve is None here.
 """
 from __future__ import annotations
 
@@ -22,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..datasets import LabelMap, LabelResolver, class_folder, find_label_file, read_label_file
-from ..errors import MissingFileError
-from ..images import find_images
-
-__all__ = ["ImageItem", "LabelMap", "find_label_file", "list_items", "read_label_file"]
+from .images import find_images
+from .labels import class_folder, folder_resolver
 
 
 @dataclass(frozen=True)
 class ImageItem:
+    """One image of a folder: its key in the results, its file and its class index (None: unlabelled)."""
+
     key: str  # path relative to the image folder (posix): the image's identity in the results
     path: Path
     label: int | None = None
@@ -42,23 +38,20 @@ def list_items(
     class_index: Callable[[str], int] | None = None,
     limit: int | None = None,
     files: Sequence[Path] | None = None,
+    categories: Sequence[str] = (),
 ) -> list[ImageItem]:
     """Images below `root` with their labels (None where unknown), sorted by relative path.
 
-    class_index turns a label given as a class name into an index (e.g. `Network.class_index`);
-    without it only class indices and WordNet ids resolve. files: these images, in this order, instead of
-    every image below root (a list of images; one outside root is keyed by its path relative to root).
+    categories: the network's class names (`Network.categories`): class names resolve by them, and WordNet ids
+    by ImageNet's when the list is ImageNet-1k's (`iba_core.labels`). class_index turns a label given as a class
+    name into an index instead (e.g. a test's table). files: these images, in this order, instead of every image
+    below root (a list of images; one outside root is keyed by its path relative to root).
     """
     root = Path(root).expanduser()
     files = find_images(root) if files is None else [Path(f) for f in files]
     if limit is not None:
         files = files[: max(0, limit)]
-    if labels_file is None:
-        labels_file = find_label_file(root)
-    elif not Path(labels_file).is_file():
-        raise MissingFileError(f"Label file not found: {labels_file}")
-    labels = read_label_file(labels_file) if labels_file is not None else LabelMap.empty()
-    resolve = LabelResolver(wnids=labels.wnids, class_index=class_index)
+    resolve, labels = folder_resolver(root, labels_file, categories, class_index)
 
     items = []
     for path in files:
