@@ -251,3 +251,11 @@ def test_app_lists_exactly_the_pages_in_pages_folder():
 def test_split_packages_keep_files_short(folder):
     long = {p.name: n for p in (PACKAGE / folder).rglob("*.py") if (n := len(p.read_text().splitlines())) > 420}
     assert not long, long
+
+
+def test_only_settings_reads_the_environment():
+    """settings.py holds every environment setting (ours, Hugging Face's, torchrun's): no other module reads one."""
+    readers = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+               if p.name != "settings.py" or p.parent != PACKAGE
+               if re.search(r"\bos\.environ\b|\bgetenv\(|\benviron\.get\(", p.read_text(encoding="utf-8"))]
+    assert not readers, f"read the environment through iba_core/settings.py instead: {readers}"
