@@ -452,7 +452,8 @@ class FolderJob:
                     self.label = f"images {_start + 1}–{_start + _n}: {label}" if _n > 1 else label
 
                 with self.shared.busy():
-                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress)
+                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress,
+                               check=start == 0)  # dead writers' files and damaged parts: once per job
                 self.done = start + len(chunk)
             self.label = "writing the table…"
             finish_run(self.run_dir)

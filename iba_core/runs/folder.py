@@ -3,7 +3,7 @@ sharded across torchrun ranks.
 
     root, items = list_images("val/", labels=None, class_index=network.class_index)
     run_folder(network, items, [get_method("iba_10")], "runs/val", FolderSettings(), root=root)
-    finish_run("runs/val")                       # the table, with distance_to_class_mean
+    finish_run("runs/val")                       # writes the table, with distance_to_class_mean
     open_run("runs/val").table
 
 Per chunk of `batch_images` images: each image is loaded and preprocessed (a file that cannot be read, or does
@@ -40,7 +40,8 @@ from ..metrics.results import meet_ranks, shard
 from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
-from .store import PART_ROWS, PART_SECONDS, PartWriter, build_table, done_pairs, start_run
+from .claims import Claims
+from .store import PART_ROWS, PART_SECONDS, PartWriter, done_pairs, heal, part_names, start_run, write_table
 
 #: A text file of image paths (one a line, relative to the file) stands for a folder.
 LIST_SUFFIX = ".txt"
@@ -354,9 +355,24 @@ def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict],
     return out
 
 
-def _chunks(seq: list, size: int):
-    for start in range(0, len(seq), size):
-        yield seq[start:start + size]
+#: Seconds between two looks at images another live writer holds (its claims go when its part is written).
+CLAIM_POLL_SECONDS = 1.0
+
+
+def _claimed_chunks(pending: list, size: int, claims: Claims, deferred: list):
+    """Chunks of up to `size` (item, methods) of `pending` that this process could claim; the others (another live
+    writer holds them) go to `deferred`. Claims are taken as chunks are asked for, not ahead of the work."""
+    chunk = []
+    for entry in pending:
+        if claims.take(entry[0].key):
+            chunk.append(entry)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+        else:
+            deferred.append(entry)
+    if chunk:
+        yield chunk
 
 
 def run_folder(
@@ -370,12 +386,17 @@ def run_folder(
     rank: int = 0,
     world: int = 1,
     progress: ProgressFn | None = None,
+    check: bool = True,
 ) -> RunSummary:
     """Attribute this rank's share of `items` with every method not done yet, appending rows to `run_dir`.
 
     root: the folder the items' keys are relative to (recorded in run.json; default: the first item's folder).
     A run folder made with another network, weights, layer or settings is refused (`store.RunFolderError`)
-    before any work. progress(done, total, label) counts this rank's images with work left.
+    before any work. check: first remove dead writers' temp files and move damaged parts aside (`store.heal`), so
+    their rows are done again (a caller running one folder in many small calls checks on the first).
+    Each image is claimed before its work (`claims.Claims`): a second process writing into the same folder takes
+    only the images nobody holds, and waits for the rest to be written by their holder (or redoes them if it died).
+    progress(done, total, label) counts this rank's images with work left.
     """
     settings = settings or FolderSettings()
     if settings.batch_images < 1:
@@ -391,11 +412,22 @@ def run_folder(
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
     start_run(run_dir, run_identity(network, methods, settings, root))
+    if check:
+        heal(run_dir)
 
-    done = done_pairs(run_dir, errors=not settings.retry_errors)
+    seen: set[str] = set()
+    done: set[tuple[str, str]] = set()
+
+    def left(entries: list) -> list:
+        """`entries` less the pairs in parts written since the last look (by this or another process)."""
+        new = [n for n in part_names(run_dir) if n not in seen]
+        seen.update(new)
+        done.update(done_pairs(run_dir, errors=not settings.retry_errors, names=new))
+        out = [(item, [m for m in pending if (item.key, m.key) not in done]) for item, pending in entries]
+        return [(item, pending) for item, pending in out if pending]
+
     mine = shard(list(items), rank, world)
-    todo = [(item, [m for m in methods if (item.key, m.key) not in done]) for item in mine]
-    todo = [(item, pending) for item, pending in todo if pending]
+    todo = left([(item, methods) for item in mine])
     summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo))
     makers = {m.key: _map_maker(network, m, settings) for m in methods}
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
@@ -403,6 +435,7 @@ def run_folder(
             makers[key].prepare()
     device = getattr(network, "device", None) or next(network.model.parameters()).device
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
+    claims = Claims(run_dir)
 
     def keep(row: dict, values: np.ndarray | None) -> None:
         writer.add(row, values)
@@ -412,35 +445,65 @@ def run_folder(
             if len(summary.error_examples) < 3:
                 summary.error_examples.append(f"{row['image']}: {row['error']}")
 
-    finished = 0
+    finished, total = 0, len(todo)
+    unwritten: list[str] = []  # claimed images whose rows wait in the writer: released once their part is written
+    parts_seen = writer.parts
+    pending = todo
     try:
-        for chunk in _chunks(todo, settings.batch_images):
-            loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
-            readable = [b for b in loaded if b.error is None]
-            base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
-                if readable else {}
-            for b in loaded:
-                if b.error is not None:
-                    for m in b.methods:
-                        keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
-                              "method_name": m.name, "error": b.error}, None)
-            good = [b for b in loaded if b.error is None]
-            if good:
-                for method in methods:
-                    mine_now = [b for b in good if method in b.methods]
-                    if not mine_now:
-                        continue
-                    if progress is not None:
-                        progress(finished, len(todo), f"{method.name} · {mine_now[0].item.key}")
-                    rows = _method_rows(makers[method.key], method, mine_now, [base[b.item.key] for b in mine_now],
-                                        device)
-                    for row, values in rows:
-                        keep(row, values)
-            finished += len(chunk)
-            if progress is not None:
-                progress(finished, len(todo), chunk[-1][0].key)
-    finally:  # also on Ctrl-C: what is finished is kept
-        writer.flush()
+        while pending:
+            deferred: list = []
+            worked = False
+            for claimed in _claimed_chunks(pending, settings.batch_images, claims, deferred):
+                chunk = left(claimed)  # done by another writer between our first look and our claim
+                claims.release(item.key for item, _ in claimed if all(item is not c[0] for c in chunk))
+                summary.skipped += len(claimed) - len(chunk)
+                if not chunk:
+                    continue
+                worked = True
+                loaded = [_load(network, item, pending_methods, settings.boxes) for item, pending_methods in chunk]
+                readable = [b for b in loaded if b.error is None]
+                base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
+                    if readable else {}
+                for b in loaded:
+                    if b.error is not None:
+                        for m in b.methods:
+                            keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}),
+                                  "method": m.key, "method_name": m.name, "error": b.error}, None)
+                good = [b for b in loaded if b.error is None]
+                if good:
+                    for method in methods:
+                        mine_now = [b for b in good if method in b.methods]
+                        if not mine_now:
+                            continue
+                        if progress is not None:
+                            progress(finished, total, f"{method.name} · {mine_now[0].item.key}")
+                        rows = _method_rows(makers[method.key], method, mine_now,
+                                            [base[b.item.key] for b in mine_now], device)
+                        for row, values in rows:
+                            keep(row, values)
+                keys = [item.key for item, _ in chunk]
+                if not writer.rows:  # the chunk ended with a part: all its rows are written
+                    claims.release(unwritten + keys)
+                    unwritten = []
+                elif writer.parts != parts_seen:  # a part was written within the chunk: the earlier chunks' rows
+                    claims.release(unwritten)
+                    unwritten = keys
+                else:
+                    unwritten += keys
+                parts_seen = writer.parts
+                claims.refresh()
+                finished += len(chunk)
+                if progress is not None:
+                    progress(finished, total, chunk[-1][0].key)
+            if deferred and not worked:
+                time.sleep(CLAIM_POLL_SECONDS)
+            pending = left(deferred)
+            summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
+    finally:  # also on Ctrl-C: what is finished is kept, then the claims go
+        try:
+            writer.flush()
+        finally:
+            claims.release_all()
         summary.parts = writer.parts
     return summary
 
@@ -453,7 +516,7 @@ def finish_run(run_dir: str | os.PathLike, rank: int = 0, world: int = 1):
     if met and rank != 0:
         print(f"rank {rank}: shard finished; rank 0 writes the table", file=sys.stderr)
         return None
-    return build_table(run_dir)
+    return write_table(run_dir)
 
 
 __all__ = ["BATCH_IMAGES", "FolderSettings", "LIST_SUFFIX", "RunSummary", "finish_run", "is_bits_method",
