@@ -273,6 +273,8 @@ if run is not None:
     info = run.info
     st.caption(f"Run {ui.plain(run.path)} · network {ui.plain(info.get('network'))} · layer "
                f"{ui.plain(info.get('layer'))} · {run.table['image'].nunique()} images · {len(run.table)} rows")
+    if run.missing:  # damaged parts left out: the sentence says which rows and that a resume redoes them
+        st.warning(ui.plain(run.missing), icon=":material/broken_image:")
     rows = ds.filter_rows(run.table, filters(run))
     table_section(run, rows)
     gallery_section(run, rows)

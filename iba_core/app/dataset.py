@@ -59,7 +59,8 @@ CORRECT_CHOICES = ("all", "correct", "incorrect")
 
 def open_run_folder(text: str, trust: Trust) -> Run:
     """The run in the folder typed on the server, when `trust` lets the app read it (else a NotTrustedError
-    saying why); an empty field or a folder that is no run: a UserError in one sentence."""
+    saying why); an empty field or a folder that is no run: a UserError in one sentence. A run with damaged parts
+    opens with the intact rows; `run.missing` says in one sentence what is left out (only read: nothing is moved)."""
     text = (text or "").strip()
     if not text:
         raise UserError("Type the path of a run folder on the server (the folder a folder run wrote its results to).")

@@ -495,8 +495,13 @@ def run_folder(
                 finished += len(chunk)
                 if progress is not None:
                     progress(finished, total, chunk[-1][0].key)
-            if deferred and not worked:
-                time.sleep(CLAIM_POLL_SECONDS)
+            if deferred:  # before waiting for another writer: write what waits here and let its images go, else
+                writer.flush()  # two writers could each wait for the other's claims forever
+                parts_seen = writer.parts
+                claims.release(unwritten)
+                unwritten = []
+                if not worked:
+                    time.sleep(CLAIM_POLL_SECONDS)
             pending = left(deferred)
             summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
     finally:  # also on Ctrl-C: what is finished is kept, then the claims go

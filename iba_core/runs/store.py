@@ -402,7 +402,10 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 return Damage(name, "its checksum file names other files")
             if _sha256(rows_path) != sums[rows_rel]:
                 return Damage(name, "its rows differ from their checksum")
-            images = tuple(pq.read_table(rows_path, columns=["image"]).column("image").to_pylist())
+            rows = pq.read_table(rows_path, columns=["image", "map_file"])
+            images = tuple(rows.column("image").to_pylist())
+            if set(rows.column("map_file").to_pylist()) - {None, maps_rel}:
+                return Damage(name, "its rows name another part's map file", images)
             if maps_rel in sums:
                 maps_path = inside(run_dir, maps_rel)
                 if not maps_path.is_file():
@@ -410,9 +413,12 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 if _sha256(maps_path) != sums[maps_rel]:
                     return Damage(name, "its map file differs from its checksum", images)
         else:
-            rows = pq.read_table(rows_path, columns=["image", "map_index"])
+            rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
-            if any(i >= 0 for i in rows.column("map_index").to_pylist()):
+            files = set(rows.column("map_file").to_pylist()) - {None}
+            if files - {maps_rel}:
+                return Damage(name, "its rows name another part's map file", images)
+            if files:
                 with zipfile.ZipFile(inside(run_dir, maps_rel)) as archive:
                     bad = archive.testzip()
                 if bad is not None:
@@ -420,7 +426,7 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
     except RunFolderError:
         return Damage(name, "it names a file outside the run folder", images)
     except Exception as err:  # noqa: BLE001 - any damage (a short read, garbled bytes, a 0-byte file) means the same
-        return Damage(name, f"it cannot be read ({type(err).__name__})", images)
+        return Damage(name, f"unreadable, {type(err).__name__}", images)
     return None
 
 
@@ -440,13 +446,16 @@ def missing_sentence(damage: list[Damage]) -> str | None:
     images = sorted({i for d in damage for i in d.images or ()})
     unknown = sum(d.images is None for d in damage)
     shown = ", ".join(images[:3]) + (" …" if len(images) > 3 else "")
-    rows = " and ".join(x for x in (
-        f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "",
-        f"every row of {unknown} unreadable part{'s' if unknown != 1 else ''}" if unknown else "") if x)
+    if len(damage) == 1:
+        rows = f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "its rows"
+    else:
+        rows = " and ".join(x for x in (
+            f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "",
+            f"every row of {unknown} unreadable part{'s' if unknown != 1 else ''}" if unknown else "") if x)
     why = "; ".join(f"{d.part}: {d.reason}" for d in damage[:2]) + (" …" if len(damage) > 2 else "")
     return (f"{len(damage)} part{'s' if len(damage) != 1 else ''} of this run {'are' if len(damage) != 1 else 'is'} "
-            f"damaged ({why}), so {rows} {'are' if images or unknown != 1 else 'is'} left out; running the run "
-            "again (the same command) redoes them.")
+            f"damaged ({why}), so {rows} {'is' if rows.startswith('every row of 1 ') else 'are'} left out; the next "
+            "resume of the run redoes them.")
 
 
 def quarantine(run_dir: str | os.PathLike, damage: list[Damage]) -> None:
