@@ -28,7 +28,7 @@ from PIL import Image
 
 from ..errors import UserError, user_message
 from ..runs.per_class import class_mean_map, map_clusters
-from ..runs.store import Run, open_run
+from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
 from . import links
 
@@ -134,10 +134,9 @@ def method_names(run: Run) -> dict[str, str]:
 
 def readable_image_path(run: Run, row, trust: Trust) -> Path | None:
     """The row's image file when it exists and `trust` lets the app read it, else None (the page says so)."""
-    path = run.image_path(row)
     try:
-        resolved = check_server_path(path, trust, what="image")
-    except NotTrustedError:
+        resolved = check_server_path(run.image_path(row), trust, what="image")
+    except (NotTrustedError, RunFolderError):  # not allowed here, or a key that leaves the run's image folder
         return None
     return resolved if resolved.is_file() else None
 

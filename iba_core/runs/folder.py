@@ -72,6 +72,7 @@ class RunSummary:
     errors: int = 0  # of them with an error
     parts: int = 0
     error_examples: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # damaged parts moved aside (RUN_DIR/damaged/): rows redone
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,8 +413,7 @@ def run_folder(
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
     start_run(run_dir, run_identity(network, methods, settings, root))
-    if check:
-        heal(run_dir)
+    damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
 
     seen: set[str] = set()
     done: set[tuple[str, str]] = set()
@@ -428,7 +428,7 @@ def run_folder(
 
     mine = shard(list(items), rank, world)
     todo = left([(item, methods) for item in mine])
-    summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo))
+    summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo), damaged=damaged)
     makers = {m.key: _map_maker(network, m, settings) for m in methods}
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
         if hasattr(makers[key], "prepare"):

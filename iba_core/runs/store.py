@@ -576,8 +576,14 @@ class Run:
         return row if isinstance(row, pd.Series) else self.table.loc[row]
 
     def image_path(self, row) -> Path:
-        """The image file of a row."""
-        return self.source / str(self.row(row)["image"])
+        """The image file of a row, below the run's image folder: a key that climbs out of it (`../`, an absolute
+        path) is a RunFolderError. Links inside the image folder are followed (data sets are often linked
+        together); whether the app may read the file is the trust rules' call (`app.dataset`)."""
+        key = str(self.row(row)["image"])
+        relative = os.path.normpath(key)
+        if os.path.isabs(relative) or relative == ".." or relative.startswith(".." + os.sep):
+            raise RunFolderError(f"The run names an image outside its image folder ({_shown(key)}), which is not read.")
+        return self.source / relative
 
     def heatmap(self, row) -> np.ndarray:
         """The row's (H, W) float32 map: bits per pixel for the bottlenecks (it sums to total_bits less

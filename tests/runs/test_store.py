@@ -60,6 +60,9 @@ def test_a_map_file_outside_the_run_is_refused(tiny_net, run, tmp_path):
         row["map_file"] = name
         with pytest.raises(RunFolderError, match="names a file outside itself"):
             opened.heatmap(row)
+    for key in ("../../etc/passwd", "/etc/passwd", "a/../../b.png"):  # an image key that climbs out of the images
+        with pytest.raises(RunFolderError, match="outside its image folder"):
+            opened.image_path(pd.concat([row.drop("image"), pd.Series({"image": key})]))
     # a part whose rows point there, with checksums that match (anyone can compute them): left out, not read
     name = part_names(out)[0]
     frame = pd.read_parquet(out / PARTS / f"{name}.parquet").assign(map_file=outside)
@@ -119,16 +122,21 @@ def test_a_damaged_part_or_chunk_is_left_out_then_redone_exactly(tiny_net, run, 
     assert [d.part for d in opened.damage] == [name]
     sentence = opened.missing
     assert "\n" not in sentence and sentence.endswith("the next resume of the run redoes them.")
-    assert all(image in sentence for image in lost) if named else f"({name}: unreadable" in sentence
+    if named:  # the rows could be read: the sentence names their images
+        assert all(image in sentence for image in lost) and "differs from its checksum" in sentence
+    else:
+        assert f"({name}: its rows differ from their checksum), so its rows are left out" in sentence
     for i in range(len(opened.table)):
         opened.heatmap(i)  # every row left in reads
     assert files_of(out) == untouched  # opening only reads: nothing moved, no table written
 
     summary = run_folder(tiny_net, items, [get_method("gradient")], out, TWO_A_PART, root=root)
     assert summary.rows == len(lost) and summary.skipped == IMAGES - len(lost)  # exactly the damaged rows
+    assert len(summary.damaged) == 1 and summary.damaged[0].startswith(name)
     assert sorted(read_parts(out)["image"]) == sorted(i.key for i in items)  # each image once
     moved = out / DAMAGED / name
-    assert (moved / f"{name}{suffix}").exists() and "moved here from the run because" in (moved / "note.txt").read_text()
+    assert (moved / f"{name}{suffix}").exists()
+    assert "moved here from the run because" in (moved / "note.txt").read_text()
     assert name not in part_names(out)
     table = finish_run(out).set_index("image")
     assert list(table.index) == sorted(i.key for i in items) and open_run(out).missing is None
