@@ -13,7 +13,8 @@ image in one batched run (`PerSampleBottleneck.attribute_batch`), the Readout pr
 pass, every other method runs image by image. A method that fails on a batch is tried image by image, so one
 bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
 interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
-`FolderSettings.retry_errors`).
+`FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`store.heal`). Each
+image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
 The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class.
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
@@ -360,7 +361,7 @@ def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict],
 CLAIM_POLL_SECONDS = 1.0
 
 
-def _claimed_chunks(pending: list, size: int, claims: Claims, deferred: list):
+def _grab(pending: list, size: int, claims: Claims, deferred: list):
     """Chunks of up to `size` (item, methods) of `pending` that this process could claim; the others (another live
     writer holds them) go to `deferred`. Claims are taken as chunks are asked for, not ahead of the work."""
     chunk = []
@@ -374,6 +375,46 @@ def _claimed_chunks(pending: list, size: int, claims: Claims, deferred: list):
             deferred.append(entry)
     if chunk:
         yield chunk
+
+
+def _claimed_chunks(todo: list, size: int, claims: Claims, writer: PartWriter, left: Callable[[list], list],
+                    summary: RunSummary):
+    """The chunks of `todo` this process works on: each image claimed first, pairs written meanwhile by another
+    process left out (`left`); images another live writer holds come last, once it lets them go. After each chunk
+    the claims of the images whose rows are in a written part are released (a claim outlives the work until its
+    rows are committed, so a second writer never redoes them)."""
+    unwritten: list[str] = []  # claimed images whose rows wait in the writer
+    pending = todo
+    while pending:
+        deferred: list = []
+        worked = False
+        for claimed in _grab(pending, size, claims, deferred):
+            chunk = left(claimed)  # done by another writer between our first look and our claim
+            claims.release(item.key for item, _ in claimed if all(item is not c[0] for c in chunk))
+            summary.skipped += len(claimed) - len(chunk)
+            if not chunk:
+                continue
+            worked = True
+            parts_before = writer.parts
+            yield chunk
+            keys = [item.key for item, _ in chunk]
+            if not writer.rows:  # the chunk ended with a part: every row so far is written
+                claims.release(unwritten + keys)
+                unwritten = []
+            elif writer.parts != parts_before:  # a part was written within the chunk: the earlier chunks' rows
+                claims.release(unwritten)
+                unwritten = keys
+            else:
+                unwritten += keys
+            claims.refresh()
+        if deferred:  # before waiting for another writer, write what waits here and let its images go: else two
+            writer.flush()  # writers could each wait for the other's claims forever
+            claims.release(unwritten)
+            unwritten = []
+            if not worked:
+                time.sleep(CLAIM_POLL_SECONDS)
+        pending = left(deferred)
+        summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
 
 
 def run_folder(
@@ -445,65 +486,33 @@ def run_folder(
             if len(summary.error_examples) < 3:
                 summary.error_examples.append(f"{row['image']}: {row['error']}")
 
-    finished, total = 0, len(todo)
-    unwritten: list[str] = []  # claimed images whose rows wait in the writer: released once their part is written
-    parts_seen = writer.parts
-    pending = todo
+    finished = 0
     try:
-        while pending:
-            deferred: list = []
-            worked = False
-            for claimed in _claimed_chunks(pending, settings.batch_images, claims, deferred):
-                chunk = left(claimed)  # done by another writer between our first look and our claim
-                claims.release(item.key for item, _ in claimed if all(item is not c[0] for c in chunk))
-                summary.skipped += len(claimed) - len(chunk)
-                if not chunk:
-                    continue
-                worked = True
-                loaded = [_load(network, item, pending_methods, settings.boxes) for item, pending_methods in chunk]
-                readable = [b for b in loaded if b.error is None]
-                base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
-                    if readable else {}
-                for b in loaded:
-                    if b.error is not None:
-                        for m in b.methods:
-                            keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}),
-                                  "method": m.key, "method_name": m.name, "error": b.error}, None)
-                good = [b for b in loaded if b.error is None]
-                if good:
-                    for method in methods:
-                        mine_now = [b for b in good if method in b.methods]
-                        if not mine_now:
-                            continue
-                        if progress is not None:
-                            progress(finished, total, f"{method.name} · {mine_now[0].item.key}")
-                        rows = _method_rows(makers[method.key], method, mine_now,
-                                            [base[b.item.key] for b in mine_now], device)
-                        for row, values in rows:
-                            keep(row, values)
-                keys = [item.key for item, _ in chunk]
-                if not writer.rows:  # the chunk ended with a part: all its rows are written
-                    claims.release(unwritten + keys)
-                    unwritten = []
-                elif writer.parts != parts_seen:  # a part was written within the chunk: the earlier chunks' rows
-                    claims.release(unwritten)
-                    unwritten = keys
-                else:
-                    unwritten += keys
-                parts_seen = writer.parts
-                claims.refresh()
-                finished += len(chunk)
-                if progress is not None:
-                    progress(finished, total, chunk[-1][0].key)
-            if deferred:  # before waiting for another writer: write what waits here and let its images go, else
-                writer.flush()  # two writers could each wait for the other's claims forever
-                parts_seen = writer.parts
-                claims.release(unwritten)
-                unwritten = []
-                if not worked:
-                    time.sleep(CLAIM_POLL_SECONDS)
-            pending = left(deferred)
-            summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
+        for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
+            loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
+            readable = [b for b in loaded if b.error is None]
+            base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
+                if readable else {}
+            for b in loaded:
+                if b.error is not None:
+                    for m in b.methods:
+                        keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
+                              "method_name": m.name, "error": b.error}, None)
+            good = [b for b in loaded if b.error is None]
+            if good:
+                for method in methods:
+                    mine_now = [b for b in good if method in b.methods]
+                    if not mine_now:
+                        continue
+                    if progress is not None:
+                        progress(finished, len(todo), f"{method.name} · {mine_now[0].item.key}")
+                    rows = _method_rows(makers[method.key], method, mine_now, [base[b.item.key] for b in mine_now],
+                                        device)
+                    for row, values in rows:
+                        keep(row, values)
+            finished += len(chunk)
+            if progress is not None:
+                progress(finished, len(todo), chunk[-1][0].key)
     finally:  # also on Ctrl-C: what is finished is kept, then the claims go
         try:
             writer.flush()
