@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import re
+import secrets
+import socket
+import time
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -59,11 +61,47 @@ def checksum(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+#: A temp file (or a run's claim) written on another host counts as abandoned after this many seconds without a
+#: change: its writer's pid cannot be checked from here, and a live writer finishes a file in seconds (a folder
+#: run refreshes its claims after every chunk).
+STALE_SECONDS = 3600.0
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-)?[0-9a-f]{12}\.tmp$")
+
+
+def host_tag(host: str | None = None) -> str:
+    """8 hex digits naming a host (default: this one), for file names that say who wrote them."""
+    return hashlib.sha256((socket.gethostname() if host is None else host).encode()).hexdigest()[:8]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host (another user's counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:  # e.g. Windows' EINVAL: cannot tell, so count it as alive and let age decide
+        return True
+    return True
+
+
+def abandoned(host: str | None, pid: int | None, mtime: float, now: float | None = None) -> bool:
+    """Whether the writer of a temp file or claim is gone: its pid is dead on this host (host is a `host_tag`), or,
+    written elsewhere or unknown, it has not changed for STALE_SECONDS."""
+    if host == host_tag() and pid is not None:
+        return not pid_alive(pid)
+    return (time.time() if now is None else now) - mtime > STALE_SECONDS
+
+
 def _new_temp_file(path: Path) -> Path:
-    """An empty file beside `path` under a name no other writer uses, with the mode a plain open() gives
-    (0o666 less the umask, applied by the kernel; mkstemp's would be private, 0600)."""
+    """An empty file beside `path` under a name no other writer uses (it names this host and process, so a
+    stale one can be told from a live writer's), with the mode a plain open() gives (0o666 less the umask,
+    applied by the kernel; mkstemp's would be private, 0600)."""
     for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        tmp = path.parent / f".{path.name}.{host_tag()}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             return tmp
@@ -72,18 +110,52 @@ def _new_temp_file(path: Path) -> Path:
     raise FileExistsError(f"No free temporary name beside {path}.")
 
 
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    """Flush a file's (or a folder's entries') data to the disk, so a power cut cannot undo a finished write."""
+    if directory and os.name == "nt":  # Windows cannot open a folder to flush it; NTFS journals renames
+        return
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """Write through a uniquely named temp file in the same folder, then os.replace: readers never see
-    half a file and two writers never share a temp file. `write(tmp)` fills the temp file."""
+    """Write through a uniquely named temp file in the same folder, flushed to the disk, then os.replace and
+    flush the folder: readers never see half a file, two writers never share a temp file, and after a power
+    cut the name holds the old file or the whole new one. `write(tmp)` fills the temp file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_temp_file(path)
     try:
         write(tmp)
+        _fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _fsync_path(path.parent, directory=True)
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temp files of `write_atomic` in `folder` whose writer is gone (`abandoned`: killed, say, with
+    kill -9); a live writer's are kept. Returns those removed."""
+    folder = Path(folder)
+    removed = []
+    for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+        match = _TEMP_NAME.match(tmp.name)
+        if match is None:
+            continue
+        try:
+            mtime = tmp.stat().st_mtime
+        except FileNotFoundError:  # its writer committed or cleaned it meanwhile
+            continue
+        pid = int(match["pid"]) if match["pid"] else None
+        if abandoned(match["host"], pid, mtime):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def _reject(path: Path, reason: str) -> None:

@@ -267,6 +267,8 @@ if run is not None:
     info = run.info
     st.caption(f"Run {plain(run.path)} · network {plain(info.get('network'))} · layer "
                f"{plain(info.get('layer'))} · {run.table['image'].nunique()} images · {len(run.table)} rows")
+    if run.missing:  # damaged parts left out: the sentence says which rows and that a resume redoes them
+        st.warning(plain(run.missing), icon=":material/broken_image:")
     rows = ds.filter_rows(run.table, filters(run))
     table_section(run, rows)
     gallery_section(run, rows)

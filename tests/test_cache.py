@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
 import warnings
 import zipfile
 
@@ -177,6 +180,52 @@ def test_concurrent_writers_use_distinct_temp_names(tmp_path, arrays, monkeypatc
     assert all(os.path.dirname(t) == str(tmp_path) for t in temps)  # same folder: os.replace is atomic
     assert cache.load_arrays(path)[1]["writer"] in range(4)
     assert [p.name for p in tmp_path.iterdir()] == ["same.npz"]
+
+
+def test_an_atomic_write_reaches_the_disk_before_its_name_and_the_folder_after(tmp_path, monkeypatch):
+    """The temp file is flushed before the rename (a power cut then leaves the old file or the whole new one, never
+    an empty one under the name), the folder after it (so the rename itself survives)."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(cache.os, "fsync", fsync)
+    monkeypatch.setattr(cache.os, "replace", replace)
+    path = tmp_path / "sub" / "x.json"
+    cache.save_json(path, {"a": 1})
+    temp = events[1][1]
+    assert events == [("fsync", temp), ("replace", temp), ("fsync", str(path.parent))]
+    assert os.path.basename(temp).startswith(".x.json.") and cache.load_json(path) == {"a": 1}
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temp_files_are_removed_and_live_writers_kept(tmp_path):
+    me = cache.host_tag()
+    dead = tmp_path / f".a.npz.{me}-{_dead_pid()}-{'1' * 12}.tmp"  # killed with kill -9 on this host
+    live = tmp_path / f".b.npz.{me}-{os.getpid()}-{'2' * 12}.tmp"
+    fresh_elsewhere = tmp_path / f".c.npz.{'f' * 8}-1-{'3' * 12}.tmp"
+    old_elsewhere = tmp_path / f".d.npz.{'f' * 8}-1-{'4' * 12}.tmp"
+    old_unnamed = tmp_path / f".e.npz.{'5' * 12}.tmp"  # written before temp names said who wrote them
+    other = tmp_path / ".notes.tmp"  # not a temp file of write_atomic
+    for path in (dead, live, fresh_elsewhere, old_elsewhere, old_unnamed, other):
+        path.write_bytes(b"half")
+    for path in (old_elsewhere, old_unnamed, other):
+        os.utime(path, (time.time() - cache.STALE_SECONDS - 10,) * 2)
+    assert sorted(cache.remove_stale_temps(tmp_path)) == sorted([dead, old_elsewhere, old_unnamed])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (live, fresh_elsewhere, other))
+    assert cache.remove_stale_temps(tmp_path / "missing") == []
 
 
 def test_safe_names_are_file_safe_and_distinct():

@@ -28,7 +28,7 @@ from PIL import Image
 
 from ..errors import UserError
 from ..runs.per_class import class_mean_map, map_clusters
-from ..runs.store import Run, open_run
+from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
 from . import links
 from .error_log import error_text
@@ -60,7 +60,8 @@ CORRECT_CHOICES = ("all", "correct", "incorrect")
 
 def open_run_folder(text: str, trust: Trust) -> Run:
     """The run in the folder typed on the server, when `trust` lets the app read it (else a NotTrustedError
-    saying why); an empty field or a folder that is no run: a UserError in one sentence."""
+    saying why); an empty field or a folder that is no run: a UserError in one sentence. A run with damaged parts
+    opens with the intact rows; `run.missing` says in one sentence what is left out (only read: nothing is moved)."""
     text = (text or "").strip()
     if not text:
         raise UserError("Type the path of a run folder on the server (the folder a folder run wrote its results to).")
@@ -134,10 +135,9 @@ def method_names(run: Run) -> dict[str, str]:
 
 def readable_image_path(run: Run, row, trust: Trust) -> Path | None:
     """The row's image file when it exists and `trust` lets the app read it, else None (the page says so)."""
-    path = run.image_path(row)
     try:
-        resolved = check_server_path(path, trust, what="image")
-    except NotTrustedError:
+        resolved = check_server_path(run.image_path(row), trust, what="image")
+    except (NotTrustedError, RunFolderError):  # not allowed here, or a key that leaves the run's image folder
         return None
     return resolved if resolved.is_file() else None
 
@@ -454,7 +454,8 @@ class FolderJob:
                     self.label = f"images {_start + 1}–{_start + _n}: {label}" if _n > 1 else label
 
                 with self.shared.busy():
-                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress)
+                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress,
+                               check=start == 0)  # dead writers' files and damaged parts: once per job
                 self.done = start + len(chunk)
             self.label = "writing the table…"
             finish_run(self.run_dir)

@@ -1,9 +1,11 @@
 """`python -m iba_core attribute FOLDER --out RUN_DIR`: every image of a folder (or of a .txt list) with one or more
 methods, into a run folder (`iba_core.runs`: results.parquet, the maps, run.json); one JSON line at the end.
 
-Rerunning the command resumes (done pairs are skipped); adding a method computes only it; a run folder made with
-another network, weights, layer or settings is refused. Under torchrun each rank takes every WORLD_SIZE-th image
-and rank 0 writes the table once all are done. The loop lives in iba_core.runs.folder; this module parses and prints.
+Rerunning the command resumes (done pairs are skipped, damaged parts moved aside and their rows done again); adding
+a method computes only it; a run folder made with another network, weights, layer or settings is refused; two
+commands into one run folder share its images (each image once). Under torchrun each rank takes every WORLD_SIZE-th
+image and rank 0 writes the table once all are done. The loop lives in iba_core.runs.folder; this module parses and
+prints.
 """
 from __future__ import annotations
 
@@ -142,12 +144,15 @@ def run(args: argparse.Namespace) -> int:
         close()
     for example in summary.error_examples:
         print(f"note: {example}", file=sys.stderr)
+    for part in summary.damaged:
+        print(f"note: the damaged part {part} was moved to {Path(args.out) / 'damaged'}; its rows were done again",
+              file=sys.stderr)
     table = finish_run(args.out, rank, world)
     record = {
         "run": str(args.out), "model": network.key, "weights": network.weights_id,
         "methods": [m.key for m in methods], "images": len(items),
         "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
-        "new_rows": summary.rows, "new_errors": summary.errors,
+        "new_rows": summary.rows, "new_errors": summary.errors, "damaged_parts_redone": len(summary.damaged),
     }
     if table is not None:
         record.update(rows=len(table), errors=int(table["error"].notna().sum()),

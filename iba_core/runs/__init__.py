@@ -22,9 +22,10 @@ _PUBLIC = {
     "Run": "store", "RunFolderError": "store", "open_run": "store", "build_table": "store",
     "border_share": "measures", "box_share": "measures", "concentration": "measures", "thumbnail": "measures",
     "map_measures": "measures", "cosine_distance": "measures",
+    "distance_to_class_mean": "measures",
     "Clusters": "spectral", "spectral_clusters": "spectral",
     "MapClusters": "per_class", "class_rows": "per_class", "class_mean_map": "per_class",
-    "class_mean_thumbnails": "per_class", "map_clusters": "per_class",
+    "map_clusters": "per_class",
 }
 
 __all__ = sorted(_PUBLIC)

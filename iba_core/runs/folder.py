@@ -3,7 +3,7 @@ sharded across torchrun ranks.
 
     root, items = list_images("val/", labels=None, class_index=network.class_index)
     run_folder(network, items, [get_method("iba_10")], "runs/val", FolderSettings(), root=root)
-    finish_run("runs/val")                       # the table, with distance_to_class_mean
+    finish_run("runs/val")                       # writes the table, with distance_to_class_mean
     open_run("runs/val").table
 
 Per chunk of `batch_images` images: each image is loaded and preprocessed (a file that cannot be read, or does
@@ -13,7 +13,8 @@ image in one batched run (`PerSampleBottleneck.attribute_batch`), the Readout pr
 pass, every other method runs image by image. A method that fails on a batch is tried image by image, so one
 bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
 interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
-`FolderSettings.retry_errors`).
+`FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`store.heal`). Each
+image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
 The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class.
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
@@ -40,7 +41,8 @@ from ..ranks import meet_ranks, shard
 from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
-from .store import PART_ROWS, PART_SECONDS, PartWriter, build_table, done_pairs, start_run
+from .claims import Claims
+from .store import PART_ROWS, PART_SECONDS, PartWriter, done_pairs, heal, part_names, start_run, write_table
 
 #: A text file of image paths (one a line, relative to the file) stands for a folder.
 LIST_SUFFIX = ".txt"
@@ -71,6 +73,7 @@ class RunSummary:
     errors: int = 0  # of them with an error
     parts: int = 0
     error_examples: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # damaged parts moved aside (RUN_DIR/damaged/): rows redone
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,9 +357,64 @@ def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict],
     return out
 
 
-def _chunks(seq: list, size: int):
-    for start in range(0, len(seq), size):
-        yield seq[start:start + size]
+#: Seconds between two looks at images another live writer holds (its claims go when its part is written).
+CLAIM_POLL_SECONDS = 1.0
+
+
+def _grab(pending: list, size: int, claims: Claims, deferred: list):
+    """Chunks of up to `size` (item, methods) of `pending` that this process could claim; the others (another live
+    writer holds them) go to `deferred`. Claims are taken as chunks are asked for, not ahead of the work."""
+    chunk = []
+    for entry in pending:
+        if claims.take(entry[0].key):
+            chunk.append(entry)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+        else:
+            deferred.append(entry)
+    if chunk:
+        yield chunk
+
+
+def _claimed_chunks(todo: list, size: int, claims: Claims, writer: PartWriter, left: Callable[[list], list],
+                    summary: RunSummary):
+    """The chunks of `todo` this process works on: each image claimed first, pairs written meanwhile by another
+    process left out (`left`); images another live writer holds come last, once it lets them go. After each chunk
+    the claims of the images whose rows are in a written part are released (a claim outlives the work until its
+    rows are committed, so a second writer never redoes them)."""
+    unwritten: list[str] = []  # claimed images whose rows wait in the writer
+    pending = todo
+    while pending:
+        deferred: list = []
+        worked = False
+        for claimed in _grab(pending, size, claims, deferred):
+            chunk = left(claimed)  # done by another writer between our first look and our claim
+            claims.release(item.key for item, _ in claimed if all(item is not c[0] for c in chunk))
+            summary.skipped += len(claimed) - len(chunk)
+            if not chunk:
+                continue
+            worked = True
+            parts_before = writer.parts
+            yield chunk
+            keys = [item.key for item, _ in chunk]
+            if not writer.rows:  # the chunk ended with a part: every row so far is written
+                claims.release(unwritten + keys)
+                unwritten = []
+            elif writer.parts != parts_before:  # a part was written within the chunk: the earlier chunks' rows
+                claims.release(unwritten)
+                unwritten = keys
+            else:
+                unwritten += keys
+            claims.refresh()
+        if deferred:  # before waiting for another writer, write what waits here and let its images go: else two
+            writer.flush()  # writers could each wait for the other's claims forever
+            claims.release(unwritten)
+            unwritten = []
+            if not worked:
+                time.sleep(CLAIM_POLL_SECONDS)
+        pending = left(deferred)
+        summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
 
 
 def run_folder(
@@ -370,12 +428,17 @@ def run_folder(
     rank: int = 0,
     world: int = 1,
     progress: ProgressFn | None = None,
+    check: bool = True,
 ) -> RunSummary:
     """Attribute this rank's share of `items` with every method not done yet, appending rows to `run_dir`.
 
     root: the folder the items' keys are relative to (recorded in run.json; default: the first item's folder).
     A run folder made with another network, weights, layer or settings is refused (`store.RunFolderError`)
-    before any work. progress(done, total, label) counts this rank's images with work left.
+    before any work. check: first remove dead writers' temp files and move damaged parts aside (`store.heal`), so
+    their rows are done again (a caller running one folder in many small calls checks on the first).
+    Each image is claimed before its work (`claims.Claims`): a second process writing into the same folder takes
+    only the images nobody holds, and waits for the rest to be written by their holder (or redoes them if it died).
+    progress(done, total, label) counts this rank's images with work left.
     """
     settings = settings or FolderSettings()
     if settings.batch_images < 1:
@@ -391,18 +454,29 @@ def run_folder(
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
     start_run(run_dir, run_identity(network, methods, settings, root))
+    damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
 
-    done = done_pairs(run_dir, errors=not settings.retry_errors)
+    seen: set[str] = set()
+    done: set[tuple[str, str]] = set()
+
+    def left(entries: list) -> list:
+        """`entries` less the pairs in parts written since the last look (by this or another process)."""
+        new = [n for n in part_names(run_dir) if n not in seen]
+        seen.update(new)
+        done.update(done_pairs(run_dir, errors=not settings.retry_errors, names=new))
+        out = [(item, [m for m in pending if (item.key, m.key) not in done]) for item, pending in entries]
+        return [(item, pending) for item, pending in out if pending]
+
     mine = shard(list(items), rank, world)
-    todo = [(item, [m for m in methods if (item.key, m.key) not in done]) for item in mine]
-    todo = [(item, pending) for item, pending in todo if pending]
-    summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo))
+    todo = left([(item, methods) for item in mine])
+    summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo), damaged=damaged)
     makers = {m.key: _map_maker(network, m, settings) for m in methods}
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
         if hasattr(makers[key], "prepare"):
             makers[key].prepare()
     device = getattr(network, "device", None) or next(network.model.parameters()).device
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
+    claims = Claims(run_dir)
 
     def keep(row: dict, values: np.ndarray | None) -> None:
         writer.add(row, values)
@@ -414,7 +488,7 @@ def run_folder(
 
     finished = 0
     try:
-        for chunk in _chunks(todo, settings.batch_images):
+        for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
             loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
             readable = [b for b in loaded if b.error is None]
             base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
@@ -439,8 +513,11 @@ def run_folder(
             finished += len(chunk)
             if progress is not None:
                 progress(finished, len(todo), chunk[-1][0].key)
-    finally:  # also on Ctrl-C: what is finished is kept
-        writer.flush()
+    finally:  # also on Ctrl-C: what is finished is kept, then the claims go
+        try:
+            writer.flush()
+        finally:
+            claims.release_all()
         summary.parts = writer.parts
     return summary
 
@@ -453,7 +530,7 @@ def finish_run(run_dir: str | os.PathLike, rank: int = 0, world: int = 1):
     if met and rank != 0:
         print(f"rank {rank}: shard finished; rank 0 writes the table", file=sys.stderr)
         return None
-    return build_table(run_dir)
+    return write_table(run_dir)
 
 
 __all__ = ["BATCH_IMAGES", "FolderSettings", "LIST_SUFFIX", "RunSummary", "finish_run", "is_bits_method",

@@ -111,3 +111,18 @@ def cosine_distance(thumbs: np.ndarray, mean: np.ndarray) -> np.ndarray:
         out = 1.0 - (flat @ ref) / norms
     out[~(norms > 0)] = np.nan
     return np.clip(out, 0.0, 2.0)
+
+
+def distance_to_class_mean(thumbs: np.ndarray, groups: list) -> np.ndarray:
+    """distance_to_class_mean of each map: `cosine_distance` of its thumbnail to the mean thumbnail of the maps in
+    its group (one method, one explained class: the caller's key, e.g. (method, target)). groups[i] None: no map
+    (an error row), NaN; a group with one map: NaN (its own mean says nothing)."""
+    out = np.full(len(groups), np.nan)
+    members: dict = {}
+    for i, group in enumerate(groups):
+        if group is not None:
+            members.setdefault(group, []).append(i)
+    for where in members.values():
+        if len(where) > 1:
+            out[where] = cosine_distance(thumbs[where], thumbs[where].mean(axis=0))
+    return out

@@ -46,15 +46,6 @@ def class_mean_map(run: "Run", method: str, target: int) -> np.ndarray:
     return (total / len(rows)).astype(np.float32)
 
 
-def class_mean_thumbnails(run: "Run", method: str) -> dict[int, np.ndarray]:
-    """target → the mean thumbnail (28 × 28 shares, summing to 1) of the class's maps: the reference that
-    distance_to_class_mean measures against."""
-    rows = class_rows(run, method)
-    thumbs = run.thumbnails(rows)
-    targets = rows["target"].to_numpy()
-    return {int(t): thumbs[targets == t].mean(axis=0) for t in np.unique(targets)}
-
-
 @dataclass
 class MapClusters:
     """Clusters of similar maps: `rows` are the clustered rows of the table with a `cluster` column (0 = the

@@ -2,19 +2,27 @@
 
     RUN_DIR/run.json               the network, weights, layer, settings of the run and of each method, versions
     RUN_DIR/parts/<part>.parquet   rows appended in small chunks, each file written atomically: the commit
+    RUN_DIR/parts/<part>.sha256    the checksums of the part's two files (`sha256sum -c` reads it in RUN_DIR)
     RUN_DIR/maps/<part>.npz        the maps of those rows (float16 "m<i>") and their thumbnails ("thumbs")
-    RUN_DIR/results.parquet        the table: every part, deduplicated, with distance_to_class_mean; written
-                                   atomically when a run finishes, and again on opening when parts were added
+    RUN_DIR/results.parquet        the table: every intact part, deduplicated, with distance_to_class_mean;
+                                   written by the writer's verb `write_table` (`finish_run`), never by opening
+    RUN_DIR/claims/                the images a writer is working on (`claims.py`): one writer per image
+    RUN_DIR/damaged/<part>/        a damaged part's files, moved aside by the next resume, with note.txt
 
 Why parts and one map file per part (for 100,000 images): one `.npy` per (image, method) means hundreds of
 thousands of small files (slow to list, copy and back up; heavy on network file systems) and an atomic write each;
 Zarr or HDF5 would be a new dependency and a single file that a crash can leave half written. A part holds the
 rows finished since the last part (at most `PART_ROWS` rows or `PART_SECONDS` of work), so a run of 100,000 images
 writes a few thousand files, a crash loses at most one part's work, and any process (a torchrun rank, a second
-run) appends without locks: its own file names, `os.replace` to commit. The map file is written before its
-part's table, so a row never points at a missing map. Each map is a compressed member of its part's .npz and reads
-alone (`Run.heatmap`); the thumbnails of a part are one array, so class means and clusters read a few hundred
-kilobytes per part, never the maps.
+run) appends without locks: its own file names, `os.replace` to commit. The map file and the checksums are written
+before the part's rows, so a row never points at a missing map. Each map is a compressed member of its part's .npz
+and reads alone (`Run.heatmap`); the thumbnails of a part are one array, so class means and clusters read a few
+hundred kilobytes per part, never the maps.
+
+A damaged run heals: opening a run checks every part against its checksums (a part written before checksums, by
+reading it whole), leaves out the damaged ones and says which rows are missing (`Run.missing`); the next resume
+(`heal`, called by `run_folder`) moves them into damaged/ and so redoes exactly their rows. Every path a run folder
+names (a row's map_file, its parts and maps, symlinks too) must resolve inside it (`inside`), else it is not read.
 
 Maps are float16 (half the bytes of float32; 98 kB for a 224 × 224 map before compression), stored as A / max|A|
 (so small values keep their precision) with a per-row `map_scale`: for a map without negative values (bits, |A|)
@@ -27,28 +35,33 @@ them again (a file fixed since); the table keeps one row per pair (a result over
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import platform
 import secrets
 import time
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from ..cache import write_atomic
+from ..cache import remove_stale_temps, write_atomic
 from ..errors import UserError
 from ..jsonable import jsonable
-from .measures import THUMBNAIL, cosine_distance, thumbnail
+from .measures import THUMBNAIL, distance_to_class_mean, thumbnail
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RUN_FILE = "run.json"
 TABLE_FILE = "results.parquet"
-PARTS, MAPS = "parts", "maps"
+PARTS, MAPS, DAMAGED = "parts", "maps", "damaged"
+#: Beside each part: the checksums of its two files.
+SUMS_SUFFIX = ".sha256"
 #: Bump when the layout of a run folder changes (an older folder is then refused, not misread).
 RUN_FORMAT = 1
 #: A part is written after this many rows, or this many seconds after the last part (whichever comes first).
@@ -95,7 +108,7 @@ def read_info(run_dir: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(inside(run_dir, RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise RunFolderError(f"The run file {path} cannot be read ({type(err).__name__}); it may be damaged.") from None
     if not isinstance(info, dict) or info.get("format") != RUN_FORMAT:
@@ -213,23 +226,29 @@ class PartWriter:
             self.flush()
 
     def flush(self) -> str | None:
-        """Write the waiting rows as one part; returns its name (None when nothing waited)."""
+        """Write the waiting rows as one part; returns its name (None when nothing waited). The maps and the
+        checksums of both files go first; the rows' file, written last, commits the part."""
         if not self.rows:
             return None
         name = f"part-{time.time_ns():020d}-r{self.rank}-{secrets.token_hex(3)}"
         rows = self.rows
+        sums = {}
         if self.maps:
             arrays = {f"m{i}": m for i, m in enumerate(self.maps)}
             arrays["thumbs"] = np.stack(self.thumbs)
-
-            def write_maps(tmp: Path) -> None:
-                with open(tmp, "wb") as f:
-                    np.savez_compressed(f, **arrays)
-
-            write_atomic(self.run_dir / MAPS / f"{name}.npz", write_maps)
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, **arrays)
+            maps = buffer.getvalue()
+            sums[f"{MAPS}/{name}.npz"] = hashlib.sha256(maps).hexdigest()
+            write_atomic(self.run_dir / MAPS / f"{name}.npz", lambda tmp: tmp.write_bytes(maps))
             rows = [dict(r, map_file=f"{MAPS}/{name}.npz" if r["map_index"] >= 0 else None) for r in rows]
-        frame = as_table(rows)
-        write_atomic(self.run_dir / PARTS / f"{name}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
+        buffer = io.BytesIO()
+        as_table(rows).to_parquet(buffer, index=False)
+        table = buffer.getvalue()
+        sums[f"{PARTS}/{name}.parquet"] = hashlib.sha256(table).hexdigest()
+        text = "".join(f"{digest}  {rel}\n" for rel, digest in sums.items())
+        write_atomic(self.run_dir / PARTS / f"{name}{SUMS_SUFFIX}", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_atomic(self.run_dir / PARTS / f"{name}.parquet", lambda tmp: tmp.write_bytes(table))
         self.rows, self.maps, self.thumbs = [], [], []
         self.last = time.monotonic()
         self.parts += 1
@@ -248,7 +267,19 @@ def as_table(rows: Iterable[dict]) -> "pd.DataFrame":
 
 
 # --------------------------------------------------------------------------------------------
-# The table.
+# Reading the parts.
+
+
+def inside(run_dir: str | os.PathLike, relative: str | os.PathLike) -> Path:
+    """The file `relative` names in the run folder, resolved (symlinks too); a RunFolderError when it lies outside
+    the folder (`../../other-run/maps/….npz`, an absolute path, a link out): a run folder never makes the app read
+    another folder's files."""
+    base = Path(run_dir).resolve()
+    target = (base / relative).resolve()
+    if target != base and base not in target.parents:
+        raise RunFolderError(f"The run folder {run_dir} names a file outside itself ({_shown(str(relative))}), "
+                             "which is not read.")
+    return target
 
 
 def part_names(run_dir: str | os.PathLike) -> list[str]:
@@ -264,20 +295,26 @@ def read_parts(run_dir: str | os.PathLike, names: list[str] | None = None,
     import pyarrow.parquet as pq
 
     names = part_names(run_dir) if names is None else names
-    folder = Path(run_dir) / PARTS
-    tables = [pq.read_table(folder / f"{n}.parquet", columns=columns) for n in names]
+    tables = [pq.read_table(inside(run_dir, f"{PARTS}/{n}.parquet"), columns=columns) for n in names]
     if not tables:
         return as_table([]) if columns is None else as_table([])[columns]
     frame = pa.concat_tables(tables, promote_options="default").to_pandas()
     return frame.reset_index(drop=True)
 
 
-def done_pairs(run_dir: str | os.PathLike, errors: bool = True) -> set[tuple[str, str]]:
-    """(image, method) pairs that have a row (errors=False: a row without error): a rerun skips them."""
-    frame = read_parts(run_dir, columns=["image", "method", "error"])
-    if not errors:
-        frame = frame[frame["error"].isna()]
-    return set(zip(frame["image"].astype(str), frame["method"].astype(str)))
+def done_pairs(run_dir: str | os.PathLike, errors: bool = True, names: list[str] | None = None) -> set[tuple[str, str]]:
+    """(image, method) pairs that have a row in the parts `names` (default: every part; errors=False: a row
+    without error): a rerun skips them. A part that cannot be read counts for nothing (its rows are done again)."""
+    pairs: set[tuple[str, str]] = set()
+    for name in part_names(run_dir) if names is None else names:
+        try:
+            frame = read_parts(run_dir, [name], columns=["image", "method", "error"])
+        except Exception:  # noqa: BLE001 - damaged (or moved aside meanwhile): `heal` deals with it
+            continue
+        if not errors:
+            frame = frame[frame["error"].isna()]
+        pairs.update(zip(frame["image"].astype(str), frame["method"].astype(str)))
+    return pairs
 
 
 def deduplicate(frame: "pd.DataFrame") -> "pd.DataFrame":
@@ -291,6 +328,18 @@ def _parts_digest(names: list[str]) -> bytes:
     return hashlib.sha256("\n".join(names).encode()).hexdigest().encode()
 
 
+def _load_member(run_dir: str | os.PathLike, map_file: str, member: str) -> np.ndarray:
+    """One array of a map file of the run (checked to lie inside it); a damaged file: RunFolderError."""
+    path = inside(run_dir, map_file)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return data[member]
+    except Exception as err:  # noqa: BLE001 - a zip, zlib or format error all mean the same to a reader
+        raise RunFolderError(f"The map file {map_file} of the run {run_dir} cannot be read ({type(err).__name__}); "
+                             "it may be damaged.", cli_hint="Open the run again: a damaged part is left out.",
+                             app_hint="Open the run again: a damaged part is left out.") from None
+
+
 def read_thumbnails(run_dir: str | os.PathLike, frame: "pd.DataFrame") -> np.ndarray:
     """The thumbnails (n, s, s) of the rows of `frame` (zeros for rows without a map), one file read per part."""
     out = np.zeros((len(frame), THUMBNAIL, THUMBNAIL), dtype=np.float32)
@@ -298,60 +347,202 @@ def read_thumbnails(run_dir: str | os.PathLike, frame: "pd.DataFrame") -> np.nda
     index = frame["map_index"].to_numpy()
     for name in {f for f in files if isinstance(f, str)}:
         where = np.flatnonzero(files == name)
-        with np.load(Path(run_dir) / name, allow_pickle=False) as data:
-            out[where] = data["thumbs"][index[where]]
+        out[where] = _load_member(run_dir, name, "thumbs")[index[where]]
     return out
 
 
-def class_distances(run_dir: str | os.PathLike, frame: "pd.DataFrame") -> np.ndarray:
-    """distance_to_class_mean of every row (measures.py): 1 − cos to the mean thumbnail of the rows with the same
-    method and target; NaN for error rows and for a class with one map."""
-    out = np.full(len(frame), np.nan)
+# --------------------------------------------------------------------------------------------
+# Checks: damaged parts are found, left out, and moved aside by the next resume.
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A part that cannot be trusted: its name, why (one phrase), and its images when its rows could be read."""
+
+    part: str
+    reason: str
+    images: tuple[str, ...] | None = None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_sums(path: Path) -> dict[str, str]:
+    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed."""
+    sums = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        digest, _, rel = line.partition("  ")
+        if len(digest) != 64 or not rel:
+            raise ValueError(f"a malformed line in {path.name}")
+        sums[rel] = digest
+    if not sums:
+        raise ValueError(f"{path.name} is empty")
+    return sums
+
+
+def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
+    """Why the part `name` is damaged, or None when it is intact: its rows' file and its maps' file against its
+    checksums (a part written before checksums existed: read whole, the zip's CRC-32 per map), every file inside
+    the run folder."""
+    import pyarrow.parquet as pq
+
+    rows_rel, maps_rel = f"{PARTS}/{name}.parquet", f"{MAPS}/{name}.npz"
+    sums_path = Path(run_dir) / PARTS / f"{name}{SUMS_SUFFIX}"
+    images = None
+    try:
+        rows_path = inside(run_dir, rows_rel)
+        if sums_path.exists() or sums_path.is_symlink():
+            sums = _read_sums(inside(run_dir, sums_path.relative_to(run_dir)))
+            if set(sums) - {rows_rel, maps_rel} or rows_rel not in sums:
+                return Damage(name, "its checksum file names other files")
+            if _sha256(rows_path) != sums[rows_rel]:
+                return Damage(name, "its rows differ from their checksum")
+            rows = pq.read_table(rows_path, columns=["image", "map_file"])
+            images = tuple(rows.column("image").to_pylist())
+            if set(rows.column("map_file").to_pylist()) - {None, maps_rel}:
+                return Damage(name, "its rows name another part's map file", images)
+            if maps_rel in sums:
+                maps_path = inside(run_dir, maps_rel)
+                if not maps_path.is_file():
+                    return Damage(name, "its map file is missing", images)
+                if _sha256(maps_path) != sums[maps_rel]:
+                    return Damage(name, "its map file differs from its checksum", images)
+        else:
+            rows = pq.read_table(rows_path, columns=["image", "map_file"])
+            images = tuple(rows.column("image").to_pylist())
+            files = set(rows.column("map_file").to_pylist()) - {None}
+            if files - {maps_rel}:
+                return Damage(name, "its rows name another part's map file", images)
+            if files:
+                with zipfile.ZipFile(inside(run_dir, maps_rel)) as archive:
+                    bad = archive.testzip()
+                if bad is not None:
+                    return Damage(name, f"its map {bad} is damaged", images)
+    except RunFolderError:
+        return Damage(name, "it names a file outside the run folder", images)
+    except Exception as err:  # noqa: BLE001 - any damage (a short read, garbled bytes, a 0-byte file) means the same
+        return Damage(name, f"unreadable, {type(err).__name__}", images)
+    return None
+
+
+def check_parts(run_dir: str | os.PathLike) -> tuple[list[str], list[Damage]]:
+    """(the intact parts' names, the damaged ones), oldest first."""
+    good, damaged = [], []
+    for name in part_names(run_dir):
+        problem = check_part(run_dir, name)
+        (good if problem is None else damaged).append(problem or name)
+    return good, damaged
+
+
+def missing_sentence(damage: list[Damage]) -> str | None:
+    """One sentence on the rows a run's damaged parts take away, or None when none is damaged."""
+    if not damage:
+        return None
+    images = sorted({i for d in damage for i in d.images or ()})
+    unknown = sum(d.images is None for d in damage)
+    shown = ", ".join(images[:3]) + (" …" if len(images) > 3 else "")
+    if len(damage) == 1:
+        rows = f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "its rows"
+    else:
+        rows = " and ".join(x for x in (
+            f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "",
+            f"every row of {unknown} unreadable part{'s' if unknown != 1 else ''}" if unknown else "") if x)
+    why = "; ".join(f"{d.part}: {d.reason}" for d in damage[:2]) + (" …" if len(damage) > 2 else "")
+    return (f"{len(damage)} part{'s' if len(damage) != 1 else ''} of this run {'are' if len(damage) != 1 else 'is'} "
+            f"damaged ({why}), so {rows} {'is' if rows.startswith('every row of 1 ') else 'are'} left out; the next "
+            "resume of the run redoes them.")
+
+
+def quarantine(run_dir: str | os.PathLike, damage: list[Damage]) -> None:
+    """Move each damaged part's files (rows first: that uncommits it, then its checksums and maps) into
+    RUN_DIR/damaged/<part>/ with note.txt saying why, so the next look at the parts redoes its rows. A writer's
+    verb (`heal`); two writers moving one part at once is harmless (the second finds nothing left to move)."""
+    run_dir = Path(run_dir)
+    for d in damage:
+        dest = run_dir / DAMAGED / d.part
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel in (f"{PARTS}/{d.part}.parquet", f"{PARTS}/{d.part}{SUMS_SUFFIX}", f"{MAPS}/{d.part}.npz"):
+            try:
+                os.replace(run_dir / rel, dest / Path(rel).name)  # a symlink is moved itself, never followed
+            except FileNotFoundError:
+                pass
+        note = (f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}: moved here from the run because {d.reason}. "
+                f"Its rows ({', '.join(d.images) if d.images else 'unknown'}) are done again by the run that "
+                "moved it.\n")
+        write_atomic(dest / "note.txt", lambda tmp: tmp.write_text(note, encoding="utf-8"))
+
+
+def heal(run_dir: str | os.PathLike) -> list[Damage]:
+    """Ready a run folder for writing: remove the temp files of writers that are gone (kill -9), and move its
+    damaged parts aside (`quarantine`), so the run redoes exactly their rows. Returns the damage found."""
+    from .claims import CLAIMS
+
+    run_dir = Path(run_dir)
+    for folder in (run_dir, run_dir / PARTS, run_dir / MAPS, run_dir / CLAIMS):
+        remove_stale_temps(folder)
+    _, damage = check_parts(run_dir)
+    quarantine(run_dir, damage)
+    return damage
+
+
+# --------------------------------------------------------------------------------------------
+# The table.
+
+
+def _class_groups(frame: "pd.DataFrame") -> list:
+    """Each row's group for distance_to_class_mean: (method, target) for a row with a map, else None."""
+    import pandas as pd
+
     has_map = frame["map_index"].to_numpy() >= 0
-    thumbs = read_thumbnails(run_dir, frame)
-    groups = frame.assign(_pos=np.arange(len(frame)))[has_map].groupby(["method", "target"], dropna=True)["_pos"]
-    for _, positions in groups:
-        where = positions.to_numpy()
-        if len(where) > 1:
-            out[where] = cosine_distance(thumbs[where], thumbs[where].mean(axis=0))
-    return out
+    return [(m, int(t)) if ok and not pd.isna(t) else None
+            for m, t, ok in zip(frame["method"].to_numpy(dtype=object), frame["target"].to_numpy(dtype=object),
+                                has_map)]
 
 
-def build_table(run_dir: str | os.PathLike, write: bool = True) -> "pd.DataFrame":
-    """The table from every part: deduplicated, distance_to_class_mean filled in, sorted by (image, method);
-    written atomically to results.parquet (with the list of parts it holds) unless write=False."""
+def build_table(run_dir: str | os.PathLike, names: list[str] | None = None) -> "pd.DataFrame":
+    """The table from the parts `names` (default: the intact parts): deduplicated, distance_to_class_mean filled
+    in (measures.py), sorted by (image, method). Reads only; `write_table` saves it."""
+    names = check_parts(run_dir)[0] if names is None else names
+    frame = deduplicate(read_parts(run_dir, names)).sort_values(list(KEY), kind="stable").reset_index(drop=True)
+    frame["distance_to_class_mean"] = distance_to_class_mean(read_thumbnails(run_dir, frame), _class_groups(frame))
+    return frame
+
+
+def write_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
+    """Build the table from the intact parts and write it atomically to results.parquet, with the list of parts it
+    holds (so `open_run` knows whether it is current). The writer's verb (`finish_run`); opening never writes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     run_dir = Path(run_dir)
-    names = part_names(run_dir)
-    frame = deduplicate(read_parts(run_dir, names)).sort_values(list(KEY), kind="stable").reset_index(drop=True)
-    frame["distance_to_class_mean"] = class_distances(run_dir, frame)
-    if write:
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARTS_META: _parts_digest(names)})
-        write_atomic(run_dir / TABLE_FILE, lambda tmp: pq.write_table(table, tmp))
+    names = check_parts(run_dir)[0]
+    frame = build_table(run_dir, names)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARTS_META: _parts_digest(names)})
+    write_atomic(run_dir / TABLE_FILE, lambda tmp: pq.write_table(table, tmp))
     return frame
 
 
-def current_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
-    """results.parquet when it holds every part, else the table built again (and saved, where the folder can be
-    written)."""
+def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) -> "pd.DataFrame":
+    """The table of the parts `names` (default: the intact parts): results.parquet when it holds exactly those,
+    else built again in memory (a running run, a damaged part left out). Reading a run never writes into it."""
     import pyarrow.parquet as pq
 
     run_dir = Path(run_dir)
-    path = run_dir / TABLE_FILE
-    if path.is_file():
+    names = check_parts(run_dir)[0] if names is None else names
+    if (run_dir / TABLE_FILE).is_file():
         try:
-            meta = pq.read_schema(path).metadata or {}
-            if meta.get(_PARTS_META) == _parts_digest(part_names(run_dir)):
+            path = inside(run_dir, TABLE_FILE)
+            if (pq.read_schema(path).metadata or {}).get(_PARTS_META) == _parts_digest(names):
                 return pq.read_table(path).to_pandas()
-        except (OSError, ValueError):  # damaged: built again below
+        except (OSError, ValueError):  # damaged, or pointing outside the run (RunFolderError): built again below
             pass
-    try:
-        return build_table(run_dir)
-    except PermissionError:  # a folder of someone else's run: read, not written
-        return build_table(run_dir, write=False)
+    return build_table(run_dir, names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,11 +550,16 @@ def current_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
 
 
 class Run:
-    """A finished (or running) folder run: `.table` (a DataFrame, one row per (image, method)), `.info` (run.json)
-    and the maps of its rows."""
+    """A finished (or running) folder run: `.table` (a DataFrame, one row per (image, method)), `.info` (run.json),
+    the maps of its rows, and `.damage`, the damaged parts left out of the table (`.missing` says it in a sentence)."""
 
-    def __init__(self, path: Path, info: dict, table: "pd.DataFrame"):
-        self.path, self.info, self.table = path, info, table
+    def __init__(self, path: Path, info: dict, table: "pd.DataFrame", damage: list[Damage] | None = None):
+        self.path, self.info, self.table, self.damage = path, info, table, list(damage or [])
+
+    @property
+    def missing(self) -> str | None:
+        """One sentence on the rows left out because their part is damaged; None when every part is intact."""
+        return missing_sentence(self.damage)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, {len(self.table)} rows, network={self.info.get('network')!r})"
@@ -380,8 +576,14 @@ class Run:
         return row if isinstance(row, pd.Series) else self.table.loc[row]
 
     def image_path(self, row) -> Path:
-        """The image file of a row."""
-        return self.source / str(self.row(row)["image"])
+        """The image file of a row, below the run's image folder: a key that climbs out of it (`../`, an absolute
+        path) is a RunFolderError. Links inside the image folder are followed (data sets are often linked
+        together); whether the app may read the file is the trust rules' call (`app.dataset`)."""
+        key = str(self.row(row)["image"])
+        relative = os.path.normpath(key)
+        if os.path.isabs(relative) or relative == ".." or relative.startswith(".." + os.sep):
+            raise RunFolderError(f"The run names an image outside its image folder ({_shown(key)}), which is not read.")
+        return self.source / relative
 
     def heatmap(self, row) -> np.ndarray:
         """The row's (H, W) float32 map: bits per pixel for the bottlenecks (it sums to total_bits less
@@ -389,8 +591,7 @@ class Run:
         r = self.row(row)
         if not int(r["map_index"]) >= 0 or not isinstance(r["map_file"], str):
             raise RunFolderError(f"The row for {r['image']} ({r['method']}) has no map: {r['error']}")
-        with np.load(self.path / r["map_file"], allow_pickle=False) as data:
-            stored = data[f"m{int(r['map_index'])}"]
+        stored = _load_member(self.path, r["map_file"], f"m{int(r['map_index'])}")
         return decode_map(stored, float(r["map_scale"]))
 
     def thumbnails(self, rows=None) -> np.ndarray:
@@ -404,7 +605,8 @@ class Run:
 
 def open_run(run_dir: str | os.PathLike) -> Run:
     """The run in `run_dir` (made by `python -m iba_core attribute FOLDER --out RUN_DIR`): `.table`, `.heatmap(row)`.
-    The table is rebuilt from the parts when rows were added since it was last written (a running run)."""
+    Only reads: the table is rebuilt in memory when rows were added since it was written (a running run), and a
+    damaged part is left out and named in `.damage` / `.missing` (the next resume redoes its rows)."""
     path = Path(run_dir).expanduser()
     if not path.is_dir():
         raise RunFolderError(f"Run folder not found: {path}.")
@@ -413,4 +615,5 @@ def open_run(run_dir: str | os.PathLike) -> Run:
         raise RunFolderError(f"{path} is not a run folder (it has no {RUN_FILE}).",
                              cli_hint="Give the --out folder of `python -m iba_core attribute FOLDER --out RUN_DIR`.",
                              app_hint="Choose the folder a folder run wrote.")
-    return Run(path, info, current_table(path))
+    good, damage = check_parts(path)
+    return Run(path, info, current_table(path, good), damage)

@@ -140,3 +140,26 @@ def test_opening_a_run_folder_checks_the_trust_rules_first(tmp_path):
         ds.open_run_folder(str(tmp_path), Trust(server_paths=((tmp_path / "x").resolve(),)))
     with pytest.raises(UserError, match="is not a run folder"):
         ds.open_run_folder(str(tmp_path), Trust(server_paths=(tmp_path.resolve(),)))
+
+
+def test_a_damaged_run_opens_with_what_is_missing_and_a_background_resume_heals_it(tiny_shared, tmp_path):
+    from iba_core.runs.store import MAPS, part_names, read_parts
+
+    images = write_folder_with_bad_files(tmp_path / "images")
+    trust = Trust(server_paths=(tmp_path.resolve(),))
+    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    assert job.wait(120) and job.error is None, job.error
+    run_dir = tmp_path / "run"
+    name = next(n for n in part_names(run_dir) if (run_dir / MAPS / f"{n}.npz").exists())
+    lost = set(read_parts(run_dir, [name])["image"])
+    (run_dir / MAPS / f"{name}.npz").write_bytes(b"")  # a chunk emptied by a power cut
+    run = ds.open_run_folder(str(run_dir), trust)
+    assert set(run.table["image"]) == {i.name for i in images.iterdir()} - lost
+    assert run.missing.startswith(f"1 part of this run is damaged ({name}: its map file differs from its checksum)")
+    assert f"the rows of {len(lost)} images ({', '.join(sorted(lost)[:3])}" in run.missing  # the first three named
+    job = ds.start_folder_job(tiny_shared, str(images), str(run_dir), ["saliency"], trust=trust, batch=5)
+    assert job.wait(120) and job.error is None, job.error
+    rows = read_parts(run_dir)
+    assert len(rows) == 12 and rows["image"].is_unique  # exactly the damaged rows were redone
+    run = ds.open_run_folder(str(run_dir), trust)
+    assert run.missing is None and len(run.table) == 12

@@ -118,3 +118,20 @@ def test_the_html_report_names_the_classes(shortcut) -> None:
     assert report.startswith("<!DOCTYPE html>") and "marked" in report and "object" in report
     assert "data:image/png;base64," in report and "src=\"http" not in report  # self-contained
     assert "border shortcut?" in report
+
+
+def test_a_run_with_a_damaged_part_opens_with_one_warning_on_what_is_missing(shortcut, tmp_path) -> None:
+    import shutil
+
+    from iba_core.runs.store import PARTS, part_names
+
+    run_dir, keys = shortcut
+    copy = run_dir.parent / "damaged_copy"  # inside the allowed folders; the module's run stays intact
+    shutil.copytree(run_dir, copy)
+    name = part_names(copy)[0]
+    (copy / PARTS / f"{name}.parquet").write_bytes(b"PAR1 garbled")
+    at = opened(copy)
+    assert len(at.warning) == 1 and "1 part of this run is damaged" in at.warning[0].value
+    assert "the next resume of the run redoes them" in at.warning[0].value
+    assert len(table_images(at)) == len(open_run(copy).table["image"].unique()) < len(keys)
+

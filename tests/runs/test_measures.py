@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from iba_core.runs.measures import (border_mask, border_share, box_share, concentration, cosine_distance,
-                                    map_measures, thumbnail)
+                                    distance_to_class_mean, map_measures, thumbnail)
 from iba_core.runs.store import decode_map, encode_map
 
 
@@ -73,6 +73,19 @@ def test_cosine_distance_to_a_mean():
     assert d == pytest.approx([1 - 1 / math.sqrt(2)] * 2)
     assert cosine_distance(a[:1], a[0]) == pytest.approx([0.0], abs=1e-12)
     assert math.isnan(cosine_distance(np.zeros((1, 4, 4)), mean)[0])
+
+
+def test_distance_to_class_mean_compares_each_map_with_its_own_group_only():
+    left, right = np.zeros((4, 4)), np.zeros((4, 4))
+    left[:, 0], right[:, 3] = 0.25, 0.25
+    thumbs = np.stack([left, left, right, right, left, right])
+    groups = [("iba", 1), ("iba", 1), ("iba", 2), ("iba", 2), ("grad", 1), None]
+    d = distance_to_class_mean(thumbs, groups)
+    assert d[:4] == pytest.approx([0.0, 0.0, 0.0, 0.0], abs=1e-12)  # each like its class's mean
+    assert np.isnan(d[4]) and np.isnan(d[5])  # alone in its group; no map
+    groups[1] = ("iba", 2)  # a left map among right ones: cos to the mean (1/3 left, 2/3 right) = 1/√5
+    d = distance_to_class_mean(thumbs, groups)
+    assert d[1] == pytest.approx(1 - 1 / math.sqrt(5), rel=1e-9) and np.isnan(d[0])
 
 
 @pytest.mark.parametrize("values", [

@@ -1,0 +1,129 @@
+"""One writer per image of a run folder: claims, so two processes writing into one RUN_DIR share the work.
+
+    claims = Claims(run_dir)
+    if claims.take("cat/001.jpg"):    # created with O_CREAT | O_EXCL: exactly one process wins
+        ...                           # attribute it; its rows reach a part
+        claims.release(["cat/001.jpg"])
+
+A claim is RUN_DIR/claims/<hash of the image key>.json holding the writer's pid, host, start time and a nonce. A
+second run into the same folder skips the images another live writer holds and takes the rest, so two runs compute
+each image once; torchrun ranks take disjoint shards, so they never meet a claim of one another. A claim is held
+until the image's rows are in a committed part, then removed. A claim is stale, and taken over, when its pid is
+dead on this host, or, for a claim of another host, when it has not been refreshed for `cache.STALE_SECONDS` (a
+live writer refreshes its claims after every chunk). Per-image claims rather than one lock per run: a second run
+then helps instead of waiting, and a few dozen claim files exist at a time (those of the images in flight).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+from ..cache import abandoned, host_tag
+
+CLAIMS = "claims"
+
+
+class Claims:
+    """This process's claims on the images of one run folder."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.folder = Path(run_dir) / CLAIMS
+        self.held: dict[str, Path] = {}
+        self.me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                   "nonce": secrets.token_hex(8)}
+
+    def path(self, key: str) -> Path:
+        """The claim file of image `key` (a hash: image keys are paths with slashes)."""
+        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+    def take(self, key: str) -> bool:
+        """Claim image `key`: True when this process holds it now (it was free, or its claim stale), False while
+        another live writer holds it."""
+        if key in self.held:
+            return True
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.path(key)
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                if not self._take_over(path):
+                    return False
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({**self.me, "image": key}, f)
+            self.held[key] = path
+            return True
+        return False
+
+    def _take_over(self, path: Path) -> bool:
+        """Remove a stale claim at `path` (True: try to create it again); False while its writer lives. The claim
+        is first renamed away and checked to be the stale one read, so two processes taking over at once never
+        remove a fresh claim of a third."""
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        old = _read(path)
+        if not stale(old, mtime):
+            return False
+        moved = path.with_name(f".{path.name}.{self.me['nonce']}.takeover")
+        try:
+            os.rename(path, moved)
+        except FileNotFoundError:  # another process took it over first
+            return True
+        if _read(moved) == old:
+            moved.unlink(missing_ok=True)
+            return True
+        try:  # a fresh claim was moved: put it back
+            os.link(moved, path)
+        except FileExistsError:
+            pass
+        moved.unlink(missing_ok=True)
+        return False
+
+    def refresh(self) -> None:
+        """Mark this process's claims as alive (their time), so another host does not take them over."""
+        for path in self.held.values():
+            try:
+                os.utime(path)
+            except FileNotFoundError:
+                pass
+
+    def release(self, keys) -> None:
+        """Give up the claims of `keys` (their rows are committed, or were never made); a claim that is no longer
+        this process's (taken over as stale) is left to its new holder."""
+        for key in list(keys):
+            path = self.held.pop(key, None)
+            if path is not None and (_read(path) or {}).get("nonce") == self.me["nonce"]:
+                path.unlink(missing_ok=True)
+
+    def release_all(self) -> None:
+        """Give up every claim this process holds."""
+        self.release(list(self.held))
+
+
+def _read(path: Path) -> dict | None:
+    """A claim's contents; None when it is unreadable (being written, or damaged)."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def stale(claim: dict | None, mtime: float) -> bool:
+    """Whether a claim's writer is gone (`cache.abandoned`): its pid dead on this host, or no refresh for
+    `cache.STALE_SECONDS` (another host, or a claim that cannot be read)."""
+    claim = claim or {}
+    host = claim.get("host")
+    pid = claim.get("pid")
+    return abandoned(host_tag(host) if isinstance(host, str) else None, pid if isinstance(pid, int) else None, mtime)
+
+
+__all__ = ["CLAIMS", "Claims", "stale"]
