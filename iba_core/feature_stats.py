@@ -314,12 +314,12 @@ def layer_outputs(network, layers: Iterable[str]) -> Callable[[torch.Tensor], di
     for layer in wanted:
         network.spec.check_layer(layer)
     if network.can_split:
-        key = ("folded_stages",)
-        if key not in network.memo:
+        def fold() -> list:
             from .fast import fold_batchnorms
 
-            network.memo[key] = [(name, fold_batchnorms(module)) for name, module in network.stages()]
-        stages = network.memo[key]
+            return [(name, fold_batchnorms(module)) for name, module in network.stages()]
+
+        stages = network.memo.folded_stages.get_or_make((), fold)
         last = max(i for i, (name, _) in enumerate(stages) if name in wanted)
 
         def run(x: torch.Tensor) -> dict[str, torch.Tensor]:
