@@ -17,14 +17,16 @@ randomised copy for the sanity check gets an empty cache), so nothing is cached 
 | pattern_graph   | ()                                    | (the model's structure, its pattern graph)    | 1     |
 
 A Per-Sample Bottleneck built without a `Network` (`PerSampleBottleneck.from_split`, or on the hook path) keys
-its "auto" precision by what it runs (the suffix's or model's class, parameter count, the layer's shape) and
-keeps it on disk, so a second one built alike does not measure again (`per_sample.py`).
+its "auto" precision by what it runs (the suffix's or model's structure and size, the layer's shape) and keeps it
+on disk, so a second one built alike does not measure again (`per_sample._module_key`).
 
-The app keeps two more caches beside this one, each for one thing: `st.cache_resource` holds the loaded
-`Network` objects (one per network and weights, shared by every session, so this cache is shared with it), and
-`app/maps.py` keeps finished attribution maps per session, keyed by everything that made them (image digest,
-network, weights, method and settings, target). Files that outlive the process (statistics, patterns, the
-precision memo on disk) go through `cache.py`.
+The app keeps its other caches for one thing each, stated here so there is one place to read them all:
+- `st.cache_resource` (`pages/_widgets.py: shared_model`, at most 3) holds the loaded networks with their locks,
+  one per network and weights for every session; so this cache, inside each network, is shared by the sessions;
+- `app/maps.py: MapCache` (per session, 64 maps, the oldest out) keeps finished attribution maps keyed by
+  everything that made them (image digest, network, weights, class, method and settings);
+- on disk, through `cache.py`: feature statistics, PatternAttribution's patterns, the precision memo and the
+  β × layer grids (`beta_layer.py`, the 24 used last) outlive the process.
 """
 from __future__ import annotations
 
