@@ -27,7 +27,7 @@ from .image_sources import FolderBatches, photo_pool, sample_photo_batches
 from .images import find_images
 from .model_state import layer_tensor
 from .progress import ProgressFn
-from .errors import check_range
+from .errors import MissingFileError, check_range
 from .settings import ASSETS_DIR, MAX_SAMPLES, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV, cache_dir, stats_samples
 
 #: Fewer distinct photos than this behind crop-based statistics makes them rough (see FeatureStats.is_rough).
@@ -299,6 +299,49 @@ def app_samples(network, images: str | os.PathLike | None = None) -> int:
     return stats_samples(default_samples(network, images))
 
 
+def run_stats_source(network, images: str | os.PathLike | None = None, n: int | None = None) -> tuple[str | None, int]:
+    """(image folder, samples) behind a run's statistics: the folder given, else the model card's `stats_images`,
+    else None (the offline photos); the samples given, else `app_samples` (IBA_STATS_SAMPLES, else a default)."""
+    folder = str(images) if images else (getattr(network.spec, "stats_images", None) or None)
+    return folder, int(n or app_samples(network, folder))
+
+
+def find_run_stats(network, layer: str, *, images: str | os.PathLike | None = None,
+                   n: int | None = None) -> FeatureStats | None:
+    """The statistics `stats_for_run` would use without estimating anything, or None (shipped ones are copied
+    into the cache first: `copy_shipped_stats`)."""
+    folder, n = run_stats_source(network, images, n)
+    if folder:
+        return stored_stats(network, layer, images=folder, n=n)
+    photos = [s for s in cached_stats(network, layer) if s.source_key.startswith(f"{PHOTO_SOURCE}:")]
+    if photos and photos[0].n >= n:
+        return photos[0]  # the most samples of the offline photos already estimated
+    return stored_stats(network, layer, n=n)
+
+
+def stats_for_run(network, layer: str, *, images: str | os.PathLike | None = None, n: int | None = None,
+                  progress: ProgressFn | None = None) -> FeatureStats:
+    """The one policy for the statistics of a run, whichever front end asks (the app, `attribute IMG`, `attribute
+    FOLDER`, the methods, `evaluate`, `train-readout`), so one image gets the same bits everywhere:
+
+    - the images: `images`, else the model card's folder, else the offline photos (`run_stats_source`);
+    - the samples: `n`, else IBA_STATS_SAMPLES, else the network's default (`app_samples`);
+    - for a folder, its statistics with that many samples; for the photos, the cached ones with the most samples
+      if they have at least n, else those of n samples — from the cache, the shipped files, or estimated now (and
+      cached).
+    A folder that is not there raises MissingFileError with a sentence saying so.
+    """
+    folder, n = run_stats_source(network, images, n)
+    check_range("The number of samples", n, 1, MAX_SAMPLES, integer=True)
+    if folder and not Path(folder).expanduser().is_dir():
+        raise MissingFileError(f"Image folder not found: {Path(folder).expanduser()}. Enter a folder that holds "
+                                "images.")
+    found = find_run_stats(network, layer, images=folder, n=n)
+    if found is not None:
+        return found
+    return get_stats(network, layer, images=Path(folder).expanduser() if folder else None, n=n, progress=progress)
+
+
 class _Enough(Exception):
     """Raised by a forward hook once every layer asked for has its output: the rest of the network is skipped."""
 
@@ -314,12 +357,12 @@ def layer_outputs(network, layers: Iterable[str]) -> Callable[[torch.Tensor], di
     for layer in wanted:
         network.spec.check_layer(layer)
     if network.can_split:
-        key = ("folded_stages",)
-        if key not in network.memo:
+        def fold() -> list:
             from .fast import fold_batchnorms
 
-            network.memo[key] = [(name, fold_batchnorms(module)) for name, module in network.stages()]
-        stages = network.memo[key]
+            return [(name, fold_batchnorms(module)) for name, module in network.stages()]
+
+        stages = network.memo.folded_stages.get_or_make((), fold)
         last = max(i for i, (name, _) in enumerate(stages) if name in wanted)
 
         def run(x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -417,7 +460,8 @@ def get_stats(
     n = int(check_range("The number of samples", n or default_samples(network, images), 1, MAX_SAMPLES, integer=True))
     source_key = stats_source_key(images, n)
     if not refresh:
-        found = _stored(network, layer, source_key)
+        copy_shipped_stats(network, layer, source_key)
+        found = _cached(network, layer, source_key)
         if found is not None:
             return found
     stats = compute_stats(network, layer, images=images, n=n, progress=progress)
@@ -437,7 +481,10 @@ def get_all_stats(
     when asked: the `stats --all-layers` command and the shipped files; memory grows with the layers)."""
     n = n or default_samples(network, images)
     source_key = stats_source_key(images, n)
-    found = {} if refresh else {layer: _stored(network, layer, source_key) for layer in network.spec.layers}
+    if not refresh:
+        for layer in network.spec.layers:
+            copy_shipped_stats(network, layer, source_key)
+    found = {} if refresh else {layer: _cached(network, layer, source_key) for layer in network.spec.layers}
     missing = [layer for layer in network.spec.layers if found.get(layer) is None]
     fresh = compute_all_stats(network, missing, images=images, n=n, progress=progress) if missing else {}
     for layer, stats in fresh.items():
@@ -460,25 +507,37 @@ def _keep(stats: FeatureStats, layer: str) -> None:
 
 def stored_stats(network, layer: str, *, images: str | os.PathLike | None = None,
                  n: int | None = None) -> FeatureStats | None:
-    """The statistics `get_stats` would return without estimating anything, or None."""
-    return _stored(network, layer, stats_source_key(images, n or default_samples(network, images)))
+    """The statistics `get_stats` would return without estimating anything, or None. Shipped statistics are
+    copied into the cache first (`copy_shipped_stats`: the one write a lookup makes)."""
+    source_key = stats_source_key(images, n or default_samples(network, images))
+    copy_shipped_stats(network, layer, source_key)
+    return _cached(network, layer, source_key)
 
 
 def _identity(network, layer: str) -> dict:
     return {"network": network.key, "weights": network.weights_id, "layer": layer}
 
 
-def _stored(network, layer: str, source_key: str) -> FeatureStats | None:
-    """From the cache, else from the shipped statistics (copied into the cache first, so a damaged copy is
-    removed from the cache, never from assets/), else None."""
+def copy_shipped_stats(network, layer: str, source_key: str) -> bool:
+    """Copy the shipped statistics for (network, weights, layer, source) into the cache where the cache has none
+    yet, so that a damaged copy is removed from the cache, never from assets/. True when the cache holds a file
+    for them now; False without one (none shipped, or a read-only cache: estimate rather than risk the asset)."""
     path = stats_cache_path(network.key, network.weights_id, layer, source_key)
     shipped = SHIPPED_STATS_DIR / path.name
     if not path.is_file() and shipped.is_file():
         try:
             cache.copy_in(shipped, path)
         except OSError:
-            return None  # a read-only cache: estimate rather than risk removing a shipped file
-    return _read(path, {**_identity(network, layer), "source_key": source_key})
+            return False
+    return path.is_file()
+
+
+def _cached(network, layer: str, source_key: str) -> FeatureStats | None:
+    """The cache's statistics for (network, weights, layer, source), or None (it writes nothing; a damaged file
+    is removed by `cache.load_arrays`, as every cache read does)."""
+    path = stats_cache_path(network.key, network.weights_id, layer, source_key)
+    return _read(path, {**_identity(network, layer), "source_key": source_key}) if path.is_file() else None
+
 
 
 def cached_stats(network, layer: str) -> list[FeatureStats]:

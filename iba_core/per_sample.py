@@ -57,6 +57,7 @@ from .precision import PRECISIONS, autocast
 from .precision import resolve as resolve_precision
 from .precision import would_measure as would_measure_precision
 from .feature_stats import FeatureStats
+from .network_cache import Recent, cache_of
 
 
 #: Ranges of the settings besides β·k and σ_s (bottleneck.BETA_K_RANGE, SIGMA_RANGE). The paper's search spaces
@@ -198,6 +199,11 @@ class AttributionResult:
     p_predicted: float = float("nan")
     #: What the network's outputs mean (`heads.py`): p_without, p_with and the loss follow it.
     head: str = "softmax"
+
+    def bits_text(self) -> str:
+        """'7,542 bits in fp32': the total with the precision the network passes ran in, said together (the same
+        photo in another precision gives other bits: 7,481.5 in bf16, 7,541.8 in fp32)."""
+        return f"{self.total_bits:,.0f} bits in {self.precision}"
 
     @property
     def lost_class(self) -> bool:
@@ -399,7 +405,7 @@ class PerSampleBottleneck:
         module = model.get_submodule(layer) if isinstance(layer, str) else layer
         self._setup(stats, settings, layout, "hook", head)
         self._make_runner = lambda: _HookRunner(model, module)
-        self._memo, self._memo_key = {}, ("hook", id(model), id(module))
+        self._memo_key = _module_key("hook", model)
 
     def _setup(self, stats: FeatureStats, settings: BottleneckSettings | None, layout: FeatureLayout | None,
                path: str, head: str = "softmax") -> None:
@@ -437,8 +443,10 @@ class PerSampleBottleneck:
         else:
             self = cls(network.model, network.hook_module(layer), stats, settings, layout, head)
         self.path = path
-        # "auto" precision is measured once per network, layer and machine, and remembered
-        self._memo, self._memo_key, self._persist = network.memo, (network.key, network.weights_id, layer), True
+        # "auto" precision is measured once per network, layer and machine, and remembered with the network
+        cache = cache_of(network)
+        if cache is not None:
+            self._memo, self._memo_key = cache.precision, (network.key, network.weights_id, layer)
         return self
 
     @classmethod
@@ -451,10 +459,12 @@ class PerSampleBottleneck:
         self._setup(stats, settings, layout, "split", head)
         channels_last = self.layout.kind == "map"
         self._make_runner = lambda: _SplitRunner(prefix, suffix, channels_last)
-        self._memo, self._memo_key = {}, ("split", id(prefix), id(suffix))
+        self._memo_key = _module_key("split", suffix)
         return self
 
-    _persist = False
+    #: Where an "auto" precision choice is kept in memory: the network's cache (`for_network`), else nowhere —
+    #: a bottleneck built without a Network keeps it on disk only (`_module_key`), like every choice.
+    _memo: Recent | None = None
     layout: FeatureLayout = MAP
     path: str = ""
     head: str = "softmax"
@@ -469,12 +479,14 @@ class PerSampleBottleneck:
         with frozen_eval(*runner.modules):
             try:
                 device = next((p.device for m in runner.modules for p in m.parameters()), x.device)
-                return self.resolved_precision(runner, x.to(device), device, x.shape[0] * self.settings.batch)
+                return self.resolved_precision(runner, x.to(device), device)
             finally:
                 runner.close()
 
-    def resolved_precision(self, runner, x: torch.Tensor, device: torch.device, copies: int) -> str:
-        """The precision the network passes run in: the setting, or for "auto" the measured faster one."""
+    def resolved_precision(self, runner, x: torch.Tensor, device: torch.device) -> str:
+        """The precision the network passes run in: the setting, or for "auto" the measured faster one — measured
+        on one image's noisy copies, whatever the number of images the run holds (one decision for both)."""
+        copies = self.settings.batch
 
         def workload(precision: str):
             z = self.stats.mean.to(device)[None].expand(copies, *self.stats.mean.shape)
@@ -492,25 +504,26 @@ class PerSampleBottleneck:
             with torch.no_grad():
                 runner.features(x)  # the hook path replays the whole network on the image
         return resolve_precision(self.settings.precision, device, workload, memo=self._memo,
-                                 key=self._precision_key(copies, device), persist=self._persist)
+                                 key=self._precision_key(device), persist=True)
 
-    def _precision_key(self, copies: int, device: torch.device) -> tuple:
-        """What an "auto" choice is remembered under: the network and layer, the layer's shape, the batch, the
-        device (the disk memo adds the machine)."""
-        return (*self._memo_key, tuple(self.stats.mean.shape), copies, str(device))
+    def _precision_key(self, device: torch.device) -> tuple:
+        """What an "auto" choice is remembered under: the network and layer, the layer's shape, the noisy copies
+        per image, the device (the disk memo adds the machine). Not the number of images: one image and a
+        folder's batch of them get the same choice, so their bits agree (`attribute IMG` and `attribute FOLDER`)."""
+        return (*self._memo_key, tuple(self.stats.mean.shape), self.settings.batch, str(device))
 
-    def measures_precision(self, n_images: int = 1) -> bool:
-        """Whether a run on n_images images would first measure the precision ("auto" on hardware with a lower
-        precision, no choice remembered yet for this network, layer and batch); call it where the run will
-        run (the app: inside the network's turn, whose thread count the disk memo's key names)."""
+    def measures_precision(self) -> bool:
+        """Whether a run would first measure the precision ("auto" on hardware with a lower precision, no choice
+        remembered yet for this network, layer and noisy copies per image; the number of images does not
+        matter); call it where the run will run (the app: inside the network's turn, whose thread count the disk
+        memo's key names)."""
         runner = self._make_runner()
         try:
             device = next((p.device for m in runner.modules for p in m.parameters()), torch.device("cpu"))
         finally:
             runner.close()
         return would_measure_precision(self.settings.precision, device, memo=self._memo,
-                                       key=self._precision_key(n_images * self.settings.batch, device),
-                                       persist=self._persist)
+                                       key=self._precision_key(device), persist=True)
 
     def _active_mask(self, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor] | None:
         """Per part of the map view: 1 for units that count, 0 for inactive ones (settings.inactive_threshold);
@@ -588,6 +601,18 @@ class PerSampleBottleneck:
             return fit.results(start)
 
 
+def _module_key(path: str, module: nn.Module) -> tuple:
+    """The one key of an "auto" precision choice for a bottleneck built without a Network: what runs every step
+    (the suffix, or the whole model on the hook path) by its structure (module names and classes) and size. Two
+    bottlenecks built alike share the choice (on disk: nothing is kept in module state), so it is measured once,
+    not per instance."""
+    import hashlib
+
+    structure = "\n".join(f"{name}:{type(m).__module__}.{type(m).__qualname__}" for name, m in module.named_modules())
+    return ("module", path, hashlib.sha1(structure.encode()).hexdigest()[:16],
+            sum(p.numel() for p in module.parameters()))
+
+
 class _BatchFit:
     """One batched run of the Per-Sample Bottleneck, in the order it happens: the layer's output R in the map
     view (`__init__`), the targets and p(target) without the bottleneck (`choose_targets`), α, the noise
@@ -616,8 +641,7 @@ class _BatchFit:
 
     def _choose_precision(self) -> str:
         try:
-            return self.bottleneck.resolved_precision(self.runner, self.x, self.device,
-                                                      self.n_images * self.settings.batch)
+            return self.bottleneck.resolved_precision(self.runner, self.x, self.device)
         except RuntimeError:
             # "auto"'s timing pass feeds the statistics' shape to the suffix; statistics of another layer
             # fail there with a kernel error. Run in fp32: the shape check then says what is wrong.

@@ -7,7 +7,7 @@ rounding: seeded heatmaps of the offline network correlate at ≥ 0.99, see test
 `auto` (the default) picks a lower precision only where the hardware supports it (CPU: AVX512-BF16 or
 AMX-BF16; CUDA: bf16, else fp16) *and* one measurement shows it is faster for that (network, layer,
 device): depthwise convolutions, for one, can be slower in bf16 on a CPU. The choice is kept with
-the network (`Network.memo`), so it is measured once per process, and optionally in a small memo on disk
+the network (`Network.memo.precision`), so it is measured once per process, and in a small memo on disk
 (`cache.save_json`: checked on load; a garbled memo is warned about and rewritten on the next choice).
 
 What the hardware offers comes from two functions, `cpu_flags` and `cuda_bf16`, so tests can fake any

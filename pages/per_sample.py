@@ -209,7 +209,7 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
                                                          record.image_digest)):
         st.caption(note)  # another image or network is chosen above: says which this run is of
     st.markdown(
-        f"**Last run:** {r.total_bits:,.0f} bits · p(target) {format_probability(r.p_without)} → "
+        f"**Last run:** {r.bits_text()} · p(target) {format_probability(r.p_without)} → "
         f"{format_probability(r.p_with)} · [details below](#result)"
     )
     lost_class_warning(record)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from iba_core import precision as prec
+from iba_core.network_cache import NetworkCache
 
 from hardware import CPU_KINDS, HAS_BF16
 
@@ -134,8 +135,8 @@ def test_auto_records_what_it_chose(cpu_kind, offline_model, offline_stats, chel
     res = PerSampleBottleneck.for_network(offline_model, layer, offline_stats,
                                           BottleneckSettings(steps=1)).attribute(chelsea_x, 285)
     assert res.settings.precision == "auto" and res.precision in prec.candidates("cpu") + ["fp32"]
-    assert offline_model.memo[("precision", offline_model.key, offline_model.weights_id, layer,
-                               tuple(offline_stats.mean.shape), 10, "cpu")] == res.precision
+    assert offline_model.memo.precision[("precision", offline_model.key, offline_model.weights_id, layer,
+                                         tuple(offline_stats.mean.shape), 10, "cpu")] == res.precision
     if not HAS_BF16[cpu_kind]:
         assert res.precision == "fp32"
 
@@ -245,7 +246,7 @@ def test_a_bottleneck_says_whether_its_run_will_measure(cpu_kind, offline_model,
     from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 
     monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(offline_model, "memo", {})  # nothing measured in this "process" yet
+    monkeypatch.setattr(offline_model, "memo", NetworkCache())  # nothing measured in this "process" yet
     measured: list = []
 
     def fastest(options, timer=None, repeats=3):  # the choice without the seconds of timing it
@@ -265,6 +266,8 @@ def test_a_bottleneck_says_whether_its_run_will_measure(cpu_kind, offline_model,
     bottleneck().attribute(chelsea_x, 285)
     assert bool(measured) == before  # it measured exactly when it said it would
     assert not bottleneck().measures_precision()
-    monkeypatch.setattr(offline_model, "memo", {})  # a new process: the disk memo remembers
+    monkeypatch.setattr(offline_model, "memo", NetworkCache())  # a new process: the disk memo remembers
     assert not bottleneck().measures_precision()
-    assert bottleneck().measures_precision(n_images=2) == HAS_BF16[cpu_kind]  # another batch: its own choice
+    # a folder's batch of images runs under the one image's choice: nothing more to measure
+    bottleneck().attribute_batch(torch.cat([chelsea_x, chelsea_x]), [285, 285])
+    assert len(measured) == int(before)

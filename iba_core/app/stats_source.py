@@ -8,10 +8,9 @@ says so. Estimates are cached per network, weights (a card's weights file hash),
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterable
 
-from ..feature_stats import FeatureStats, app_samples, cached_stats, get_stats, photo_pool, stored_stats
+from ..feature_stats import FeatureStats, app_samples, find_run_stats, photo_pool, run_stats_source, stats_for_run
 from ..methods import get_method
 from ..networks import Network
 from ..progress import ProgressFn
@@ -71,40 +70,29 @@ def choose_stats(
     n: int | None = None,
     progress: ProgressFn | None = None,
 ) -> FeatureStats:
-    """Statistics for a run: from `folder` (or the model card's folder) if there is one, else the best cached
-    ones with ≥ n samples, else freshly estimated from n augmented sample photos (then cached on disk).
+    """Statistics for a run, by the one policy every front end uses (`feature_stats.stats_for_run`: `folder`, or
+    the model card's folder; else the cached ones of the offline photos with ≥ n samples, else n freshly
+    estimated), within the sample count a visitor may ask for.
 
-    A folder holding no readable image raises FileNotFoundError / ValueError with a sentence saying so.
+    A folder that is not there raises FileNotFoundError, one holding no readable image ValueError, with a sentence
+    saying so.
     """
-    folder = stats_folder(network, folder)
-    n = n or app_samples(network, folder)
-    check_samples(n)
-    if folder:
-        path = Path(folder).expanduser()
-        if not path.is_dir():
-            raise MissingFileError(f"Image folder not found: {path}. Enter a folder that holds images.")
-        return get_stats(network, layer, images=path, n=n, progress=progress)
-    best = next(iter(cached_stats(network, layer)), None)
-    if best is not None and best.n >= n:
-        return best
-    return get_stats(network, layer, n=n, progress=progress)
+    _, samples = run_stats_source(network, stats_folder(network, folder), n)
+    check_samples(samples)
+    return stats_for_run(network, layer, images=stats_folder(network, folder), n=samples, progress=progress)
 
 
 def stats_status(network: Network, layer: str) -> str:
     """One line on the statistics a run at `layer` would use now."""
-    folder = stats_folder(network)
-    n = app_samples(network, folder)
+    folder, n = run_stats_source(network, stats_folder(network))
+    found = find_run_stats(network, layer, images=folder, n=n)
     if folder:
-        found = stored_stats(network, layer, images=folder, n=n)
         if found is not None:
             return f"Ready, from the model card's image folder: {found.describe()}."
         return (f"Not estimated yet for {layer}: the first run estimates μ and σ of this layer from up to "
                 f"{n} images in the model card's folder {folder}, and keeps them on disk (per weights file).")
-    best = next(iter(cached_stats(network, layer)), None)
-    if best is None or best.n < n:
-        best = stored_stats(network, layer, n=n)
-    if best is not None and best.n >= n:
-        return f"Ready: {best.describe()}."
+    if found is not None:
+        return f"Ready: {found.describe()}."
     return (
         f"Not estimated yet for {layer}: the first run estimates μ and σ of this layer from {n} augmented crops "
         f"of the {len(photo_pool())} offline photos, and keeps them on disk."
@@ -114,18 +102,13 @@ def stats_status(network: Network, layer: str) -> str:
 def stats_for_methods(network: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
     """The statistics that the methods in `methods` read with their default settings (the network's default
-    layer, `feature_stats.app_samples` samples; a model card's image folder if it names one), estimated now if
-    any of them needs statistics; else None.
+    layer, by `feature_stats.stats_for_run`), estimated now if any of them needs statistics; else None.
 
     Estimating here, before the maps, lets a page show the estimate's own progress.
     """
     if not any(get_method(key).needs_stats for key in methods):
         return None
-    folder = stats_folder(network)
-    return get_stats(network, network.spec.default_layer, images=folder, n=app_samples(network, folder),
-                     progress=progress)
-
-
+    return stats_for_run(network, network.spec.default_layer, progress=progress)
 
 
 def seconds_left(done: int, total: int, elapsed: float) -> float | None:

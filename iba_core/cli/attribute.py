@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
         read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
     )
-    from ..feature_stats import get_stats
+    from ..feature_stats import stats_for_run
     from ..images import photo_or_path
     from ..per_sample import PerSampleBottleneck
     from .common import load_from_args, print_json, progress_bar
@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
         try:
-            stats = get_stats(network, layer, images=args.stats_images or network.spec.stats_images, n=args.n,
-                              progress=progress)
+            # the one policy (also `attribute FOLDER`'s and the app's): IBA_STATS_SAMPLES counts here too
+            stats = stats_for_run(network, layer, images=args.stats_images, n=args.n, progress=progress)
         finally:
             close()
         result = PerSampleBottleneck.for_network(network, layer, stats, settings).attribute(x, target)

@@ -3,6 +3,7 @@
     >>> from iba_core.methods import get_method
     >>> amap = get_method("integrated_gradients", steps=8).attribute(network, x, target)
     >>> amap.values, amap.seconds, amap.signed, amap.unit
+    >>> maps = get_method("grad_cam").attribute_batch(network, x_batch, [ClassTarget(281), ClassTarget(3)])
 
 Every method returns a finite float32 (H, W) map for one preprocessed image, explains the target
 class's logit (the bottlenecks: its cross-entropy), leaves no hooks, gradients or flag changes on the
@@ -25,10 +26,14 @@ from .lrp import LRP
 from .occlusion import Occlusion
 from .pattern import PatternAttribution
 from .random_map import RandomMap
+from .targets import ClassTarget, LabelSetTarget, Target, as_target
 
 MethodFactory = Callable[..., Method]
 
-#: key → factory(**settings) returning a method. Order is the display order of comparison grids.
+#: key → factory(**settings) returning a method. Order is the display order of comparison grids. A key is a named
+#: preset (a method class and settings, e.g. `occlusion_8` = Occlusion with size=8); settings given to
+#: `get_method` override the preset's, and the method's own `key` then names them (`occlusion_14`, `iba_3`,
+#: `lrp_alpha0beta1eps1`), so results keyed by it never claim settings they were not made with.
 METHODS: dict[str, MethodFactory] = {}
 
 
@@ -49,8 +54,8 @@ def unregister_method(key: str) -> None:
 
 for _key, _factory in (
     ("random", RandomMap),
-    ("occlusion_8", partial(Occlusion, 8)),
-    ("occlusion_14", partial(Occlusion, 14)),
+    ("occlusion_8", partial(Occlusion, size=8)),
+    ("occlusion_14", partial(Occlusion, size=14)),
     ("gradient", Gradient),
     ("saliency", Saliency),
     ("integrated_gradients", IntegratedGradients),
@@ -58,13 +63,13 @@ for _key, _factory in (
     ("guided_backprop", GuidedBackprop),
     ("grad_cam", GradCam),
     ("guided_grad_cam", GuidedGradCam),
-    ("lrp_alpha1beta0", partial(LRP, "alpha1beta0")),
-    ("lrp_epsilon", partial(LRP, "epsilon")),
-    ("lrp_alpha0beta1eps5", partial(LRP, "alpha0beta1")),
+    ("lrp_alpha1beta0", partial(LRP, rule="alpha1beta0")),
+    ("lrp_epsilon", partial(LRP, rule="epsilon")),
+    ("lrp_alpha0beta1eps5", partial(LRP, rule="alpha0beta1")),
     ("pattern_attribution", PatternAttribution),
-    ("iba_1", partial(PerSampleIBA, 1.0)),
-    ("iba_10", partial(PerSampleIBA, 10.0)),
-    ("iba_100", partial(PerSampleIBA, 100.0)),
+    ("iba_1", partial(PerSampleIBA, beta_k=1.0)),
+    ("iba_10", partial(PerSampleIBA, beta_k=10.0)),
+    ("iba_100", partial(PerSampleIBA, beta_k=100.0)),
     ("readout", ReadoutMethod),
 ):
     register_method(_key, _factory)
@@ -83,8 +88,8 @@ def get_method(key: str, **settings) -> Method:
         raise UnknownMethodError(f"Unknown attribution method {key!r}; choose from: {', '.join(METHODS)}.") from None
     try:
         return factory(**settings)
-    except TypeError as err:  # e.g. a setting the key already fixes (occlusion_8 with size=14)
-        raise ValueError(f"Invalid settings for {key!r}: {err}") from None
+    except TypeError as err:  # e.g. a setting given twice
+        raise UserError(f"Invalid settings for {key!r}: {err}") from None
 
 
 def display_names() -> dict[str, str]:
@@ -106,7 +111,7 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
     else:
         keys = list(methods)  # keys and/or Method instances
     if not keys:
-        raise ValueError("Choose at least one method.")
+        raise UserError("Choose at least one method.")
     unknown = [k for k in keys if isinstance(k, str) and k not in METHODS]
     if unknown:
         raise UnknownMethodError(
@@ -116,6 +121,7 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
 
 
 __all__ = [
-    "AttributionMap", "METHODS", "Method", "MethodFactory", "UnknownMethodError", "display_names",
+    "AttributionMap", "ClassTarget", "LabelSetTarget", "METHODS", "Method", "MethodFactory", "Target",
+    "UnknownMethodError", "as_target", "display_names",
     "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",
 ]

@@ -6,12 +6,19 @@ A method is an object with a `key`, a display `name` and attributes that pages a
 randomisation check applies) and `available_for(network)` (None, or the reason it cannot run on that
 network). One call:
 
-    method.attribute(network, x, target) -> AttributionMap      # values (H, W), seconds, extra
+    method.attribute(network, x, target) -> AttributionMap              # values (H, W), seconds, extra
+    method.attribute_batch(network, x[B], targets) -> [AttributionMap]   # the same maps, for B images
 
-A subclass implements `_compute(network, x, target)` returning the map as (H, W), (1, H, W) or
-(1, 1, H, W), or (map, extra dict). `attribute` validates the image and the class, keeps the user's
-network in eval mode with parameter gradients off (restored afterwards, also on errors), times the
-call and returns a finite float32 (H, W) map. No hooks or gradients are left behind.
+The target says what to explain, apart from how (`targets.py`): a class index (an int is a `ClassTarget`) or
+a `LabelSetTarget` for a sigmoid head. A subclass implements `_compute(network, x, target)` returning the map
+as (H, W), (1, H, W) or (1, 1, H, W), or (map, extra dict); one that is faster on a batch also sets `batched`
+and implements `_compute_batch(network, x[B], targets)` (a list of such results). `prepare(network)` does what
+must happen before the first image (a no-op by default). Both calls validate the images and the targets, keep
+the user's network in eval mode with parameter gradients off (restored afterwards, also on errors), time the
+call and return finite float32 (H, W) maps. No hooks or gradients are left behind.
+
+Settings are parameters (`get_method(key, **settings)`, `with_settings`); registry keys are named presets of
+a class and settings, and a method's `key` names its settings where they differ from its preset's.
 
 `network` is an `iba_core.networks.Network`, or anything with `.model` (and, optionally, `.device`,
 `.categories`, `.spec`): tests use small hand-built networks that way.
@@ -23,14 +30,16 @@ import time
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..errors import UserError
 from ..heads import class_logits, head_of
 from ..model_state import frozen_eval, replaced_output
+from .targets import LabelSetTarget, Target, as_target
 
 Cost = Literal["fast", "slow"]
 
@@ -72,7 +81,7 @@ class Method:
         unknown = set(settings) - set(self.default_settings())
         if unknown:
             allowed = ", ".join(sorted(self.default_settings())) or "none"
-            raise ValueError(f"{type(self).__name__} has no setting {', '.join(sorted(unknown))}; allowed: {allowed}.")
+            raise UserError(f"{type(self).__name__} has no setting {', '.join(sorted(unknown))}; allowed: {allowed}.")
         self.settings: dict[str, Any] = {**self.default_settings(), **settings}
 
     @classmethod
@@ -90,36 +99,97 @@ class Method:
         """None if the method can run on `network`, else one sentence saying why not."""
         return None
 
-    # ---- the one public call ---------------------------------------------------------------
-    def attribute(self, network, x: torch.Tensor, target: int) -> AttributionMap:
-        """The map of class `target` for the preprocessed image x (1, 3, H, W)."""
+    def settings_identity(self, network) -> dict:
+        """The settings as they decide the maps on `network`, as plain values (a run folder records them and
+        refuses to mix maps made otherwise): the settings themselves unless a method resolves some."""
+        return dict(self.settings)
+
+    #: Whether `_compute_batch` computes a batch faster than image by image (one pass, one private copy of the
+    #: network); otherwise `attribute_batch` runs `attribute` per image. Either way a batch's maps equal the
+    #: images' maps one by one (up to float rounding).
+    batched: bool = False
+    #: Whether the method can explain a `LabelSetTarget` (the sum of several logits): the methods that explain a
+    #: logit of the network as it runs. The bottlenecks read the head themselves; they explain one class.
+    takes_label_sets: bool = True
+
+    # ---- the public calls ------------------------------------------------------------------
+    def prepare(self, network) -> None:
+        """Everything the method needs before its first image on `network` (statistics, a checkpoint), so a
+        folder run fails before any image rather than on every one; a no-op for most methods."""
+
+    def attribute(self, network, x: torch.Tensor, target: int | Target) -> AttributionMap:
+        """The map of `target` (a class index or a target object) for the preprocessed image x (1, C, H, W)."""
+        return self._run(network, prepare_input(x, device_of(network)), [target])[0]
+
+    def attribute_batch(self, network, x: torch.Tensor, targets: Sequence[int | Target]) -> list[AttributionMap]:
+        """The maps of x[i] (B, C, H, W) for targets[i]: what `attribute` gives each image alone, computed at once
+        where the method batches (`batched`), else image by image."""
+        x = prepare_batch(x, device_of(network))
+        targets = list(targets)
+        if len(targets) != x.shape[0]:
+            raise ValueError(f"{x.shape[0]} images but {len(targets)} targets.")
+        if not self.batched or any(isinstance(as_target(t), LabelSetTarget) for t in targets):
+            return [self.attribute(network, x[i:i + 1], t) for i, t in enumerate(targets)]
+        return self._run(network, x, targets)
+
+    def _run(self, network, x: torch.Tensor, targets: list) -> list[AttributionMap]:
+        """Check, run `_compute_batch` with the user's network frozen (restored afterwards, also on errors), and
+        turn its results into maps. x is prepared (on the device, a private copy)."""
         reason = self.available_for(network)
         if reason:
-            raise ValueError(f"{self.name} is not available here: {reason}")
+            raise UserError(f"{self.name} is not available here: {reason}")
         start = time.perf_counter()
         model = network.model
-        x = prepare_input(x, device_of(network))
-        target = check_target(network, target)
+        chosen = [check_target(network, t) for t in targets]
+        label_set = next((t for t in chosen if isinstance(t, LabelSetTarget)), None)
+        if label_set is not None and not self.takes_label_sets:
+            raise UserError(f"{self.name} explains one class at a time, not a set of labels.")
         binary = self.explains_logit and head_of(network) == "binary"
-        with frozen_eval(model), (replaced_output(model, lambda z: class_logits(z, "binary")) if binary
-                                  else nullcontext()):
+        view = _output_view(binary, label_set)
+        with frozen_eval(model):
             if num_classes(network) is None:  # generic network: learn the class count from one pass
-                with torch.no_grad():
-                    n = model(x).shape[-1]
-                if target >= n:
-                    raise ValueError(f"Class index {target} is out of range 0…{n - 1}.")
-            with warnings.catch_warnings():
+                with torch.no_grad(), _viewed(model, _output_view(binary, None)):
+                    n = model(x[:1]).shape[-1]
+                top = max(max(t.indices) for t in chosen)
+                if top >= n:
+                    raise UserError(f"Class index {top} is out of range 0…{n - 1}.")
+            with _viewed(model, view), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", module=r"captum\..*")
-                result = self._compute(network, x, target)
-        extra: dict = {}
-        if isinstance(result, tuple):
-            result, extra = result
-        values = to_map(result, tuple(x.shape[-2:]), self.name)
-        return AttributionMap(self.key, self.name, values, self.signed, self.unit,
-                              time.perf_counter() - start, dict(extra))
+                results = self._compute_batch(network, x, [0 if label_set is not None else t.index for t in chosen])
+        seconds = (time.perf_counter() - start) / len(chosen)
+        maps = []
+        for result in results:
+            extra: dict = {}
+            if isinstance(result, tuple):
+                result, extra = result
+            maps.append(AttributionMap(self.key, self.name, to_map(result, tuple(x.shape[-2:]), self.name),
+                                       self.signed, self.unit, seconds, dict(extra)))
+        return maps
+
+    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]) -> list:
+        """The maps of a batch (one per image, each as `_compute` returns it); image by image unless overridden."""
+        return [self._compute(network, x[i:i + 1], t) for i, t in enumerate(targets)]
 
     def _compute(self, network, x: torch.Tensor, target: int):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _output_view(binary: bool, label_set: LabelSetTarget | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """How the network answers during a call, or None (as it is): a binary head's one output z as the class
+    log-odds [−z, z] (`heads.class_logits`), then a label set's one score (explained as class 0)."""
+    if not binary and label_set is None:
+        return None
+
+    def view(z: torch.Tensor) -> torch.Tensor:
+        z = class_logits(z, "binary") if binary else z
+        return z if label_set is None else label_set.score(z)
+
+    return view
+
+
+def _viewed(model: nn.Module, view: Callable[[torch.Tensor], torch.Tensor] | None):
+    """The model answering through `view` for the duration (the hook removed afterwards), or unchanged."""
+    return replaced_output(model, view) if view is not None else nullcontext()
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -144,29 +214,34 @@ def num_classes(network) -> int | None:
 
 
 def prepare_input(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A detached float copy shaped (1, 3, H, W) on `device`: the caller's tensor is never touched."""
+    """A detached float copy shaped (1, C, H, W) on `device`: the caller's tensor is never touched."""
+    if isinstance(x, torch.Tensor) and x.dim() == 3:
+        x = x[None]
+    x = prepare_batch(x, device)
+    if x.shape[0] != 1:
+        raise ValueError(f"Expected one image shaped (1, C, H, W), got {tuple(x.shape)}.")
+    return x
+
+
+def prepare_batch(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A detached float copy shaped (B, C, H, W) on `device`: the caller's tensor is never touched."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"Expected a torch.Tensor image, got {type(x).__name__}.")
-    if x.dim() == 3:
-        x = x[None]
-    if x.dim() != 4 or x.shape[0] != 1:
-        raise ValueError(f"Expected one image shaped (1, C, H, W), got {tuple(x.shape)}.")
+    if x.dim() != 4 or x.shape[0] < 1:
+        raise ValueError(f"Expected images shaped (B, C, H, W), got {tuple(x.shape)}.")
     if not torch.isfinite(x).all():
-        raise ValueError("The image contains NaN or infinite values.")
+        raise UserError("The image contains NaN or infinite values.")
     return x.detach().to(device=device, dtype=torch.float32).clone()
 
 
-def check_target(network, target) -> int:
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
-        if isinstance(target, torch.Tensor) and target.numel() == 1 and not target.is_floating_point():
-            target = int(target)
-        else:
-            raise TypeError(f"The target class must be an integer index, got {target!r}.")
-    target = int(target)
+def check_target(network, target) -> Target:
+    """The target as an object, its class indices within the network's outputs (a UserError saying the range)."""
+    target = as_target(target)
     n = num_classes(network)
-    if target < 0 or (n is not None and target >= n):
-        upper = f"{n - 1}" if n is not None else "the number of classes − 1"
-        raise ValueError(f"Class index {target} is out of range 0…{upper}.")
+    for index in target.indices:
+        if index < 0 or (n is not None and index >= n):
+            upper = f"{n - 1}" if n is not None else "the number of classes − 1"
+            raise UserError(f"Class index {index} is out of range 0…{upper}.")
     return target
 
 
@@ -176,13 +251,16 @@ def image_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def sum_channels(t: torch.Tensor) -> torch.Tensor:
-    """(1, C, H, W) → (H, W), signed sum over colour channels."""
-    return t.detach()[0].sum(dim=0)
+    """(1, C, H, W) → (H, W), signed sum over colour channels ((B, C, H, W) → (B, H, W) for a batch)."""
+    t = t.detach().sum(dim=1)
+    return t[0] if t.shape[0] == 1 else t
 
 
 def max_abs_channels(t: torch.Tensor) -> torch.Tensor:
-    """(1, C, H, W) → (H, W), max over colour channels of the absolute value (Simonyan et al.)."""
-    return t.detach()[0].abs().amax(dim=0)
+    """(1, C, H, W) → (H, W), max over colour channels of the absolute value (Simonyan et al.); (B, H, W) for a
+    batch."""
+    t = t.detach().abs().amax(dim=1)
+    return t[0] if t.shape[0] == 1 else t
 
 
 def to_map(values, size: tuple[int, int], name: str) -> np.ndarray:

@@ -1,9 +1,10 @@
 """The two bottlenecks behind the method interface: Per-Sample (`iba_1`, `iba_10`, `iba_100`) and Readout.
 
 Per-Sample (paper §3.2): β = β·k / k with k = h·w·c of the layer (paper §4.1: β = 1/k, 10/k, 100/k). The
-layer defaults to the network's default layer; statistics come from the on-disk cache (`get_stats`) with
-`feature_stats.app_samples` samples unless given. Networks that can be split run the prefix once and the
-suffix per step; any other network runs through a forward hook.
+layer defaults to the network's default layer; statistics follow the one policy of every front end
+(`feature_stats.stats_for_run`: a folder, else the cached ones of the offline photos with enough samples;
+IBA_STATS_SAMPLES or a default) unless given. Networks that can be split run the prefix once and the suffix per
+step; any other network runs through a forward hook. A batch of images is fitted together, one bottleneck each.
 
 Readout (paper §3.3): a trained readout network predicts the mask in one pass; its checkpoint is the
 shipped one for the network unless given. λ does not depend on the target class (the readout predicts
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 from ..bottleneck import DEFAULT_BETA_K
@@ -49,7 +51,8 @@ class PerSampleIBA(Method):
             "read_point": defaults.read_point,
             "inactive_threshold": defaults.inactive_threshold,
             "precision": defaults.precision,
-            "stats": None,  # a FeatureStats for the layer; None: cached statistics (get_stats)
+            "stats": None,  # a FeatureStats for the layer; None: by the one policy (feature_stats.stats_for_run)
+            "stats_images": None,  # the statistics' image folder; None: the model card's, else the offline photos
             "stats_samples": None,  # None: feature_stats.app_samples (IBA_STATS_SAMPLES, else a default)
         }
 
@@ -73,29 +76,55 @@ class PerSampleIBA(Method):
     def layer(self, network) -> str:
         return self.settings["layer"] or network.spec.default_layer
 
-    def _compute(self, network, x: torch.Tensor, target: int):
-        from ..feature_stats import app_samples, get_stats
+    def settings_identity(self, network) -> dict:
+        """The settings with the layer resolved, and statistics given as an object described (what they are)."""
+        settings = dict(self.settings)
+        settings["layer"] = network.spec.check_layer(self.layer(network))
+        stats = settings["stats"]
+        if stats is not None:
+            settings["stats"] = {"n": getattr(stats, "n", None), "layer": getattr(stats, "layer", None),
+                                 "source": getattr(stats, "source", None)}
+        return settings
+
+    def prepare(self, network) -> None:
+        """The layer's statistics, by the one policy (`feature_stats.stats_for_run`; estimated on first use): a
+        problem there stops a folder run before any image. Kept for the next call on the same network."""
+        self._bottleneck(network)
+
+    def _bottleneck(self, network) -> PerSampleBottleneck:
+        from ..feature_stats import stats_for_run
 
         s = self.settings
         layer = network.spec.check_layer(self.layer(network))
+        kept = getattr(self, "_kept", None)
+        if kept is not None and kept[0] is network and kept[1] == layer:
+            return kept[2]
         stats = s["stats"]
         if stats is None:
-            # a model card's own image folder where it names one (in-domain statistics), else the sample photos
-            images = getattr(network.spec, "stats_images", None)
-            stats = get_stats(network, layer, images=images, n=int(s["stats_samples"] or app_samples(network, images)))
-        settings = self.bottleneck_settings()
-        result = PerSampleBottleneck.for_network(network, layer, stats.to(network.device), settings).attribute(x, target)
-        extra = {
-            "layer": layer,
-            "total_bits": result.total_bits,
-            "p_without": result.p_without,
-            "p_with": result.p_with,
-            "stats_samples": stats.n,
-            "precision": result.precision,
-            "path": result.path,  # stages, fx (a traced cut) or hook (the whole network every step)
-            "unlocated_bits": result.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
-        }
-        return result.heatmap, extra
+            stats = stats_for_run(network, layer, images=s["stats_images"], n=s["stats_samples"])
+        bottleneck = PerSampleBottleneck.for_network(network, layer, stats.to(network.device), self.bottleneck_settings())
+        self._kept = (network, layer, bottleneck)
+        return bottleneck
+
+    batched = True  # one bottleneck per image, fitted together (`PerSampleBottleneck.attribute_batch`)
+    takes_label_sets = False  # its loss reads the head for one class
+
+    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
+        bottleneck = self._bottleneck(network)
+        results = bottleneck.attribute_batch(x, targets)
+        return [(r.heatmap, {
+            "layer": self.layer(network),
+            "total_bits": r.total_bits,
+            "p_without": r.p_without,
+            "p_with": r.p_with,
+            "stats_samples": bottleneck.stats.n,
+            "precision": r.precision,
+            "path": r.path,  # stages, fx (a traced cut) or hook (the whole network every step)
+            "unlocated_bits": r.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
+        }) for r in results]
+
+    def _compute(self, network, x: torch.Tensor, target: int):
+        return self._compute_batch(network, x, [target])[0]
 
 
 class ReadoutMethod(Method):
@@ -119,6 +148,17 @@ class ReadoutMethod(Method):
 
         return self.settings["checkpoint"] or default_checkpoint(network.key)
 
+    def settings_identity(self, network) -> dict:
+        """The settings with the checkpoint by its file name and a hash of its contents."""
+        import hashlib
+        from pathlib import Path
+
+        checkpoint = self.checkpoint(network)
+        if checkpoint is not None:
+            path = Path(checkpoint)
+            checkpoint = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+        return {**self.settings, "checkpoint": checkpoint}
+
     def available_for(self, network) -> str | None:
         if spec_of(network) is None:
             return "the Readout Bottleneck needs a network with named layers (iba_core.networks)."
@@ -126,15 +166,39 @@ class ReadoutMethod(Method):
             return f"no readout checkpoint was trained for {network.spec.title} yet; one is trained from a folder of its images."
         return None
 
-    def attribute(self, network, x: torch.Tensor, target: int):
-        """As every method's, but a missing checkpoint says how to train one (in each front end's words)."""
-        if spec_of(network) is not None and self.checkpoint(network) is None:
-            from ..readout.checkpoints import no_checkpoint_error
+    batched = True  # the readout predicts a batch's maps in one pass
+    takes_label_sets = False  # its λ does not depend on the target at all
 
+    def prepare(self, network) -> None:
+        """The readout, loaded: a missing checkpoint says how to train one (in each front end's words), an
+        unsuitable one why, before any image."""
+        self._readout(network)
+
+    def _readout(self, network):
+        from ..readout import cached_readout
+        from ..readout.checkpoints import no_checkpoint_error
+
+        checkpoint = self.checkpoint(network)
+        if checkpoint is None:
             raise no_checkpoint_error(network)
+        return cached_readout(network, checkpoint)
+
+    def attribute(self, network, x: torch.Tensor, target):
+        """As every method's, but a missing checkpoint says how to train one (in each front end's words)."""
+        if spec_of(network) is not None:
+            self.prepare(network)
         return super().attribute(network, x, target)
 
-    def _compute(self, network, x: torch.Tensor, target: int):
-        from ..readout import cached_readout
+    def attribute_batch(self, network, x: torch.Tensor, targets):
+        if spec_of(network) is not None:
+            self.prepare(network)
+        return super().attribute_batch(network, x, targets)
 
-        return cached_readout(network, self.checkpoint(network)).heatmap(x)
+    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
+        maps = self._readout(network).heatmaps(x).float().cpu().numpy()
+        # p_with would need a second, noisy pass: not measured here (the folder table shows NaN)
+        return [(m, {"total_bits": float(m.sum(dtype=np.float64)), "unlocated_bits": 0.0, "precision": "fp32"})
+                for m in maps]
+
+    def _compute(self, network, x: torch.Tensor, target: int):
+        return self._compute_batch(network, x, [target])[0]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
+from ..errors import UserError
 from .base import Method, spec_of, sum_channels
-from .gradients import guided_gradient, no_guided_units
+from .gradients import guided_gradient, no_guided_units, per_image
 
 
 def cam_layer(network, layer: str | None = None, layer_input: bool | None = None) -> tuple[str, bool]:
@@ -28,7 +29,7 @@ def cam_layer(network, layer: str | None = None, layer_input: bool | None = None
         return layer, bool(layer_input)
     reason = no_cam_layer(network, layer)
     if reason:
-        raise ValueError(reason)
+        raise UserError(reason)
     path, is_input = spec_of(network).cam_layer
     return path, is_input if layer_input is None else bool(layer_input)
 
@@ -44,20 +45,21 @@ def no_cam_layer(network, layer: str | None) -> str | None:
     return None
 
 
-def grad_cam(network, x: torch.Tensor, target: int, layer: str | None = None, layer_input: bool | None = None):
-    """(1, 1, H, W) upsampled Grad-CAM map (≥ 0)."""
+def grad_cam(network, x: torch.Tensor, target: int | list[int], layer: str | None = None,
+             layer_input: bool | None = None):
+    """(B, 1, H, W) upsampled Grad-CAM maps (≥ 0), one target per image."""
     path, is_input = cam_layer(network, layer, layer_input)
     try:
         module = network.model.get_submodule(path)
     except AttributeError as err:
-        raise ValueError(f"The network has no module {path!r} for Grad-CAM.") from err
+        raise UserError(f"The network has no module {path!r} for Grad-CAM.") from err
     cam = LayerGradCam(network.model, module).attribute(
         x, target=target, attribute_to_layer_input=is_input, relu_attributions=True
     )
     if isinstance(cam, tuple):
         cam = cam[0]
     if cam.dim() != 4:
-        raise ValueError(f"Grad-CAM needs a convolutional layer (N, C, h, w); {path!r} gives {tuple(cam.shape)}.")
+        raise UserError(f"Grad-CAM needs a convolutional layer (N, C, h, w); {path!r} gives {tuple(cam.shape)}.")
     return LayerAttribution.interpolate(cam.detach(), tuple(x.shape[-2:]), interpolate_mode="bilinear")
 
 
@@ -74,12 +76,14 @@ class GradCam(Method):
     def available_for(self, network) -> str | None:
         return no_cam_layer(network, self.settings["layer"])
 
+    batched = True  # one forward and backward pass for the batch
+
     def cam(self, network, x, target) -> torch.Tensor:
-        """(1, 1, H, W) upsampled Grad-CAM at this method's layer."""
+        """(B, 1, H, W) upsampled Grad-CAM at this method's layer."""
         return grad_cam(network, x, target, self.settings["layer"], self.settings["layer_input"])
 
-    def _compute(self, network, x, target):
-        return self.cam(network, x, target)[0, 0]
+    def _compute_batch(self, network, x, targets):
+        return list(self.cam(network, x, targets)[:, 0])
 
 
 class GuidedGradCam(GradCam):
@@ -91,5 +95,5 @@ class GuidedGradCam(GradCam):
     def available_for(self, network) -> str | None:
         return super().available_for(network) or no_guided_units(network.model)
 
-    def _compute(self, network, x, target):
-        return sum_channels(guided_gradient(network.model, x, target) * self.cam(network, x, target))
+    def _compute_batch(self, network, x, targets):
+        return per_image(sum_channels(guided_gradient(network.model, x, targets) * self.cam(network, x, targets)))

@@ -16,32 +16,41 @@ from captum.attr import IntegratedGradients as _CaptumIG
 from captum.attr import NoiseTunnel, Saliency as _CaptumSaliency
 from torch import nn
 
+from ..errors import UserError
 from .base import Method, image_mean, max_abs_channels, sum_channels, working_copy
 
 
-def input_gradient(model: nn.Module, x: torch.Tensor, target: int) -> torch.Tensor:
-    """∂ logit_target / ∂x, shaped like x (captum's Saliency without the absolute value)."""
+def input_gradient(model: nn.Module, x: torch.Tensor, target: int | list[int]) -> torch.Tensor:
+    """∂ logit_target / ∂x, shaped like x (captum's Saliency without the absolute value); for a batch, one
+    target per image (each image's logit depends on that image alone: the network is in eval mode)."""
     return _CaptumSaliency(model).attribute(x, target=target, abs=False)
+
+
+def per_image(maps: torch.Tensor) -> list[torch.Tensor]:
+    """(B, H, W) maps → one (H, W) map per image; an (H, W) map of a single image stays one."""
+    return [maps] if maps.dim() == 2 else list(maps)
 
 
 class Gradient(Method):
     key = "gradient"
     name = "Gradient"
     signed = True
+    batched = True  # one backward pass for the batch
     description = "Gradient of the target logit w.r.t. the input, summed over colour channels."
 
-    def _compute(self, network, x, target):
-        return sum_channels(input_gradient(network.model, x, target))
+    def _compute_batch(self, network, x, targets):
+        return per_image(sum_channels(input_gradient(network.model, x, targets)))
 
 
 class Saliency(Method):
     key = "saliency"
     name = "Saliency"
     signed = False
+    batched = True
     description = "Largest absolute input gradient over the colour channels (Simonyan et al.)."
 
-    def _compute(self, network, x, target):
-        return max_abs_channels(input_gradient(network.model, x, target))
+    def _compute_batch(self, network, x, targets):
+        return per_image(max_abs_channels(input_gradient(network.model, x, targets)))
 
 
 class IntegratedGradients(Method):
@@ -61,7 +70,7 @@ class IntegratedGradients(Method):
     def _compute(self, network, x, target):
         steps = int(self.settings["steps"])
         if steps < 1:
-            raise ValueError(f"Integrated Gradients needs ≥ 1 step, got {steps}.")
+            raise UserError(f"Integrated Gradients needs ≥ 1 step, got {steps}.")
         attr = _CaptumIG(network.model).attribute(
             x,
             baselines=image_mean(x),
@@ -92,7 +101,7 @@ class SmoothGrad(Method):
     def __init__(self, **settings):
         super().__init__(**settings)
         if self.settings["reduce"] not in self.REDUCTIONS:
-            raise ValueError(f"Unknown reduction {self.settings['reduce']!r}; choose one of: {', '.join(self.REDUCTIONS)}.")
+            raise UserError(f"Unknown reduction {self.settings['reduce']!r}; choose one of: {', '.join(self.REDUCTIONS)}.")
         if self.settings["reduce"] == "mean":
             self.signed = True
             self.description = "Input gradient averaged over noisy copies, signed mean over colour channels."
@@ -104,7 +113,7 @@ class SmoothGrad(Method):
     def _compute(self, network, x, target):
         samples = int(self.settings["samples"])
         if samples < 1:
-            raise ValueError(f"SmoothGrad needs ≥ 1 sample, got {samples}.")
+            raise UserError(f"SmoothGrad needs ≥ 1 sample, got {samples}.")
         sigma = float(self.settings["noise"]) * float(x.max() - x.min())
         tunnel = NoiseTunnel(_CaptumSaliency(network.model))
         devices = [x.device] if x.device.type == "cuda" else []
@@ -171,7 +180,7 @@ def guided_copy(model: nn.Module) -> nn.Module:
                 setattr(parent, name, GuidedReLU(6.0))
                 replaced += 1
     if not replaced:
-        raise ValueError("Guided Backprop needs ReLU or ReLU6 modules; this network has none.")
+        raise UserError("Guided Backprop needs ReLU or ReLU6 modules; this network has none.")
     return clone
 
 
@@ -183,8 +192,8 @@ def no_guided_units(model: nn.Module) -> str | None:
             "GELUs).")
 
 
-def guided_gradient(model: nn.Module, x: torch.Tensor, target: int) -> torch.Tensor:
-    """Guided Backprop attribution per colour channel, shaped like x."""
+def guided_gradient(model: nn.Module, x: torch.Tensor, target: int | list[int]) -> torch.Tensor:
+    """Guided Backprop attribution per colour channel, shaped like x (one target per image for a batch)."""
     return input_gradient(guided_copy(model), x, target)
 
 
@@ -192,10 +201,11 @@ class GuidedBackprop(Method):
     key = "guided_backprop"
     name = "Guided Backprop"
     signed = True
+    batched = True  # one private copy and one backward pass for the batch
     description = "Gradient with only positive signals passed back through ReLUs, summed over colour channels."
 
     def available_for(self, network) -> str | None:
         return no_guided_units(network.model)
 
-    def _compute(self, network, x, target):
-        return sum_channels(guided_gradient(network.model, x, target))
+    def _compute_batch(self, network, x, targets):
+        return per_image(sum_channels(guided_gradient(network.model, x, targets)))

@@ -41,7 +41,7 @@ part), but requires α, β ≥ 0, so it cannot take β = −1; `NegativeContribu
 Eitel), the sum of both outputs stabilised by zennit's `Stabilizer` (adds ε with the sign of the
 denominator, +ε at 0; Böhle & Eitel's special case for all-zero denominators only touches neurons whose
 contributions are all zero, so it changes nothing). The setting `epsilon` (default 5, the paper's)
-changes ε; the key stays `lrp_alpha0beta1eps5`. The absolute ε absorbs relevance at every layer, so with
+changes ε, and the key with it (`lrp_alpha0beta1eps1` for ε = 1). The absolute ε absorbs relevance at every layer, so with
 relevance 1 at the logit the maps' values are tiny (around 1e-17 on EfficientNet-Lite0 at 224 px); only
 their relative sizes matter. On ReLU networks without residual sums (VGG-16) the map is non-negative.
 """
@@ -55,7 +55,9 @@ from zennit.rules import AlphaBeta, ClampMod, Epsilon
 from zennit.types import Convolution
 
 from ..networks.canonizers import sequential_canonizers
+from ..errors import UserError
 from .base import Method, spec_of, sum_channels, working_copy
+from .gradients import per_image
 
 
 def canonizers_for(network, model: nn.Module) -> list:
@@ -64,7 +66,7 @@ def canonizers_for(network, model: nn.Module) -> list:
     if spec is None:
         return sequential_canonizers(model)
     if spec.canonizers is None:
-        raise ValueError(no_canonizers(spec))
+        raise UserError(no_canonizers(spec))
     return spec.canonizers(model)
 
 
@@ -108,9 +110,14 @@ def lrp_composite(rule: str, epsilon: float, canonizers: list) -> LayerMapCompos
     elif rule == "alpha0beta1":
         make = lambda: NegativeContributions(epsilon=epsilon)  # noqa: E731
     else:
-        raise ValueError(f"Unknown LRP rule {rule!r}; choose one of: {', '.join(RULES)}.")
+        raise UserError(f"Unknown LRP rule {rule!r}; choose one of: {', '.join(RULES)}.")
     layer_map = layer_map_base() + [(Convolution, make()), (nn.Linear, make())]
     return LayerMapComposite(layer_map=layer_map, canonizers=canonizers)
+
+
+def _number_key(value: float) -> str:
+    """A number as part of a method key: 5 → "5", 0.1 → "0_1", 1e-09 → "1e-09"."""
+    return f"{value:g}".replace(".", "_")
 
 
 class LRP(Method):
@@ -120,7 +127,7 @@ class LRP(Method):
         super().__init__(rule=rule, **settings)
         rule = self.settings["rule"]
         if rule not in RULES:
-            raise ValueError(f"Unknown LRP rule {rule!r}; choose one of: {', '.join(RULES)}.")
+            raise UserError(f"Unknown LRP rule {rule!r}; choose one of: {', '.join(RULES)}.")
         if self.settings["epsilon"] is None:
             self.settings["epsilon"] = DEFAULT_EPSILON[rule]
         epsilon = float(self.settings["epsilon"])
@@ -128,10 +135,11 @@ class LRP(Method):
             self.key, self.name = "lrp_alpha1beta0", "LRP α=1, β=0"
             self.description = "Relevance of the target logit propagated with the α=1, β=0 rule, summed over channels."
         elif rule == "epsilon":
-            self.key, self.name = "lrp_epsilon", f"LRP ε={epsilon:g}"
+            self.key = "lrp_epsilon" + ("" if epsilon == DEFAULT_EPSILON[rule] else _number_key(epsilon))
+            self.name = f"LRP ε={epsilon:g}"
             self.description = "Relevance of the target logit propagated with the ε rule, summed over channels."
-        else:
-            self.key, self.name = "lrp_alpha0beta1eps5", f"LRP α=0, β=1, ε={epsilon:g}"
+        else:  # the key names its ε (the paper's 5 by default), so a map keyed by it says which ε made it
+            self.key, self.name = f"lrp_alpha0beta1eps{_number_key(epsilon)}", f"LRP α=0, β=1, ε={epsilon:g}"
             self.description = ("Relevance of the target logit propagated along negative contributions only "
                                 "(α=0, β=1, ε-stabilised; the paper's second LRP variant), summed over channels.")
 
@@ -143,15 +151,17 @@ class LRP(Method):
         spec = spec_of(network)
         return no_canonizers(spec) if spec is not None and spec.canonizers is None else None
 
-    def _compute(self, network, x, target):
+    batched = True  # one private canonised copy and one pass for the batch (the rules work image by image)
+
+    def _compute_batch(self, network, x, targets):
         model = working_copy(network.model)
         composite = lrp_composite(self.settings["rule"], float(self.settings["epsilon"]), canonizers_for(network, model))
         x = x.clone().requires_grad_(True)
         with torch.enable_grad(), composite.context(model) as modified:
             out = modified(x)
-            if target >= out.shape[-1]:
-                raise ValueError(f"Class index {target} is out of range 0…{out.shape[-1] - 1}.")
+            if max(targets) >= out.shape[-1]:
+                raise UserError(f"Class index {max(targets)} is out of range 0…{out.shape[-1] - 1}.")
             seed = torch.zeros_like(out)
-            seed[:, target] = 1.0
+            seed[torch.arange(len(targets)), targets] = 1.0  # relevance 1 at each image's own target logit
             (relevance,) = torch.autograd.grad(out, x, grad_outputs=seed)
-        return sum_channels(relevance)
+        return per_image(sum_channels(relevance))

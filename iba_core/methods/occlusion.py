@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from captum.attr import Occlusion as _CaptumOcclusion
 
+from ..errors import UserError
 from .base import Method, image_mean
 
 
@@ -26,9 +27,9 @@ class Occlusion(Method):
         super().__init__(size=size, **settings)
         size = int(self.settings["size"])
         if size < 1:
-            raise ValueError(f"The occlusion tile size must be ≥ 1, got {size}.")
+            raise UserError(f"The occlusion tile size must be ≥ 1, got {size}.")
         if self.settings["occluder"] not in self.OCCLUDERS:
-            raise ValueError(f"Unknown occluder {self.settings['occluder']!r}; choose one of: {', '.join(self.OCCLUDERS)}.")
+            raise UserError(f"Unknown occluder {self.settings['occluder']!r}; choose one of: {', '.join(self.OCCLUDERS)}.")
         self.key = f"occlusion_{size}"
         self.name = f"Occlusion-{size}×{size}"
 

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..network_cache import cache_of
+
 #: An attribution as the metrics consume it: (preprocessed image (1, 3, H, W), target) → (H, W) map.
 AttributionFn = Callable[[torch.Tensor, int], np.ndarray]
 
@@ -115,11 +117,12 @@ def scoring_model(network, precision: str = "fp32") -> nn.Module:
 
         return run
 
-    memo = getattr(network, "memo", None)
-    if memo is None and precision == "auto":
+    cache = cache_of(network)
+    if cache is None and precision == "auto":
         return model  # a bare network: nothing to key a measurement by, and its input size is unknown
-    key = ("scoring", network.key, network.weights_id) if memo is not None else ()
-    chosen = resolve(precision, device, workload, memo=memo, key=key, persist=memo is not None)
+    key = ("scoring", network.key, network.weights_id) if cache is not None else ()
+    chosen = resolve(precision, device, workload, memo=None if cache is None else cache.precision, key=key,
+                     persist=cache is not None)
     return model if chosen == "fp32" else _InPrecision(model, chosen, device)
 
 

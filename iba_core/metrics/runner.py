@@ -346,10 +346,9 @@ def _stats_getter(network, options: EvalOptions):
 
     def get(layer: str):
         if layer not in cache:
-            from ..feature_stats import app_samples, get_stats
+            from ..feature_stats import stats_for_run
 
-            n = options.stats_n or app_samples(network, options.stats_images)
-            cache[layer] = get_stats(network, layer, images=options.stats_images, n=n)
+            cache[layer] = stats_for_run(network, layer, images=options.stats_images, n=options.stats_n)
         return cache[layer]
 
     return get

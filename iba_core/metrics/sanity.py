@@ -133,14 +133,14 @@ def _with_model(network, model: nn.Module, weights_id: str):
         if "weights_id" in names:
             changes["weights_id"] = weights_id
         if "memo" in names:
-            changes["memo"] = {}
+            changes["memo"] = type(network.memo)()  # an empty cache of its kind
         return dataclasses.replace(network, **changes)
     clone = copy.copy(network)
     clone.model = model
     if hasattr(clone, "weights_id"):
         clone.weights_id = weights_id
     if hasattr(clone, "memo"):
-        clone.memo = {}
+        clone.memo = type(clone.memo)()
     return clone
 
 

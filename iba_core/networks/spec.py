@@ -31,6 +31,7 @@ from torch import nn
 from ..errors import UserError
 from ..images import ImageError, MultiBandImage, channels_text, load_input, photo_channels
 from ..model_state import layer_tensor
+from ..network_cache import NetworkCache
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -306,9 +307,10 @@ class Network:
     device: torch.device
     preprocess: Preprocess
     categories: list[str]
-    #: Objects derived from this network and kept with it (folded splits, readout passes, loaded
-    #: readouts): they live and die with the network, so nothing is cached in module globals.
-    memo: dict = field(default_factory=dict, repr=False)
+    #: Objects derived from this network and kept with it (folded splits, readout passes, loaded readouts,
+    #: "auto" precision choices): a typed cache with a bound per kind (`network_cache.NetworkCache`); they live
+    #: and die with the network, so nothing is cached in module globals.
+    memo: NetworkCache = field(default_factory=NetworkCache, repr=False)
 
     @property
     def key(self) -> str:
@@ -338,13 +340,13 @@ class Network:
 
         Built once per layer and kept: the Per-Sample Bottleneck runs the suffix many times.
         """
-        key = ("fast_split", layer)
-        if key not in self.memo:
+        def make() -> tuple[nn.Module, nn.Module]:
             from ..fast import fold_batchnorms
 
             prefix, suffix = self.split(layer)
-            self.memo[key] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
-        return self.memo[key]
+            return fold_batchnorms(prefix), fold_batchnorms(suffix)
+
+        return self.memo.splits.get_or_make(("stages", layer), make)
 
     def prefix(self, layer: str) -> nn.Module:
         """The network up to and including `layer` (BatchNorms folded where it can be split)."""
@@ -365,23 +367,23 @@ class Network:
         """(prefix, suffix) cut from a `torch.fx` trace at `layer`, BatchNorms folded; None where the network
         cannot be cut there (no trace, or values other than the layer's output cross the cut; the reason is
         in `fx_split_reason`). Built and checked once per layer and kept (see `fx_split.cut_at`)."""
-        key = ("fx_split", layer)
-        if key not in self.memo:
+        def make() -> tuple[nn.Module, nn.Module] | None:
             from ..fast import fold_batchnorms
             from .fx_split import CutError, cut_at
 
             module = self.spec.hook_modules.get(self.spec.check_layer(layer), layer)
             try:
                 prefix, suffix = cut_at(self.model, module, input_size=self.spec.crop, channels=self.spec.channels)
-                self.memo[key] = (fold_batchnorms(prefix), fold_batchnorms(suffix))
             except CutError as err:
-                self.memo[key] = None
-                self.memo[("fx_split_reason", layer)] = str(err)
-        return self.memo[key]
+                self.memo.fx_reasons[layer] = str(err)
+                return None
+            return fold_batchnorms(prefix), fold_batchnorms(suffix)
+
+        return self.memo.splits.get_or_make(("fx", layer), make)
 
     def fx_split_reason(self, layer: str) -> str | None:
         """Why `fx_split(layer)` found no cut (None when it found one or was not tried)."""
-        return self.memo.get(("fx_split_reason", layer))
+        return self.memo.fx_reasons.get(layer)
 
     def split_path(self, layer: str) -> str:
         """How the Per-Sample Bottleneck runs at `layer`: "stages" (a registered stage list), "fx" (a traced
@@ -395,11 +397,10 @@ class Network:
         their named layers (shapes from one pass through the stage list at the crop size). Kept per network."""
         if self.spec.layer_info:
             return list(self.spec.layer_info)
-        key = ("layer_table",)
-        if key not in self.memo and not self.can_split:  # a hand-written spec without stages
-            self.memo[key] = [i for i in find_layers(self.model, self.spec.crop, channels=self.spec.channels)
-                              if i.name in self.spec.layers]
-        if key not in self.memo:
+        def make() -> list[LayerInfo]:
+            if not self.can_split:  # a hand-written spec without stages
+                return [i for i in find_layers(self.model, self.spec.crop, channels=self.spec.channels)
+                        if i.name in self.spec.layers]
             rows, x = [], torch.zeros(1, self.spec.channels, self.spec.crop, self.spec.crop, device=self.device)
             from ..model_state import frozen_eval
 
@@ -408,8 +409,9 @@ class Network:
                     x = module(x)
                     if name is not None and name in self.spec.layers:
                         rows.append(LayerInfo(name, tuple(x.shape), 1, MAP))
-            self.memo[key] = rows
-        return list(self.memo[key])
+            return rows
+
+        return list(self.memo.layer_table.get_or_make((), make))
 
     def layer_label(self, layer: str) -> str:
         """"name · shape kind" for a layer picker, e.g. "conv3_4 · 512×28×28 map"."""

@@ -12,7 +12,8 @@ The analysed network is never trained; only the readout network is.
 
 Which layers it reads is the network's business: `NetworkSpec.readout_layer` and `spec.reads()`
 (the paper's choice for ResNet-50 and VGG-16, a generic one for other networks). Objects derived
-from a network (its cut passes, loaded readouts) are kept in `network.memo`, never in module state.
+from a network (its cut passes, loaded readouts) are kept in the network's cache (`network.memo`), never in
+module state.
 
     >>> from iba_core.readout import default_checkpoint, load_readout
     >>> rb = load_readout(default_checkpoint(net.key), net)

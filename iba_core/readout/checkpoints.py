@@ -7,8 +7,8 @@ them). Loading checks it against the network (`config.check_compatible`): a read
 the network, weights and layers it was trained for, and says so in one sentence otherwise.
 
 The shipped checkpoints live in `iba_core.settings.ASSETS_DIR`, named readout_<network key>.pt.
-`cached_readout` keeps loaded readouts in the network's `memo`, keyed by file and modification time,
-so repeated calls are cheap and a rewritten file is loaded again.
+`cached_readout` keeps loaded readouts in the network's cache (`memo.readouts`, the few used last), per file
+and modification time, so repeated calls are cheap and a rewritten file is loaded again.
 """
 from __future__ import annotations
 
@@ -28,8 +28,6 @@ from .config import APP_CHECKPOINT_HINT, ReadoutCheckpointError, ReadoutConfig, 
 
 CHECKPOINT_FORMAT = "iba-explorer/readout-bottleneck"
 CHECKPOINT_VERSION = 1
-#: Loaded readouts kept per network (the oldest is dropped first).
-MAX_CACHED = 4
 
 
 def _cpu_state(module: nn.Module) -> dict:
@@ -161,27 +159,20 @@ def default_checkpoint(model_key: str) -> Path | None:
 
 
 def cached_readout(network, ckpt_path: str | os.PathLike) -> ReadoutBottleneck:
-    """load_readout, kept in `network.memo` per (file, modification time) so repeated calls are cheap.
+    """load_readout, kept in the network's cache (`memo.readouts`: the most recently used few, per file) so
+    repeated calls are cheap.
 
-    A file that changed since it was loaded is loaded again (its older version is dropped).
+    A file that changed since it was loaded (another modification time) is loaded again and replaces it.
     """
     path = Path(ckpt_path).expanduser()
     if not path.is_file():
         raise ReadoutCheckpointError(f"Readout checkpoint not found: {path}")
-    resolved = str(path.resolve())
-    key = ("readout", resolved, path.stat().st_mtime_ns)
-    memo = network.memo
-    if key in memo:
-        return memo[key]
+    resolved, mtime = str(path.resolve()), path.stat().st_mtime_ns
+    kept = network.memo.readouts.get(resolved)
+    if kept is not None and kept[0] == mtime:
+        return kept[1]
     rb = load_readout(path, network)
-    kept = [k for k in memo if isinstance(k, tuple) and k and k[0] == "readout"]
-    for k in kept:
-        if k[1] == resolved:  # an older version of the same file
-            del memo[k]
-    kept = [k for k in kept if k in memo]
-    for k in kept[: max(0, len(kept) - MAX_CACHED + 1)]:  # oldest first (dicts keep insertion order)
-        del memo[k]
-    memo[key] = rb
+    network.memo.readouts[resolved] = (mtime, rb)
     return rb
 
 

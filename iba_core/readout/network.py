@@ -18,8 +18,8 @@ Implementation notes
   everywhere, so λ ≈ 0.993 and the bottleneck starts transparent, as the Per-Sample one does.
 - Range: α = A·tanh(a / A) with A = ALPHA_MAX = 10, so λ ∈ [4.5e-5, 1 - 4.5e-5]: log(1-λ) and the
   KL stay finite for any weights, and the gradient never vanishes abruptly (as a clamp's would).
-- The passes are built once per (network, layer, reads) and kept in the network's `memo`, so they
-  live and die with the network.
+- The passes are built once per (network, layer, reads) and kept in the network's cache
+  (`memo.readout_passes`), so they live and die with the network.
 """
 from __future__ import annotations
 
@@ -154,13 +154,10 @@ class TracedPasses:
 
 
 def network_passes(network, layer: str, reads: Sequence[str]) -> NetworkPasses | TracedPasses:
-    """The analysed network's passes for (network, layer, reads), built once and kept in `network.memo`:
+    """The analysed network's passes for (network, layer, reads), built once and kept in `network.memo.readout_passes`:
     from the stage list where the network has one, else from hooks and a traced cut."""
-    key = ("readout_passes", layer, tuple(reads))
-    if key not in network.memo:
-        kind = NetworkPasses if network.can_split else TracedPasses
-        network.memo[key] = kind(network, layer, reads)
-    return network.memo[key]
+    kind = NetworkPasses if network.can_split else TracedPasses
+    return network.memo.readout_passes.get_or_make((layer, tuple(reads)), lambda: kind(network, layer, reads))
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ sharded across torchrun ranks.
 
 Per chunk of `batch_images` images: each image is loaded and preprocessed (a file that cannot be read, or does
 not suit the network, becomes an error row for each method), the network runs once on the chunk (the top-1 class,
-its probability, p(target)), then each method makes its maps: the Per-Sample Bottleneck fits one bottleneck per
-image in one batched run (`PerSampleBottleneck.attribute_batch`), the Readout predicts the chunk's maps in one
-pass, every other method runs image by image. A method that fails on a batch is tried image by image, so one
-bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
+its probability, p(target)), then each method makes its maps through the one interface,
+`method.attribute_batch` (the bottlenecks, Readout, gradient, CAM and LRP methods batch for real; the others run
+image by image); `method.prepare` runs first, so missing statistics or checkpoints stop the run before any image.
+A method that fails on a batch is tried image by image, so one bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
 interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
 `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`store.heal`). Each
 image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -35,7 +34,6 @@ import torch
 from ..errors import USER_ERRORS, UserError
 from ..heads import head_of, probabilities
 from ..methods import Method
-from ..methods.bottlenecks import PerSampleIBA, ReadoutMethod
 from ..image_folders import ImageItem, list_items
 from ..ranks import meet_ranks, shard
 from ..model_state import frozen_eval
@@ -115,31 +113,15 @@ def list_images(source: str | os.PathLike, labels: str | os.PathLike | None = No
 # The run's identity: what a later run must share to add to it.
 
 
-def _file_id(path: str | os.PathLike) -> dict:
-    import hashlib
-
-    path = Path(path)
-    return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
-
-
 def method_identity(network, method: Method) -> dict:
-    """A method's settings as they decide its maps: the layer resolved, the readout checkpoint by its hash."""
-    settings = dict(method.settings)
-    if "layer" in settings and method.needs_stats:
-        settings["layer"] = network.spec.check_layer(settings["layer"] or network.spec.default_layer)
-    if settings.get("stats") is not None:  # statistics given as an object: what they are
-        stats = settings["stats"]
-        settings["stats"] = {"n": getattr(stats, "n", None), "layer": getattr(stats, "layer", None),
-                             "source": getattr(stats, "source", None)}
-    if isinstance(method, ReadoutMethod):
-        checkpoint = method.checkpoint(network)
-        settings["checkpoint"] = _file_id(checkpoint) if checkpoint is not None else None
-    return {"name": method.name, "unit": method.unit, "settings": settings}
+    """A method's settings as they decide its maps (`Method.settings_identity`: e.g. the layer resolved, a
+    readout checkpoint by its hash)."""
+    return {"name": method.name, "unit": method.unit, "settings": method.settings_identity(network)}
 
 
 def run_identity(network, methods: Sequence[Method], settings: FolderSettings, root: str | os.PathLike) -> dict:
     """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
-    layers = [m.layer(network) for m in methods if isinstance(m, PerSampleIBA)]
+    layers = [m.settings_identity(network)["layer"] for m in methods if m.needs_stats]
     return {
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),
@@ -159,83 +141,15 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
 
 
 # --------------------------------------------------------------------------------------------
-# How each method makes the maps of a chunk: [(map, extra, seconds)] per image.
+# How a chunk's maps are made: every method through its one interface.
 
 
-class _PerSampleMaps:
-    """The Per-Sample Bottleneck, one batched fit per chunk (statistics fetched on first use)."""
-
-    def __init__(self, network, method: PerSampleIBA, stats_images: str | None):
-        self.network, self.method, self.stats_images, self.bottleneck = network, method, stats_images, None
-
-    def prepare(self):
-        """The bottleneck, with its layer's statistics (estimated on first use): a problem there stops the run
-        before any image, rather than failing every image."""
-        if self.bottleneck is None:
-            from ..feature_stats import app_samples, get_stats
-            from ..per_sample import PerSampleBottleneck
-
-            net, s = self.network, self.method.settings
-            layer = net.spec.check_layer(self.method.layer(net))
-            stats = s["stats"]
-            if stats is None:
-                images = self.stats_images or getattr(net.spec, "stats_images", None)
-                stats = get_stats(net, layer, images=images, n=int(s["stats_samples"] or app_samples(net, images)))
-            self.bottleneck = PerSampleBottleneck.for_network(net, layer, stats.to(net.device),
-                                                              self.method.bottleneck_settings())
-        return self.bottleneck
-
-    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
-        results = self.prepare().attribute_batch(x, targets)
-        return [(r.heatmap, {"total_bits": r.total_bits, "unlocated_bits": r.unlocated_bits, "p_without": r.p_without,
-                             "p_with": r.p_with, "precision": r.precision}, r.seconds) for r in results]
-
-
-class _ReadoutMaps:
-    """The Readout Bottleneck: the chunk's maps in one pass (p_with is not measured: NaN)."""
-
-    def __init__(self, network, method: ReadoutMethod):
-        self.network, self.method = network, method
-
-    def prepare(self):
-        """The readout, loaded (a missing or unsuitable checkpoint stops the run before any image)."""
-        from ..readout import cached_readout
-
-        checkpoint = self.method.checkpoint(self.network)
-        if checkpoint is None:
-            from ..readout.checkpoints import no_checkpoint_error
-
-            raise no_checkpoint_error(self.network)
-        return cached_readout(self.network, checkpoint)
-
-    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
-        start = time.perf_counter()
-        maps = self.prepare().heatmaps(x).float().cpu().numpy()
-        seconds = (time.perf_counter() - start) / len(maps)
-        return [(m, {"total_bits": float(m.sum(dtype=np.float64)), "unlocated_bits": 0.0, "p_with": float("nan"),
-                     "precision": "fp32"}, seconds) for m in maps]
-
-
-class _EachImage:
-    """Any method, image by image (`method.attribute`)."""
-
-    def __init__(self, network, method: Method):
-        self.network, self.method = network, method
-
-    def __call__(self, x: torch.Tensor, targets: list[int]) -> list[tuple[np.ndarray, dict, float]]:
-        out = []
-        for i, target in enumerate(targets):
-            amap = self.method.attribute(self.network, x[i:i + 1], int(target))
-            out.append((amap.values, dict(amap.extra), amap.seconds))
-        return out
-
-
-def _map_maker(network, method: Method, settings: FolderSettings):
-    if isinstance(method, PerSampleIBA):
-        return _PerSampleMaps(network, method, settings.stats_images)
-    if isinstance(method, ReadoutMethod):
-        return _ReadoutMaps(network, method)
-    return _EachImage(network, method)
+def _for_this_run(method: Method, settings: FolderSettings) -> Method:
+    """The method as this run runs it: a statistics folder given to the run goes to every method that reads
+    statistics and names none itself (their `stats_images` setting)."""
+    if settings.stats_images and "stats_images" in method.settings and not method.settings["stats_images"]:
+        return method.with_settings(stats_images=settings.stats_images)
+    return method
 
 
 def is_bits_method(method: Method) -> bool:
@@ -325,17 +239,19 @@ def _base_rows(network, loaded: list[_Loaded], fixed_target: int | None) -> list
     return rows
 
 
-def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict], device) -> list[tuple[dict, np.ndarray | None]]:
-    """(row, map) of `method` for each loaded image; a batch that fails is tried image by image."""
+def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict],
+                 device) -> list[tuple[dict, np.ndarray | None]]:
+    """(row, map) of `method` for each loaded image (`attribute_batch`); a batch that fails is tried image by
+    image, so one bad image costs one error row."""
     x = torch.cat([b.x for b in loaded]).to(device)
     targets = [int(r["target"]) for r in base]
     try:
-        made = maker(x, targets)
+        made: list = method.attribute_batch(network, x, targets)
     except Exception:  # noqa: BLE001 - find which image fails (or run smaller when memory ran out)
         made = []
         for i, target in enumerate(targets):
             try:
-                made.extend(maker(x[i:i + 1], [target]))
+                made.extend(method.attribute_batch(network, x[i:i + 1], [target]))
             except Exception as err:  # noqa: BLE001 - one image's failure is its row's error
                 made.append(err)
     out = []
@@ -344,9 +260,8 @@ def _method_rows(maker, method: Method, loaded: list[_Loaded], base: list[dict],
         if isinstance(result, BaseException):
             out.append(({**row, "error": error_text(result)}, None))
             continue
-        values, extra, seconds = result
-        values = np.asarray(values, dtype=np.float32)
-        row.update(seconds=float(seconds), precision=str(extra.get("precision", "fp32")), error=None,
+        values, extra = np.asarray(result.values, dtype=np.float32), result.extra
+        row.update(seconds=float(result.seconds), precision=str(extra.get("precision", "fp32")), error=None,
                    **map_measures(values, b.box))
         if is_bits_method(method):
             row.update(total_bits=float(extra.get("total_bits", values.sum(dtype=np.float64))),
@@ -470,10 +385,9 @@ def run_folder(
     mine = shard(list(items), rank, world)
     todo = left([(item, methods) for item in mine])
     summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo), damaged=damaged)
-    makers = {m.key: _map_maker(network, m, settings) for m in methods}
+    runners = {m.key: _for_this_run(m, settings) for m in methods}
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
-        if hasattr(makers[key], "prepare"):
-            makers[key].prepare()
+        runners[key].prepare(network)  # statistics, a checkpoint: a problem stops the run before any image
     device = getattr(network, "device", None) or next(network.model.parameters()).device
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
     claims = Claims(run_dir)
@@ -506,7 +420,7 @@ def run_folder(
                         continue
                     if progress is not None:
                         progress(finished, len(todo), f"{method.name} · {mine_now[0].item.key}")
-                    rows = _method_rows(makers[method.key], method, mine_now, [base[b.item.key] for b in mine_now],
+                    rows = _method_rows(network, runners[method.key], mine_now, [base[b.item.key] for b in mine_now],
                                         device)
                     for row, values in rows:
                         keep(row, values)

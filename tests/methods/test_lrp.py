@@ -75,7 +75,10 @@ def test_lrp_names_and_settings():
     assert get_method("lrp_epsilon").settings == {"rule": "epsilon", "epsilon": 0.25}
     assert get_method("lrp_alpha0beta1eps5").settings == {"rule": "alpha0beta1", "epsilon": 5.0}
     assert get_method("lrp_alpha0beta1eps5").name == "LRP α=0, β=1, ε=5"
-    assert get_method("lrp_alpha0beta1eps5", epsilon=1).key == "lrp_alpha0beta1eps5"
+    # a key names the settings it was made with: another ε, another key
+    assert get_method("lrp_alpha0beta1eps5", epsilon=1).key == "lrp_alpha0beta1eps1"
+    assert get_method("lrp_alpha0beta1eps5", epsilon=5).key == "lrp_alpha0beta1eps5"
+    assert get_method("lrp_epsilon", epsilon=0.1).key == "lrp_epsilon0_1"
     with pytest.raises(ValueError):
         get_method("lrp_epsilon", gamma=1)
 

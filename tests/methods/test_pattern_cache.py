@@ -114,10 +114,9 @@ def test_the_graph_lives_in_each_networks_memo():
     a, b = _toy("toy_memo_a"), _toy("toy_memo_b")
     graph_a = pattern_graph(a)
     assert pattern_graph(a) is graph_a  # kept
-    assert graph_a in [v[1] for v in a.memo.values() if isinstance(v, tuple) and len(v) == 2]
+    assert a.memo.pattern_graph[()][1] is graph_a
     graph_b = pattern_graph(b)
-    assert graph_b is not graph_a and all(v[1] is not graph_a for v in b.memo.values()
-                                          if isinstance(v, tuple) and len(v) == 2)
+    assert graph_b is not graph_a and b.memo.pattern_graph[()][1] is graph_b
     twin = network_from_module(a.model, "toy_memo_a", weights_id="w1")  # the same model, another network
     assert pattern_graph(twin) is not graph_a
     a.memo.clear()

@@ -52,8 +52,9 @@ def test_settings():
     assert get_method("iba_10", steps=2).settings == {**get_method("iba_10").settings, "steps": 2}
     with pytest.raises(ValueError, match="no setting"):
         get_method("gradient", steps=3)
-    with pytest.raises(ValueError):
-        get_method("occlusion_8", size=14)  # the key fixes the tile size
+    # a key is a preset: settings given override it, and the method's key then names them
+    assert get_method("occlusion_8", size=14).key == "occlusion_14"
+    assert get_method("iba_10", beta_k=3).key == "iba_3" and get_method("iba_10", beta_k=3).settings["beta_k"] == 3
     with pytest.raises(UnknownMethodError, match="choose from"):
         get_method("deeplift")
     with pytest.raises(ValueError):

@@ -86,18 +86,19 @@ def test_cached_readouts_live_with_the_network_and_follow_the_file(readout, tmp_
     path = save_checkpoint(tmp_path / "r.pt", make_checkpoint(readout))
     first = cached_readout(network, path)
     assert cached_readout(network, path) is first
-    assert [k for k in network.memo if k[0] == "readout"] == [("readout", str(path.resolve()), path.stat().st_mtime_ns)]
+    assert list(network.memo.readouts) == [str(path.resolve())]
+    assert network.memo.readouts[str(path.resolve())] == (path.stat().st_mtime_ns, first)
     # a rewritten file is loaded again and replaces its older version
     stat = path.stat()
     save_checkpoint(path, make_checkpoint(readout, {"epoch": 2}))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     second = cached_readout(network, path)
     assert second is not first and second.training_info == {"epoch": 2}
-    assert len([k for k in network.memo if k[0] == "readout"]) == 1
-    # a bounded number of files are kept
+    assert len(network.memo.readouts) == 1
+    # a bounded number of files are kept: the ones used last
     for i in range(6):
         cached_readout(network, save_checkpoint(tmp_path / f"r{i}.pt", make_checkpoint(readout)))
-    assert len([k for k in network.memo if k[0] == "readout"]) == 4
+    assert list(network.memo.readouts) == [str((tmp_path / f"r{i}.pt").resolve()) for i in range(2, 6)]
     with pytest.raises(ReadoutCheckpointError, match="not found"):
         cached_readout(network, tmp_path / "missing.pt")
 

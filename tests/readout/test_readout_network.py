@@ -48,7 +48,7 @@ def test_passes_are_kept_with_the_network(readout, offline_model):
     c = readout.config
     passes = network_passes(offline_model, c.layer, c.reads)
     assert isinstance(passes, NetworkPasses) and passes is readout.passes
-    assert offline_model.memo[("readout_passes", c.layer, tuple(c.reads))] is passes
+    assert offline_model.memo.readout_passes[(c.layer, tuple(c.reads))] is passes
     assert network_passes(offline_model, c.layer, list(c.reads)) is passes
     other = load_network("efficientnet_lite0", weights="random")
     assert network_passes(other, c.layer, c.reads) is not passes  # per network, not global

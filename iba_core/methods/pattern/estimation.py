@@ -52,6 +52,7 @@ from torch import nn
 
 from ...cache import cache_file, load_arrays, save_arrays
 from ...model_state import frozen_eval
+from ...network_cache import cache_of
 from ...progress import ProgressFn
 from ..base import device_of
 from .graph import PatternGraph, PatternLayer, pattern_graph
@@ -332,11 +333,10 @@ def get_patterns(
     a key and weights id (bare wrappers of an nn.Module) are estimated every time and not cached on disk.
     """
     key = source_key(images, n)
-    memo = getattr(network, "memo", None)
-    memo_key = ("patterns", key)
+    memo = cache_of(network)
     graph = pattern_graph(network)
-    if memo is not None and not refresh and memo_key in memo:
-        return memo[memo_key]
+    if memo is not None and not refresh and key in memo.patterns:
+        return memo.patterns[key]
     model, weights = getattr(network, "key", None), getattr(network, "weights_id", None)
     path = patterns_cache_path(model, weights, key) if model and weights else None
     patterns = None
@@ -352,5 +352,5 @@ def get_patterns(
             except OSError:
                 pass  # a read-only cache must not stop the user from getting a result
     if memo is not None:
-        memo[memo_key] = patterns
+        memo.patterns[key] = patterns
     return patterns

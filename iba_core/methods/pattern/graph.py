@@ -39,11 +39,9 @@ import torch
 from torch import fx, nn
 
 from ...model_state import frozen_eval
+from ...network_cache import cache_of
 from ..base import spec_of
 from .layer_kinds import SHAPE_METHODS, call_kind, is_pattern_layer, module_kind, module_label, where
-
-#: The key of the analysis in `network.memo`.
-_MEMO_KEY = ("pattern_graph",)
 
 
 class UnsupportedNetwork(ValueError):
@@ -120,14 +118,14 @@ class _Tracer(fx.Tracer):
 def pattern_graph(network) -> PatternGraph:
     """The network's PatternGraph, or UnsupportedNetwork saying (one sentence) why it is not supported.
 
-    Kept in `network.memo` with the model's structure (module names, objects, types, running statistics)
-    and made again when that changes; a network without a memo (a bare wrapper) is analysed every time.
+    Kept in the network's cache (`memo.pattern_graph`) with the model's structure (module names, objects, types,
+    running statistics) and made again when that changes; a bare wrapper without a cache is analysed every time.
     """
     model = network.model
     structure = (_title(network), tuple((name, id(m), type(m), getattr(m, "running_mean", 0) is None)
                                         for name, m in model.named_modules()))
-    memo = getattr(network, "memo", None)
-    kept = memo.get(_MEMO_KEY) if memo is not None else None
+    cache = cache_of(network)
+    kept = cache.pattern_graph.get(()) if cache is not None else None
     if kept is not None and kept[0] == structure:
         result = kept[1]
     else:
@@ -135,8 +133,8 @@ def pattern_graph(network) -> PatternGraph:
             result = _analyse(network)
         except UnsupportedNetwork as err:
             result = str(err)  # the refusal is kept too: `available_for` asks often
-        if memo is not None:
-            memo[_MEMO_KEY] = (structure, result)
+        if cache is not None:
+            cache.pattern_graph[()] = (structure, result)
     if isinstance(result, str):
         raise UnsupportedNetwork(result)
     return result

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import UserError
 from ...heads import class_logits, head_of
 from ..base import Method, sum_channels
 from .estimation import DEFAULT_SAMPLES, Patterns, get_patterns
@@ -19,6 +20,7 @@ class PatternAttribution(Method):
     signed = True
     cost = "slow"
     sanity_checkable = False  # patterns belong to the weights they were estimated on (paper §4.3)
+    takes_label_sets = False  # it runs its own traced graph, not the network the label set's score hooks
     description = ("Target logit propagated back with weights ⊙ learned signal patterns (two-component estimator), "
                    "summed over channels.")
 
@@ -67,10 +69,10 @@ class PatternAttribution(Method):
         with torch.enable_grad():
             out = GraphRunner(graph, pattern_call).run(h)
             if not isinstance(out, torch.Tensor):
-                raise ValueError(f"{graph.title} returns {type(out).__name__}, not a tensor of logits.")
+                raise UserError(f"{graph.title} returns {type(out).__name__}, not a tensor of logits.")
             out = class_logits(out, head_of(network))  # the traced graph runs without Method's binary view
             if target >= out.shape[-1]:
-                raise ValueError(f"Class index {target} is out of range 0…{out.shape[-1] - 1}.")
+                raise UserError(f"Class index {target} is out of range 0…{out.shape[-1] - 1}.")
             seed = torch.zeros_like(out)
             seed[:, target] = 1.0
             (signal,) = torch.autograd.grad(out, h, grad_outputs=seed)

@@ -1,7 +1,7 @@
 """Statistics a readout needs before training, stored in its checkpoint.
 
-- the bottleneck layer's per-element mean and std (the noise ε ~ N(μ_R, σ_R²)): `feature_stats.get_stats`,
-  cached and shared with the Per-Sample Bottleneck;
+- the bottleneck layer's per-element mean and std (the noise ε ~ N(μ_R, σ_R²)): `feature_stats.stats_for_run`,
+  the policy every run uses, cached and shared with the Per-Sample Bottleneck;
 - each read-out layer's per-channel mean and std (the readout network's input normalisation),
   pooled over images and space (logits: per class over images).
 """
@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ...image_sources import DataError, sample_photo_batches
-from ...feature_stats import get_stats
+from ...feature_stats import run_stats_source, stats_for_run
 from ...model_state import frozen_eval
 from ..bottleneck import ReadoutBottleneck
 from .config import TrainConfig
@@ -57,9 +57,11 @@ def compute_statistics(rb: ReadoutBottleneck, network, cfg: TrainConfig, log: Ca
     """Bottleneck statistics (cached, shared with the Per-Sample Bottleneck) and read-out normalisation."""
     layer = rb.config.layer
     log(f"statistics: {layer} (per element) and {', '.join(rb.config.reads)} (per channel), {cfg.stats_n} images")
-    stats = get_stats(network, layer, images=cfg.images, n=cfg.stats_n)
-    if cfg.images is not None:
-        ds = ImageFolderDataset(cfg.images, network.preprocess, network.categories, labels="top1", augment=False,
+    # the one policy every run uses (feature_stats.stats_for_run); the read-out layers from the same images
+    images, _ = run_stats_source(network, cfg.images, cfg.stats_n)
+    stats = stats_for_run(network, layer, images=images, n=cfg.stats_n)
+    if images is not None:
+        ds = ImageFolderDataset(images, network.preprocess, network.categories, labels="top1", augment=False,
                                 limit=cfg.stats_n)
         batches = (x for x, _ in DataLoader(ds, batch_size=32, num_workers=cfg.workers))
     else:
