@@ -2,8 +2,10 @@
 
 - `folder`: the loop (images × methods, batched, resumable, sharded across torchrun ranks): `list_images`,
   `run_folder`, `finish_run`;
-- `store`: the run folder on disk (run.json, parts, maps, results.parquet) and `open_run` → `Run` (`.table`,
-  `.heatmap(row)`, `.thumbnails(rows)`);
+- `store`: the run folder on disk (run.json, checksummed parts, maps, results.parquet) and `open_run` → `Run`
+  (`.table`, `.heatmap(row)`, `.thumbnails(rows)`, `.missing`: damaged parts left out); `write_table` writes the
+  table, `heal` moves damaged parts aside before a resume;
+- `claims`: one writer per image of a run folder, so two runs into one folder share the work;
 - `measures`: per-map measures that point at shortcuts (border_share, box_share, concentration, thumbnails,
   distance to the class mean), a formula each;
 - `spectral`: spectral clustering of thumbnails (SpRAy) with numpy and scipy;
@@ -20,6 +22,7 @@ _PUBLIC = {
     "FolderSettings": "folder", "RunSummary": "folder", "list_images": "folder", "run_folder": "folder",
     "finish_run": "folder", "read_image_list": "folder",
     "Run": "store", "RunFolderError": "store", "open_run": "store", "build_table": "store",
+    "write_table": "store",
     "border_share": "measures", "box_share": "measures", "concentration": "measures", "thumbnail": "measures",
     "map_measures": "measures", "cosine_distance": "measures",
     "distance_to_class_mean": "measures",

@@ -6,6 +6,7 @@
     RUN_DIR/maps/<part>.npz        the maps of those rows (float16 "m<i>") and their thumbnails ("thumbs")
     RUN_DIR/results.parquet        the table: every intact part, deduplicated, with distance_to_class_mean;
                                    written by the writer's verb `write_table` (`finish_run`), never by opening
+    RUN_DIR/results.sha256         its checksum (a table that differs is built again from the parts)
     RUN_DIR/claims/                the images a writer is working on (`claims.py`): one writer per image
     RUN_DIR/damaged/<part>/        a damaged part's files, moved aside by the next resume, with note.txt
 
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 RUN_FILE = "run.json"
 TABLE_FILE = "results.parquet"
+TABLE_SUMS = "results.sha256"
 PARTS, MAPS, DAMAGED = "parts", "maps", "damaged"
 #: Beside each part: the checksums of its two files.
 SUMS_SUFFIX = ".sha256"
@@ -397,16 +399,19 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
     try:
         rows_path = inside(run_dir, rows_rel)
         if sums_path.exists() or sums_path.is_symlink():
-            sums = _read_sums(inside(run_dir, sums_path.relative_to(run_dir)))
+            sums = _read_sums(inside(run_dir, f"{PARTS}/{name}{SUMS_SUFFIX}"))
             if set(sums) - {rows_rel, maps_rel} or rows_rel not in sums:
                 return Damage(name, "its checksum file names other files")
             if _sha256(rows_path) != sums[rows_rel]:
                 return Damage(name, "its rows differ from their checksum")
             rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
-            if set(rows.column("map_file").to_pylist()) - {None, maps_rel}:
+            files = set(rows.column("map_file").to_pylist()) - {None}
+            if files - {maps_rel}:
                 return Damage(name, "its rows name another part's map file", images)
-            if maps_rel in sums:
+            if files and maps_rel not in sums:
+                return Damage(name, "its checksums leave out its map file", images)
+            if files:
                 maps_path = inside(run_dir, maps_rel)
                 if not maps_path.is_file():
                     return Damage(name, "its map file is missing", images)
@@ -524,7 +529,12 @@ def write_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
     frame = build_table(run_dir, names)
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARTS_META: _parts_digest(names)})
-    write_atomic(run_dir / TABLE_FILE, lambda tmp: pq.write_table(table, tmp))
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    write_atomic(run_dir / TABLE_FILE, lambda tmp: tmp.write_bytes(data))
+    text = f"{hashlib.sha256(data).hexdigest()}  {TABLE_FILE}\n"  # after the table: a crash between costs a rebuild
+    write_atomic(run_dir / TABLE_SUMS, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return frame
 
 
@@ -538,10 +548,11 @@ def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) ->
     if (run_dir / TABLE_FILE).is_file():
         try:
             path = inside(run_dir, TABLE_FILE)
-            if (pq.read_schema(path).metadata or {}).get(_PARTS_META) == _parts_digest(names):
+            if (pq.read_schema(path).metadata or {}).get(_PARTS_META) == _parts_digest(names) and \
+                    _read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: _sha256(path)}:
                 return pq.read_table(path).to_pandas()
-        except (OSError, ValueError):  # damaged, or pointing outside the run (RunFolderError): built again below
-            pass
+        except (OSError, ValueError):  # damaged, pointing outside the run (RunFolderError), or a table written
+            pass  # before checksums: built again below
     return build_table(run_dir, names)
 
 

@@ -121,3 +121,26 @@ def test_two_processes_into_one_run_folder_compute_each_image_once(tiny_card, tm
     table = pd.read_parquet(out / TABLE_FILE)
     assert len(table) == 24 and table["error"].isna().all()
     assert not any((out / CLAIMS).iterdir())
+
+
+def test_a_run_killed_mid_work_leaves_claims_that_its_resume_takes_over(tiny_card, tmp_path):
+    folder = tmp_path / "images"
+    write_noise_images(folder, 12)
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "iba_core", "attribute", str(folder), "--model", str(tiny_card), "--trust-code",
+           "--methods", "saliency", "--batch-images", "1", "--no-progress", "--out", str(out)]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while not (out / CLAIMS).is_dir() or not any((out / CLAIMS).iterdir()):  # mid-work: it holds an image
+        assert first.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    first.kill()  # SIGKILL: no finally, no flush; its claims stay behind
+    first.wait()
+    left_behind = list((out / CLAIMS).iterdir())
+    assert left_behind
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = read_parts(out)
+    assert len(rows) == 12 and rows["image"].is_unique  # the dead run's images taken over at once, none twice
+    assert not any((out / CLAIMS).iterdir()) and not list(out.rglob(".*.tmp"))

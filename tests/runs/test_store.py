@@ -164,6 +164,28 @@ def test_a_damaged_checksum_file_costs_its_part_which_is_redone(tiny_net, run):
     assert sorted(read_parts(out)["image"]) == sorted(i.key for i in items)
 
 
+def test_a_garbled_table_is_built_again_from_the_parts(run):
+    out, root, items = run
+    before = open_run(out).table
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / TABLE_FILE)  # a table that parses, names every part, and says other things
+    i = table.schema.get_field_index("p_target")
+    table = table.set_column(i, "p_target", pa.array([0.5] * len(table))).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(table, out / TABLE_FILE)
+    pd.testing.assert_frame_equal(open_run(out).table, before)
+
+
+def test_checksums_that_leave_out_the_map_file_cost_the_part(run):
+    out, root, items = run
+    name = part_names(out)[0]
+    sums = out / PARTS / f"{name}{SUMS_SUFFIX}"
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if PARTS in line))
+    opened = open_run(out)
+    assert len(opened.table) == IMAGES - 2 and "leave out its map file" in opened.missing
+
+
 # ---- reading never writes; stale temp files --------------------------------------------------------------------
 
 
