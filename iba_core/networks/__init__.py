@@ -35,6 +35,7 @@ from .spec import (
 from .cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, read_class_list
 from .hf_models import is_hf_key, load_hf, repo_id
 from .hub import HubUnavailableError
+from .model_size import ModelTooLargeError
 from .model_folders import FOLDER_PREFIX, FolderError, is_folder_key, load_folder, read_folder
 from .timm_models import is_timm_key, load_timm, timm_name
 from .state_files import UnsafeWeightsError, WeightsMismatchError, require_floating
@@ -197,8 +198,8 @@ def network_from_module(
 
 
 __all__ = [
-    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "FolderError", "HubUnavailableError", "ModelCardError", "Network",
-    "NetworkSpec", "Preprocess", "Stages", "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError",
+    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "FolderError", "HubUnavailableError", "ModelCardError",
+    "ModelTooLargeError", "Network", "NetworkSpec", "Preprocess", "Stages", "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError",
     "WeightsSource", "WeightsUnavailableError",
     "check_network_key", "derive_spec", "find_weights", "get_spec", "load_network",
     "missing_weights_error", "network_from_module", "read_card", "read_class_list",

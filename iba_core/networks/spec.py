@@ -559,24 +559,6 @@ def derive_spec(
     )
 
 
-def build_seeded(make: Callable[[], nn.Module]) -> nn.Module:
-    """`make()` with torch's RNG seeded (random weights are reproducible, so their statistics can be cached) in a
-    forked RNG (the process's global RNG is untouched: the app's process serves every browser session).
-
-    Linear layers initialised to zero (ViT classification heads) get small random weights instead: with a zero
-    head every logit is 0 whatever the image, every gradient vanishes and random weights could not check any
-    method's structure. Loaded weights overwrite them anyway.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = make()
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, nn.Linear) and not module.weight.any():
-                    module.weight.normal_(0.0, 0.02)
-    return model
-
-
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:
     """The documented default bottleneck layer among `infos` (see `derive_spec`).
 

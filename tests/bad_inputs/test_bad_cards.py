@@ -224,11 +224,11 @@ def no_build(monkeypatch) -> list:
     built: list = []
     real = cards.build_model
 
-    def spy(name, **kwargs):
+    def spy(name, weights_check=None, **kwargs):
         built.append(kwargs)
         if len(kwargs) > 3 or kwargs.get("num_classes", 1000) > 1000:  # refused cards fail here, not by memory
             raise AssertionError(f"a refused card reached the builder with {str(kwargs)[:200]}")
-        return real(name, **kwargs)
+        return real(name, weights_check, **kwargs)
 
     monkeypatch.setattr(cards, "build_model", spy)
     return built
