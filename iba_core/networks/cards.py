@@ -87,10 +87,6 @@ from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, Ne
                    fit_channels, input_channels_of, unknown_layer_error)
 from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
 from .state_match import source_hint
-from .hf_models import PREFIX as HF
-from .timm_models import PREFIX as TIMM
-from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
-                              preprocessing_of)
 
 CARD_PREFIX = "card:"
 #: Built-in networks a card may name as its arch: the backbone with the card's own head (`NetworkSpec.with_classes`).
@@ -430,7 +426,7 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     check = (WeightsCheck(weights_file, classes=outputs_wanted, explain=source_hint, trust_pickle=trust_pickle)
              if has_weights else None)
 
-    if card.arch in BUILTIN_BACKBONES:
+    if card.arch in BUILTIN_BACKBONES:  # the registry's built-ins with a head of their own (`with_classes`)
         return _builtin_with_head(card, classes, check, weights, weights_file, title)
     try:
         model, prep, source_categories, source_head, blocks = _card_model(
@@ -477,40 +473,15 @@ def _card_model(card: ModelCard, classes: list[str] | None, state, check: Weight
         raise ModelCardError(f"The model card {card.path} names no arch; add arch = \"torchvision:NAME\" or "
                              "\"package.module:function\".",
                              cli_hint="Only a whole pickled module loaded with --trust-pickle needs none.")
-    elif card.arch.startswith(TORCHVISION):
-        tv_name = model_name(card.arch)
-        tv_weights = default_weights(tv_name)
-        prep = preprocessing_of(tv_weights)
-        source_categories = categories_of(tv_weights)
+    elif (source := _arch_source(card.arch)) is not None:
         kwargs = dict(card.arch_args)
-        if classes is not None:
-            kwargs.setdefault("num_classes", outputs_wanted)
         try:
-            model = build_model(tv_name, check, **kwargs)
-        except UserError:  # the size cap's or the weights' own sentence
+            built = source.card_arch(card.arch, kwargs, classes, outputs_wanted, check, trust)
+        except UserError:  # the size cap's, the weights' or the source's own sentence
             raise
         except (TypeError, ValueError) as err:
             raise ModelCardError(f"Could not build {card.arch} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
-    elif card.arch.startswith(TIMM):
-        from . import timm_models
-
-        kwargs = dict(card.arch_args)
-        if classes is not None:
-            kwargs.setdefault("num_classes", outputs_wanted)
-        model = timm_models.build_timm(timm_models.timm_name(card.arch), check, **kwargs)
-        prep, source_categories = timm_models.preprocessing_of(model), timm_models.categories_of(model)
-        blocks = lambda crop: timm_models.layer_names(model, crop)  # noqa: E731 - after the weights are in
-    elif card.arch.startswith(HF):
-        from . import hf_models
-
-        kwargs = dict(card.arch_args)
-        if classes is not None:  # the card's head: as many outputs as names, named by them (binary: the positive)
-            labels = classes[-outputs_wanted:]
-            kwargs.setdefault("id2label", dict(enumerate(labels)))
-            kwargs.setdefault("label2id", {name: i for i, name in enumerate(labels)})
-        model, prep, source_categories = hf_models.architecture_from_hub(card.arch, trust, check, **kwargs)
-        source_head = hf_models.head_of_config(model.config)
-        blocks = lambda crop: hf_models.layer_names(model, crop)  # noqa: E731
+        model, prep, source_categories, source_head, blocks = built
     else:
         builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
         # Trusted code, counted like every source: first on the meta device where it builds there.
@@ -531,6 +502,14 @@ def _card_model(card: ModelCard, classes: list[str] | None, state, check: Weight
     if state is not None:
         fit_state_dict(model, state, title, classes=outputs_wanted, explain=source_hint)
     return model, prep, source_categories, source_head, blocks
+
+
+def _arch_source(arch: str):
+    """The source (`sources.SOURCES`) that builds a card's arch with the card's head, or None (a code builder)."""
+    from . import source_of  # the package's registry (it lists this module's cards as a source)
+
+    source = source_of(arch)
+    return source if source is not None and source.card_arch is not None else None
 
 
 def _card_preprocessing(card: ModelCard, prep: dict, model: nn.Module) -> dict:

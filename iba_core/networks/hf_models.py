@@ -41,7 +41,7 @@ from ..trust import LOCAL, Trust, check_code, shown
 from .blocks import block_layers
 from .hub import hub_cache
 from .model_size import ModelSize, WeightsCheck, build_seeded, check_size, config_floor, refuse_if_too_large
-from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, NetworkSpec, UnknownModelError, derive_spec,
+from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, CardArch, NetworkSpec, UnknownModelError, derive_spec,
                    fit_channels)
 from .state_files import WeightsMismatchError, damaged_safetensors_error, load_weights_file, unsafe_pickle_error
 
@@ -348,6 +348,18 @@ def architecture_from_hub(key: str, trust: Trust = LOCAL, weights_check: Weights
     model = build_hf(_auto_config(config_path.parent, trust, True, **overrides),  # the cached config.json's folder
                      title=PREFIX + repo, input_size=prep["crop"], weights_check=weights_check)
     return model, prep, categories_of(config)
+
+
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust: Trust = LOCAL) -> CardArch:
+    """A model card's `arch = "hf:ORG/NAME"`: that architecture with the card's head (as many outputs as names, named
+    by them; a binary head: the positive name), its preprocessing, class names, head and layers."""
+    if classes is not None:
+        labels = classes[-outputs:]
+        kwargs.setdefault("id2label", dict(enumerate(labels)))
+        kwargs.setdefault("label2id", {name: i for i, name in enumerate(labels)})
+    model, prep, categories = architecture_from_hub(arch, trust, weights_check, **kwargs)
+    return CardArch(model, prep, categories, head_of_config(model.config), lambda crop: layer_names(model, crop))
 
 
 def load_hf_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike | None, weights_id: str, *,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from PIL import Image
@@ -63,6 +63,18 @@ class Flatten(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(x, 1)
+
+
+class CardArch(NamedTuple):
+    """What a source builds for a model card's arch (`sources.Source.card_arch`): the model (untrained, with the
+    card's head), the source's preprocessing, its own class names, the head its configuration names (or None) and
+    its readable layers by crop size (or None: found by the dry pass)."""
+
+    model: nn.Module
+    prep: dict
+    categories: list[str]
+    head: str | None = None
+    blocks: Callable[[int], list[str]] | None = None
 
 
 @dataclass(frozen=True)

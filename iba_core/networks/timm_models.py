@@ -32,7 +32,8 @@ from ..settings import weights_dir
 from ..trust import shown
 from .blocks import block_layers
 from .model_size import WeightsCheck, build_seeded
-from .spec import INTERPOLATIONS, NetworkSpec, UnknownModelError, WeightsUnavailableError, derive_spec, fit_channels
+from .spec import (INTERPOLATIONS, CardArch, NetworkSpec, UnknownModelError, WeightsUnavailableError, derive_spec,
+                   fit_channels)
 from .state_files import fit_state_dict, load_weights_file, read_weights, weights_hash
 
 PREFIX = "timm:"
@@ -204,6 +205,17 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
     spec = timm_spec(model, PREFIX + name, title, categories=categories,
                      note="A timm model; preprocessing and class names from its pretrained configuration.")
     return spec, model, weights_id, categories
+
+
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust=None) -> CardArch:
+    """A model card's `arch = "timm:NAME"`: NAME with `num_classes` = the card's outputs (unless its [arch_args]
+    say), preprocessing, class names and layers from timm's configuration."""
+    if classes is not None:
+        kwargs.setdefault("num_classes", outputs)
+    model = build_timm(timm_name(arch), weights_check, **kwargs)
+    return CardArch(model, preprocessing_of(model), categories_of(model),
+                    blocks=lambda crop: layer_names(model, crop))  # read once the weights are in
 
 
 def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike, *,

@@ -19,7 +19,7 @@ from pathlib import Path
 from torch import nn
 
 from .model_size import WeightsCheck, build_seeded
-from .spec import CROP, RESIZE, NetworkSpec, UnknownModelError, WeightsSource, derive_spec
+from .spec import CROP, RESIZE, CardArch, NetworkSpec, UnknownModelError, WeightsSource, derive_spec
 from .state_files import fit_state_dict, read_weights, weights_hash
 
 PREFIX = "torchvision:"
@@ -116,6 +116,17 @@ def load_torchvision_state(spec: NetworkSpec, weights: str | os.PathLike | None,
     if weights in (None, "pretrained"):
         return load_state_dict(spec, None)  # IBA_WEIGHTS_DIR, hub cache, download; else where to put the file
     return read_weights(weights, trust_pickle=trust_pickle), weights_hash(weights)
+
+
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust=None) -> CardArch:
+    """A model card's `arch = "torchvision:NAME"`: NAME with `num_classes` = the card's outputs (unless its
+    [arch_args] say), preprocessing and class names from the default weights."""
+    name = model_name(arch)
+    weights = default_weights(name)
+    if classes is not None:
+        kwargs.setdefault("num_classes", outputs)
+    return CardArch(build_model(name, weights_check, **kwargs), preprocessing_of(weights), categories_of(weights))
 
 
 def load_torchvision(key: str, weights: str | os.PathLike | None = "pretrained", *,
