@@ -168,7 +168,7 @@ def build_seeded(make: Callable[[], nn.Module], *, title: str = "This network", 
     forked RNG (the process's global RNG is untouched: the app's process serves every browser session).
 
     First `make()` runs on the meta device: a network above the model-size cap is refused before anything is
-    allocated (`model_size.check_size`: `title` names it, `input_size` and `channels`, numbers or functions of the
+    allocated (`check_size`: `title` names it, `input_size` and `channels`, numbers or functions of the
     meta model, give its activations), and the file of `weights_check` has its names and shapes checked against it,
     read from the file's header (`state_files.peek_state`, `check_state`), before the real build.
 
@@ -176,11 +176,11 @@ def build_seeded(make: Callable[[], nn.Module], *, title: str = "This network", 
     head every logit is 0 whatever the image, every gradient vanishes and random weights could not check any
     method's structure. Loaded weights overwrite them anyway.
     """
-    on_meta = check_size(make, title, input_size=input_size, channels=channels)
-    if on_meta is not None and weights_check is not None:
+    meta_model = check_size(make, title, input_size=input_size, channels=channels)
+    if meta_model is not None and weights_check is not None:
         state = peek_state(weights_check.path, trust_pickle=weights_check.trust_pickle)
         if state is not None:
-            check_state(on_meta.state_dict(), state, title, classes=weights_check.classes,
+            check_state(meta_model.state_dict(), state, title, classes=weights_check.classes,
                         explain=weights_check.explain)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
