@@ -30,6 +30,7 @@ __all__ = [
     "MAX_ASPECT_RATIO",
     "MAX_PIXELS",
     "MAX_SIDE",
+    "MIN_SIDE",
     "SUPPORTED_UPLOAD_TYPES",
     "ImageSource",
     "MAX_BANDS",
@@ -61,6 +62,11 @@ MAX_PIXELS: int = 40_000_000
 # for a wide panorama (a 360° one is about 6 : 1) and keeps the upscaled copy under 5,120 × 256 pixels.
 MAX_SIDE: int = 20_000
 MAX_ASPECT_RATIO: int = 20
+# The smallest side an image a network reads may have. Networks read 224 px or so: a 1 × 1 image would be upscaled
+# 224 times and its explanation would be of the upscaling, not of a picture. 16 px is the smallest side that still
+# holds a pattern (a 16 × 16 icon, the patch size of ViT-B/16: one patch), and every preprocessing here crops at least
+# that much (`cards.CROP_RANGE` starts at 16), so no smaller image is ever seen at its own resolution.
+MIN_SIDE: int = 16
 
 # File extensions offered to the upload widget (without dots, as Streamlit wants).
 SUPPORTED_UPLOAD_TYPES: tuple[str, ...] = ("png", "jpg", "jpeg", "webp", "bmp", "tif", "tiff", "gif")
@@ -518,6 +524,23 @@ def _ordinal(number: str) -> str:
 
 def load_input(source: ImageSource | np.ndarray | MultiBandImage, channels: int = 3,
                display_bands=None, *, max_pixels: int = MAX_PIXELS) -> Image.Image | MultiBandImage:
+    """The image a network of `channels` input channels reads (`_read_input`), refused when a side is shorter than
+    `MIN_SIDE` (it would be upscaled many times and the explanation would be of the upscaling)."""
+    image = _read_input(source, channels, display_bands, max_pixels=max_pixels)
+    check_min_side(image.size)
+    return image
+
+
+def check_min_side(size: tuple[int, int]) -> None:
+    """One sentence for an image (width, height) with a side shorter than `MIN_SIDE` px."""
+    width, height = size
+    if min(width, height) < MIN_SIDE:
+        raise ImageError(f"The image is {width} × {height} pixels: a network would see it upscaled many times over, "
+                         f"so images must be at least {MIN_SIDE} pixels on each side; please choose a larger image.")
+
+
+def _read_input(source: ImageSource | np.ndarray | MultiBandImage, channels: int = 3,
+                display_bands=None, *, max_pixels: int = MAX_PIXELS) -> Image.Image | MultiBandImage:
     """The image a network of `channels` input channels reads, from a file, bytes, a PIL image or an array.
 
     - 3 (RGB): `load_image`'s RGB image; a .npy file, or a TIFF that PIL cannot read (float bands), of 3 bands
@@ -563,9 +586,13 @@ def load_input(source: ImageSource | np.ndarray | MultiBandImage, channels: int 
 def photo_or_path(path: str | os.PathLike) -> Image.Image | str:
     """A photo file fully decoded now (`load_image`), before the network that reads it is known; a .npy or TIFF
     file's path as it is (its bands are read once the network's channels are known: `load_input` takes either).
-    Lets a command refuse a damaged photo before it loads a network."""
+    Lets a command refuse a damaged or too small photo before it loads a network."""
     path = os.fspath(path)
-    return path if _sniff(path) in ("npy", "tiff") else load_image(path)
+    if _sniff(path) in ("npy", "tiff"):
+        return path
+    photo = load_image(path)
+    check_min_side(photo.size)  # as `load_input` will: said before the network loads
+    return photo
 
 
 def read_bands(source: str | os.PathLike | bytes, *, max_pixels: int = MAX_PIXELS) -> np.ndarray:

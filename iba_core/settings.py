@@ -7,6 +7,9 @@
 | IBA_MODELS_DIR      | your networks: model cards the app lists and adds to     | ~/.config/iba-explorer/models |
 | IBA_STATS_SAMPLES   | samples behind statistics the app and methods estimate   | 1000 (100 from the offline photos for a network without shipped statistics) |
 | IBA_MAX_STATS_SAMPLES | the most samples a visitor of the app may ask statistics from | 2000              |
+| IBA_MAX_PARAMS      | the largest network built: parameters (and activations   | 700000000                |
+|                     | at batch 1), counted on the meta device before anything  |                          |
+|                     | is allocated (`networks.model_size`)                     |                          |
 | IBA_TORCH_THREADS   | torch threads for app computations                       | usable cores − 1         |
 | IBA_TRUST_CODE      | 1: the app runs code model cards name (builders, modules) | off                      |
 |                     | and follows card paths outside the card's folder         |                          |
@@ -37,6 +40,7 @@ MODELS_DIR_ENV = "IBA_MODELS_DIR"
 STATS_SAMPLES_ENV = "IBA_STATS_SAMPLES"
 MAX_STATS_SAMPLES_ENV = "IBA_MAX_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
+MAX_PARAMS_ENV = "IBA_MAX_PARAMS"
 TRUST_CODE_ENV = "IBA_TRUST_CODE"
 DATA_DIRS_ENV = "IBA_DATA_DIRS"
 #: Hugging Face's switch (not this project's): read the hub cache only, never download.
@@ -49,6 +53,12 @@ RANK_ENV, WORLD_SIZE_ENV, LOCAL_RANK_ENV, MASTER_ADDR_ENV = "RANK", "WORLD_SIZE"
 
 #: The app's cap on a visitor's statistics samples unless its owner sets IBA_MAX_STATS_SAMPLES.
 DEFAULT_MAX_STATS_SAMPLES = 2000
+#: The largest network built unless the owner sets IBA_MAX_PARAMS: parameters (and activations at batch 1, in
+#: numbers). 700 M is a bit above the largest classifiers a 2-core, 24 GB server serves usefully: torchvision's
+#: largest (ViT-H/14, 633 M; RegNetY-128GF, 645 M) and timm's ViT-H/14 (632 M) fit; each takes 2.5 GB in fp32, and
+#: the app keeps a few networks, their statistics and a batch of activations for the backward pass beside it.
+#: ViT-g/14 (1.0 B: 4 GB, 140 s to build on 2 cores) and ConvNeXt-XXLarge (846 M) are refused before they are built.
+DEFAULT_MAX_PARAMS = 700_000_000
 #: The most samples any front end estimates statistics from (the paper's statistics use far fewer).
 MAX_SAMPLES = 1_000_000
 #: Samples behind feature statistics unless told otherwise (paper appendix: statistics over many images).
@@ -155,6 +165,12 @@ def stats_samples(default: int = RECOMMENDED_SAMPLES) -> int:
     (1000; `feature_stats.app_samples` passes fewer where a network has neither shipped statistics nor an
     image folder)."""
     return _positive_int(STATS_SAMPLES_ENV) or default
+
+
+def max_params() -> int:
+    """The largest network any front end builds, in parameters (IBA_MAX_PARAMS, else `DEFAULT_MAX_PARAMS`); one
+    image's activations are held to as many numbers (`networks.model_size`)."""
+    return _positive_int(MAX_PARAMS_ENV) or DEFAULT_MAX_PARAMS
 
 
 def torch_threads() -> int:

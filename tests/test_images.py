@@ -491,9 +491,9 @@ def assert_sentence(message: str) -> None:
 def test_integer_bands_are_scaled_by_their_types_maximum(dtype, scale) -> None:
     from iba_core.images import MultiBandImage, load_input
 
-    data = np.arange(5 * 6 * 4).reshape(5, 6, 4).astype(dtype)
+    data = (np.arange(16 * 18 * 4) % 251).reshape(16, 18, 4).astype(dtype)  # images have sides of 16 px or more
     image = load_input(npy_bytes(data), 4)
-    assert isinstance(image, MultiBandImage) and image.size == (6, 5) and image.bands == 4
+    assert isinstance(image, MultiBandImage) and image.size == (18, 16) and image.bands == 4
     np.testing.assert_allclose(image.data, data / scale, rtol=1e-6)
     assert image.data.dtype == np.float32
 
@@ -501,7 +501,7 @@ def test_integer_bands_are_scaled_by_their_types_maximum(dtype, scale) -> None:
 def test_float_bands_are_taken_as_they_are() -> None:
     from iba_core.images import load_input
 
-    data = np.linspace(-3.0, 7.5, 5 * 6 * 13).reshape(5, 6, 13)  # float64, outside 0…1 on purpose
+    data = np.linspace(-3.0, 7.5, 16 * 18 * 13).reshape(16, 18, 13)  # float64, outside 0…1 on purpose
     np.testing.assert_allclose(load_input(npy_bytes(data), 13).data, data, rtol=1e-6)
 
 
@@ -554,7 +554,7 @@ def test_a_grayscale_network_reads_photos_in_gray() -> None:
     assert gray.mode == "L" and gray.size == src.size
     np.testing.assert_array_equal(np.asarray(gray), np.asarray(src.convert("L")))
     assert gray.info[FORMAT_INFO] == "PNG"
-    assert load_input(npy_bytes(np.ones((4, 5, 1), np.uint8)), 1).bands == 1  # one band as an array too
+    assert load_input(npy_bytes(np.ones((16, 20, 1), np.uint8)), 1).bands == 1  # one band as an array too
 
 
 @pytest.mark.parametrize("data, channels, text", [

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from ..errors import USER_ERRORS, UserError
 from ..networks import DEFAULT_NETWORK, REGISTRY
-from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, default_card_name, is_card_key,
-                              load_card, read_card, write_card)
+from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, check_class_list_size, default_card_name,
+                              is_card_key, load_card, read_card, write_card)
 from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
 from ..networks.model_folders import read_folder
 from ..networks.spec import UnknownModelError
@@ -207,6 +207,12 @@ class FileGiven:
     def suffix(self) -> str:
         return Path(self.name).suffix.lower()
 
+    def size(self) -> int:
+        """Its bytes: the upload's length, or the file's size on this machine (0 when there is none), unread."""
+        if self.data is not None:
+            return len(self.data)
+        return self.path.stat().st_size if self.path is not None and self.path.is_file() else 0
+
     def copy_to(self, target: Path) -> None:
         if self.data is not None:
             target.write_bytes(self.data)
@@ -329,6 +335,8 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str | None
                              "them with torch.save(model.state_dict(), \"model.pth\").")
     if new.classes is not None and new.classes.suffix not in CLASS_SUFFIXES:
         raise ModelCardError(f"The class list {shown(new.classes.name)} is not a .txt, .json or .csv file.")
+    if new.classes is not None:
+        check_class_list_size(new.classes.size(), new.classes.name)  # before it is copied or read
     if new.stats_images.strip():
         from ..images import find_images
 

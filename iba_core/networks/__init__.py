@@ -5,7 +5,8 @@
     >>> net.spec.layers, net.spec.default_layer, net.preprocess(image)
 
 Adding a network is one module in this folder that defines `SPEC` (see `spec.NetworkSpec`) and one
-line in `_FAMILIES` below. Without code: `load_network("torchvision:NAME")` (any torchvision
+line in `_FAMILIES` below; adding a model source is one entry in `sources.SOURCES`, the one registry every key goes
+through. Without code: `load_network("torchvision:NAME")` (any torchvision
 classifier, `torchvision_any.py`), `load_network("timm:NAME")` (any timm model, `timm_models.py`),
 `load_network("hf:ORG/NAME")` (a Hugging Face image classifier, `hf_models.py`), `load_network("path/to/folder")`
 (a model folder timm's save_for_hf or transformers' save_pretrained wrote, `model_folders.py`) or
@@ -32,14 +33,13 @@ from .spec import (
     WeightsUnavailableError,
     derive_spec,
 )
-from .cards import CARD_PREFIX, ModelCardError, is_card_key, load_card, read_card, read_class_list
-from .hf_models import is_hf_key, load_hf, repo_id
+from .cards import ModelCardError, read_card, read_class_list
 from .hub import HubUnavailableError
-from .model_folders import FOLDER_PREFIX, FolderError, is_folder_key, load_folder, read_folder
-from .timm_models import is_timm_key, load_timm, timm_name
-from .state_files import UnsafeWeightsError, WeightsMismatchError, require_floating
-from .torchvision_any import is_torchvision_key, load_torchvision, model_name
+from .model_size import ModelTooLargeError
+from .model_folders import FolderError, load_folder
+from .state_files import UnsafeWeightsError, WeightsMismatchError
 from .weights import find_weights, missing_weights_error, weights_status
+from .sources import SOURCES, Source, source_of, unknown_key_error
 from ..trust import LOCAL, Trust
 
 #: Modules of this package that define a SPEC, in display order.
@@ -77,7 +77,8 @@ def load_network(
     trust_pickle: bool = False,
     trust: Trust = LOCAL,
 ) -> Network:
-    """Build a network in eval mode, parameters frozen, on `device`. The key's form picks the source:
+    """Build a network in eval mode, parameters frozen, on `device`. The key's form picks the source (`sources`, in
+    this order):
 
     - a registered key (`REGISTRY`, e.g. "efficientnet_lite0");
     - "torchvision:NAME": any torchvision classifier (`torchvision_any`);
@@ -94,81 +95,26 @@ def load_network(
     trust: what a model card may do (`iba_core.trust`): run a code builder only with `trust.code` (the CLI's
     --trust-code, the app's IBA_TRUST_CODE=1), name paths outside its folder only where allowed. Default:
     the local user's (any path), without code. Random weights are seeded in a forked RNG: the same weights
-    every time, the process's global RNG untouched.
+    every time, the process's global RNG untouched. Every network is counted on the meta device before it is built
+    and refused above IBA_MAX_PARAMS (`model_size`).
     """
-    from .weights import load_state_dict
-
+    source = source_of(key)
+    if source is None:
+        raise unknown_key_error(key)
+    spec, model, weights_id, categories = source.load(key, weights, trust_pickle=trust_pickle, trust=trust)
     device = torch.device(device)
-    sourced = None
-    if is_folder_key(key) and key not in REGISTRY:  # before cards (a Path is a card's key too), after built-ins
-        sourced = load_folder(key, weights, trust_pickle=trust_pickle, trust=trust)
-    elif is_timm_key(key):
-        sourced = load_timm(key, weights, trust_pickle=trust_pickle)
-    elif is_hf_key(key):
-        sourced = load_hf(key, weights, trust=trust, trust_pickle=trust_pickle)
-    if sourced is not None:
-        spec, model, weights_id, categories = sourced
-        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
-    if is_card_key(key):
-        spec, model, weights_id, categories = load_card(key, weights, trust_pickle=trust_pickle, trust=trust)
-        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
-    if is_torchvision_key(key):
-        spec, model, weights_id = load_torchvision(key, weights, trust_pickle=trust_pickle)
-        categories = spec.categories() if spec.categories else []
-        return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
-
-    spec = get_spec(check_network_key(key))
-    if weights == "random":
-        state, weights_id = None, "random"
-    else:
-        state, weights_id = load_state_dict(spec, None if weights in (None, "pretrained") else weights,
-                                            trust_pickle=trust_pickle)
-    if state is not None:
-        require_floating(state, spec.title)
-    try:
-        with torch.random.fork_rng(devices=[]):  # the global RNG stays as it was (one process, many sessions)
-            torch.manual_seed(0)  # random weights are reproducible so their statistics can be cached
-            model = spec.build(state)
-    except RuntimeError as err:  # mismatched state dict
-        raise WeightsUnavailableError(f"The weights do not fit {spec.title}: {err}") from err
-    categories = spec.categories() if spec.categories else []
     return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
-
 
 
 def check_network_key(key: str) -> str:
     """`key` if `load_network` accepts its form (a registered key, torchvision:NAME with a classifier
     NAME, timm:NAME with a timm model NAME, hf:ORG/NAME, a model folder, an existing .toml file), else a clear
     error saying what is accepted. Loads no network (timm:NAME imports timm to check the name)."""
-    if key in REGISTRY:
-        return key
-    if is_torchvision_key(key):
-        model_name(key)
-        return key
-    if is_timm_key(key):
-        timm_name(key)
-        return key
-    if is_hf_key(key):
-        repo_id(key)
-        return key
-    if is_folder_key(key):
-        read_folder(key)
-        return key
-    if is_card_key(key):
-        if not os.path.isfile(os.path.expanduser(key)):
-            raise ModelCardError(f"Model card not found: {key}.")
-        return key
-    if isinstance(key, str) and key.startswith(CARD_PREFIX):
-        raise UnknownModelError(f"{key!r} is the key of a model card's network; load it from its file: "
-                                "give the path of the card (.toml).")
-    if isinstance(key, str) and key.startswith(FOLDER_PREFIX):
-        raise UnknownModelError(f"{key!r} is the key of a model folder's network; load it from the folder: "
-                                "give the folder's path.")
-    raise UnknownModelError(
-        f"Unknown network {key!r}; give a registered key ({', '.join(REGISTRY)}), torchvision:NAME "
-        "(any torchvision classifier, e.g. torchvision:resnet18), timm:NAME (any timm model), hf:ORG/NAME (a Hugging "
-        "Face image classifier), a model folder (timm's save_for_hf or transformers' save_pretrained) or a model "
-        "card file (.toml).")
+    source = source_of(key)
+    if source is None:
+        raise unknown_key_error(key)
+    source.check(key)
+    return key
 
 
 def network_from_module(
@@ -197,10 +143,10 @@ def network_from_module(
 
 
 __all__ = [
-    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "FolderError", "HubUnavailableError", "ModelCardError", "Network",
-    "NetworkSpec", "Preprocess", "Stages", "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError",
+    "DEFAULT_NETWORK", "LOGITS", "REGISTRY", "FolderError", "HubUnavailableError", "ModelCardError",
+    "ModelTooLargeError", "Network", "NetworkSpec", "Preprocess", "Stages", "Trust", "UnknownModelError", "UnsafeWeightsError", "WeightsMismatchError",
     "WeightsSource", "WeightsUnavailableError",
-    "check_network_key", "derive_spec", "find_weights", "get_spec", "load_network",
+    "SOURCES", "Source", "check_network_key", "derive_spec", "find_weights", "get_spec", "load_folder", "load_network",
     "missing_weights_error", "network_from_module", "read_card", "read_class_list",
     "weights_status",
 ]

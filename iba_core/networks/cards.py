@@ -82,14 +82,11 @@ from ..errors import UserError
 from ..images import MAX_BANDS, ImageError, check_display_bands
 from ..heads import HEADS, check_fits, output_count
 from ..trust import LOCAL, Trust, check_code, check_inside, shown
-from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, build_seeded, derive_spec,
+from .model_size import WeightsCheck, build_seeded, check_size
+from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, derive_spec,
                    fit_channels, input_channels_of, unknown_layer_error)
 from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
 from .state_match import source_hint
-from .hf_models import PREFIX as HF
-from .timm_models import PREFIX as TIMM
-from .torchvision_any import (PREFIX as TORCHVISION, build_model, categories_of, default_weights, model_name,
-                              preprocessing_of)
 
 CARD_PREFIX = "card:"
 #: Built-in networks a card may name as its arch: the backbone with the card's own head (`NetworkSpec.with_classes`).
@@ -107,6 +104,10 @@ STD_RANGE = (0.001, 10.0)
 #: layer from it before any weights are read: 5 million names make a ResNet-50 head of 5e6 × 2048 floats
 #: (~41 GB); the largest common label sets (ImageNet-21k: 21,841) stay well below.
 MAX_CLASSES = 100_000
+#: The largest class-list file read, checked before a byte of it is read (a 1 GB upload would otherwise be read whole
+#: and split into lines): MAX_CLASSES names of 160 characters, about ImageNet-21k's longest WordNet glosses. Its whole
+#: list of 21,841 names is about 1 MB.
+MAX_CLASS_LIST_BYTES = 16 * 2**20
 #: The largest size of a number in a card's [arch_args] (widths, image_size, dropout, …): builders allocate
 #: from them before the weights are checked (image_size = 1e9 would ask for petabytes).
 MAX_ARCH_NUMBER = 100_000
@@ -311,6 +312,7 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
     index instead of picking one. More than MAX_CLASSES names are refused (the output layer is sized by them)."""
     path = Path(path)
     try:
+        check_class_list_size(path.stat().st_size, path)
         content = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
         raise ModelCardError(f"Could not read the class list {path}: {err}.") from None
@@ -342,6 +344,14 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
         raise ModelCardError(f"The class list {path} has {len(names):,} names, more than the {MAX_CLASSES:,} a "
                              "network here may have.")
     return names
+
+
+def check_class_list_size(size: int, name: str | os.PathLike) -> None:
+    """One sentence for a class list of `size` bytes above `MAX_CLASS_LIST_BYTES`, before it is read."""
+    if size > MAX_CLASS_LIST_BYTES:
+        raise ModelCardError(f"The class list {shown(name)} is {size / 2**20:,.0f} MB, larger than the "
+                             f"{MAX_CLASS_LIST_BYTES // 2**20} MB a list of {MAX_CLASSES:,} names needs, so it is not "
+                             "read; give one name a line.")
 
 
 def _indexed(path: Path, pairs) -> list[str]:
@@ -404,78 +414,28 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
     weights_file = card.weights
     if weights not in (None, "pretrained", "random"):
         weights_file = Path(weights).expanduser()
-    state = None
-    if weights != "random" and weights_file is not None:
-        state = read_weights(weights_file, trust_pickle=trust_pickle)
+    has_weights = weights != "random" and weights_file is not None
+    # Read before the build only where the file is the network (a pickled whole module, no arch); otherwise its names
+    # and shapes are checked against the meta-built architecture first (`model_size.build_seeded`), then it is read.
+    state = read_weights(weights_file, trust_pickle=trust_pickle) if has_weights and card.arch is None else None
     # The spec's title reaches tables, figures and many messages: at most SHOWN_CHARS of the card's.
     title = shown(card.title or f"{card.name} (model card)")
     _check_head_fits(card, None, classes, title)  # a binary head's class list, before anything is built
     # The builders' output count: one per class name, one logit for a binary head's two names.
     outputs_wanted = output_count(card.head or "softmax", len(classes)) if classes is not None else None
+    check = (WeightsCheck(weights_file, classes=outputs_wanted, explain=source_hint, trust_pickle=trust_pickle)
+             if has_weights else None)
 
-    if card.arch in BUILTIN_BACKBONES:
-        return _builtin_with_head(card, classes, state, weights, weights_file, title)
-    source_categories: list[str] = []  # the architecture's own class names, used when the outputs fit them
-    source_head = None  # the head the architecture's own configuration names (Hugging Face's problem_type)
-    prep: dict = {}
-    blocks = None  # the source's readable layers (timm, Hugging Face): crop size → names
-    if isinstance(state, nn.Module) and card.arch is None:
-        model, state = state, None
-    elif card.arch is None:
-        raise ModelCardError(f"The model card {card.path} names no arch; add arch = \"torchvision:NAME\" or "
-                             "\"package.module:function\".",
-                             cli_hint="Only a whole pickled module loaded with --trust-pickle needs none.")
-    elif card.arch.startswith(TORCHVISION):
-        tv_name = model_name(card.arch)
-        tv_weights = default_weights(tv_name)
-        prep = preprocessing_of(tv_weights)
-        source_categories = categories_of(tv_weights)
-        kwargs = dict(card.arch_args)
-        if classes is not None:
-            kwargs.setdefault("num_classes", outputs_wanted)
-        try:
-            model = build_model(tv_name, **kwargs)
-        except (TypeError, ValueError) as err:
-            raise ModelCardError(f"Could not build {card.arch} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
-    elif card.arch.startswith(TIMM):
-        from . import timm_models
-
-        kwargs = dict(card.arch_args)
-        if classes is not None:
-            kwargs.setdefault("num_classes", outputs_wanted)
-        model = timm_models.build_timm(timm_models.timm_name(card.arch), **kwargs)
-        prep, source_categories = timm_models.preprocessing_of(model), timm_models.categories_of(model)
-        blocks = lambda crop: timm_models.layer_names(model, crop)  # noqa: E731 - after the weights are in
-    elif card.arch.startswith(HF):
-        from . import hf_models
-
-        kwargs = dict(card.arch_args)
-        if classes is not None:  # the card's head: as many outputs as names, named by them (binary: the positive)
-            labels = classes[-outputs_wanted:]
-            kwargs.setdefault("id2label", dict(enumerate(labels)))
-            kwargs.setdefault("label2id", {name: i for i, name in enumerate(labels)})
-        model, prep, source_categories = hf_models.architecture_from_hub(card.arch, trust, **kwargs)
-        source_head = hf_models.head_of_config(model.config)
-        blocks = lambda crop: hf_models.layer_names(model, crop)  # noqa: E731
-    else:
-        builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
-        try:
-            with torch.random.fork_rng(devices=[]):  # seeded for reproducible random weights; global RNG untouched
-                torch.manual_seed(0)
-                model = builder(**card.arch_args)
-        except Exception as err:  # noqa: BLE001 - the user's code
-            raise ModelCardError(f"The builder {card.arch} failed: {type(err).__name__}: {err}.") from None
-        if not isinstance(model, nn.Module):
-            raise ModelCardError(f"The builder {card.arch} returned {type(model).__name__}, not a torch nn.Module.")
-    if isinstance(state, nn.Module):
-        state = state.state_dict()
-    if state is not None:
-        try:
-            fit_state_dict(model, state, title, classes=outputs_wanted, explain=source_hint)
-        except WeightsMismatchError as err:
-            if card.head is None and classes is not None and len(classes) == 2:  # built with two outputs
-                err.cli_hint = err.app_hint = BINARY_HINT
-            raise
+    if card.arch in BUILTIN_BACKBONES:  # the registry's built-ins with a head of their own (`with_classes`)
+        return _builtin_with_head(card, classes, check, weights, weights_file, title)
+    try:
+        model, prep, source_categories, source_head, blocks = _card_model(
+            card, classes, state, check, title=title, outputs_wanted=outputs_wanted, trust=trust,
+            trust_pickle=trust_pickle)
+    except WeightsMismatchError as err:  # checked on the meta build or once read
+        if card.head is None and classes is not None and len(classes) == 2:  # built with two outputs
+            err.cli_hint = err.app_hint = BINARY_HINT
+        raise
     prep = _card_preprocessing(card, prep, model)
 
     outputs = _output_size(model, prep["crop"], prep["channels"])
@@ -497,6 +457,59 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
         note=f"From the model card {card.path}; layers discovered by a dry forward pass.", head=head, **prep,
     )
     return spec, model, weights_id, classes
+
+
+def _card_model(card: ModelCard, classes: list[str] | None, state, check: WeightsCheck | None, *, title: str,
+                outputs_wanted: int | None, trust: Trust, trust_pickle: bool) -> tuple:
+    """(model with the card's weights, the source's preprocessing, its class names, its head, its layer names by crop
+    size or None) of a card's arch: torchvision, timm, Hugging Face or a code builder (`load_card`)."""
+    source_categories: list[str] = []  # the architecture's own class names, used when the outputs fit them
+    source_head = None  # the head the architecture's own configuration names (Hugging Face's problem_type)
+    prep: dict = {}
+    blocks = None  # the source's readable layers (timm, Hugging Face): crop size → names
+    if isinstance(state, nn.Module) and card.arch is None:
+        model, state = state, None
+    elif card.arch is None:
+        raise ModelCardError(f"The model card {card.path} names no arch; add arch = \"torchvision:NAME\" or "
+                             "\"package.module:function\".",
+                             cli_hint="Only a whole pickled module loaded with --trust-pickle needs none.")
+    elif (source := _arch_source(card.arch)) is not None:
+        kwargs = dict(card.arch_args)
+        try:
+            built = source.card_arch(card.arch, kwargs, classes, outputs_wanted, check, trust)
+        except UserError:  # the size cap's, the weights' or the source's own sentence
+            raise
+        except (TypeError, ValueError) as err:
+            raise ModelCardError(f"Could not build {card.arch} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
+        model, prep, source_categories, source_head, blocks = built
+    else:
+        builder = import_builder(card.arch, card.path.parent, trust, card=card.path)
+        # Trusted code, counted like every source: first on the meta device where it builds there.
+        check_size(lambda: builder(**card.arch_args), title, input_size=card.preprocess.get("crop", CROP),
+                   channels=card.channels or 3)
+        try:
+            with torch.random.fork_rng(devices=[]):  # seeded for reproducible random weights; global RNG untouched
+                torch.manual_seed(0)
+                model = builder(**card.arch_args)
+        except Exception as err:  # noqa: BLE001 - the user's code
+            raise ModelCardError(f"The builder {card.arch} failed: {type(err).__name__}: {err}.") from None
+        if not isinstance(model, nn.Module):
+            raise ModelCardError(f"The builder {card.arch} returned {type(model).__name__}, not a torch nn.Module.")
+    if check is not None and state is None and card.arch is not None:  # checked against the meta build: now read
+        state = read_weights(check.path, trust_pickle=trust_pickle)
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    if state is not None:
+        fit_state_dict(model, state, title, classes=outputs_wanted, explain=source_hint)
+    return model, prep, source_categories, source_head, blocks
+
+
+def _arch_source(arch: str):
+    """The source (`sources.SOURCES`) that builds a card's arch with the card's head, or None (a code builder)."""
+    from . import source_of  # the package's registry (it lists this module's cards as a source)
+
+    source = source_of(arch)
+    return source if source is not None and source.card_arch is not None else None
 
 
 def _card_preprocessing(card: ModelCard, prep: dict, model: nn.Module) -> dict:
@@ -586,8 +599,8 @@ def _folder_card(card: ModelCard, classes: list[str] | None, weights, *, trust: 
     return spec, model, weights_id, list(categories)
 
 
-def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weights, weights_file: Path | None,
-                       title: str) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+def _builtin_with_head(card: ModelCard, classes: list[str] | None, check: WeightsCheck | None, weights,
+                       weights_file: Path | None, title: str) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """A built-in backbone with the card's head (`arch = "efficientnet_lite0"`, …): the built-in's spec (paper layer
     names, stage list, preprocessing, Grad-CAM and LRP) with the card's classes, weights and overrides."""
     from dataclasses import replace
@@ -606,7 +619,11 @@ def _builtin_with_head(card: ModelCard, classes: list[str] | None, state, weight
     names = classes if classes is not None else (base.categories() if base.categories else [])
     head = card.head or "softmax"
     outputs = output_count(head, len(names))
-    model = build_seeded(lambda: base.with_classes(outputs))
+    if check is not None:
+        check = replace(check, classes=outputs)
+    model = build_seeded(lambda: base.with_classes(outputs), title=title, input_size=base.crop, channels=base.channels,
+                         weights_check=check)
+    state = read_weights(check.path, trust_pickle=check.trust_pickle) if check is not None else None
     if isinstance(state, nn.Module):
         state = state.state_dict()
     if state is not None:

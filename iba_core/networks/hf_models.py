@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import re
 from contextlib import contextmanager
 from functools import lru_cache
@@ -39,9 +40,10 @@ from ..errors import UserError
 from ..trust import LOCAL, Trust, check_code, shown
 from .blocks import block_layers
 from .hub import hub_cache
-from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, NetworkSpec, UnknownModelError, build_seeded, derive_spec,
+from .model_size import ModelSize, WeightsCheck, build_seeded, check_size, config_floor, refuse_if_too_large
+from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, CardArch, NetworkSpec, UnknownModelError, derive_spec,
                    fit_channels)
-from .state_files import WeightsMismatchError, load_weights_file
+from .state_files import WeightsMismatchError, damaged_safetensors_error, load_weights_file, unsafe_pickle_error
 
 PREFIX = "hf:"
 #: A hub id: NAME or ORG/NAME (letters, digits, '-', '_', '.'), as huggingface_hub accepts them.
@@ -210,13 +212,23 @@ def _auto_config(source: str | Path, trust: Trust, local_only: bool, **overrides
                         f"({shown(err, 160)}).") from None
 
 
-def build_hf(config) -> nn.Module:
-    """An image classifier with untrained weights (seeded) from a transformers config, answering with logits."""
+def _from_config(config) -> nn.Module:
     from transformers import AutoModelForImageClassification
 
+    return AutoModelForImageClassification.from_config(config)
+
+
+def build_hf(config, *, title: str = "This Hugging Face model", input_size: int | None = None,
+             weights_check: WeightsCheck | None = None) -> nn.Module:
+    """An image classifier with untrained weights (seeded) from a transformers config, answering with logits;
+    refused above the model-size cap, and `weights_check`'s file checked against it, before it is built
+    (`model_size.build_seeded`)."""
     try:
-        model = build_seeded(lambda: AutoModelForImageClassification.from_config(config))
+        model = build_seeded(lambda: _from_config(config), title=title, input_size=input_size,
+                             channels=int(getattr(config, "num_channels", 3) or 3), weights_check=weights_check)
     except ValueError as err:  # not an image classifier (a text model, a backbone class)
+        if isinstance(err, UserError):  # the size cap's or the weights' own sentence
+            raise
         raise UserError(f"This Hugging Face model is no image classifier ({shown(err, 160)}).") from None
     return logits_only(model.float())
 
@@ -240,6 +252,7 @@ def _quiet(quiet: bool) -> Iterator[None]:
 def pretrained_hf(source: str | Path, trust: Trust, local_only: bool, title: str) -> nn.Module:
     """transformers' `from_pretrained` (fp32, weights_only / safetensors), refusing a checkpoint whose
     classification head it had to initialise (its logits would say nothing)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageClassification
 
     try:
@@ -247,6 +260,10 @@ def pretrained_hf(source: str | Path, trust: Trust, local_only: bool, title: str
             model, info = AutoModelForImageClassification.from_pretrained(
                 str(source), trust_remote_code=trust.code, local_files_only=local_only, dtype=torch.float32,
                 cache_dir=str(hub_cache()), output_loading_info=True)
+    except pickle.UnpicklingError:  # a pickled pytorch_model.bin (a folder's is checked before: `model_folders`)
+        raise unsafe_pickle_error(source) from None
+    except SafetensorError:  # a damaged or lying model.safetensors
+        raise damaged_safetensors_error(source) from None
     except ValueError as err:
         raise UserError(f"{shown(title)} is no image classifier transformers can load ({shown(err, 160)}).") from None
     except OSError as err:  # files missing or unreadable
@@ -272,16 +289,23 @@ def _load(source: str | Path, config: dict, processor: dict | None, key: str, ti
           local_only: bool) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """What `load_hf` and `load_hf_folder` share once config.json (and the processor's) are read."""
     check_no_code(config, title, trust)
-    channels_of(config)  # one sentence for a channel count no image has, before the model is built
+    refuse_if_too_large(ModelSize(config_floor(config)), title, at_least=True)  # before transformers is imported
+    channels = channels_of(config)  # one sentence for a channel count no image has, before the model is built
+    prep = preprocessing_of(processor, config)
+    auto_config = _auto_config(source, trust, local_only)
     if weights in (None, "pretrained"):
+        # Counted on the meta device first: from_pretrained allocates the whole model before it reads a weight.
+        check_size(lambda: _from_config(auto_config), title, input_size=prep["crop"], channels=channels)
         model = pretrained_hf(source, trust, local_only, title)
     else:
-        model = build_hf(_auto_config(source, trust, local_only))
+        explicit = weights != "random"
+        model = build_hf(auto_config, title=title, input_size=prep["crop"],
+                         weights_check=WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
         weights_id = "random"
-        if weights != "random":
+        if explicit:
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     categories = categories_of(config)
-    spec = hf_spec(model, key, title, preprocessing_of(processor, config), categories, head=head_of_config(config),
+    spec = hf_spec(model, key, title, prep, categories, head=head_of_config(config),
                    note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing, class names and head "
                    "from its own configuration.")
     return spec, model, weights_id, categories
@@ -305,7 +329,8 @@ def load_hf(key: str, weights: str | os.PathLike | None = "pretrained", *, trust
                  local_only=offline)
 
 
-def architecture_from_hub(key: str, trust: Trust = LOCAL, **overrides) -> tuple[nn.Module, dict, list[str]]:
+def architecture_from_hub(key: str, trust: Trust = LOCAL, weights_check: WeightsCheck | None = None,
+                          **overrides) -> tuple[nn.Module, dict, list[str]]:
     """(untrained classifier, preprocessing, class names) of the architecture `hf:ORG/NAME` names: a card's arch,
     built with the card's head (`overrides` of its config, e.g. num_labels) before the card's weights go in."""
     from .hub import hub_file, hub_offline
@@ -315,11 +340,26 @@ def architecture_from_hub(key: str, trust: Trust = LOCAL, **overrides) -> tuple[
     config_path = hub_file(repo, "config.json", what=PREFIX + repo, offline=offline)
     config = read_json(config_path, "the model's config")
     check_no_code(config, PREFIX + repo, trust)
+    refuse_if_too_large(ModelSize(config_floor(config)), PREFIX + repo, at_least=True)
     channels_of(config)
     processor_path = hub_file(repo, "preprocessor_config.json", what=PREFIX + repo, optional=True, offline=offline)
     processor = read_json(processor_path, "the image processor's config") if processor_path else None
-    model = build_hf(_auto_config(config_path.parent, trust, True, **overrides))  # the cached config.json's folder
-    return model, preprocessing_of(processor, config), categories_of(config)
+    prep = preprocessing_of(processor, config)
+    model = build_hf(_auto_config(config_path.parent, trust, True, **overrides),  # the cached config.json's folder
+                     title=PREFIX + repo, input_size=prep["crop"], weights_check=weights_check)
+    return model, prep, categories_of(config)
+
+
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust: Trust = LOCAL) -> CardArch:
+    """A model card's `arch = "hf:ORG/NAME"`: that architecture with the card's head (as many outputs as names, named
+    by them; a binary head: the positive name), its preprocessing, class names, head and layers."""
+    if classes is not None:
+        labels = classes[-outputs:]
+        kwargs.setdefault("id2label", dict(enumerate(labels)))
+        kwargs.setdefault("label2id", {name: i for i, name in enumerate(labels)})
+    model, prep, categories = architecture_from_hub(arch, trust, weights_check, **kwargs)
+    return CardArch(model, prep, categories, head_of_config(model.config), lambda crop: layer_names(model, crop))
 
 
 def load_hf_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike | None, weights_id: str, *,

@@ -26,7 +26,7 @@ from ..errors import UserError
 from ..trust import LOCAL, Trust, check_server_path, shown
 from .cards import MAX_CLASSES, ModelCardError, check_builder_args
 from .spec import NetworkSpec
-from .state_files import weights_hash
+from .state_files import peek_state, weights_hash
 
 FOLDER_PREFIX = "folder:"
 #: Sizes in a transformers config that the model allocates from (checked before it is built).
@@ -35,6 +35,8 @@ HF_SIZE_ENTRIES = ("image_size", "patch_size", "num_channels", "hidden_size", "h
 #: The weights file of each layout, in the order they are looked for (a .bin is read with weights_only).
 WEIGHTS_FILES = {"timm": ("model.safetensors", "pytorch_model.bin"),
                  "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")}
+#: The largest weights index read: transformers' index of a 1,000-tensor model is about 100 kB.
+MAX_INDEX_BYTES = 16 * 2**20
 LAYOUTS = ("timm's (save_for_hf: config.json with \"architecture\", model.safetensors) or transformers' "
            "(save_pretrained: config.json with \"model_type\", model.safetensors)")
 
@@ -95,6 +97,40 @@ def _check_sizes(folder: Path, sizes: dict, key) -> None:
         raise FolderError(err.message) from None
 
 
+def shard_files(folder: Path, index: Path) -> list[Path]:
+    """The shard files a `model.safetensors.index.json` names (its weight_map's values), each a file inside `folder`
+    (symlinks resolved); else one sentence: an index never leads a load out of its folder."""
+    from .hf_models import read_json
+
+    if index.stat().st_size > MAX_INDEX_BYTES:
+        raise FolderError(f"The weights index {shown(index)} is larger than {MAX_INDEX_BYTES // 2**20} MB, so it is "
+                          "no index transformers wrote.")
+    weight_map = read_json(index, "the weights index").get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise FolderError(f"The weights index {shown(index)} has no weight_map of tensor names to shard files.")
+    root = folder.resolve()
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        shard = (folder / name).resolve()
+        if Path(name).is_absolute() or shard.parent != root:
+            raise FolderError(f"The weights index {shown(index)} names the shard {shown(name, 60)} outside its folder; "
+                              "shards must be files beside the index.")
+        if not shard.is_file():
+            raise FolderError(f"The weights index {shown(index)} names the shard {shown(name, 60)}, which is not in "
+                              "the folder.")
+        shards.append(shard)
+    return shards
+
+
+def check_weights_files(folder: Path, found: Path, *, trust_pickle: bool = False) -> None:
+    """Refuse a folder's weights file that is damaged (a safetensors file whose header lies or is no JSON), holds
+    pickled objects, or is an index naming shards outside the folder, with the sentence a `--weights` file gets
+    (`state_files.peek_state`); reads headers only, no tensor data."""
+    files = shard_files(folder, found) if found.name.endswith(".index.json") else [found]
+    for file in files:
+        peek_state(file, trust_pickle=trust_pickle)
+
+
 def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *, trust_pickle: bool = False,
                 trust: Trust = LOCAL) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model with its weights, weights id, class names) of a model folder (see the module docstring).
@@ -112,6 +148,8 @@ def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pre
         weights_id = weights_hash(found)
         if layout == "timm":  # timm's folder weights are a plain state dict, read like any file
             weights = found
+        else:  # transformers reads them itself: checked first, so a bad file gets the sentence a --weights file gets
+            check_weights_files(folder, found, trust_pickle=trust_pickle)
     if layout == "timm":
         from .timm_models import load_timm_folder
 

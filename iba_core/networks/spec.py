@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from PIL import Image
@@ -64,6 +64,18 @@ class Flatten(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(x, 1)
+
+
+class CardArch(NamedTuple):
+    """What a source builds for a model card's arch (`sources.Source.card_arch`): the model (untrained, with the
+    card's head), the source's preprocessing, its own class names, the head its configuration names (or None) and
+    its readable layers by crop size (or None: found by the dry pass)."""
+
+    model: nn.Module
+    prep: dict
+    categories: list[str]
+    head: str | None = None
+    blocks: Callable[[int], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -559,24 +571,6 @@ def derive_spec(
         layer_info=tuple(listed),
         **fields,
     )
-
-
-def build_seeded(make: Callable[[], nn.Module]) -> nn.Module:
-    """`make()` with torch's RNG seeded (random weights are reproducible, so their statistics can be cached) in a
-    forked RNG (the process's global RNG is untouched: the app's process serves every browser session).
-
-    Linear layers initialised to zero (ViT classification heads) get small random weights instead: with a zero
-    head every logit is 0 whatever the image, every gradient vanishes and random weights could not check any
-    method's structure. Loaded weights overwrite them anyway.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = make()
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, nn.Linear) and not module.weight.any():
-                    module.weight.normal_(0.0, 0.02)
-    return model
 
 
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:

@@ -70,14 +70,63 @@ def _archive_kind(path: Path) -> str | None:
     return None
 
 
+#: safetensors' dtype names (its header's) as torch dtypes, for `peek_state`.
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                      "BOOL": torch.bool}
+
+
+def damaged_safetensors_error(path: str | os.PathLike) -> WeightsUnavailableError:
+    """The one sentence for a safetensors file that cannot be read (damaged, a lying header, not safetensors). The
+    path is named whole: the app's form replaces its working paths by the names of the files given (`app.models`)."""
+    return WeightsUnavailableError(
+        f"Could not read the safetensors file {path}: it is damaged or not a safetensors file; save the "
+        "weights again with safetensors' save_file(model.state_dict(), path).")
+
+
+def unsafe_pickle_error(path: str | os.PathLike) -> UnsafeWeightsError:
+    """The one sentence for a weights file holding pickled Python objects (refused unless trust_pickle)."""
+    return UnsafeWeightsError(
+        f"{path} holds pickled Python objects (probably a whole model saved with torch.save(model, "
+        f"path)); loading them could run arbitrary code, so it is refused. {SAVE_INSTEAD[0].upper()}"
+        f"{SAVE_INSTEAD[1:]}.",
+        cli_hint="Or, for a file you made yourself, add --trust-pickle to load it.",
+        app_hint="Then use the saved file.")
+
+
+def _checked_file(path: str | os.PathLike) -> Path:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise WeightsUnavailableError(f"Weights file not found: {path}")
+    return path
+
+
+def _torch_load(path: Path, *, trust_pickle: bool, mmap: bool = False):
+    """torch.load with weights_only (tensors and plain containers), or the one sentence for what it refused; a
+    pickled module only with `trust_pickle`. mmap: the tensors are mapped, not read (their data stays on disk)."""
+    kind = _archive_kind(path)
+    if kind is not None:
+        raise UnsafeWeightsError(
+            f"{path} is a {kind} archive (a compiled program), not a state dict; it is not loaded. "
+            f"From the model in Python, {SAVE_INSTEAD}.")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001 - pickle errors come in many types
+        if not _is_unsafe_pickle(err):
+            raise WeightsUnavailableError(
+                f"Could not read the weights file {path}: it is not a PyTorch state dict (.pth/.pt) or a "
+                f"safetensors file, or it is damaged; {SAVE_INSTEAD}.") from err
+        if not trust_pickle:
+            raise unsafe_pickle_error(path) from None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def read_weights(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict[str, torch.Tensor] | nn.Module:
     """The state dict in a .pth/.pt/.safetensors file (a whole module only with trust_pickle=True).
 
     Checkpoints that wrap the state dict ({"state_dict": …} or {"model": …}) are unwrapped.
     """
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise WeightsUnavailableError(f"Weights file not found: {path}")
+    path = _checked_file(path)
     if path.suffix.lower() == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -85,30 +134,38 @@ def read_weights(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict
         try:
             return load_file(str(path), device="cpu")
         except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-            raise WeightsUnavailableError(
-                f"Could not read the safetensors file {path}: it is damaged or not a safetensors file; save the "
-                "weights again with safetensors' save_file(model.state_dict(), path).") from err
-    kind = _archive_kind(path)
-    if kind is not None:
-        raise UnsafeWeightsError(
-            f"{path} is a {kind} archive (a compiled program), not a state dict; it is not loaded. "
-            f"From the model in Python, {SAVE_INSTEAD}.")
+            raise damaged_safetensors_error(path) from err
+    return _unwrap(_torch_load(path, trust_pickle=trust_pickle), path)
+
+
+def peek_state(path: str | os.PathLike, *, trust_pickle: bool = False) -> dict[str, torch.Tensor] | None:
+    """A weights file's names, shapes and dtypes without its data (meta tensors from a safetensors header; a .pth
+    mapped, not read), with `read_weights`' refusals (a damaged file, pickled objects); None when only a full read
+    can tell (an old-format .pth, a whole module loaded with trust_pickle)."""
+    path = _checked_file(path)
+    if path.suffix.lower() == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), "pt") as file:  # reads and checks the header: offsets must cover the file
+                state = {}
+                for key in file.keys():
+                    piece = file.get_slice(key)
+                    dtype = SAFETENSORS_DTYPES.get(piece.get_dtype(), torch.float32)
+                    state[key] = torch.empty(piece.get_shape(), dtype=dtype, device="meta")
+                return state
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise damaged_safetensors_error(path) from err
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - pickle errors come in many types
-        if not _is_unsafe_pickle(err):
-            raise WeightsUnavailableError(
-                f"Could not read the weights file {path}: it is not a PyTorch state dict (.pth/.pt) or a "
-                f"safetensors file, or it is damaged; {SAVE_INSTEAD}.") from err
-        if not trust_pickle:
-            raise UnsafeWeightsError(
-                f"{path} holds pickled Python objects (probably a whole model saved with torch.save(model, "
-                f"path)); loading them could run arbitrary code, so it is refused. {SAVE_INSTEAD[0].upper()}"
-                f"{SAVE_INSTEAD[1:]}.",
-                cli_hint="Or, for a file you made yourself, add --trust-pickle to load it.",
-                app_hint="Then use the saved file.") from None
-        obj = torch.load(path, map_location="cpu", weights_only=False)
-    return _unwrap(obj, path)
+        obj = _torch_load(path, trust_pickle=False, mmap=True)  # never unpickles objects, even where trusted
+    except UnsafeWeightsError:
+        if trust_pickle and _archive_kind(path) is None:
+            return None  # a pickled module the caller trusts: its names are known once it is loaded
+        raise
+    except WeightsUnavailableError:
+        return None  # not mappable (an old-format file): the full read says what is wrong, if anything
+    state = _unwrap(obj, path)
+    return None if isinstance(state, nn.Module) else state
 
 
 def _is_unsafe_pickle(err: Exception) -> bool:
@@ -216,15 +273,10 @@ def load_weights_file(model: nn.Module, path: str | os.PathLike, title: str, *, 
     return weights_hash(path)
 
 
-def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str, *,
-                   classes: int | None = None, explain: Explain | None = None) -> nn.Module:
-    """Load `state` into `model`, or one message listing the first mismatches.
-
-    `classes`: the length of the class list, named in the message when the output layer is what differs.
-    `explain`: asked when more than the output layer differs, names a source the weights do fit
-    (`state_match.source_hint`, a few seconds at most: model cards pass it).
-    """
-    own = model.state_dict()
+def check_state(own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], title: str, *,
+                classes: int | None = None, explain: Explain | None = None) -> None:
+    """One message listing the first mismatches when `state` does not fit `own` (a model's state dict, meta tensors
+    included: only names, shapes and dtypes count), else nothing. See `fit_state_dict` for `classes` and `explain`."""
     mismatch = compare_state(own, state)
     if mismatch:
         missing, unexpected, shapes = mismatch.missing, mismatch.unexpected, mismatch.shapes
@@ -257,5 +309,16 @@ def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str,
              if not _fits_dtype(state[k], own[k])]
     if wrong:
         _refuse_dtypes(wrong, title)
+
+
+def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], title: str, *,
+                   classes: int | None = None, explain: Explain | None = None) -> nn.Module:
+    """Load `state` into `model`, or one message listing the first mismatches (`check_state`).
+
+    `classes`: the length of the class list, named in the message when the output layer is what differs.
+    `explain`: asked when more than the output layer differs, names a source the weights do fit
+    (`state_match.source_hint`, a few seconds at most: model cards pass it).
+    """
+    check_state(model.state_dict(), state, title, classes=classes, explain=explain)
     model.load_state_dict(state)
     return model

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 import time
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Mapping
 
 import torch
 
+from .model_size import on_meta
 #: The longest the search may take, in seconds (it runs only for a refused file).
 BUDGET_S = 3.0
 #: A torchvision family is tried when its first member's key patterns cover this share of the state's.
@@ -68,22 +68,12 @@ def _signature_of(model: torch.nn.Module) -> Signature:
     return tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
 
 
-def _on_meta(build) -> torch.nn.Module | None:
-    """`build()` on the meta device (no memory, the global RNG untouched), or None when it cannot build there."""
-    try:
-        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), torch.device("meta"):
-            warnings.simplefilter("ignore")  # builders' notes on initialisation: nothing a user should see here
-            return build()
-    except Exception:  # noqa: BLE001 - a builder that needs real tensors while building is simply not tried
-        return None
-
-
 @lru_cache(maxsize=None)
 def _builtin_signature(key: str) -> Signature | None:
     """The built-in backbone `key` with a probe head (`PROBE_CLASSES`), as key names and shapes."""
     from . import REGISTRY
 
-    model = _on_meta(lambda: REGISTRY[key].with_classes(PROBE_CLASSES))
+    model = on_meta(lambda: REGISTRY[key].with_classes(PROBE_CLASSES))
     return _signature_of(model) if model is not None else None
 
 
@@ -92,7 +82,7 @@ def _torchvision_signature(name: str) -> Signature | None:
     """torchvision's `name` with `PROBE_CLASSES` classes, as key names and shapes (None: it cannot build on meta)."""
     from torchvision.models import get_model_builder
 
-    model = _on_meta(lambda: get_model_builder(name)(weights=None, num_classes=PROBE_CLASSES))
+    model = on_meta(lambda: get_model_builder(name)(weights=None, num_classes=PROBE_CLASSES))
     return _signature_of(model) if model is not None else None
 
 

@@ -31,7 +31,8 @@ from ..errors import UserError
 from ..settings import weights_dir
 from ..trust import shown
 from .blocks import block_layers
-from .spec import (INTERPOLATIONS, NetworkSpec, UnknownModelError, WeightsUnavailableError, build_seeded, derive_spec,
+from .model_size import WeightsCheck, build_seeded
+from .spec import (INTERPOLATIONS, CardArch, NetworkSpec, UnknownModelError, WeightsUnavailableError, derive_spec,
                    fit_channels)
 from .state_files import fit_state_dict, load_weights_file, read_weights, weights_hash
 
@@ -63,13 +64,18 @@ def timm_name(key: str) -> str:
     raise UnknownModelError(f"timm has no model {shown(name)!r}; {named}.")
 
 
-def build_timm(name: str, **kwargs: Any) -> nn.Module:
-    """timm's `name` with untrained weights (seeded, `spec.build_seeded`); kwargs go to `timm.create_model`."""
+def build_timm(name: str, weights_check: WeightsCheck | None = None, **kwargs: Any) -> nn.Module:
+    """timm's `name` with untrained weights (seeded, `model_size.build_seeded`: refused above the model-size cap, and
+    `weights_check`'s file checked against it, before it is built); kwargs go to `timm.create_model`."""
     import timm
 
     try:
-        return build_seeded(lambda: timm.create_model(name, pretrained=False, **kwargs))
+        return build_seeded(lambda: timm.create_model(name, pretrained=False, **kwargs), title=name,
+                            input_size=lambda model: int(model.pretrained_cfg.get("input_size", (3, 224))[-1]),
+                            channels=input_channels, weights_check=weights_check)
     except (TypeError, ValueError, RuntimeError, AssertionError) as err:
+        if isinstance(err, UserError):  # the size cap's or the weights' own sentence
+            raise
         raise UserError(f"timm could not build {shown(name)} with {shown(kwargs, 120)}: {shown(err, 160)}.") from None
 
 
@@ -182,8 +188,9 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
               ) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model with its weights, weights id, class names) of `timm:NAME`."""
     name = timm_name(key)
-    model = build_timm(name)
     title = f"{name} (timm)"
+    explicit = weights not in (None, "pretrained", "random")
+    model = build_timm(name, WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
     if weights == "random":
         weights_id = "random"
     else:
@@ -200,6 +207,17 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
     return spec, model, weights_id, categories
 
 
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust=None) -> CardArch:
+    """A model card's `arch = "timm:NAME"`: NAME with `num_classes` = the card's outputs (unless its [arch_args]
+    say), preprocessing, class names and layers from timm's configuration."""
+    if classes is not None:
+        kwargs.setdefault("num_classes", outputs)
+    model = build_timm(timm_name(arch), weights_check, **kwargs)
+    return CardArch(model, preprocessing_of(model), categories_of(model),
+                    blocks=lambda crop: layer_names(model, crop))  # read once the weights are in
+
+
 def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike, *,
                      trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model, weights id, class names) of a folder timm's `save_for_hf` wrote (`model_folders`): config.json
@@ -208,7 +226,9 @@ def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.Pat
     arch = config.get("architecture")
     timm_name(str(arch))  # a clear error for an architecture this timm does not have
     title = f"{folder.name} ({arch}, timm folder)"
-    model = build_timm(f"local-dir:{folder}")  # timm reads config.json: architecture, model_args, pretrained_cfg
+    check = WeightsCheck(weights, trust_pickle=trust_pickle) if weights != "random" else None
+    # timm reads config.json: architecture, model_args, pretrained_cfg
+    model = build_timm(f"local-dir:{folder}", check)
     weights_id = "random"
     if weights != "random":
         weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from torch import nn
 
-from .spec import CROP, RESIZE, NetworkSpec, UnknownModelError, WeightsSource, build_seeded, derive_spec
+from .model_size import WeightsCheck, build_seeded
+from .spec import CROP, RESIZE, CardArch, NetworkSpec, UnknownModelError, WeightsSource, derive_spec
 from .state_files import fit_state_dict, read_weights, weights_hash
 
 PREFIX = "torchvision:"
@@ -76,12 +77,15 @@ def categories_of(weights) -> list[str]:
     return list(weights.meta.get("categories") or []) if weights is not None else []
 
 
-def build_model(name: str, **kwargs) -> nn.Module:
-    """torchvision's `name` with random initialisation, seeded (`spec.build_seeded`: reproducible, the global RNG
-    untouched, no all-zero linear layers)."""
+def build_model(name: str, weights_check: WeightsCheck | None = None, **kwargs) -> nn.Module:
+    """torchvision's `name` with random initialisation, seeded (`model_size.build_seeded`: reproducible, the global RNG
+    untouched, no all-zero linear layers; refused above the model-size cap, `weights_check`'s file checked against
+    it, before it is built)."""
     from torchvision.models import get_model_builder
 
-    return build_seeded(lambda: get_model_builder(name)(weights=None, **kwargs))
+    crop = preprocessing_of(default_weights(name)).get("crop", CROP)
+    return build_seeded(lambda: get_model_builder(name)(weights=None, **kwargs), title=f"{PREFIX}{name}",
+                        input_size=crop, weights_check=weights_check)
 
 
 def torchvision_spec(key: str, model: nn.Module | None = None) -> NetworkSpec:
@@ -114,11 +118,23 @@ def load_torchvision_state(spec: NetworkSpec, weights: str | os.PathLike | None,
     return read_weights(weights, trust_pickle=trust_pickle), weights_hash(weights)
 
 
+def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int | None,
+              weights_check: WeightsCheck | None, trust=None) -> CardArch:
+    """A model card's `arch = "torchvision:NAME"`: NAME with `num_classes` = the card's outputs (unless its
+    [arch_args] say), preprocessing and class names from the default weights."""
+    name = model_name(arch)
+    weights = default_weights(name)
+    if classes is not None:
+        kwargs.setdefault("num_classes", outputs)
+    return CardArch(build_model(name, weights_check, **kwargs), preprocessing_of(weights), categories_of(weights))
+
+
 def load_torchvision(key: str, weights: str | os.PathLike | None = "pretrained", *,
                      trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str]:
     """(spec, model with its weights, weights id) of `torchvision:NAME`."""
     name = model_name(key)
-    model = build_model(name)
+    explicit = weights not in (None, "pretrained", "random")
+    model = build_model(name, WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
     spec = torchvision_spec(key, model)
     state, weights_id = load_torchvision_state(spec, weights, trust_pickle=trust_pickle)
     if isinstance(state, nn.Module):

@@ -219,18 +219,18 @@ def test_the_form_reads_no_server_path_outside_the_owners_folders(tmp_path, monk
 @pytest.fixture
 def no_build(monkeypatch) -> list:
     """Records any attempt to build a torchvision network from a card (it must not happen for a refused card)."""
-    import iba_core.networks.cards as cards
+    import iba_core.networks.torchvision_any as torchvision_any
 
     built: list = []
-    real = cards.build_model
+    real = torchvision_any.build_model
 
-    def spy(name, **kwargs):
+    def spy(name, weights_check=None, **kwargs):
         built.append(kwargs)
         if len(kwargs) > 3 or kwargs.get("num_classes", 1000) > 1000:  # refused cards fail here, not by memory
             raise AssertionError(f"a refused card reached the builder with {str(kwargs)[:200]}")
-        return real(name, **kwargs)
+        return real(name, weights_check, **kwargs)
 
-    monkeypatch.setattr(cards, "build_model", spy)
+    monkeypatch.setattr(torchvision_any, "build_model", spy)
     return built
 
 

@@ -62,18 +62,18 @@ def test_minus_one_is_an_index_out_of_range(twice) -> None:
 @pytest.fixture
 def no_build(monkeypatch) -> list:
     """Records any attempt to build a torchvision network from a card (sized by the class list)."""
-    import iba_core.networks.cards as cards
+    import iba_core.networks.torchvision_any as torchvision_any
 
     built: list = []
-    real = cards.build_model
+    real = torchvision_any.build_model
 
-    def spy(name, **kwargs):
+    def spy(name, weights_check=None, **kwargs):
         built.append(kwargs.get("num_classes"))
         if kwargs.get("num_classes", 1000) > 1000:  # an unbounded list fails here, not by memory
             raise AssertionError(f"a network with {kwargs['num_classes']:,} outputs was about to be built")
-        return real(name, **kwargs)
+        return real(name, weights_check, **kwargs)
 
-    monkeypatch.setattr(cards, "build_model", spy)
+    monkeypatch.setattr(torchvision_any, "build_model", spy)
     return built
 
 

@@ -167,3 +167,96 @@ def test_the_form_refuses_integer_safetensors_and_keeps_the_chosen_network(tmp_p
     assert_one_sentence(errors[0])
     assert sorted(str(p.relative_to(models)) for p in models.rglob("*")) == listing  # nothing written or left
     assert at.session_state["network"] == fruit and not at.success
+
+
+# ---- a Hugging Face folder's own weights (issue 27.4): the sentence a --weights file gets --------------------------
+
+
+def _hf_folder(tmp_path: Path, name: str = "vit") -> Path:
+    from source_fixtures import save_hf_vit
+
+    return save_hf_vit(tmp_path / name)
+
+
+def _lying_header(path: Path) -> None:
+    """Rewrite a safetensors file so its header claims a tensor far larger than the file holds."""
+    import json
+    import struct
+
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    first = next(k for k in header if k != "__metadata__")
+    header[first]["shape"] = [100_000, 100_000]
+    header[first]["data_offsets"] = [0, 4 * 10**10]
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + size:])
+
+
+@pytest.mark.parametrize("damage", ["pickled bin", "lying header", "garbage header"])
+def test_a_bad_hugging_face_folder_gets_the_sentence_a_weights_file_gets(damage, tmp_path) -> None:
+    from transformers import ViTForImageClassification
+
+    from iba_core.networks import UnsafeWeightsError
+
+    folder = _hf_folder(tmp_path)
+    weights = folder / "model.safetensors"
+    if damage == "pickled bin":  # only the pickle: a whole module saved with torch.save(model)
+        model = ViTForImageClassification.from_pretrained(folder)
+        weights.unlink()
+        weights = folder / "pytorch_model.bin"
+        torch.save(model, weights)
+        expected = UnsafeWeightsError
+    elif damage == "lying header":
+        _lying_header(weights)
+        expected = WeightsUnavailableError
+    else:
+        weights.write_bytes((10).to_bytes(8, "little") + b"{not json!" + b"\0" * 64)
+        expected = WeightsUnavailableError
+    with pytest.raises(expected) as err:
+        load_network(folder)
+    folder_message = str(err.value)
+    assert_one_sentence(folder_message)
+    # The same sentence as the same file given as --weights to a network.
+    with pytest.raises(expected) as plain:
+        load_network("torchvision:resnet18", weights=weights)
+    assert folder_message == str(plain.value)
+    assert cli_error(run_cli(["stats", "--model", folder, "--n", "1"])).startswith(folder_message)
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "link.safetensors"])
+def test_an_index_naming_shards_outside_the_folder_is_refused(shard, tmp_path) -> None:
+    import json
+
+    from iba_core.networks import FolderError
+
+    folder = _hf_folder(tmp_path / "in")
+    outside = tmp_path / "in" / "outside.safetensors"  # beside the folder: ../outside.safetensors
+    (folder / "model.safetensors").rename(outside)
+    if shard == "link.safetensors":
+        (folder / shard).symlink_to(outside)
+    from safetensors import safe_open
+
+    with safe_open(str(outside), "pt") as f:
+        names = list(f.keys())
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        n: shard for n in names}}))
+    with pytest.raises(FolderError, match="outside its folder; shards must be files beside the index") as err:
+        load_network(folder)
+    assert_one_sentence(str(err.value))
+    message = cli_error(run_cli(["stats", "--model", folder, "--n", "1"]))
+    assert "outside its folder" in message
+
+
+def test_an_index_of_shards_inside_the_folder_loads(tmp_path) -> None:
+    import json
+
+    from safetensors import safe_open
+
+    folder = _hf_folder(tmp_path)
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    with safe_open(str(folder / "model-00001-of-00001.safetensors"), "pt") as f:
+        names = list(f.keys())
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        n: "model-00001-of-00001.safetensors" for n in names}}))
+    assert load_network(folder).spec.crop == 64
