@@ -21,7 +21,7 @@ from typing import IO, Union
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import UserError
+from .errors import MissingFileError, UserError
 
 __all__ = [
     "FORMAT_INFO",
@@ -836,5 +836,5 @@ def find_images(folder: str | os.PathLike) -> list[Path]:
     """All image files below `folder`, recursively, in a stable order."""
     root = Path(folder).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(f"Image folder not found: {root}")
+        raise MissingFileError(f"Image folder not found: {root}")
     return sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())

@@ -540,7 +540,7 @@ def derive_spec(
         listed = [info for info in infos if info.name in wanted and info.usable] or infos
     usable = [info.name for info in listed if info.usable]
     if not usable:
-        raise ValueError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
+        raise UserError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
                          "grid that runs once per forward pass; nothing to attribute.")
     blocks = transformer_blocks(model, listed)
     default = default_layer_of(listed, blocks, min_default_size)
