@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import UserError
+
 #: A class given by its index: digits, optionally signed (so "-1" is an index out of range, not a name).
 INDEX_TEXT = re.compile(r"^[+-]?\d+$")
 #: The longest part of a typed target a message repeats.
@@ -18,8 +20,8 @@ def _shown(text: str) -> str:
 
 def resolve_class(categories: Sequence[str], target: int | str) -> int:
     """Class index from an index (an integer or a digit string, signed ones included), an exact
-    (case-insensitive) name, or a part of a name that fits exactly one class. ValueError, with the
-    candidates, when nothing or several fit; a name that several classes share needs its index."""
+    (case-insensitive) name, or a part of a name that fits exactly one class. UserError (a ValueError),
+    with the candidates, when nothing or several fit; a name that several classes share needs its index."""
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         idx = int(target)
     elif isinstance(target, str) and INDEX_TEXT.match(target.strip()):
@@ -28,24 +30,24 @@ def resolve_class(categories: Sequence[str], target: int | str) -> int:
         idx = None
     if idx is not None:
         if categories and not 0 <= idx < len(categories):
-            raise ValueError(f"Class index {idx} is out of range 0…{len(categories) - 1}.")
+            raise UserError(f"Class index {idx} is out of range 0…{len(categories) - 1}.")
         if idx < 0:
-            raise ValueError(f"Class index {idx} is negative; class indices start at 0.")
+            raise UserError(f"Class index {idx} is negative; class indices start at 0.")
         return idx
     if not isinstance(target, str) or not target.strip():
-        raise ValueError(f"Give a class as an index or a name, not {_shown(str(target))}.")
+        raise UserError(f"Give a class as an index or a name, not {_shown(str(target))}.")
     wanted = target.strip().lower()
     lowered = [name.lower() for name in categories]
     exact = [i for i, name in enumerate(lowered) if name == wanted]
     if len(exact) == 1:
         return exact[0]
     if exact:  # e.g. ImageNet's two classes named "crane" (the bird, the machine)
-        raise ValueError(f"{len(exact)} classes are named {_shown(target.strip())} (indices "
+        raise UserError(f"{len(exact)} classes are named {_shown(target.strip())} (indices "
                          f"{', '.join(map(str, exact))}); give the index of the one you mean.")
     matches = [i for i, name in enumerate(lowered) if wanted in name]
     if len(matches) == 1:
         return matches[0]
     if matches:
         shown = ", ".join(categories[i] for i in matches[:8]) + (" …" if len(matches) > 8 else "")
-        raise ValueError(f"{_shown(target)} fits {len(matches)} classes: {shown}. Type more of the name.")
-    raise ValueError(f"No class named {_shown(target)}.")
+        raise UserError(f"{_shown(target)} fits {len(matches)} classes: {shown}. Type more of the name.")
+    raise UserError(f"No class named {_shown(target)}.")
