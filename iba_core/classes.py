@@ -20,8 +20,8 @@ def _shown(text: str) -> str:
 
 def resolve_class(categories: Sequence[str], target: int | str) -> int:
     """Class index from an index (an integer or a digit string, signed ones included), an exact
-    (case-insensitive) name, or a part of a name that fits exactly one class. ValueError, with the
-    candidates, when nothing or several fit; a name that several classes share needs its index."""
+    (case-insensitive) name, or a part of a name that fits exactly one class. UserError (a ValueError),
+    with the candidates, when nothing or several fit; a name that several classes share needs its index."""
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         idx = int(target)
     elif isinstance(target, str) and INDEX_TEXT.match(target.strip()):
