@@ -273,6 +273,28 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
     return out
 
 
+def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, Method], settings: FolderSettings,
+                device, told: Callable[[str], None]):
+    """(row, map) of every pending (image, method) of `chunk`: an image that cannot be loaded, or whose target the
+    network has no output for, gives an error row per method; the others go through each method in one batch."""
+    loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
+    readable = [b for b in loaded if b.error is None]
+    base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
+        if readable else {}
+    for b in loaded:
+        if b.error is not None:
+            for m in b.methods:
+                yield {**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
+                       "method_name": m.name, "error": b.error}, None
+    good = [b for b in loaded if b.error is None]
+    for method in methods if good else []:
+        mine_now = [b for b in good if method in b.methods]
+        if mine_now:
+            told(f"{method.name} · {mine_now[0].item.key}")
+            yield from _method_rows(network, runners[method.key], mine_now, [base[b.item.key] for b in mine_now],
+                                    device)
+
+
 #: Seconds between two looks at images another live writer holds (its claims go when its part is written).
 CLAIM_POLL_SECONDS = 1.0
 
@@ -333,6 +355,20 @@ def _claimed_chunks(todo: list, size: int, claims: Claims, writer: PartWriter, l
         summary.skipped += len(deferred) - len(pending)  # written by another process meanwhile
 
 
+def _checked_methods(network, methods: Sequence[Method], settings: FolderSettings) -> list[Method]:
+    """The run's methods, each once, after checking that they and the batch size can run here (UserError)."""
+    if settings.batch_images < 1:
+        raise UserError(f"Images per batch must be at least 1 (you gave {settings.batch_images}).")
+    methods = list(dict((m.key, m) for m in methods).values())
+    if not methods:
+        raise UserError("Choose at least one attribution method.")
+    for method in methods:
+        reason = method.available_for(network)
+        if reason:
+            raise UserError(f"{method.name} cannot run here: {reason}")
+    return methods
+
+
 def run_folder(
     network,
     items: Sequence[ImageItem],
@@ -357,15 +393,7 @@ def run_folder(
     progress(done, total, label) counts this rank's images with work left.
     """
     settings = settings or FolderSettings()
-    if settings.batch_images < 1:
-        raise UserError(f"Images per batch must be at least 1 (you gave {settings.batch_images}).")
-    methods = list(dict((m.key, m) for m in methods).values())
-    if not methods:
-        raise UserError("Choose at least one attribution method.")
-    for method in methods:
-        reason = method.available_for(network)
-        if reason:
-            raise UserError(f"{method.name} cannot run here: {reason}")
+    methods = _checked_methods(network, methods, settings)
     run_dir = Path(run_dir)
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
@@ -402,29 +430,15 @@ def run_folder(
                 summary.error_examples.append(f"{row['image']}: {row['error']}")
 
     finished = 0
+
+    def told(label: str) -> None:  # progress within a chunk: the images finished before it
+        if progress is not None:
+            progress(finished, len(todo), label)
+
     try:
         for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
-            loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
-            readable = [b for b in loaded if b.error is None]
-            base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
-                if readable else {}
-            for b in loaded:
-                if b.error is not None:
-                    for m in b.methods:
-                        keep({**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
-                              "method_name": m.name, "error": b.error}, None)
-            good = [b for b in loaded if b.error is None]
-            if good:
-                for method in methods:
-                    mine_now = [b for b in good if method in b.methods]
-                    if not mine_now:
-                        continue
-                    if progress is not None:
-                        progress(finished, len(todo), f"{method.name} · {mine_now[0].item.key}")
-                    rows = _method_rows(network, runners[method.key], mine_now, [base[b.item.key] for b in mine_now],
-                                        device)
-                    for row, values in rows:
-                        keep(row, values)
+            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told):
+                keep(row, values)
             finished += len(chunk)
             if progress is not None:
                 progress(finished, len(todo), chunk[-1][0].key)
