@@ -42,7 +42,7 @@ from iba_core.per_sample import AttributionResult, BottleneckSettings, PerSample
 from iba_core.render import overlays  # noqa: E402
 from iba_core.render.arrays import downsample  # noqa: E402
 from iba_core.render.report import run_report  # noqa: E402
-from iba_core.settings import CACHE_DIR_ENV, RECOMMENDED_SAMPLES  # noqa: E402
+from iba_core.settings import CACHE_DIR_ENV, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV  # noqa: E402
 
 MAX_BYTES = 200_000
 SAMPLE = "chelsea"
@@ -117,6 +117,7 @@ def cli_line(workdir: Path, cache: Path | None = None) -> str:
     Image.fromarray(np.ascontiguousarray(skimage.data.chelsea())).save(workdir / CLI_IMAGE, quality=JPEG_QUALITY)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}  # this checkout's iba_core, whatever is installed
+    env.pop(STATS_SAMPLES_ENV, None)  # a new user's defaults: `attribute` honours IBA_STATS_SAMPLES like every run
     if cache is not None:
         env[CACHE_DIR_ENV] = str(cache)
     done = subprocess.run([sys.executable, "-m", "iba_core", "attribute", CLI_IMAGE, *CLI_ARGS], cwd=workdir,

@@ -137,6 +137,8 @@ def test_every_offline_layer_runs_without_estimating_statistics(chelsea_jpg, mon
     from iba_core.networks import get_spec
 
     monkeypatch.setattr(stats_mod, "compute_all_stats", lambda *a, **k: pytest.fail("estimated statistics"))
+    # `attribute IMG` honours IBA_STATS_SAMPLES like every run (issue #26.2); the suite sets it to 96
+    monkeypatch.delenv("IBA_STATS_SAMPLES", raising=False)
     for layer in get_spec("efficientnet_lite0").layers:
         assert main(["attribute", str(chelsea_jpg), "--layer", layer, "--steps", "1", "--batch", "2",
                      "--precision", "fp32"]) == 0

@@ -195,6 +195,11 @@ def _viewed(model: nn.Module, view: Callable[[torch.Tensor], torch.Tensor] | Non
 # ---- helpers ---------------------------------------------------------------------------------
 
 
+def key_number(value: float) -> str:
+    """A setting's number as part of a method key: 5 → "5", 0.1 → "0_1" (keys name non-preset settings)."""
+    return f"{value:g}".replace(".", "_")
+
+
 def spec_of(network):
     """The network's spec (`iba_core.networks.NetworkSpec`), None for a bare wrapper of an nn.Module."""
     return getattr(network, "spec", None)

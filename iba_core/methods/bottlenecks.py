@@ -19,7 +19,7 @@ import torch
 
 from ..bottleneck import DEFAULT_BETA_K
 from ..per_sample import BottleneckSettings, PerSampleBottleneck
-from .base import Method, spec_of
+from .base import Method, key_number, spec_of
 
 
 class PerSampleIBA(Method):
@@ -33,7 +33,7 @@ class PerSampleIBA(Method):
         super().__init__(beta_k=beta_k, **settings)
         beta_k = self.bottleneck_settings().beta_k  # checked now: a bad value fails before any network loads
         label = f"{beta_k:g}"
-        self.key = f"iba_{label}".replace(".", "_")
+        self.key = f"iba_{key_number(beta_k)}"
         self.name = f"Per-Sample IBA β={label}/k"
         self.description = f"Bits per pixel that pass a bottleneck fitted with β = {label}/k (paper §3.2)."
 

@@ -56,7 +56,7 @@ from zennit.types import Convolution
 
 from ..networks.canonizers import sequential_canonizers
 from ..errors import UserError
-from .base import Method, spec_of, sum_channels, working_copy
+from .base import Method, key_number, spec_of, sum_channels, working_copy
 from .gradients import per_image
 
 
@@ -115,11 +115,6 @@ def lrp_composite(rule: str, epsilon: float, canonizers: list) -> LayerMapCompos
     return LayerMapComposite(layer_map=layer_map, canonizers=canonizers)
 
 
-def _number_key(value: float) -> str:
-    """A number as part of a method key: 5 → "5", 0.1 → "0_1", 1e-09 → "1e-09"."""
-    return f"{value:g}".replace(".", "_")
-
-
 class LRP(Method):
     signed = True
 
@@ -135,11 +130,11 @@ class LRP(Method):
             self.key, self.name = "lrp_alpha1beta0", "LRP α=1, β=0"
             self.description = "Relevance of the target logit propagated with the α=1, β=0 rule, summed over channels."
         elif rule == "epsilon":
-            self.key = "lrp_epsilon" + ("" if epsilon == DEFAULT_EPSILON[rule] else _number_key(epsilon))
+            self.key = "lrp_epsilon" + ("" if epsilon == DEFAULT_EPSILON[rule] else key_number(epsilon))
             self.name = f"LRP ε={epsilon:g}"
             self.description = "Relevance of the target logit propagated with the ε rule, summed over channels."
         else:  # the key names its ε (the paper's 5 by default), so a map keyed by it says which ε made it
-            self.key, self.name = f"lrp_alpha0beta1eps{_number_key(epsilon)}", f"LRP α=0, β=1, ε={epsilon:g}"
+            self.key, self.name = f"lrp_alpha0beta1eps{key_number(epsilon)}", f"LRP α=0, β=1, ε={epsilon:g}"
             self.description = ("Relevance of the target logit propagated along negative contributions only "
                                 "(α=0, β=1, ε-stabilised; the paper's second LRP variant), summed over channels.")
 
