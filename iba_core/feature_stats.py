@@ -27,7 +27,7 @@ from .image_sources import FolderBatches, photo_pool, sample_photo_batches
 from .images import find_images
 from .model_state import layer_tensor
 from .progress import ProgressFn
-from .errors import MissingFileError, check_range
+from .errors import MissingFileError, UserError, check_range
 from .settings import ASSETS_DIR, MAX_SAMPLES, RECOMMENDED_SAMPLES, STATS_SAMPLES_ENV, cache_dir, stats_samples
 
 #: Fewer distinct photos than this behind crop-based statistics makes them rough (see FeatureStats.is_rough).
@@ -158,7 +158,7 @@ class FeatureStats:
         """Read a file written by `save`; ValueError when it is missing or unusable (then also removed)."""
         stats = _read(Path(path), expect)
         if stats is None:
-            raise ValueError(f"The statistics file {path} is missing or unusable; estimate the statistics again.")
+            raise UserError(f"The statistics file {path} is missing or unusable; estimate the statistics again.")
         return stats
 
 
@@ -416,7 +416,7 @@ def compute_all_stats(
     if images is not None:
         files = find_images(images)[:n]
         if not files:
-            raise FileNotFoundError(f"No images (jpg, png, …) found below {images}.")
+            raise MissingFileError(f"No images (jpg, png, …) found below {images}.")
         batches: Iterable[torch.Tensor] = FolderBatches(files, network.preprocess, batch_size)
         total, source = len(files), f"folder {Path(images).expanduser().resolve()}"
     else:
@@ -426,7 +426,7 @@ def compute_all_stats(
     moments, seen = estimate_moments(layer_outputs(network, layers), batches, device=network.device,
                                      progress=progress, total=total)
     if seen == 0:
-        raise ValueError(f"None of the {total} files below {images} could be read as an image.")
+        raise UserError(f"None of the {total} files below {images} could be read as an image.")
     skipped, key = getattr(batches, "skipped", 0), stats_source_key(images, n)
     out = {}
     for layer in layers:

@@ -350,7 +350,7 @@ class _HookRunner:
         if not captured:
             raise RuntimeError("The chosen layer did not run during the forward pass.")
         if len(captured) > 1:  # e.g. torchvision's ResNet blocks call one ReLU module three times
-            raise ValueError(
+            raise UserError(
                 f"The chosen layer runs {len(captured)} times in one forward pass (a shared module), so a "
                 "bottleneck there would be ambiguous; choose a module that runs once."
             )
@@ -652,12 +652,12 @@ class _BatchFit:
         return autocast(self.precision, self.device)
 
     def _layer_output(self) -> torch.Tensor:
-        """R for the images, in fp32; a ValueError when the statistics are for a layer of another shape."""
+        """R for the images, in fp32; a UserError when the statistics are for a layer of another shape."""
         stats = self.bottleneck.stats
         with self.network_pass():
             raw = self.runner.features(self.x).float()
         if raw.shape[1:] != stats.mean.shape:
-            raise ValueError(
+            raise UserError(
                 f"Statistics are for a layer shaped {tuple(stats.mean.shape)}, "
                 f"but the layer's output is {tuple(raw.shape[1:])}."
             )

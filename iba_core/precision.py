@@ -23,6 +23,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from .errors import UserError
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -48,7 +50,7 @@ def unsupported(precision: str, device: torch.device | str) -> str | None:
     """None if `precision` has hardware support on `device`, else the reason it has not."""
     device = torch.device(device)
     if precision not in PRECISIONS:
-        raise ValueError(f"Unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}.")
+        raise UserError(f"Unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}.")
     if precision in ("auto", "fp32"):
         return None
     if device.type == "cuda":
@@ -82,7 +84,7 @@ def autocast(precision: str, device: torch.device | str) -> Iterator[None]:
         return
     reason = unsupported(precision, device)
     if reason:
-        raise ValueError(f"{precision} is not available: {reason}.")
+        raise UserError(f"{precision} is not available: {reason}.")
     with torch.autocast(torch.device(device).type, dtype=DTYPES[precision]):
         yield
 
@@ -185,7 +187,7 @@ def resolve(precision: str, device: torch.device | str, workload: Callable[[str]
     if precision != "auto":
         reason = unsupported(precision, device)
         if reason:
-            raise ValueError(f"{precision} is not available here: {reason}.")
+            raise UserError(f"{precision} is not available here: {reason}.")
         return precision
     memo_key = ("precision", *key)
     lower = candidates(device)

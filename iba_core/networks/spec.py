@@ -164,7 +164,7 @@ class NetworkSpec:
 
     def __post_init__(self) -> None:
         if len(self.mean) != self.channels or len(self.std) != self.channels:
-            raise ValueError(f"{self.title}: mean and std need one number per input channel ({self.channels}), got "
+            raise UserError(f"{self.title}: mean and std need one number per input channel ({self.channels}), got "
                              f"{len(self.mean)} and {len(self.std)}.")
 
     def layout(self, layer: str) -> FeatureLayout:
@@ -249,7 +249,7 @@ class Preprocess:
         self.interpolation = interpolation
         self.channels = len(mean) if channels is None else int(channels)
         if len(mean) != self.channels or len(std) != self.channels:
-            raise ValueError(f"mean and std need one number per channel ({self.channels}), got {len(mean)} and "
+            raise UserError(f"mean and std need one number per channel ({self.channels}), got {len(mean)} and "
                              f"{len(std)}.")
         self.display_bands = display_bands
 

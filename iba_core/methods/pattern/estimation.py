@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from ...cache import cache_file, load_arrays, save_arrays
+from ...errors import MissingFileError, UserError
 from ...model_state import frozen_eval
 from ...network_cache import cache_of
 from ...progress import ProgressFn
@@ -106,10 +107,10 @@ class Patterns:
         return None
 
     def check_fits(self, graph: PatternGraph) -> None:
-        """ValueError unless there is one pattern per layer of `graph`, shaped like its weights."""
+        """UserError unless there is one pattern per layer of `graph`, shaped like its weights."""
         reason = self.misfit(graph)
         if reason:
-            raise ValueError(reason)
+            raise UserError(reason)
 
     def identity(self) -> dict:
         """What the patterns were made for: compared with what a caller expects when they are loaded."""
@@ -259,7 +260,7 @@ def estimate_patterns(
             if progress is not None:
                 progress(seen, total, "images")
     if seen == 0:
-        raise ValueError("No images to estimate patterns from.")
+        raise UserError("No images to estimate patterns from.")
     patterns = {name: mom.pattern().cpu() for name, mom in moments.items()}
     return patterns, seen
 
@@ -292,13 +293,13 @@ def compute_patterns(
 
         files = find_images(images)[:n]
         if not files:
-            raise FileNotFoundError(f"No images (jpg, png, …) found below {images}.")
+            raise MissingFileError(f"No images (jpg, png, …) found below {images}.")
         batches = FolderBatches(files, preprocess, batch_size)
         try:
             tensors, count = estimate_patterns(network, batches, progress=progress, total=len(files))
         except ValueError as err:
             if batches.skipped == len(files):
-                raise ValueError(f"None of the {len(files)} files below {images} could be read as an image.") from err
+                raise UserError(f"None of the {len(files)} files below {images} could be read as an image.") from err
             raise
         source, skipped = f"folder {Path(images).expanduser().resolve()}", batches.skipped
     else:
