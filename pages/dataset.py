@@ -180,8 +180,7 @@ def gallery_section(run, rows) -> None:
     if outcome.failed:
         return
     st.caption(f"Rows {(int(page) - 1) * ds.GALLERY_PAGE + 1}–{(int(page) - 1) * ds.GALLERY_PAGE + len(shown)} of "
-               f"{len(rows)}. One colour scale for the bottleneck maps of this view: 0 – {scale:.3g} bits per pixel "
-               "(the largest value among them); other methods each on their own maximum (their units differ).")
+               f"{len(rows)}. {ds.scale_note(run, shown, scale)}")
     per_row = 3 if presentation() else 4
     cols = st.container(key="ds_gallery").columns(per_row)
     for i, cell in enumerate(cells):

@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
+from ..render.colours import BITS_LABEL
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
@@ -207,11 +208,34 @@ def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = 
         png = None
         if crop is not None:
             top = scale if bits else None
-            picture = overlay_image(crop, np.abs(heatmap) if not bits else heatmap, top=top, legend=True)
+            picture = overlay_image(crop, np.abs(heatmap) if not bits else heatmap, top=top, legend=True,
+                                    label=map_label(units, row["method"], absolute=not bits))
             png = png_bytes(picture, optimize=False)
         caption = cell_caption(row, names.get(row["method"], row["method"]), bits)
         cells.append(GalleryCell(index, png, caption, per_sample_link(run, row, trust) if with_links else None))
     return cells
+
+
+def map_label(units: dict[str, str], method: str, absolute: bool = False) -> str:
+    """What a legend calls the values of `method`'s maps: bits per pixel for the bottlenecks, else the method's
+    unit (or "attribution"), marked as absolute values where the picture shows |map|."""
+    if units.get(method) == BITS_UNIT:
+        return BITS_LABEL
+    label = units.get(method) or "attribution"
+    return f"|{label}|" if absolute else label
+
+
+def scale_note(run: Run, rows: "pd.DataFrame", scale: float) -> str:
+    """The gallery's sentence on its colour scales: the bottleneck maps' one bits scale where the view has any,
+    and that other methods' maps (absolute values, not bits) each go to their own maximum."""
+    units = method_units(run)
+    bits = rows["method"].map(lambda m: units.get(m) == BITS_UNIT)
+    others = "other methods' maps (absolute values, not bits) each on their own maximum, as their units differ"
+    if not bits.any():
+        return "These methods' maps are not in bits: each is drawn as absolute values on its own maximum."
+    note = (f"One colour scale for the bottleneck maps of this view: 0 – {scale:.3g} bits per pixel (the largest "
+            "value among them)")
+    return f"{note}; {others}." if not bits.all() else f"{note}."
 
 
 def cell_caption(row, method_name: str, bits: bool) -> str:
@@ -373,7 +397,7 @@ def report_html(run: Run, method: str, trust: Trust) -> bytes:
     from ..render.report import dataset_report_html
 
     units = method_units(run)
-    label = "bits / pixel" if units.get(method) == BITS_UNIT else (units.get(method) or "attribution")
+    label = map_label(units, method)
     classes = []
     for target, _ in class_targets(run, method):
         view = class_view(run, method, target)

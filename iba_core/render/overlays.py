@@ -72,13 +72,14 @@ def with_legend(picture: Image.Image, heatmap: np.ndarray, top: float, cmap: str
 
 def overlay_image(
     cropped: Image.Image, heatmap: np.ndarray, opacity: float = 0.6, cmap: str = "inferno", *,
-    top: float | None = None, legend: bool = False,
+    top: float | None = None, legend: bool = False, label: str = BITS_LABEL,
 ) -> Image.Image:
     """The heatmap, colour-mapped on 0 – `top` (default: its own maximum), alpha-blended over the image.
 
     A run's views pass the run's scale as `top` (`colours.run_scale`), so a map with few bits looks dark
     rather than stretched to full brightness. legend=True adds the colour legend below the image
-    (`with_legend`); without it the picture is image-sized.
+    (`with_legend`), its scale named `label` (bits per pixel unless the map is in other units); without it the
+    picture is image-sized.
     """
     if not 0.0 <= opacity <= 1.0:
         raise ValueError(f"opacity must be in [0, 1], got {opacity}.")
@@ -87,7 +88,7 @@ def overlay_image(
     colours = colorize(_heatmap_like(cropped, heatmap), cmap, vmax=scale_top).astype(np.float32)
     blended = (1.0 - opacity) * base + opacity * colours
     out = Image.fromarray(blended.round().clip(0, 255).astype(np.uint8), mode="RGB")
-    return with_legend(out, heatmap, max(scale_top, 1e-6), cmap) if legend else out
+    return with_legend(out, heatmap, max(scale_top, 1e-6), cmap, label=label) if legend else out
 
 
 def centre_crop_box(size: tuple[int, int], resize: int, crop: int) -> tuple[int, int, int, int]:

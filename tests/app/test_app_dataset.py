@@ -163,3 +163,28 @@ def test_a_damaged_run_opens_with_what_is_missing_and_a_background_resume_heals_
     assert len(rows) == 12 and rows["image"].is_unique  # exactly the damaged rows were redone
     run = ds.open_run_folder(str(run_dir), trust)
     assert run.missing is None and len(run.table) == 12
+
+
+def test_maps_not_in_bits_are_never_labelled_bits(tiny_shared, tmp_path, monkeypatch):
+    """A saliency-only run: each gallery legend names the map's own values (|attribution|), the view's note says
+    its maps are not in bits; a bottleneck's legend is bits per pixel (a walkthrough saw '0.422 bits / pixel')."""
+    from iba_core.render import overlays
+
+    images = write_folder_with_bad_files(tmp_path / "images")
+    trust = Trust(server_paths=(tmp_path.resolve(),))
+    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    assert job.wait(120) and job.error is None, job.error
+    run = ds.open_run_folder(str(tmp_path / "run"), trust)
+    rows = run.table[run.table["error"].isna()].head(3)
+    labels = []
+    real = overlays.overlay_image
+    monkeypatch.setattr(overlays, "overlay_image", lambda *a, **k: labels.append(k["label"]) or real(*a, **k))
+    cells = ds.gallery(run, rows, trust, ds.page_scale(run, rows), with_links=False)
+    assert len(cells) == 3 and labels == ["|attribution|"] * 3
+    note = ds.scale_note(run, rows, ds.page_scale(run, rows))
+    assert "bits per pixel" not in note and "not in bits" in note
+    assert ds.map_label({"iba_10": ds.BITS_UNIT}, "iba_10") == "bits / pixel"
+    mixed = pd.concat([rows, rows.assign(method="iba_10")])
+    run.info["methods"]["iba_10"] = {"unit": ds.BITS_UNIT, "name": "Per-Sample"}
+    assert ds.scale_note(run, mixed, 0.5).startswith("One colour scale for the bottleneck maps of this view: 0 – 0.5 "
+                                                      "bits per pixel")
