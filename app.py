@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._page import VIA_APP_KEY, presentation_toggle
+from pages.widgets.page import VIA_APP_KEY, presentation_toggle
 
 st.set_page_config(page_title="IBA Explorer", page_icon=":material/blur_on:", layout="wide")
 

@@ -21,7 +21,7 @@ its "auto" precision by what it runs (the suffix's or model's structure and size
 on disk, so a second one built alike does not measure again (`per_sample._module_key`).
 
 The app keeps its other caches for one thing each, stated here so there is one place to read them all:
-- `st.cache_resource` (`pages/_widgets.py: shared_model`, at most 3) holds the loaded networks with their locks,
+- `st.cache_resource` (`pages/widgets/network_picker.py: shared_model`, at most 3) holds the loaded networks with their locks,
   one per network and weights for every session; so this cache, inside each network, is shared by the sessions;
 - `app/maps.py: MapCache` (per session, 64 maps, the oldest out) keeps finished attribution maps keyed by
   everything that made them (image digest, network, weights, class, method and settings);

@@ -11,11 +11,11 @@ from iba_core.beta_layer import (
 )
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import PRESENTATION_ZOOM, grid_figure
-from pages._errors import shown_errors
-from pages._form_widgets import layer_picker, resolve_target, settings_row, target_picker
-from pages._inputs import Inputs, input_section, subject_caption
-from pages._page import presentation, through_app
-from pages._progress import network_turn, stats_with_progress
+from pages.widgets.errors import shown_errors
+from pages.widgets.form_widgets import layer_picker, resolve_target, settings_row, target_picker
+from pages.widgets.inputs import Inputs, input_section, subject_caption
+from pages.widgets.page import presentation, through_app
+from pages.widgets.progress import network_turn, stats_with_progress
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
 PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)

@@ -18,12 +18,12 @@ from iba_core.compare import compare_target_note
 from iba_core.methods import display_names
 from iba_core.render.comparison import grid_png, image_cell_png, limits_text
 from iba_core.render.text import format_seconds
-from pages._errors import shown_errors
-from pages._form_widgets import method_picker, resolve_target, target_picker
-from pages._inputs import Inputs, input_section, subject_caption
-from pages._page import map_cache, through_app
-from pages._progress import network_turn, stats_for_methods_with_progress
-from pages._text import plain
+from pages.widgets.errors import shown_errors
+from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
+from pages.widgets.inputs import Inputs, input_section, subject_caption
+from pages.widgets.page import map_cache, through_app
+from pages.widgets.progress import network_turn, stats_for_methods_with_progress
+from pages.widgets.text import plain
 
 LAST_KEY = "cmp_last"
 #: The last grid's note when the network hardly predicts its class (`compare_target_note`), set with LAST_KEY.

@@ -10,11 +10,11 @@ from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
-from pages._errors import shown_errors
-from pages._form_widgets import method_picker
-from pages._network_picker import network_picker
-from pages._page import app_trust, presentation, through_app
-from pages._text import plain
+from pages.widgets.errors import shown_errors
+from pages.widgets.form_widgets import method_picker
+from pages.widgets.network_picker import network_picker
+from pages.widgets.page import app_trust, presentation, through_app
+from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
 #: Class views (mean map and clusters) already computed this session, by (run folder, rows, method, class).

@@ -31,11 +31,11 @@ from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
 from iba_core.render.figures import degradation_figure, ssim_figure
 from iba_core.render.sanity import sanity_strip_png
-from pages._errors import shown_errors
-from pages._form_widgets import method_picker, resolve_target, target_picker
-from pages._inputs import Inputs, input_section, subject_caption
-from pages._page import map_cache, through_app
-from pages._progress import network_turn, stats_for_methods_with_progress
+from pages.widgets.errors import shown_errors
+from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
+from pages.widgets.inputs import Inputs, input_section, subject_caption
+from pages.widgets.page import map_cache, through_app
+from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
 PLOT_CONFIG = {"displayModeBar": False}

@@ -7,7 +7,7 @@ import streamlit as st
 
 from iba_core.render.text import format_probability
 from iba_core.settings import ASSETS_DIR
-from pages._page import through_app
+from pages.widgets.page import through_app
 
 through_app()
 st.title("IBA Explorer")

@@ -28,13 +28,13 @@ from iba_core.render.overlays import (
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
-from pages._errors import shown_errors
-from pages._form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
-from pages._inputs import Inputs, input_section
-from pages._links import replay_step_key, result_note, result_note_line
-from pages._page import bring_into_view, through_app
-from pages._progress import network_turn, stats_with_progress
-from pages._text import plain
+from pages.widgets.errors import shown_errors
+from pages.widgets.form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
+from pages.widgets.inputs import Inputs, input_section
+from pages.widgets.links import replay_step_key, result_note, result_note_line
+from pages.widgets.page import bring_into_view, through_app
+from pages.widgets.progress import network_turn, stats_with_progress
+from pages.widgets.text import plain
 
 RESULT_KEY = "ps_run"
 #: Maps are read, not explored: no Plotly tool bar over their titles.

@@ -14,7 +14,7 @@ from browser_helpers import chromium_page, streamlit_server
 sys.path.insert(0, str(Path(__file__).resolve().parent / "networks"))
 from card_fixtures import make_resnet18, write_card  # noqa: E402
 
-from pages._text import WORD_JOINER  # noqa: E402
+from pages.widgets.text import WORD_JOINER  # noqa: E402
 
 #: Seven outputs, each a way GFM would link a bare text (the last two only with another text around them).
 URL_CLASSES = ["http://evil.example", "https://evil.example/login?next=1", "www.evil.example", "mail@evil.example",

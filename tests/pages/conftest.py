@@ -59,7 +59,7 @@ def chelsea_png() -> bytes:
 @pytest.fixture
 def lock_waits(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per time a page takes the shared network's lock: whether it shows that it waits (through
-    `pages._progress.network_turn`, which passes `on_wait`) rather than taking the lock bare."""
+    `pages.widgets.progress.network_turn`, which passes `on_wait`) rather than taking the lock bare."""
     from iba_core.app.state import SharedModel
 
     seen: list[bool] = []

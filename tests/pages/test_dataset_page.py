@@ -18,7 +18,7 @@ from run_fixtures import LAYER, make_shortcut_run  # noqa: E402
 
 from iba_core import open_run  # noqa: E402
 from iba_core.runs import map_clusters  # noqa: E402
-from pages._text import plain  # noqa: E402
+from pages.widgets.text import plain  # noqa: E402
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 180

@@ -57,7 +57,7 @@ def test_a_mistake_shows_its_sentence_and_a_bug_in_the_library_an_internal_error
 
 
 def test_a_network_that_fails_to_load_with_a_bug_says_internal_error(open_page, monkeypatch) -> None:
-    import pages._network_picker as picker
+    import pages.widgets.network_picker as picker
 
     def broken(key, trust=None):
         raise TypeError("'NoneType' object is not subscriptable")

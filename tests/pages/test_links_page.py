@@ -146,7 +146,7 @@ def test_an_upload_link_reopens_the_upload_while_the_server_keeps_it(open_page, 
 
 
 def _plain(text: str) -> str:
-    from pages._text import plain
+    from pages.widgets.text import plain
 
     return plain(text)
 
@@ -166,7 +166,7 @@ def test_another_network_shows_none_of_the_previous_networks_controls(open_page,
 
     # While the new network loads (the run stopped inside its loading), the right column says so and holds
     # no layer or class of the previous network.
-    import pages._network_picker as ui
+    import pages.widgets.network_picker as ui
 
     real = ui.load_shared
 

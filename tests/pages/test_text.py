@@ -1,4 +1,4 @@
-"""pages/_text.py: text from files and visitors made safe for the pages' Markdown (`plain`). The browser test
+"""pages/widgets/text.py: text from files and visitors made safe for the pages' Markdown (`plain`). The browser test
 (tests/test_browser_text.py) checks that Chromium shows such text with no link; this checks the text itself."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pages._text import MARKDOWN_SPECIAL, WORD_JOINER, plain
+from pages.widgets.text import MARKDOWN_SPECIAL, WORD_JOINER, plain
 
 #: What GFM's literal autolinks start with (http://, https://, www., an e-mail address), in any case.
 AUTOLINK = re.compile(r"(?i)https?:|https?\\:|www\.|[\w.+-]@")

@@ -311,7 +311,7 @@ EVIL_TITLE = "[click](http://evil) **x**"
 def test_a_cards_title_and_class_names_show_as_text_not_markdown(open_page, tmp_path, monkeypatch) -> None:
     """A visitor's card reaches every visitor: its title and class names are escaped wherever the pages
     render Markdown (captions, notes, the target choice), so they show as typed and never as a link."""
-    from pages._text import plain
+    from pages.widgets.text import plain
 
     root = tmp_path / "models"
     folder = make_card_folder(root / "evil")

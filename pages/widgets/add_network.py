@@ -15,8 +15,8 @@ from iba_core.networks.cards import BUILTIN_BACKBONES, CROP_RANGE, RESIZE_RANGE
 from iba_core.settings import models_dir
 from iba_core.trust import ANY, Trust
 
-from pages._errors import shown_errors
-from pages._text import plain
+from pages.widgets.errors import shown_errors
+from pages.widgets.text import plain
 
 #: A message about the last "Add your network" submission, shown on the next run (the form reruns the page).
 ADDED_KEY = "_added_network"

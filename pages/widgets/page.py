@@ -18,7 +18,7 @@ SOURCES = ("Sample photo", "Upload")
 
 
 #: The entry script, which lists the pages.
-APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
+APP_SCRIPT = Path(__file__).resolve().parents[2] / "app.py"  # pages/widgets/page.py: two folders up
 #: Set by app.py just before it runs the chosen page (see `through_app`).
 VIA_APP_KEY = "_via_app"
 

@@ -14,11 +14,11 @@ from iba_core.networks import REGISTRY, find_weights, get_spec
 from iba_core.settings import models_dir, weights_dir
 from iba_core.trust import Trust
 
-from pages._add_network import add_network_form
-from pages._errors import shown_errors
-from pages._links import NETWORK_CHOICE_KEY
-from pages._page import app_trust, remember_choice, restore_choice
-from pages._text import plain
+from pages.widgets.add_network import add_network_form
+from pages.widgets.errors import shown_errors
+from pages.widgets.links import NETWORK_CHOICE_KEY
+from pages.widgets.page import app_trust, remember_choice, restore_choice
+from pages.widgets.text import plain
 
 
 @st.cache_resource(show_spinner="Loading the network…", max_entries=3)

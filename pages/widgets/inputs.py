@@ -20,15 +20,15 @@ from iba_core.images import ImageError, sample_image_names
 from iba_core.networks import Network
 from iba_core.render.text import format_probability
 
-from pages._errors import show_error
-from pages._links import (
+from pages.widgets.errors import show_error
+from pages.widgets.links import (
     CHOSEN_KEY, LINK_PENDING_KEY, LINK_PROBLEMS_KEY, LINK_SLOT_KEY, NETWORK_CHOICE_KEY, STEP_NOTE_KEY, fit_link,
     keep_for_links, link_section, read_link, result_note_line, set_link,
 )
-from pages._network_picker import CONTROLS_FOR_KEY, network_picker
-from pages._page import SOURCES, app_trust, remember_choice, restore_choice
-from pages._progress import network_turn
-from pages._text import plain
+from pages.widgets.network_picker import CONTROLS_FOR_KEY, network_picker
+from pages.widgets.page import SOURCES, app_trust, remember_choice, restore_choice
+from pages.widgets.progress import network_turn
+from pages.widgets.text import plain
 
 
 @dataclass

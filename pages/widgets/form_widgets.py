@@ -15,9 +15,9 @@ from iba_core.render.text import format_beta, format_probability
 from iba_core.settings import max_stats_samples
 from iba_core.feature_stats import app_samples
 
-from pages._inputs import Inputs, show_domain_warning
-from pages._links import set_link, take_from_link
-from pages._text import plain
+from pages.widgets.inputs import Inputs, show_domain_warning
+from pages.widgets.links import set_link, take_from_link
+from pages.widgets.text import plain
 
 
 def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:

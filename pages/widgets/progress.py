@@ -14,10 +14,10 @@ from iba_core.networks import Network
 from iba_core.trust import check_server_path
 from iba_core.feature_stats import FeatureStats
 
-from pages._page import app_trust
+from pages.widgets.page import app_trust
 
 if TYPE_CHECKING:
-    from pages._inputs import Inputs
+    from pages.widgets.inputs import Inputs
 
 # ---- waiting for the network -------------------------------------------------------------------
 

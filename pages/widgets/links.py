@@ -13,8 +13,8 @@ from iba_core.app.models import TORCHVISION_CHOICE, find_cards
 from iba_core.networks import Network
 from iba_core.trust import Trust
 
-from pages._page import SOURCES
-from pages._text import plain
+from pages.widgets.page import SOURCES
+from pages.widgets.text import plain
 
 # ---- links that reopen a view (iba_core.app.links) ------------------------------------------------
 # The session's first page with inputs reads its URL's query parameters: the image and the network are preset
