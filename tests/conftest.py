@@ -130,3 +130,21 @@ def chelsea_x(offline_model):
     from iba_core.images import load_sample
 
     return offline_model.preprocess(load_sample("chelsea"))
+
+
+@pytest.fixture
+def build_devices(monkeypatch):
+    """watch(cls) → a list that gets the default device's type each time a `cls` layer is made (e.g. nn.Linear): a
+    test sees whether a network was built on the meta device only (the model-size cap) or for real."""
+    def watch(cls: type[nn.Module]) -> list[str]:
+        devices: list[str] = []
+        original = cls.__init__
+
+        def spy(self, *args, **kwargs):
+            devices.append(torch.get_default_device().type)
+            original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", spy)
+        return devices
+
+    return watch

@@ -113,16 +113,9 @@ def test_the_app_says_one_sentence_for_the_giant_folder(open_page, tmp_path) -> 
     assert_one_sentence(errors[0])
 
 
-def test_the_giant_timm_name_is_refused_before_it_is_built(monkeypatch) -> None:
+def test_the_giant_timm_name_is_refused_before_it_is_built(monkeypatch, build_devices) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    devices = []
-    original = nn.Linear.__init__
-
-    def spy(self, *args, **kwargs):
-        devices.append(torch.get_default_device().type)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(nn.Linear, "__init__", spy)
+    devices = build_devices(nn.Linear)
     with pytest.raises(ModelTooLargeError) as err:
         load_network("timm:vit_giant_patch14_224")
     assert str(err.value).startswith("vit_giant_patch14_224 holds 1.01 billion parameters, more than the 700 million")

@@ -76,17 +76,10 @@ def test_the_config_floor_is_a_lower_bound_of_the_real_count() -> None:
 
 
 @pytest.mark.parametrize("key", ["torchvision:resnet18", "timm:resnet18"])
-def test_each_named_source_is_refused_above_the_cap_before_it_is_built(key, monkeypatch) -> None:
+def test_each_named_source_is_refused_above_the_cap_before_it_is_built(key, monkeypatch, build_devices) -> None:
     monkeypatch.setenv(MAX_PARAMS_ENV, "1000000")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    built = []
-    original = nn.Conv2d.__init__
-
-    def spy(self, *args, **kwargs):
-        built.append(torch.get_default_device().type)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(nn.Conv2d, "__init__", spy)
+    built = build_devices(nn.Conv2d)
     with pytest.raises(ModelTooLargeError, match=r"resnet18 holds 11.\d million parameters, more than the 1 million"):
         load_network(key, weights="random")
     assert built and set(built) == {"meta"}  # every layer was made on the meta device only

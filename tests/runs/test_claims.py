@@ -97,14 +97,21 @@ def test_a_run_takes_the_free_images_first_and_the_held_ones_when_their_writer_i
     assert not any((out / CLAIMS).iterdir())  # every claim released
 
 
-def test_two_processes_into_one_run_folder_compute_each_image_once(tiny_card, tmp_path):
+def folder_run_command(tiny_card, tmp_path, images: int, *options: str) -> tuple[list[str], dict, Path]:
+    """(command, environment, run folder) of `attribute FOLDER` on `images` noise images with the tiny card, one
+    image a batch (so two processes interleave image by image), one thread each."""
     folder = tmp_path / "images"
-    write_noise_images(folder, 24)
+    write_noise_images(folder, images)
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "iba_core", "attribute", str(folder), "--model", str(tiny_card), "--trust-code",
-           "--methods", "iba_10", "--steps", "2", "--batch", "2", "--precision", "fp32", "--n", "16",
-           "--batch-images", "1", "--no-progress", "--out", str(out)]
+           *options, "--batch-images", "1", "--no-progress", "--out", str(out)]
+    return cmd, env, out
+
+
+def test_two_processes_into_one_run_folder_compute_each_image_once(tiny_card, tmp_path):
+    cmd, env, out = folder_run_command(tiny_card, tmp_path, 24, "--methods", "iba_10", "--steps", "2", "--batch",
+                                       "2", "--precision", "fp32", "--n", "16")
     # statistics once, before both start (otherwise both would estimate them: not the point here)
     warm = subprocess.run([*cmd[:-1], str(tmp_path / "warm"), "--limit", "1"], env=env, capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
@@ -124,12 +131,7 @@ def test_two_processes_into_one_run_folder_compute_each_image_once(tiny_card, tm
 
 
 def test_a_run_killed_mid_work_leaves_claims_that_its_resume_takes_over(tiny_card, tmp_path):
-    folder = tmp_path / "images"
-    write_noise_images(folder, 12)
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "iba_core", "attribute", str(folder), "--model", str(tiny_card), "--trust-code",
-           "--methods", "saliency", "--batch-images", "1", "--no-progress", "--out", str(out)]
+    cmd, env, out = folder_run_command(tiny_card, tmp_path, 12, "--methods", "saliency")
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     deadline = time.monotonic() + 300
     while not (out / CLAIMS).is_dir() or not any((out / CLAIMS).iterdir()):  # mid-work: it holds an image
