@@ -89,11 +89,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def abandoned(host: str | None, pid: int | None, mtime: float, now: float | None = None) -> bool:
-    """Whether the writer of a temp file or claim is gone: its pid is dead on this host (host is a `host_tag`), or,
-    written elsewhere or unknown, it has not changed for STALE_SECONDS."""
+    """Whether the writer of a temp file or claim is gone: its pid is dead on this host (host is a `host_tag`), or
+    it has not changed for STALE_SECONDS (also on this host: after a kill -9 its pid may be reused by another
+    process, and live writers refresh their claims after every chunk)."""
+    stale = (time.time() if now is None else now) - mtime > STALE_SECONDS
     if host == host_tag() and pid is not None:
-        return not pid_alive(pid)
-    return (time.time() if now is None else now) - mtime > STALE_SECONDS
+        return stale or not pid_alive(pid)
+    return stale
 
 
 def _new_temp_file(path: Path) -> Path:

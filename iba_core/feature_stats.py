@@ -216,7 +216,7 @@ class RunningMoments:
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, std) in float64."""
         if self.mean is None:
-            raise ValueError("No samples to estimate statistics from.")
+            raise UserError("No samples to estimate statistics from (no image could be read, or every one was too small).")
         var = self.m2 / max(self.n - 1, 1)
         return self.mean, var.sqrt()
 
@@ -267,7 +267,7 @@ def estimate_stats(
     """Run `prefix` over input batches; return (mean, std, n) of its output per element (`estimate_moments`)."""
     moments, _ = estimate_moments(lambda x: {"": prefix(x)}, batches, device=device, progress=progress, total=total)
     if "" not in moments:
-        raise ValueError("No samples to estimate statistics from.")
+        raise UserError("No samples to estimate statistics from (no image could be read, or every one was too small).")
     return moments[""].summary()[:3]
 
 

@@ -54,6 +54,7 @@ def list_items(
     resolve, labels = folder_resolver(root, labels_file, categories, class_index)
 
     items = []
+    by_folder: dict[str, int | None] = {}
     for path in files:
         try:
             rel, folder = path.relative_to(root).as_posix(), class_folder(root, path)
@@ -65,6 +66,8 @@ def list_items(
                 label = resolve.get(labels.images[key])
                 break
         if label is None and folder is not None:
-            label = resolve.get(folder)
+            if folder not in by_folder:  # once per class folder, not per image (a name is matched against every class)
+                by_folder[folder] = resolve.get(folder)
+            label = by_folder[folder]
         items.append(ImageItem(rel, path, label))
     return items

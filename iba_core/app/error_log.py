@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -35,7 +36,7 @@ def _file_logger(path: Path) -> logging.Logger | None:
     server's console)."""
     logger = logging.getLogger(LOGGER_NAME)
     with _HANDLER_LOCK:
-        target = str(path.resolve())
+        target = os.path.abspath(path)  # as logging stores it (baseFilename), symlinks not followed
         ours = [h for h in logger.handlers if getattr(h, "iba_app_log", False)]
         if any(h.baseFilename == target for h in ours):
             return logger

@@ -14,7 +14,7 @@ from ..feature_stats import FeatureStats, app_samples, find_run_stats, photo_poo
 from ..methods import get_method
 from ..networks import Network
 from ..progress import ProgressFn
-from ..errors import MissingFileError, UserError, check_range
+from ..errors import UserError, check_range
 from ..settings import MAX_STATS_SAMPLES_ENV, STATS_SAMPLES_ENV, max_stats_samples
 from .models import is_card_network
 

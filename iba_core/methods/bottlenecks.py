@@ -123,9 +123,6 @@ class PerSampleIBA(Method):
             "unlocated_bits": r.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
         }) for r in results]
 
-    def _compute(self, network, x: torch.Tensor, target: int):
-        return self._compute_batch(network, x, [target])[0]
-
 
 class ReadoutMethod(Method):
     """The Readout Bottleneck (paper §3.3) from a trained checkpoint; bits per pixel."""
@@ -150,13 +147,13 @@ class ReadoutMethod(Method):
 
     def settings_identity(self, network) -> dict:
         """The settings with the checkpoint by its file name and a hash of its contents."""
-        import hashlib
         from pathlib import Path
 
+        from ..networks.state_files import weights_hash
+
         checkpoint = self.checkpoint(network)
-        if checkpoint is not None:
-            path = Path(checkpoint)
-            checkpoint = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+        if checkpoint is not None:  # the file streamed through the hash, not read whole
+            checkpoint = {"file": Path(checkpoint).name, "sha256": weights_hash(checkpoint, 16)}
         return {**self.settings, "checkpoint": checkpoint}
 
     def available_for(self, network) -> str | None:
@@ -199,6 +196,3 @@ class ReadoutMethod(Method):
         # p_with would need a second, noisy pass: not measured here (the folder table shows NaN)
         return [(m, {"total_bits": float(m.sum(dtype=np.float64)), "unlocated_bits": 0.0, "precision": "fp32"})
                 for m in maps]
-
-    def _compute(self, network, x: torch.Tensor, target: int):
-        return self._compute_batch(network, x, [target])[0]

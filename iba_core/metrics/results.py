@@ -21,7 +21,6 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..cache import write_atomic
-from ..errors import UserError
 from ..jsonable import jsonable
 
 KEY_FIELDS = ("metric", "image", "method", "setting")

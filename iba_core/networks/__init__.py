@@ -95,8 +95,8 @@ def load_network(
     trust: what a model card may do (`iba_core.trust`): run a code builder only with `trust.code` (the CLI's
     --trust-code, the app's IBA_TRUST_CODE=1), name paths outside its folder only where allowed. Default:
     the local user's (any path), without code. Random weights are seeded in a forked RNG: the same weights
-    every time, the process's global RNG untouched. Every network is counted on the meta device before it is built
-    and refused above IBA_MAX_PARAMS (`model_size`).
+    every time, the process's global RNG untouched. Every network but the three fixed built-ins is counted on the meta
+    device before it is built and refused above IBA_MAX_PARAMS (`model_size`).
     """
     source = source_of(key)
     if source is None:

@@ -16,7 +16,7 @@ a card. Each entry says how to recognise its key, how to check it without loadin
 it (`load`, always a `Loaded`), and, for the sources a model card may name as its `arch`, how to build that
 architecture with the card's head (`card_arch`; `cards.load_card` asks the registry, a code builder is the rest).
 
-The model-size cap is the same for every source: each source's builder goes through `spec.build_seeded`, which builds
+The model-size cap is the same for every source: each source's builder goes through `model_size.build_seeded`, which builds
 on the meta device first and refuses above IBA_MAX_PARAMS (`model_size`); Hugging Face's pretrained load, which
 allocates inside transformers, is counted by `model_size.check_size` first. Adding a source is one entry here, with a
 module that builds through `build_seeded` (docs/architecture.md, "Where to change what").

@@ -33,8 +33,6 @@ KEPT_UPLOADS_KEY = "_kept_uploads"
 CHOSEN_KEY = "_chosen_subject"
 #: The network key chosen in the menu (also one that does not load).
 NETWORK_CHOICE_KEY = "_network_choice"
-#: (network menu choice, image digest) the page's controls were last drawn for.
-CONTROLS_FOR_KEY = "_controls_for"
 
 
 def read_link(trust: Trust) -> None:
