@@ -22,9 +22,7 @@ from .models import is_card_network
 def stats_folder(network: Network, folder: str | os.PathLike | None = None) -> str | None:
     """The image folder statistics come from: `folder` if given, else the model card's `stats_images`
     (None: the offline sample photos)."""
-    if folder:
-        return str(folder)
-    return getattr(network.spec, "stats_images", None) or None
+    return run_stats_source(network, folder)[0]
 
 
 def domain_warning(network: Network, folder: str | os.PathLike | None = None) -> str | None:
@@ -74,12 +72,12 @@ def choose_stats(
     the model card's folder; else the cached ones of the offline photos with ≥ n samples, else n freshly
     estimated), within the sample count a visitor may ask for.
 
-    A folder that is not there raises FileNotFoundError, one holding no readable image ValueError, with a sentence
+    A folder that is not there raises MissingFileError, one holding no readable image UserError, with a sentence
     saying so.
     """
-    _, samples = run_stats_source(network, stats_folder(network, folder), n)
+    folder, samples = run_stats_source(network, folder, n)
     check_samples(samples)
-    return stats_for_run(network, layer, images=stats_folder(network, folder), n=samples, progress=progress)
+    return stats_for_run(network, layer, images=folder, n=samples, progress=progress)
 
 
 def stats_status(network: Network, layer: str) -> str:

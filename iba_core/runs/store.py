@@ -538,16 +538,18 @@ def write_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
 def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) -> "pd.DataFrame":
     """The table of the parts `names` (default: the intact parts): results.parquet when it holds exactly those,
     else built again in memory (a running run, a damaged part left out). Reading a run never writes into it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     run_dir = Path(run_dir)
     names = check_parts(run_dir)[0] if names is None else names
     if (run_dir / TABLE_FILE).is_file():
         try:
-            path = inside(run_dir, TABLE_FILE)
-            if (pq.read_schema(path).metadata or {}).get(_PARTS_META) == _parts_digest(names) and \
-                    _read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: _sha256(path)}:
-                return pq.read_table(path).to_pandas()
+            data = inside(run_dir, TABLE_FILE).read_bytes()  # read once: hashed, then parsed from memory
+            if _read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: hashlib.sha256(data).hexdigest()}:
+                table = pq.read_table(pa.BufferReader(data))
+                if (table.schema.metadata or {}).get(_PARTS_META) == _parts_digest(names):
+                    return table.to_pandas()
         except (OSError, ValueError):  # damaged, pointing outside the run (RunFolderError), or a table written
             pass  # before checksums: built again below
     return build_table(run_dir, names)
