@@ -298,11 +298,10 @@ def _load(source: str | Path, config: dict, processor: dict | None, key: str, ti
         check_size(lambda: _from_config(auto_config), title, input_size=prep["crop"], channels=channels)
         model = pretrained_hf(source, trust, local_only, title)
     else:
-        explicit = weights != "random"
-        model = build_hf(auto_config, title=title, input_size=prep["crop"],
-                         weights_check=WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
+        check = WeightsCheck.of(weights, trust_pickle)
+        model = build_hf(auto_config, title=title, input_size=prep["crop"], weights_check=check)
         weights_id = "random"
-        if explicit:
+        if check is not None:
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     categories = categories_of(config)
     spec = hf_spec(model, key, title, prep, categories, head=head_of_config(config),

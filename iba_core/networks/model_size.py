@@ -161,6 +161,12 @@ class WeightsCheck:
     explain: Callable | None = None
     trust_pickle: bool = False
 
+    @classmethod
+    def of(cls, weights, trust_pickle: bool = False) -> "WeightsCheck | None":
+        """The check of a `weights` argument that names a file; None for "pretrained", "random" or None (nothing of
+        the user's to check before the build)."""
+        return None if weights in (None, "pretrained", "random") else cls(weights, trust_pickle=trust_pickle)
+
 
 def build_seeded(make: Callable[[], nn.Module], *, title: str = "This network", input_size=None, channels=3,
                  weights_check: WeightsCheck | None = None) -> nn.Module:

@@ -189,8 +189,7 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
     """(spec, model with its weights, weights id, class names) of `timm:NAME`."""
     name = timm_name(key)
     title = f"{name} (timm)"
-    explicit = weights not in (None, "pretrained", "random")
-    model = build_timm(name, WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
+    model = build_timm(name, WeightsCheck.of(weights, trust_pickle))
     if weights == "random":
         weights_id = "random"
     else:
@@ -226,7 +225,7 @@ def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.Pat
     arch = config.get("architecture")
     timm_name(str(arch))  # a clear error for an architecture this timm does not have
     title = f"{folder.name} ({arch}, timm folder)"
-    check = WeightsCheck(weights, trust_pickle=trust_pickle) if weights != "random" else None
+    check = WeightsCheck.of(weights, trust_pickle)
     # timm reads config.json: architecture, model_args, pretrained_cfg
     model = build_timm(f"local-dir:{folder}", check)
     weights_id = "random"

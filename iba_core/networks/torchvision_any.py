@@ -133,8 +133,7 @@ def load_torchvision(key: str, weights: str | os.PathLike | None = "pretrained",
                      trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str]:
     """(spec, model with its weights, weights id) of `torchvision:NAME`."""
     name = model_name(key)
-    explicit = weights not in (None, "pretrained", "random")
-    model = build_model(name, WeightsCheck(weights, trust_pickle=trust_pickle) if explicit else None)
+    model = build_model(name, WeightsCheck.of(weights, trust_pickle))
     spec = torchvision_spec(key, model)
     state, weights_id = load_torchvision_state(spec, weights, trust_pickle=trust_pickle)
     if isinstance(state, nn.Module):
