@@ -63,21 +63,22 @@ class Claims:
 
     def _take_over(self, path: Path) -> bool:
         """Remove a stale claim at `path` (True: try to create it again); False while its writer lives. The claim
-        is first renamed away and checked to be the stale one read, so two processes taking over at once never
-        remove a fresh claim of a third."""
+        is first renamed away and checked to be the very file judged stale (same inode, not merely the same
+        contents: a fresh claim not yet written reads like an unreadable stale one), so two processes taking over at
+        once never remove a fresh claim of a third."""
         try:
-            mtime = path.stat().st_mtime
+            seen = path.stat()
         except FileNotFoundError:
             return True
-        old = _read(path)
-        if not stale(old, mtime):
+        if not stale(_read(path), seen.st_mtime):
             return False
         moved = path.with_name(f".{path.name}.{self.me['nonce']}.takeover")
         try:
             os.rename(path, moved)
         except FileNotFoundError:  # another process took it over first
             return True
-        if _read(moved) == old:
+        now = moved.stat()
+        if (now.st_ino, now.st_dev) == (seen.st_ino, seen.st_dev):
             moved.unlink(missing_ok=True)
             return True
         try:  # a fresh claim was moved: put it back
