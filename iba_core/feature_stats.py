@@ -24,7 +24,7 @@ from torch import nn
 from . import cache
 from .bottleneck import MIN_STD
 from .image_sources import FolderBatches, photo_pool, sample_photo_batches
-from .images import find_images
+from .images import MIN_SIDE, find_images
 from .model_state import layer_tensor
 from .progress import ProgressFn
 from .errors import MissingFileError, UserError, check_range
@@ -65,7 +65,7 @@ class FeatureStats:
     weights: str = ""
     layer: str = ""
     source: str = ""
-    skipped: int = 0  # unreadable files met while estimating
+    skipped: int = 0  # files met while estimating that could not be used (unreadable, too small, other bands)
     #: Fraction of samples in which each element was non-zero (None: not recorded). The authors' code
     #: masks "inactive" units (non-zero in ≤ 1 % of the samples); BottleneckSettings.inactive_threshold.
     active: torch.Tensor | None = None
@@ -91,7 +91,7 @@ class FeatureStats:
         else:
             text = f"{self.n} samples from {self.source or 'unknown source'}"
         if self.skipped:
-            text += f" ({self.skipped} unreadable files skipped)"
+            text += f" ({self.skipped} unreadable or unusable files skipped: another channel count, or under {MIN_SIDE} px)"
         if self.is_rough:
             few = (f"fewer than {RECOMMENDED_SAMPLES} samples" if self.n < RECOMMENDED_SAMPLES
                    else f"only {len(self.photos)} distinct photos")

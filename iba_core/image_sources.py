@@ -126,7 +126,7 @@ def sample_photo_batches(
 
 class FolderBatches:
     """Batches from an image folder's files, read for the network's channels (`Preprocess.load`: photos, .npy
-    and TIFF files); unreadable files (or files of another channel count) are skipped and counted, not fatal.
+    and TIFF files); unreadable files (or files of another channel count, or smaller than `images.MIN_SIDE`) are skipped and counted, not fatal.
 
     One batch at a time: a pass over any number of files holds at most `batch_size` images."""
 

@@ -52,6 +52,7 @@ from torch import nn
 
 from ...cache import cache_file, load_arrays, save_arrays
 from ...errors import MissingFileError, UserError
+from ...images import MIN_SIDE
 from ...model_state import frozen_eval
 from ...network_cache import cache_of
 from ...progress import ProgressFn
@@ -90,7 +91,7 @@ class Patterns:
     def describe(self) -> str:
         text = f"patterns from {self.n} images ({self.source or 'unknown source'})"
         if self.skipped:
-            text += f", {self.skipped} unreadable files skipped"
+            text += f", {self.skipped} unreadable or unusable files skipped (another channel count, or under {MIN_SIDE} px)"
         if self.is_rough:
             text += "; rough — estimate them from a folder of natural images for better ones"
         return text

@@ -72,10 +72,10 @@ class ImageFolderDataset(_EpochDataset):
             i = (index + k) % n
             try:
                 img = self.preprocess.load(self.files[i])  # the network's channels: photos, .npy, TIFF
-            except (ImageError, OSError):
+            except (ImageError, OSError) as err:
                 if i not in self.skipped:
                     self.skipped.add(i)
-                    warnings.warn(f"Skipping unreadable image {self.files[i]}", stacklevel=2)
+                    warnings.warn(f"Skipping an unreadable or unusable image, {self.files[i]}: {err}", stacklevel=2)
                 continue
             return self._tensor(img, index), self.labels[i]
         raise DataError(f"None of the images below {self.root} could be read.")
