@@ -17,8 +17,14 @@ from pages.widgets.page import app_trust, presentation, through_app
 from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
+#: The images of a highlight the table and gallery are narrowed to: (title, images), or absent.
+FOCUS_KEY = "ds_focus"
 #: Class views (mean map and clusters) already computed this session, by (run folder, rows, method, class).
 CLASS_CACHE_KEY = "_ds_class_views"
+#: What stands out (`ds.highlights`), computed once per run and method this session.
+HIGHLIGHTS_KEY = "_ds_highlights"
+#: Thumbnails per highlight on the first screen.
+HIGHLIGHT_THUMBS = 8
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
@@ -26,10 +32,12 @@ through_app()
 st.title("Dataset")
 st.markdown(
     "A folder run explains every image of a folder (`python -m iba_core attribute FOLDER --out RUN_DIR`, or "
-    "*Start a run* below). Here you look through it: filter the table by class, correct or not, method, bits and "
-    "each measure; see the maps over the images on **one bits scale**; per class, the **mean map** and the "
-    "**clusters of similar maps** (SpRAy), so a group of images the network explains by the border or a corner "
-    "stands out. A click on *Per-Sample* opens an image there with the run's network, layer and class."
+    "*Start a run* below). Opening a run shows first **what stands out** across it: images that need very few "
+    "bits, flagged clusters of every class, class means that sit in a corner or the border, outliers. Then filter "
+    "the table by class, correct or not, method, bits and each measure; see the maps over the images on **one bits "
+    "scale**; per class, the **mean map** and the **clusters of similar maps** (SpRAy). A click on *Per-Sample* "
+    "opens an image there with the run's network, layer and class. The same report: "
+    "`python -m iba_core report RUN_DIR --out report.html`."
 )
 trust = app_trust()
 
@@ -116,6 +124,49 @@ def job_section() -> None:
 # ---- the run -------------------------------------------------------------------------------------
 
 
+def run_highlights(run, method: str | None = None):
+    """What stands out in the run (`ds.highlights`), kept for this run's table and method this session."""
+    cache = st.session_state.setdefault(HIGHLIGHTS_KEY, {})
+    key = (str(run.path), len(run.table), method)
+    if key not in cache:
+        cache[key] = ds.highlights(run, method)
+    return cache[key]
+
+
+def stands_out_section(run, found) -> None:
+    """The first screen of a run: every highlight with its images (maps over them) and a button that narrows the
+    table and gallery to them."""
+    st.subheader("What stands out")
+    if found is None:
+        st.info("The run has no method to look at.", icon=":material/info:")
+        return
+    names = ds.method_names(run)
+    if not found.items:
+        st.success(f"Nothing stands out in the {plain(names.get(found.method, found.method))} maps. "
+                   f"{plain(found.checked)}", icon=":material/check_circle:")
+        return
+    st.caption(f"In the {plain(names.get(found.method, found.method))} maps of every class. {plain(found.checked)}")
+    for i, h in enumerate(found.items):
+        with st.container(border=True, key=f"ds_highlight_{i}"):
+            st.markdown(f"**{plain(h.title)}**")
+            st.caption(plain(h.detail))
+            with shown_errors() as outcome:
+                cells, scale = ds.thumbnails_on_one_scale(
+                    run, ds.highlight_rows(run, h.images[:HIGHLIGHT_THUMBS], h.method), trust)
+            if not outcome.failed:
+                cols = st.columns(HIGHLIGHT_THUMBS)
+                for j, cell in enumerate(cells):
+                    if cell["png"] is not None:
+                        cols[j].image(cell["png"], width="stretch")
+                    cols[j].caption(plain(cell["caption"]))
+            more = f" (the first {HIGHLIGHT_THUMBS} shown)" if len(h.images) > HIGHLIGHT_THUMBS else ""
+            note = f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel. " if scale else ""
+            st.caption(f"{note}Images: " + ", ".join(plain(m) for m in h.images) + more)
+            if st.button(f"Show these {len(h.images)} images in the table and gallery", key=f"ds_focus_{i}",
+                         icon=":material/filter_alt:"):
+                st.session_state[FOCUS_KEY] = (str(run.path), h.title, tuple(h.images))
+
+
 def filters(run) -> ds.RowFilter:
     table = run.table
     names = ds.method_names(run)
@@ -144,16 +195,28 @@ def filters(run) -> ds.RowFilter:
             i += 1
             if (low, high) != span:
                 ranges.append((column, float(low), float(high)))
-    return ds.RowFilter(tuple(chosen), correct, tuple(methods), tuple(ranges))
+    focus = st.session_state.get(FOCUS_KEY)
+    images: tuple[str, ...] = ()
+    if focus and focus[0] != str(run.path):  # chosen on another run
+        focus = None
+    if focus:
+        c1, c2 = st.columns([4, 1], vertical_alignment="center")
+        c1.info(f"Showing only the images of: {plain(focus[1])}.", icon=":material/filter_alt:")
+        if c2.button("Show every image", key="ds_focus_clear", icon=":material/filter_alt_off:"):
+            st.session_state.pop(FOCUS_KEY, None)
+            st.rerun()
+        images = tuple(focus[2])
+    return ds.RowFilter(tuple(chosen), correct, tuple(methods), tuple(ranges), images)
 
 
 TABLE_COLUMNS = ["image", "method", "class_name", "label", "predicted_name", "correct", "p_target", "total_bits",
-                 "border_share", "box_share", "concentration", "distance_to_class_mean", "seconds"]
+                 ds.FEW_BITS_COLUMN, "border_share", "box_share", "concentration", "distance_to_class_mean", "seconds"]
 
 
 def table_section(run, rows) -> None:
     st.subheader("Table")
-    st.caption(f"{len(rows)} of {len(ds.result_rows(run.table))} result rows · click a column's header to sort.")
+    st.caption(f"{len(rows)} of {len(ds.result_rows(run.table))} result rows · click a column's header to sort · "
+               f"{ds.FEW_BITS_COLUMN}: total bits at least ten times below the run's upper quartile of this method.")
     st.dataframe(rows[[c for c in TABLE_COLUMNS if c in rows]], hide_index=True, key="ds_table")
     errors = ds.error_rows(run.table)
     if len(errors):
@@ -168,8 +231,12 @@ def gallery_section(run, rows) -> None:
         st.info("No row passes the filters.", icon=":material/filter_alt_off:")
         return
     c1, c2, c3 = st.columns(3)
-    order = c1.selectbox("Order by", ["image", *[m for m in ds.MEASURES if m in rows]], key="ds_order")
-    descending = c2.toggle("Highest first", value=order != "image", key=f"ds_desc_{order}")
+    orders = [m for m in ds.MEASURES if m in rows] + ["image"]
+    if rows["total_bits"].isna().all():  # no map in bits: the image order reads best
+        orders = ["image"] + orders[:-1]
+    # fewest bits first by default: the images that need very few bits lead the gallery too
+    order = c1.selectbox("Order by", orders, key="ds_order")
+    descending = c2.toggle("Highest first", value=order not in ("image", "total_bits"), key=f"ds_desc_{order}")
     pages = -(-len(rows) // ds.GALLERY_PAGE)
     page = c3.number_input(f"Page (of {pages})", 1, pages, 1, key="ds_page")
     shown = rows.sort_values(order, ascending=not descending, na_position="last", kind="stable")
@@ -193,11 +260,11 @@ def gallery_section(run, rows) -> None:
             st.markdown(f"<small>{plain(cell.caption)}</small>{link}", unsafe_allow_html=True)
 
 
-def class_section(run) -> None:
+def class_section(run, found) -> None:
     st.subheader("Per class: mean map and clusters of similar maps")
     names = ds.method_names(run)
     units = ds.method_units(run)
-    methods = sorted(names, key=lambda k: (units.get(k) != ds.BITS_UNIT, k))
+    methods = ds.methods_bits_first(run)
     c1, c2 = st.columns(2)
     method = c1.selectbox("Method", methods, key="ds_class_method", format_func=lambda k: names[k])
     targets = ds.class_targets(run, method)
@@ -205,12 +272,19 @@ def class_section(run) -> None:
         st.info("No map of this method to group.", icon=":material/info:")
         return
     labels = dict(targets)
-    target = c2.selectbox("Class", list(labels), key=f"ds_class_{method}", format_func=lambda t: plain(labels[t]))
+    if found is None or found.method != method:
+        found = run_highlights(run, method)
+    # opens on the first class something stands out in, not on class 0
+    flagged = [h.target for h in found.items if h.target is not None and h.target in labels] if found else []
+    first = list(labels).index(flagged[0]) if flagged else 0
+    target = c2.selectbox("Class", list(labels), index=first, key=f"ds_class_{method}",
+                          format_func=lambda t: plain(labels[t]))
     with shown_errors() as outcome:
         # kept for this run's table: the mean map reads every map of the class, the clusters solve an eigenproblem
         cache = st.session_state.setdefault(CLASS_CACHE_KEY, {})
         key = (str(run.path), len(run.table), method, int(target))
-        view = cache.get(key) or cache.setdefault(key, ds.class_view(run, method, target))
+        view = cache.get(key) or cache.setdefault(
+            key, ds.class_view(run, method, target, found.cluster_scale if found else None))
     if outcome.failed:
         return
     unit = "bits / pixel" if units.get(method) == ds.BITS_UNIT else (units.get(method) or "attribution")
@@ -219,21 +293,36 @@ def class_section(run) -> None:
                caption=f"Mean map of {plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
     with right:
         st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
-                   f"eigengap). A cluster whose maps put {ds.BORDER_FLAG:.0%} or more in the border is flagged.")
-        for c in view.clusters:
+                   f"eigengap). A cluster whose maps put {ds.BORDER_FLAG:.0%} or more in the border is flagged. "
+                   f"Each cluster's first picture is the mean of its maps ({plain(view.cluster_unit)}) on one scale, "
+                   f"0 – {view.cluster_scale:.3g}, for every cluster of the run: a cluster whose maps hold few bits "
+                   "is dark. Its members show their maps over the images, on one scale per class.")
+        shown = [c.members.head(7) for c in view.clusters]
+        with shown_errors() as outcome:
+            import pandas as pd
+
+            scale = ds.page_scale(run, pd.concat(shown)) if shown else 0.0
+        if outcome.failed:
+            return
+        for c, members in zip(view.clusters, shown):
             flag = " · :red[**border shortcut?**]" if c.flagged else ""
+            bits = f" · median {c.median_bits:.3g} bits" if c.median_bits == c.median_bits else ""
             st.markdown(f"**Cluster {c.cluster + 1}** · {count_of(len(c.members), 'image')} · mean border share "
-                        f"{c.border_share:.0%}{flag}")
+                        f"{c.border_share:.0%}{bits}{flag}")
+            words = ds.cluster_words(c, found.reference_bits if found else None)
+            if words:
+                st.caption(plain(words))
             cols = st.columns(8)
-            cols[0].image(ds.map_png(c.mean_thumbnail, "share of the map", size=96), width="stretch")
-            for i, (_, row) in enumerate(c.members.head(7).iterrows(), start=1):
-                png = ds.image_thumbnail(run, row, trust)
+            cols[0].image(ds.map_png(c.mean_map, view.cluster_unit, size=96, top=view.cluster_scale),
+                          width="stretch")
+            for i, (_, row) in enumerate(members.iterrows(), start=1):
+                png = ds.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
                 if png is not None:
                     cols[i].image(png, width="stretch")
             st.caption("Members: " + ", ".join(plain(m) for m in c.members["image"]))
 
 
-def downloads(run, method_for_report: str | None) -> None:
+def downloads(run, method_for_report: str | None, found) -> None:
     st.subheader("Downloads")
     c1, c2, c3 = st.columns(3)
     c1.download_button("Table (Parquet)", ds.table_parquet(run.table), "results.parquet",
@@ -247,7 +336,7 @@ def downloads(run, method_for_report: str | None) -> None:
                  help="Class means, clusters and flagged images in one file, pictures embedded."):
         with shown_errors():
             with st.spinner("Drawing the report…"):
-                st.session_state[REPORT_KEY] = ds.report_html(run, method_for_report, trust)
+                st.session_state[REPORT_KEY] = ds.report_html(run, method_for_report, trust, found)
     report = st.session_state.get(REPORT_KEY)
     if report is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",
@@ -263,15 +352,19 @@ job_section()
 run = st.session_state.get(RUN_KEY)
 if run is not None:
     st.divider()
-    info = run.info
-    st.caption(f"Run {plain(run.path)} · network {plain(info.get('network'))} · layer "
-               f"{plain(info.get('layer'))} · {run.table['image'].nunique()} images · {len(run.table)} rows")
+    st.caption(f"Run {plain(run.path)} · {plain(ds.run_line(run))} · {run.table['image'].nunique()} images · "
+               f"{len(run.table)} rows")
     if run.missing:  # damaged parts left out: the sentence says which rows and that a resume redoes them
         st.warning(plain(run.missing), icon=":material/broken_image:")
-    rows = ds.filter_rows(run.table, filters(run))
+    found = None
+    with shown_errors():
+        found = run_highlights(run)
+    stands_out_section(run, found)
+    st.divider()
+    rows = ds.with_flags(run, ds.filter_rows(run.table, filters(run)))
     table_section(run, rows)
     gallery_section(run, rows)
     st.divider()
-    class_section(run)
+    class_section(run, found)
     st.divider()
-    downloads(run, st.session_state.get("ds_class_method"))
+    downloads(run, st.session_state.get("ds_class_method"), found)

@@ -28,6 +28,7 @@ from PIL import Image
 
 from ..errors import UserError
 from ..render.colours import BITS_LABEL
+from ..runs.highlights import BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, mass_thumbnails, run_highlights
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
@@ -41,11 +42,8 @@ if TYPE_CHECKING:
 
 #: Images per gallery view (a page of the gallery).
 GALLERY_PAGE = 12
-#: The unit of the bottlenecks' maps (`Method.unit`): these share the gallery's one bits scale.
-BITS_UNIT = "bits/pixel"
-#: A map with at least this share of its mass in the outer 10 % of the image (36 % of its area) is flagged:
-#: the network takes most of its information from the border, where a ruler, a watermark or a corner mark sits.
-BORDER_FLAG = 0.5
+#: The flag column: a row whose decision needs very few bits (`runs.highlights.few_bits_mask`).
+FEW_BITS_COLUMN = "needs_few_bits"
 #: The Per-Sample page's URL path (app.py's page for pages/per_sample.py).
 PER_SAMPLE_PATH = "per_sample"
 #: Side of an image's thumbnail in the cluster view and the report, in pixels.
@@ -76,12 +74,14 @@ def open_run_folder(text: str, trust: Trust) -> Run:
 @dataclass(frozen=True)
 class RowFilter:
     """Which result rows to show: classes (class names; empty: all), correct ("all", "correct", "incorrect"),
-    methods (keys; empty: all), and ranges {column: (low, high)} a row's value must lie in (NaN never does)."""
+    methods (keys; empty: all), ranges {column: (low, high)} a row's value must lie in (NaN never does), and images
+    (keys of the table; empty: all), e.g. the images of a highlight."""
 
     classes: tuple[str, ...] = ()
     correct: str = "all"
     methods: tuple[str, ...] = ()
     ranges: tuple[tuple[str, float, float], ...] = ()
+    images: tuple[str, ...] = ()
 
 
 def result_rows(table: "pd.DataFrame") -> "pd.DataFrame":
@@ -107,6 +107,8 @@ def filter_rows(table: "pd.DataFrame", row_filter: RowFilter) -> "pd.DataFrame":
         keep &= correct if row_filter.correct == "correct" else ~correct
     if row_filter.methods:
         keep &= rows["method"].isin(list(row_filter.methods)).to_numpy()
+    if row_filter.images:
+        keep &= rows["image"].isin(list(row_filter.images)).to_numpy()
     for column, low, high in row_filter.ranges:
         values = rows[column].to_numpy(dtype=np.float64, na_value=np.nan)
         keep &= (values >= low) & (values <= high)  # NaN compares False: a row without the value drops out
@@ -129,6 +131,54 @@ def method_units(run: Run) -> dict[str, str]:
 def method_names(run: Run) -> dict[str, str]:
     """method key → its display name, from run.json (the key where it names none)."""
     return {key: str(m.get("name") or key) for key, m in run.info.get("methods", {}).items()}
+
+
+def with_flags(run: Run, rows: "pd.DataFrame") -> "pd.DataFrame":
+    """`rows` (rows of run.table) with the FEW_BITS_COLUMN flag, judged against the whole run (not the filtered
+    rows: a filter must not change which images need few bits)."""
+    import pandas as pd
+
+    flags = pd.Series(few_bits_mask(run.table, method_units(run)), index=run.table.index)
+    return rows.assign(**{FEW_BITS_COLUMN: flags.reindex(rows.index, fill_value=False).to_numpy(dtype=bool)})
+
+
+def methods_bits_first(run: Run) -> list[str]:
+    """The run's method keys, the bottlenecks (maps in bits) first, each group in key order."""
+    units = method_units(run)
+    return sorted(method_names(run), key=lambda k: (units.get(k) != BITS_UNIT, k))
+
+
+def highlights(run: Run, method: str | None = None) -> RunHighlights | None:
+    """What stands out across the whole run (`runs.highlights.run_highlights`) in `method`'s maps (default: the
+    first bottleneck method, else the first method); None for a run without methods."""
+    methods = methods_bits_first(run)
+    if method is None:
+        method = methods[0] if methods else None
+    if method is None:
+        return None
+    return run_highlights(run, method, method_units(run))
+
+
+def highlight_rows(run: Run, images: Sequence[str], method: str) -> "pd.DataFrame":
+    """The result rows of `method` for `images`, in the order given (a highlight's order: most striking first)."""
+    rows = result_rows(run.table)
+    rows = rows[(rows["method"] == method) & rows["image"].isin(list(images))]
+    order = {image: i for i, image in enumerate(images)}
+    return rows.iloc[np.argsort([order[i] for i in rows["image"]], kind="stable")]
+
+
+def layer_text(run: Run) -> str:
+    """The run's bottleneck layer(s) in words: their names, or 'none (…)' for a run of methods that read the whole
+    network (run.json's layer is then null: never shown as "None")."""
+    info = run.info
+    layers = sorted({str(m.get("settings", {}).get("layer")) for m in info.get("methods", {}).values()
+                     if m.get("settings", {}).get("layer")} | ({str(info["layer"])} if info.get("layer") else set()))
+    return ", ".join(layers) if layers else "none (its methods read the whole network)"
+
+
+def run_line(run: Run) -> str:
+    """The run in a few words: 'network X · layer Y' (`layer_text`)."""
+    return f"network {run.info.get('network') or 'unknown'} · layer {layer_text(run)}"
 
 
 # ---- images of the run ---------------------------------------------------------------------------
@@ -200,6 +250,7 @@ def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = 
 
     units, names = method_units(run), method_names(run)
     scale = page_scale(run, rows) if scale is None else scale
+    few = with_flags(run, rows)[FEW_BITS_COLUMN]
     cells = []
     for index, row in rows.iterrows():
         heatmap = run.heatmap(row)
@@ -211,7 +262,7 @@ def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = 
             picture = overlay_image(crop, np.abs(heatmap) if not bits else heatmap, top=top, legend=True,
                                     label=map_label(units, row["method"], absolute=not bits))
             png = png_bytes(picture, optimize=False)
-        caption = cell_caption(row, names.get(row["method"], row["method"]), bits)
+        caption = cell_caption(row, names.get(row["method"], row["method"]), bits, bool(few[index]))
         cells.append(GalleryCell(index, png, caption, per_sample_link(run, row, trust) if with_links else None))
     return cells
 
@@ -238,15 +289,16 @@ def scale_note(run: Run, rows: "pd.DataFrame", scale: float) -> str:
     return f"{note}; {others}." if not bits.all() else f"{note}."
 
 
-def cell_caption(row, method_name: str, bits: bool) -> str:
-    """A gallery cell's caption: image, class, correct or not, bits and border share."""
+def cell_caption(row, method_name: str, bits: bool, few_bits: bool = False) -> str:
+    """A gallery cell's caption: image, class, correct or not, bits (and "needs very few bits" where flagged) and
+    border share."""
     name = row["class_name"]
     parts = [str(row["image"]), name if isinstance(name, str) else f"class {row['target']}"]
     if not _missing(row["correct"]):
         parts.append("correct" if bool(row["correct"]) else f"predicted {row['predicted_name']}")
     parts.append(method_name)
     if bits and not _missing(row["total_bits"]):
-        parts.append(f"{float(row['total_bits']):.1f} bits")
+        parts.append(f"{float(row['total_bits']):.1f} bits" + (" (needs very few bits)" if few_bits else ""))
     if not _missing(row["border_share"]):
         parts.append(f"border {float(row['border_share']):.0%}")
     return " · ".join(parts)
@@ -296,19 +348,25 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
 
 @dataclass
 class ClusterView:
-    """One cluster of similar maps: its members (rows of the table), where their maps put their mass (the mean
-    thumbnail), the members' mean border share, and whether that flags a border shortcut."""
+    """One cluster of similar maps: its members (rows of the table), where their maps put their mass (`mean_map`:
+    the mean of the members' maps on the thumbnail grid, in bits per pixel for the bottlenecks, else in shares of
+    each map), the members' mean border share, whether that flags a border shortcut, their median total bits, and
+    whether their maps hold almost no bits (`near_zero`: the median needs very few bits, as the run's flag says)."""
 
     cluster: int
     members: "pd.DataFrame"
-    mean_thumbnail: np.ndarray  # THUMBNAIL × THUMBNAIL shares summing to 1
+    mean_map: np.ndarray  # THUMBNAIL × THUMBNAIL
     border_share: float
     flagged: bool
+    median_bits: float = float("nan")
+    near_zero: bool = False
 
 
 @dataclass
 class ClassView:
-    """A class of one method: its mean map (bits per pixel for the bottlenecks) and its clusters."""
+    """A class of one method: its mean map (bits per pixel for the bottlenecks), its clusters, and the clusters'
+    one colour scale (`cluster_scale`, in `cluster_unit`: the largest cluster mean over every class of the run, so a
+    cluster whose maps hold few bits looks dark, never stretched to full colour)."""
 
     method: str
     target: int
@@ -316,6 +374,8 @@ class ClassView:
     images: int
     mean_map: np.ndarray
     clusters: list[ClusterView] = field(default_factory=list)
+    cluster_scale: float = 0.0
+    cluster_unit: str = "share of the map"
 
 
 def class_targets(run: Run, method: str) -> list[tuple[int, str]]:
@@ -326,41 +386,71 @@ def class_targets(run: Run, method: str) -> list[tuple[int, str]]:
     return [(int(t), str(n) if isinstance(n, str) else f"class {int(t)}") for t, n in pairs.items()]
 
 
-def class_view(run: Run, method: str, target: int) -> ClassView:
-    """The class's mean map and its clusters of similar maps (`runs.map_clusters`: SpRAy), largest first."""
+def class_view(run: Run, method: str, target: int, cluster_scale: float | None = None) -> ClassView:
+    """The class's mean map and its clusters of similar maps (`runs.map_clusters`: SpRAy), largest first, each
+    cluster's mean map on one scale: `cluster_scale` (the run's, `RunHighlights.cluster_scale`), else this class's
+    largest cluster mean."""
     names = dict(class_targets(run, method))
     if int(target) not in names:
         raise UserError(f"The run has no {method} map of class {target}.")
+    bits = method_units(run).get(method) == BITS_UNIT
     mean = class_mean_map(run, method, int(target))
     groups = map_clusters(run, method, int(target))
+    amounts = mass_thumbnails(groups.thumbnails, groups.rows, bits)
+    few = with_flags(run, groups.rows)[FEW_BITS_COLUMN]
     clusters = []
     for c in range(groups.k):
+        where = (groups.rows["cluster"] == c).to_numpy()
         members = groups.members(c)
         border = float(np.nanmean(members["border_share"].to_numpy(dtype=np.float64, na_value=np.nan))) \
-            if len(members) else float("nan")
-        clusters.append(ClusterView(c, members, groups.mean_thumbnail(c), border,
-                                    bool(math.isfinite(border) and border >= BORDER_FLAG)))
-    return ClassView(method, int(target), names[int(target)], len(groups.rows), mean, clusters)
+            if members["border_share"].notna().any() else float("nan")
+        median = float(members["total_bits"].median()) if bits and members["total_bits"].notna().any() \
+            else float("nan")
+        clusters.append(ClusterView(c, members, amounts[where].mean(axis=0).astype(np.float32), border,
+                                    bool(math.isfinite(border) and border >= BORDER_FLAG), median,
+                                    bool(bits and few[where].mean() > 0.5)))
+    top = max((float(c.mean_map.max()) for c in clusters), default=0.0)
+    return ClassView(method, int(target), names[int(target)], len(groups.rows), mean, clusters,
+                     max(top, cluster_scale or 0.0), BITS_LABEL if bits else "share of the map")
 
 
-def image_thumbnail(run: Run, row, trust: Trust, size: int = THUMB_PX) -> bytes | None:
-    """A small PNG of the row's image as the network saw it, or None when it cannot be read here."""
-    from ..render.overlays import png_bytes
+def cluster_words(cluster: ClusterView, reference_bits: float | None) -> str:
+    """A sentence on a cluster's bits: that its maps hold almost no bits (median against the run's upper quartile),
+    so their picture is dark on the common scale; "" for a cluster with ordinary bits or maps not in bits."""
+    if not cluster.near_zero:
+        return ""
+    ref = f" (the run's upper quartile: {reference_bits:,.1f})" if reference_bits else ""
+    return (f"These maps hold almost no bits: a median of {cluster.median_bits:.3g} bits per image{ref}, so their "
+            "picture is dark on the common scale; the network needs next to nothing from these images.")
+
+
+def image_thumbnail(run: Run, row, trust: Trust, size: int = THUMB_PX, top: float | None = None) -> bytes | None:
+    """A small PNG of the row's map over its image as the network saw it (bottleneck maps on 0 – `top` bits per
+    pixel, default their own maximum; other methods' |map| on its own maximum), or None when the image cannot be
+    read here."""
+    from ..render.overlays import overlay_image, png_bytes
 
     crop = network_crop(run, row, trust)
     if crop is None:
         return None
-    return png_bytes(crop.resize((size, size), Image.Resampling.BILINEAR), optimize=False)
+    r = run.row(row)
+    heatmap = run.heatmap(r)
+    bits = method_units(run).get(str(r["method"])) == BITS_UNIT
+    picture = overlay_image(crop, heatmap if bits else np.abs(heatmap), top=top if bits else None)
+    return png_bytes(picture.resize((size, size), Image.Resampling.BILINEAR), optimize=False)
 
 
-def map_png(values: np.ndarray, label: str, size: int = 2 * THUMB_PX) -> bytes:
-    """A map alone (no photo) on 0 – its maximum, with the legend that states the scale in `label`."""
+def map_png(values: np.ndarray, label: str, size: int = 2 * THUMB_PX, top: float | None = None) -> bytes:
+    """A map alone (no photo) on 0 – `top` (default: its own maximum), with the legend that states the scale in
+    `label`."""
     from ..render.overlays import colorize, png_bytes, with_legend
 
     values = np.asarray(values, dtype=np.float32)
-    top = float(values.max()) if values.size else 0.0
+    if top is None:
+        top = float(values.max()) if values.size else 0.0
+    top = max(float(top), 1e-12)
     picture = Image.fromarray(colorize(values, vmax=top)).resize((size, size), Image.Resampling.NEAREST)
-    return png_bytes(with_legend(picture, values, max(top, 1e-12), label=label), optimize=False)
+    return png_bytes(with_legend(picture, values, top, label=label), optimize=False)
 
 
 def flagged_rows(table: "pd.DataFrame") -> "pd.DataFrame":
@@ -387,42 +477,71 @@ def table_parquet(table: "pd.DataFrame") -> bytes:
     return buf.getvalue()
 
 
-#: At most this many flagged images, and this many members per cluster, go into the report (its size).
+#: At most this many flagged images, and this many members per cluster or highlight, go into the report (its size).
 REPORT_FLAGGED, REPORT_MEMBERS = 24, 12
 
 
-def report_html(run: Run, method: str, trust: Trust) -> bytes:
-    """The run's self-contained HTML report for `method` (`render.report.dataset_report_html`): per class the
-    mean map and the clusters with their members, the flagged images; every picture embedded as a PNG."""
+def thumbnails_on_one_scale(run: Run, rows: "pd.DataFrame", trust: Trust) -> tuple[list[dict], float | None]:
+    """The maps of `rows` over their images as small PNGs ([{image, caption, png}]) on one bits scale (the largest
+    bits per pixel among them; None when no map is in bits), captions naming each image's total bits and flag."""
+    units, names = method_units(run), method_names(run)
+    scale = page_scale(run, rows)
+    few = with_flags(run, rows)[FEW_BITS_COLUMN]
+    cells = []
+    for index, row in rows.iterrows():
+        bits = units.get(row["method"]) == BITS_UNIT
+        caption = str(row["image"])
+        if bits and not _missing(row["total_bits"]):
+            caption += f" · {float(row['total_bits']):.3g} bits" + (" · needs very few bits" if few[index] else "")
+        cells.append({"image": str(row["image"]), "caption": caption,
+                      "png": image_thumbnail(run, row, trust, top=scale if scale > 0 else None)})
+    has_bits = rows["method"].map(lambda m: units.get(m) == BITS_UNIT).any() if len(rows) else False
+    return cells, (scale if has_bits else None)
+
+
+def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None = None) -> bytes:
+    """The run's self-contained HTML report for `method` (`render.report.dataset_report_html`): first what stands
+    out across the run (`highlights`, or `found` when already computed for `method`), then per class the mean map
+    and the clusters (their mean maps on one scale, members as maps over the images), then the images flagged by
+    their border share; every picture embedded as a PNG."""
     from ..render.report import dataset_report_html
 
+    if found is None or found.method != method:
+        found = highlights(run, method)
     units = method_units(run)
     label = map_label(units, method)
+    stands_out = []
+    for h in found.items if found is not None else []:
+        cells, scale = thumbnails_on_one_scale(run, highlight_rows(run, h.images[:REPORT_MEMBERS], h.method), trust)
+        stands_out.append({"title": h.title, "detail": h.detail, "kind": h.kind, "images": list(h.images),
+                           "cells": cells, "scale": scale})
     classes = []
     for target, _ in class_targets(run, method):
-        view = class_view(run, method, target)
-        classes.append({
-            "name": view.class_name, "target": view.target, "images": view.images,
-            "mean_png": map_png(view.mean_map, label),
-            "clusters": [{
+        view = class_view(run, method, target, found.cluster_scale if found is not None else None)
+        clusters = []
+        for c in view.clusters:
+            cells, scale = thumbnails_on_one_scale(run, c.members.head(REPORT_MEMBERS), trust)
+            clusters.append({
                 "cluster": c.cluster, "size": len(c.members), "border_share": c.border_share, "flagged": c.flagged,
-                "mean_png": map_png(c.mean_thumbnail, "share of the map"),
-                "members": [(str(r["image"]), image_thumbnail(run, r, trust))
-                            for _, r in c.members.head(REPORT_MEMBERS).iterrows()],
-            } for c in view.clusters],
-        })
+                "near_zero": cluster_words(c, found.reference_bits if found is not None else None),
+                "mean_png": map_png(c.mean_map, view.cluster_unit, top=view.cluster_scale),
+                "members": [(cell["caption"], cell["png"]) for cell in cells], "scale": scale,
+            })
+        classes.append({"name": view.class_name, "target": view.target, "images": view.images,
+                        "mean_png": map_png(view.mean_map, label), "clusters": clusters})
     flagged = flagged_rows(result_rows(run.table)[lambda t: t["method"] == method]).head(REPORT_FLAGGED)
     scale = page_scale(run, flagged)
     flagged_cells = [{"image": str(r["image"]), "caption": c.caption, "png": c.png}
                      for (_, r), c in zip(flagged.iterrows(), gallery(run, flagged, trust, scale, with_links=False))]
     table = run.table
     summary = {
-        "run": str(run.path), "network": run.info.get("network"), "layer": run.info.get("layer"),
+        "run": str(run.path), "network": run.info.get("network") or "unknown", "layer": layer_text(run),
         "method": method_names(run).get(method, method), "images": int(table["image"].nunique()),
         "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
         "scale": scale if units.get(method) == BITS_UNIT else None,
+        "checked": found.checked if found is not None else "",
     }
-    return dataset_report_html(summary, classes, flagged_cells).encode("utf-8")
+    return dataset_report_html(summary, classes, flagged_cells, stands_out).encode("utf-8")
 
 
 # ---- a folder run in the background ---------------------------------------------------------------
@@ -564,7 +683,7 @@ def job_text(job: FolderJob) -> str:
     return f"{done} / {total} images · {label} · {seconds:.0f} s{left}"
 
 
-__all__ = ["BORDER_FLAG", "ClassView", "ClusterView", "FolderJob", "GALLERY_PAGE", "GalleryCell", "RowFilter",
-           "class_targets", "class_view", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery",
+__all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "GALLERY_PAGE", "GalleryCell", "RowFilter",
+           "class_targets", "class_view", "cluster_words", "highlight_rows", "highlights", "layer_text", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery",
            "image_thumbnail", "job_text", "label_note", "map_png", "open_run_folder", "page_scale", "per_sample_link",
-           "report_html", "result_rows", "start_folder_job", "table_csv", "table_parquet", "value_range"]
+           "report_html", "result_rows", "run_line", "thumbnails_on_one_scale", "with_flags", "start_folder_job", "table_csv", "table_parquet", "value_range"]

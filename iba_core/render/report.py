@@ -1,4 +1,5 @@
-"""Downloadable records of a Per-Sample run: a JSON report (settings and numbers) and the heatmap as .npy."""
+"""Downloadable records of a Per-Sample run (a JSON report: settings and numbers; the heatmap as .npy) and of a
+folder run (one self-contained HTML page: what stands out first, then classes, clusters and flagged images)."""
 from __future__ import annotations
 
 import io
@@ -90,6 +91,8 @@ figcaption { font-size: 0.75rem; word-break: break-all; }
 img { width: 100%; image-rendering: auto; }
 .flag { color: #b00020; font-weight: bold; }
 table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; }
+.note { font-size: 0.85rem; color: #555; }
+h3.highlight { color: #b00020; }
 """
 
 
@@ -104,12 +107,29 @@ def _img(png: bytes | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}">'
 
 
-def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict]) -> str:
+def _cells(cells: list[dict], css: str = "thumb") -> str:
+    """Figures of [{image, caption, png}] in a wrapping row."""
+    import html
+
+    return '<div class="cells">' + "".join(
+        f'<figure class="{css}">{_img(c.get("png"), c["image"])}<figcaption>{html.escape(c["caption"])}</figcaption>'
+        "</figure>" for c in cells) + "</div>"
+
+
+def _scale_line(scale: float | None) -> str:
+    return "" if scale is None else (f'<p class="note">Maps over the images on one colour scale: 0 – {float(scale):.3g} '
+                                     "bits per pixel.</p>")
+
+
+def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
+                        stands_out: list[dict] | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
-    (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale), per class its mean map
-    and its clusters of similar maps with their members (`classes`: name, target, images, mean_png, clusters
-    [{cluster, size, border_share, flagged, mean_png, members [(image, png)]}]), and the images whose maps lie
-    mostly in the border (`flagged`: [{image, caption, png}]). Every text from the run is escaped."""
+    (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale, checked), first what stands
+    out across the run (`stands_out`: [{title, detail, cells [{image, caption, png}], scale}], the same highlights
+    as the Dataset page's first screen), per class its mean map and its clusters of similar maps (`classes`: name,
+    target, images, mean_png, clusters [{cluster, size, border_share, flagged, near_zero (a sentence or ""),
+    mean_png, members [(caption, png)], scale}]), and the images whose maps lie mostly in the border (`flagged`:
+    [{image, caption, png}]). Every text from the run is escaped."""
     import html
 
     e = html.escape
@@ -120,6 +140,12 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict])
     for key in ("run", "network", "layer", "method", "images", "rows", "errors"):
         out.append(f"<tr><td>{e(key)}</td><td>{e(str(summary.get(key, '')))}</td></tr>")
     out.append("</table>")
+    out.append('<h2 id="stands-out">What stands out</h2>')
+    if not stands_out:
+        out.append(f"<p>Nothing stands out. {e(str(summary.get('checked', '')))}</p>")
+    for item in stands_out or []:
+        out.append(f'<h3 class="highlight">{e(item["title"])}</h3><p>{e(item["detail"])}</p>')
+        out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
     flag = float(summary.get("border_flag", 0.5))
     out.append(f"<p>Border share: the share of a map's mass (bits for the bottlenecks) in the outer 10 % of the "
                f"image on each side, 36 % of its area. A cluster or image at {flag:.0%} or more is flagged: the "
@@ -133,11 +159,13 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict])
             note = ' <span class="flag">border shortcut?</span>' if k.get("flagged") else ""
             out.append(f"<p>Cluster {int(k['cluster']) + 1}: {count_of(int(k['size']), 'image')}, mean border share "
                        f"{float(k['border_share']):.0%}{note}</p>")
+            if k.get("near_zero"):
+                out.append(f'<p class="note">{e(k["near_zero"])}</p>')
             cells = ['<figure>' + _img(k.get("mean_png"), "cluster mean") + "<figcaption>where its maps put their "
-                     "mass</figcaption></figure>"]
+                     "mass (the mean of its maps, on one scale for every cluster)</figcaption></figure>"]
             cells += [f'<figure class="thumb">{_img(png, name)}<figcaption>{e(name)}</figcaption></figure>'
                       for name, png in k.get("members", [])]
-            out.append('<div class="cells">' + "".join(cells) + "</div>")
+            out.append(_scale_line(k.get("scale")) + '<div class="cells">' + "".join(cells) + "</div>")
     out.append("<h2>Flagged images</h2>")
     if not flagged:
         out.append(f"<p>No map puts {flag:.0%} or more of its mass in the border.</p>")

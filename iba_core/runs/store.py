@@ -110,9 +110,17 @@ def read_info(run_dir: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     try:
-        info = json.loads(inside(run_dir, RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise RunFolderError(f"The run file {path} cannot be read ({type(err).__name__}); it may be damaged.") from None
+        text = inside(run_dir, RUN_FILE).read_text(encoding="utf-8")
+    except OSError as err:
+        raise RunFolderError(f"The run file {path} cannot be read ({(err.strerror or 'an error of the disk').lower()})."
+                             ) from None
+    except UnicodeDecodeError:  # a ValueError: bytes that are no text at all
+        raise RunFolderError(f"The run file {path} is damaged: it is not text.") from None
+    try:
+        info = json.loads(text)
+    except ValueError:  # json's JSONDecodeError: a cut-short or edited file; its name means nothing to a user
+        raise RunFolderError(f"The run file {path} is damaged: it is not complete, valid JSON (cut short or "
+                             "edited?).") from None
     if not isinstance(info, dict) or info.get("format") != RUN_FORMAT:
         raise RunFolderError(f"{path} is not a run file of this version (format {RUN_FORMAT}).")
     return info
