@@ -144,3 +144,30 @@ def test_every_offline_layer_runs_without_estimating_statistics(chelsea_jpg, mon
                      "--precision", "fp32"]) == 0
         record = json.loads(capsys.readouterr().out.strip())
         assert record["layer"] == layer and record["stats_samples"] == 1000
+
+
+# ---- report RUN_DIR --out report.html (issue #28) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: None, "Run folder not found"),
+    (lambda d: d.mkdir(), "is not a run folder"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text('{"format": 1, "network": "card:tin')), "is damaged"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_bytes(b"\xff\xfe\x00garbage")), "is damaged"),
+])
+def test_report_of_a_missing_or_damaged_run_is_one_sentence(make, words, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    make(run_dir)
+    out = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and words in err and len(err.splitlines()) == 1
+    assert "Traceback" not in err and "Error)" not in err and "JSONDecodeError" not in err
+    assert not out.exists()
+
+
+def test_report_is_a_listed_command():
+    from iba_core.cli import build_parser
+
+    args = build_parser().parse_args(["report", "RUN", "--out", "r.html"])
+    assert args.run_dir == "RUN" and args.out == "r.html" and args.method is None

@@ -135,3 +135,125 @@ def test_a_run_with_a_damaged_part_opens_with_one_warning_on_what_is_missing(sho
     assert "the next resume of the run redoes them" in at.warning[0].value
     assert len(table_images(at)) == len(open_run(copy).table["image"].unique()) < len(keys)
 
+
+
+
+# ---- issue #28: the first screen leads with what stands out ----------------------------------------------------
+
+
+def marked_images(keys: dict[str, bool]) -> set[str]:
+    return {plain(k) for k, m in keys.items() if m}
+
+
+def highlights_shown(at: AppTest) -> list[tuple[str, set[str]]]:
+    """(title, images named) of each highlight on the page, in order: its bold title and the caption naming its
+    images."""
+    titles = [m.value.strip("*") for m in at.markdown if m.value.startswith("**") and m.value.endswith("**")]
+    named = [c.value.split("Images: ", 1)[1].split(" (the first", 1)[0] for c in at.caption if "Images: " in c.value]
+    return [(t, set(n.split(", "))) for t, n in zip(titles, named)]
+
+
+def test_the_first_screen_names_the_marked_images_before_any_choice(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)  # opened, no widget changed
+    assert not at.error, [e.value for e in at.error]
+    shown = highlights_shown(at)
+    assert shown, "nothing stands out on the first screen"
+    marked = marked_images(keys)
+    # the first highlight is the fewest-bits group: exactly the marked images
+    title, images = shown[0]
+    assert "need very few bits" in title and images == marked
+    # a flagged cluster of class "marked" names them too, though no class was chosen
+    clusters = [(t, i) for t, i in shown if "cluster" in t]
+    assert clusters and "marked" in clusters[0][0] and clusters[0][1] == marked
+    # total bits is first-class: the table's flag column and the gallery's captions
+    table = at.dataframe[0].value.set_index("image")
+    assert set(table.index[table["needs_few_bits"]]) == {k for k, m in keys.items() if m}
+    assert at.selectbox(key="ds_order").value == "total_bits"  # the gallery leads with the fewest bits too
+    captions = [m.value for m in at.markdown if "[Per-Sample](" in m.value]
+    assert sum("needs very few bits" in c for c in captions) == len(marked)
+    # the class view opens on the class something stands out in
+    assert at.selectbox(key="ds_class_iba_10").value == 0
+
+
+def test_a_highlight_narrows_the_table_and_gallery_to_its_images(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    at.button(key="ds_focus_0").click().run()
+    assert_clean(at)
+    assert table_images(at) == sorted(k for k, m in keys.items() if m)
+    assert any("Showing only the images of" in i.value for i in at.info)
+    at.button(key="ds_focus_clear").click().run()
+    assert table_images(at) == sorted(keys)
+
+
+def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) -> None:
+    from iba_core.app import dataset as ds
+    from iba_core.trust import Trust
+
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    assert at.selectbox(key="ds_class_iba_10").value == 0  # class "marked": its maps hold a few bits each
+    assert any("These maps hold almost no bits" in c.value for c in at.caption)
+    run = open_run(run_dir)
+    found = ds.highlights(run)
+    marked = ds.class_view(run, "iba_10", 0, found.cluster_scale)
+    other = ds.class_view(run, "iba_10", 1, found.cluster_scale)
+    assert marked.cluster_scale == other.cluster_scale == pytest.approx(found.cluster_scale)
+    assert all(c.near_zero for c in marked.clusters) and not any(c.near_zero for c in other.clusters)
+    # on the common bits scale the near-empty cluster is dark, not a saturated square
+    assert max(float(c.mean_map.max()) for c in marked.clusters) < 0.2 * marked.cluster_scale
+    # its members show their maps over the images, not the photos alone
+    row = marked.clusters[0].members.iloc[0]
+    trust = Trust.local()
+    overlay = ds.image_thumbnail(run, row, trust)
+    photo = ds.network_crop(run, row, trust)
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    picture = np.asarray(Image.open(io.BytesIO(overlay)).convert("RGB"), dtype=float)
+    plain_photo = np.asarray(photo.resize(picture.shape[1::-1], Image.Resampling.BILINEAR), dtype=float)
+    assert np.abs(picture - plain_photo).mean() > 5
+
+
+def test_the_report_leads_with_what_stands_out(shortcut) -> None:
+    run_dir, keys = shortcut
+    at = opened(run_dir)
+    at.button(key="ds_report_button").click().run()
+    assert_clean(at)
+    report = at.session_state["ds_report"].decode("utf-8")
+    first, rest = report.split("<h2>Classes", 1)
+    assert '<h2 id="stands-out">What stands out</h2>' in first and "need very few bits" in first
+    for image in (k for k, m in keys.items() if m):
+        assert image in first  # each marked image is named (and drawn) among the highlights
+    assert "almost no bits" in rest and "<td>layer</td><td>features.3</td>" in first
+
+
+def test_the_report_command_writes_the_same_report(shortcut, tmp_path, capsys) -> None:
+    import json
+
+    from iba_core.cli import main
+
+    run_dir, keys = shortcut
+    out = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "--out", str(out)]) == 0
+    line = json.loads(capsys.readouterr().out.strip())
+    assert line["method"] == "iba_10" and "need very few bits" in line["stands_out"][0]
+    html = out.read_text(encoding="utf-8")
+    first = html.split("<h2>Classes", 1)[0]
+    assert "need very few bits" in first and all(k in first for k, m in keys.items() if m)
+    assert not any(k in first for k, m in keys.items() if not m)  # the clean images do not stand out
+
+
+def test_a_damaged_run_file_is_said_in_words(shortcut) -> None:
+    import shutil
+
+    run_dir, _ = shortcut
+    copy = run_dir.parent / "damaged_run_json"
+    shutil.copytree(run_dir, copy)
+    (copy / "run.json").write_text('{"format": 1, "network": "card:ti')  # cut short
+    at = opened(copy)
+    assert len(at.error) == 1 and "is damaged" in at.error[0].value
+    assert "JSONDecodeError" not in at.error[0].value and "Error)" not in at.error[0].value
