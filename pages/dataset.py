@@ -30,7 +30,7 @@ POLL_S = 1.0
 
 through_app()
 st.title("Dataset")
-st.markdown(
+INTRO = (
     "A folder run explains every image of a folder (`python -m iba_core attribute FOLDER --out RUN_DIR`, or "
     "*Start a run* below). Opening a run shows first **what stands out** across it: images that need very few "
     "bits, flagged clusters of every class, class means that sit in a corner or the border, outliers. Then filter "
@@ -39,6 +39,17 @@ st.markdown(
     "opens an image there with the run's network, layer and class. The same report: "
     "`python -m iba_core report RUN_DIR --out report.html`."
 )
+intro = st.empty()  # filled once the run to show is known (Open run is handled below)
+
+
+def introduction(run_open: bool) -> None:
+    """The page's introduction; with a run open, one line (its text as the help), so the run's highlights sit on the
+    first screen."""
+    if not run_open:
+        intro.markdown(INTRO)
+    else:
+        intro.caption("What stands out across the run comes first; then the table, the gallery, and per class the "
+                      "mean map and the clusters of similar maps.", help=INTRO)
 trust = app_trust()
 
 
@@ -145,7 +156,7 @@ def stands_out_section(run, found) -> None:
         st.success(f"Nothing stands out in the {plain(names.get(found.method, found.method))} maps. "
                    f"{plain(found.checked)}", icon=":material/check_circle:")
         return
-    st.caption(f"In the {plain(names.get(found.method, found.method))} maps of every class. {plain(found.checked)}")
+    st.caption(f"In the {plain(names.get(found.method, found.method))} maps of every class, most telling first.")
     for i, h in enumerate(found.items):
         with st.container(border=True, key=f"ds_highlight_{i}"):
             st.markdown(f"**{plain(h.title)}**")
@@ -350,6 +361,7 @@ open_section()
 start_section()
 job_section()
 run = st.session_state.get(RUN_KEY)
+introduction(run is not None)
 if run is not None:
     st.divider()
     st.caption(f"Run {plain(run.path)} · {plain(ds.run_line(run))} · {run.table['image'].nunique()} images · "

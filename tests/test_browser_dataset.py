@@ -46,3 +46,41 @@ def test_the_dataset_page_opens_a_run_and_draws_its_gallery(tmp_path: Path) -> N
         assert all(p["w"] > 50 and p["h"] > 50 and p["natural"] > 0 for p in pictures), pictures
         assert page.locator('[data-testid="stException"]').count() == 0
         assert gallery.get_by_role("link", name="Per-Sample").count() == len(keys)
+
+
+def test_the_first_screen_of_a_run_leads_with_what_stands_out(tmp_path: Path) -> None:
+    """Issue #28: after Open run, with no other click, the highlights' heading and the first highlight (the marked
+    images: they need very few bits) are on screen at 1280 × 800 and at 1920 × 1080. IBA_SHOTS_DIR=folder keeps
+    the two screenshots (C-dataset-first-screen-WxH.png) for a person to look at."""
+    import os
+    import shutil
+
+    run_dir, keys = make_shortcut_run(tmp_path / "data", per_class=6)  # the paper's settings: few bits show
+    keep = os.environ.get("IBA_SHOTS_DIR")
+    with streamlit_server(tmp_path) as server, chromium_browser() as browser:
+        from playwright.sync_api import expect
+
+        for width, height in ((1280, 800), (1920, 1080)):
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(120_000)
+            expect.set_options(timeout=120_000)
+            page.goto(f"{server}/dataset")
+            page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
+            page.get_by_role("button", name="Open run").click()
+            first = page.locator(".st-key-ds_highlight_0")
+            expect(first).to_contain_text("need very few bits")
+            first.locator("img").last.wait_for()
+            page.wait_for_function(
+                "() => Array.from(document.querySelectorAll('.st-key-ds_highlight_0 img')).every(i => i.complete "
+                "&& i.naturalWidth > 0)")
+            page.wait_for_timeout(500)  # let the layout settle before the picture
+            shot = tmp_path / f"C-dataset-first-screen-{width}x{height}.png"
+            page.screenshot(path=str(shot))
+            if keep:
+                shutil.copy(shot, Path(keep) / shot.name)
+            box = page.get_by_role("heading", name="What stands out").bounding_box()
+            assert box is not None and 0 <= box["y"] < height  # on the first screen, no scrolling
+            for image in (k for k, m in keys.items() if m):
+                expect(first).to_contain_text(image)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            page.close()
