@@ -4,6 +4,7 @@ class means and the clusters of similar maps, open an image on the Per-Sample pa
 The logic lives in iba_core.app.dataset; this page gathers input and draws."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from iba_core.app import dataset as ds
@@ -161,21 +162,32 @@ def stands_out_section(run, found) -> None:
         with st.container(border=True, key=f"ds_highlight_{i}"):
             st.markdown(f"**{plain(h.title)}**")
             st.caption(plain(h.detail))
-            with shown_errors() as outcome:
-                cells, scale = ds.thumbnails_on_one_scale(
-                    run, ds.highlight_rows(run, h.images[:HIGHLIGHT_THUMBS], h.method), trust)
-            if not outcome.failed:
-                cols = st.columns(HIGHLIGHT_THUMBS)
-                for j, cell in enumerate(cells):
-                    if cell["png"] is not None:
-                        cols[j].image(cell["png"], width="stretch")
-                    cols[j].caption(plain(cell["caption"]))
-            more = f" (the first {HIGHLIGHT_THUMBS} shown)" if len(h.images) > HIGHLIGHT_THUMBS else ""
-            note = f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel. " if scale else ""
-            st.caption(f"{note}Images: " + ", ".join(plain(m) for m in h.images) + more)
+            same = found.same_images_as(i)
+            if same is not None:  # one cue often shows several ways: its pictures once
+                st.caption(f"The same images as “{plain(found.items[same].title)}” above. Images: "
+                           + ", ".join(plain(m) for m in h.images))
+            else:
+                highlight_pictures(run, h)
             if st.button(f"Show these {len(h.images)} images in the table and gallery", key=f"ds_focus_{i}",
                          icon=":material/filter_alt:"):
                 st.session_state[FOCUS_KEY] = (str(run.path), h.title, tuple(h.images))
+
+
+def highlight_pictures(run, h) -> None:
+    """A highlight's first images, their maps over them on one bits scale, and the names of all its images."""
+    with shown_errors() as outcome:
+        cells, scale = ds.thumbnails_on_one_scale(
+            run, ds.highlight_rows(run, h.images[:HIGHLIGHT_THUMBS], h.method), trust)
+    if outcome.failed:
+        return
+    cols = st.columns(HIGHLIGHT_THUMBS)
+    for j, cell in enumerate(cells):
+        if cell["png"] is not None:
+            cols[j].image(cell["png"], width="stretch")
+        cols[j].caption(plain(cell["caption"]))
+    more = f" (the first {HIGHLIGHT_THUMBS} shown)" if len(h.images) > HIGHLIGHT_THUMBS else ""
+    note = f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel. " if scale else ""
+    st.caption(f"{note}Images: " + ", ".join(plain(m) for m in h.images) + more)
 
 
 def filters(run) -> ds.RowFilter:
@@ -310,8 +322,6 @@ def class_section(run, found) -> None:
                    "is dark. Its members show their maps over the images, on one scale per class.")
         shown = [c.members.head(7) for c in view.clusters]
         with shown_errors() as outcome:
-            import pandas as pd
-
             scale = ds.page_scale(run, pd.concat(shown)) if shown else 0.0
         if outcome.failed:
             return
@@ -326,6 +336,8 @@ def class_section(run, found) -> None:
             cols = st.columns(8)
             cols[0].image(ds.map_png(c.mean_map, view.cluster_unit, size=96, top=view.cluster_scale),
                           width="stretch")
+            cols[0].caption(f"Mean of its maps: peak {float(c.mean_map.max()):.3g} on 0 – "
+                            f"{view.cluster_scale:.3g} {plain(view.cluster_unit)}")
             for i, (_, row) in enumerate(members.iterrows(), start=1):
                 png = ds.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
                 if png is not None:

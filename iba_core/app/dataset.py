@@ -484,7 +484,7 @@ REPORT_FLAGGED, REPORT_MEMBERS = 24, 12
 def thumbnails_on_one_scale(run: Run, rows: "pd.DataFrame", trust: Trust) -> tuple[list[dict], float | None]:
     """The maps of `rows` over their images as small PNGs ([{image, caption, png}]) on one bits scale (the largest
     bits per pixel among them; None when no map is in bits), captions naming each image's total bits and flag."""
-    units, names = method_units(run), method_names(run)
+    units = method_units(run)
     scale = page_scale(run, rows)
     few = with_flags(run, rows)[FEW_BITS_COLUMN]
     cells = []
@@ -511,10 +511,16 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
     units = method_units(run)
     label = map_label(units, method)
     stands_out = []
-    for h in found.items if found is not None else []:
-        cells, scale = thumbnails_on_one_scale(run, highlight_rows(run, h.images[:REPORT_MEMBERS], h.method), trust)
+    for i, h in enumerate(found.items if found is not None else []):
+        same = found.same_images_as(i)
+        if same is None:
+            cells, scale = thumbnails_on_one_scale(run, highlight_rows(run, h.images[:REPORT_MEMBERS], h.method),
+                                                   trust)
+        else:  # drawn above already
+            cells, scale = [], None
         stands_out.append({"title": h.title, "detail": h.detail, "kind": h.kind, "images": list(h.images),
-                           "cells": cells, "scale": scale})
+                           "cells": cells, "scale": scale,
+                           "same_as": None if same is None else found.items[same].title})
     classes = []
     for target, _ in class_targets(run, method):
         view = class_view(run, method, target, found.cluster_scale if found is not None else None)

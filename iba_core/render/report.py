@@ -87,7 +87,7 @@ body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2rem; } h3 { font-size: 1rem; }
 .cells { display: flex; flex-wrap: wrap; gap: 0.75rem; }
 figure { margin: 0; width: 200px; } figure.thumb { width: 100px; }
-figcaption { font-size: 0.75rem; word-break: break-all; }
+figcaption { font-size: 0.75rem; overflow-wrap: anywhere; }
 img { width: 100%; image-rendering: auto; }
 .flag { color: #b00020; font-weight: bold; }
 table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; }
@@ -125,7 +125,8 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
                         stands_out: list[dict] | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
     (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale, checked), first what stands
-    out across the run (`stands_out`: [{title, detail, cells [{image, caption, png}], scale}], the same highlights
+    out across the run (`stands_out`: [{title, detail, images, cells [{image, caption, png}], scale, same_as (the title of an
+    earlier highlight naming the same images, whose pictures are not repeated)}], the same highlights
     as the Dataset page's first screen), per class its mean map and its clusters of similar maps (`classes`: name,
     target, images, mean_png, clusters [{cluster, size, border_share, flagged, near_zero (a sentence or ""),
     mean_png, members [(caption, png)], scale}]), and the images whose maps lie mostly in the border (`flagged`:
@@ -145,7 +146,11 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
         out.append(f"<p>Nothing stands out. {e(str(summary.get('checked', '')))}</p>")
     for item in stands_out or []:
         out.append(f'<h3 class="highlight">{e(item["title"])}</h3><p>{e(item["detail"])}</p>')
-        out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
+        if item.get("same_as"):
+            out.append(f'<p class="note">The same images as “{e(item["same_as"])}”: '
+                       f'{e(", ".join(item.get("images", [])))}.</p>')
+        else:
+            out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
     flag = float(summary.get("border_flag", 0.5))
     out.append(f"<p>Border share: the share of a map's mass (bits for the bottlenecks) in the outer 10 % of the "
                f"image on each side, 36 % of its area. A cluster or image at {flag:.0%} or more is flagged: the "

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .measures import BORDER_FRACTION, THUMBNAIL
+from .measures import BORDER_FRACTION
 from .per_class import class_rows, map_clusters
 
 if TYPE_CHECKING:
@@ -97,6 +97,12 @@ class RunHighlights:
     def images(self) -> set[str]:
         """Every image named by a highlight."""
         return {image for h in self.items for image in h.images}
+
+    def same_images_as(self, i: int) -> int | None:
+        """The first earlier highlight naming exactly the images of highlight `i` (its pictures are then not drawn
+        again: one cue often shows as few bits, a flagged cluster and a class mean at once), else None."""
+        images = set(self.items[i].images)
+        return next((j for j in range(i) if set(self.items[j].images) == images), None)
 
 
 def few_bits_reference(bits: np.ndarray) -> float | None:
@@ -232,10 +238,15 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
             method, None, _names(group["image"])))
     cluster_items, mean_items, outlier_rows = [], [], []
     targets = sorted(int(t) for t in rows["target"].dropna().unique())
+    import pandas as pd
+
+    # every thumbnail read once (one file per part), then handed to each class's clustering
+    mapped = class_rows(run, method)
+    thumbnails = pd.Series(list(run.thumbnails(mapped)), index=mapped.index)
     for target in targets:
         members_all = rows[rows["target"] == target]
         name = _class_name(members_all, target)
-        groups = map_clusters(run, method, target)
+        groups = map_clusters(run, method, target, thumbnails=thumbnails)
         for c in range(groups.k):
             members = groups.members(c)
             border = float(np.nanmean(members["border_share"].to_numpy(dtype=np.float64, na_value=np.nan))) \
@@ -274,8 +285,6 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
             outlier_rows.append(members_all[distances > limit])
     items += cluster_items + mean_items
     if outlier_rows:
-        import pandas as pd
-
         outliers = pd.concat(outlier_rows).sort_values("distance_to_class_mean", ascending=False)
         if len(outliers):
             items.append(Highlight(

@@ -66,13 +66,15 @@ class MapClusters:
 
 
 def map_clusters(run: "Run", method: str, target: int | None = None, max_k: int = MAX_CLUSTERS,
-                 seed: int = 0) -> MapClusters:
+                 seed: int = 0, thumbnails: "pd.Series | None" = None) -> MapClusters:
     """Spectral clusters of the thumbnails of one class's maps (`spectral.spectral_clusters`; k by the eigengap,
-    at most max_k); target None clusters every map of the method."""
+    at most max_k); target None clusters every map of the method. `thumbnails`: the thumbnails already read, one
+    array per row label (a Series over the table's index), so a caller going through every class reads each part
+    of the run once, not once per class."""
     rows = class_rows(run, method, target)
     if rows.empty:
         which = f"class {target}" if target is not None else "any class"
         raise UserError(f"The run has no {method} map of {which} to cluster.")
-    thumbs = run.thumbnails(rows)
+    thumbs = run.thumbnails(rows) if thumbnails is None else np.stack(thumbnails.loc[rows.index].to_list())
     clusters = spectral_clusters(thumbs, max_k=max_k, seed=seed)
     return MapClusters(rows.assign(cluster=clusters.labels), clusters.k, clusters.eigenvalues, thumbs)

@@ -166,6 +166,9 @@ def test_run_highlights_on_a_hand_built_run():
     clusters = [h for h in found.items if h.kind == "cluster"]
     assert clusters and all(h.target == 0 for h in clusters)  # only the stamped images' cluster is flagged
     assert set().union(*(set(h.images) for h in clusters)) == stamped
+    # one cluster, naming the few-bits images again: drawn once, pointed to after
+    assert len(clusters) == 1 and found.same_images_as(found.items.index(clusters[0])) == 0
+    assert found.same_images_as(0) is None
     # class means in bits: cat's lies with its ordinary images (the stamped ones hold almost no bits), fish's in
     # the corner
     means = [h for h in found.items if h.kind == "class_mean"]
