@@ -333,10 +333,10 @@ def class_section(run, found) -> None:
             words = ds.cluster_words(c, found.reference_bits if found else None)
             if words:
                 st.caption(plain(words))
-            cols = st.columns(8)
+            cols = st.columns([2] + [1] * 7)  # the cluster's mean map wider: its legend must read
             cols[0].image(ds.map_png(c.mean_map, view.cluster_unit, size=96, top=view.cluster_scale),
                           width="stretch")
-            cols[0].caption(f"Mean of its maps: peak {float(c.mean_map.max()):.3g} on 0 – "
+            cols[0].caption(f"Mean of its maps: peak {float(c.mean_map.max()):.3g} on the common 0 – "
                             f"{view.cluster_scale:.3g} {plain(view.cluster_unit)}")
             for i, (_, row) in enumerate(members.iterrows(), start=1):
                 png = ds.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
