@@ -9,7 +9,9 @@
 - `measures`: per-map measures that point at shortcuts (border_share, box_share, concentration, thumbnails,
   distance to the class mean), a formula each;
 - `spectral`: spectral clustering of thumbnails (SpRAy) with numpy and scipy;
-- `per_class`: a class's rows, mean map and clusters of similar maps.
+- `per_class`: a class's rows, mean map and clusters of similar maps;
+- `highlights`: what stands out across a whole run (images that need very few bits, flagged clusters of every
+  class, class means that concentrate, outliers), as plain data for the Dataset page and the report.
 
 Names are imported on first use, so `from iba_core.runs import open_run` does not load the methods.
 """
@@ -29,6 +31,8 @@ _PUBLIC = {
     "Clusters": "spectral", "spectral_clusters": "spectral",
     "MapClusters": "per_class", "class_rows": "per_class", "class_mean_map": "per_class",
     "map_clusters": "per_class",
+    "Highlight": "highlights", "RunHighlights": "highlights", "run_highlights": "highlights",
+    "few_bits_mask": "highlights", "concentration_region": "highlights",
 }
 
 __all__ = sorted(_PUBLIC)

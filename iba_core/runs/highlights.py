@@ -32,6 +32,7 @@ import numpy as np
 
 from .measures import BORDER_FRACTION
 from .per_class import class_rows, map_clusters
+from .spectral import MAX_ITEMS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -209,6 +210,25 @@ def _bits_text(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _cluster_highlight(members: "pd.DataFrame", c: int, k: int, name: str, few_set: set, method: str,
+                       target: int) -> Highlight | None:
+    """A cluster's highlight when its maps put BORDER_FLAG or more in the border, or most of its images need very
+    few bits; else None."""
+    border = float(np.nanmean(members["border_share"].to_numpy(dtype=np.float64, na_value=np.nan))) \
+        if members["border_share"].notna().any() else float("nan")
+    few_share = float(members["image"].isin(few_set).mean()) if few_set else 0.0
+    reasons = []
+    if math.isfinite(border) and border >= BORDER_FLAG:
+        reasons.append(f"put {border:.0%} of their mass in the border")
+    if few_share > 0.5:
+        reasons.append(f"{few_share:.0%} of them need very few bits")
+    if not reasons:
+        return None
+    return Highlight("cluster", f"Class {name}, cluster {c + 1} of {k}: {len(members)} images {' and '.join(reasons)}",
+                     "A group of similar maps (spectral clustering) that points at one cue the network uses for this "
+                     "class.", method, target, _names(members.sort_values("total_bits")["image"]))
+
+
 def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlights:
     """What stands out in `method`'s maps across every class of `run` (module docstring); `units` maps method keys to
     their unit (run.json's)."""
@@ -243,30 +263,22 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
     # every thumbnail read once (one file per part), then handed to each class's clustering
     mapped = class_rows(run, method)
     thumbnails = pd.Series(list(run.thumbnails(mapped)), index=mapped.index)
+    unclustered = []
     for target in targets:
         members_all = rows[rows["target"] == target]
         name = _class_name(members_all, target)
-        groups = map_clusters(run, method, target, thumbnails=thumbnails)
-        for c in range(groups.k):
-            members = groups.members(c)
-            border = float(np.nanmean(members["border_share"].to_numpy(dtype=np.float64, na_value=np.nan))) \
-                if members["border_share"].notna().any() else float("nan")
-            few_share = float(members["image"].isin(few_set).mean()) if few_set else 0.0
-            reasons = []
-            if math.isfinite(border) and border >= BORDER_FLAG:
-                reasons.append(f"put {border:.0%} of their mass in the border")
-            if few_share > 0.5:
-                reasons.append(f"{few_share:.0%} of them need very few bits")
-            if reasons:
-                cluster_items.append(Highlight(
-                    "cluster", f"Class {name}, cluster {c + 1} of {groups.k}: {len(members)} images "
-                    f"{' and '.join(reasons)}",
-                    "A group of similar maps (spectral clustering) that points at one cue the network uses for this "
-                    "class.", method, target, _names(members.sort_values("total_bits")["image"])))
-        amounts = mass_thumbnails(groups.thumbnails, groups.rows, bits)
-        for c in range(groups.k):
-            where = (groups.rows["cluster"] == c).to_numpy()
-            found.cluster_scale = max(found.cluster_scale, float(amounts[where].mean(axis=0).max()))
+        mapped_class = mapped[mapped["target"] == target]
+        amounts = mass_thumbnails(np.stack(thumbnails.loc[mapped_class.index].to_list()), mapped_class, bits)
+        if len(mapped_class) > MAX_ITEMS:  # clustering compares every pair: such a class is left unclustered, said
+            unclustered.append(name)
+        else:
+            groups = map_clusters(run, method, target, thumbnails=thumbnails)  # rows in mapped_class's order
+            for c in range(groups.k):
+                where = (groups.rows["cluster"] == c).to_numpy()
+                found.cluster_scale = max(found.cluster_scale, float(amounts[where].mean(axis=0).max()))
+                item = _cluster_highlight(groups.members(c), c, groups.k, name, few_set, method, target)
+                if item is not None:
+                    cluster_items.append(item)
         region = concentration_region(amounts.mean(axis=0))
         if region is not None:
             where, share, area = region
@@ -293,7 +305,9 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
                 f"{OUTLIER_DISTANCE:g} and {OUTLIER_MADS:g} robust deviations above the class's median): the "
                 "network looks elsewhere in these images.", method, None, _names(outliers["image"])))
     found.items = items
+    skipped = (f" Classes with more than {MAX_ITEMS:,} maps were not clustered: {', '.join(unclustered)}."
+               if unclustered else "")
     found.checked = (f"Checked {len(rows)} maps of {len(targets)} classes: total bits"
                      f"{'' if bits else ' (none: this method is not in bits)'}, clusters of similar maps, where each "
-                     "class's mean map lies, and each map's distance to its class's mean.")
+                     f"class's mean map lies, and each map's distance to its class's mean.{skipped}")
     return found

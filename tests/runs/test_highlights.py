@@ -188,3 +188,15 @@ def test_a_plain_run_has_nothing_to_show_and_says_what_was_checked():
     thumbs = np.stack([spread(rng) for _ in range(n)]).astype(np.float32)
     found = run_highlights(FakeRun(table, thumbs), "iba", UNITS)
     assert found.items == [] and "Checked 12 maps of 2 classes" in found.checked
+
+
+def test_a_class_too_large_to_cluster_is_said_and_the_rest_still_checked(monkeypatch):
+    from iba_core.runs import highlights
+
+    run, stamped, _ = hand_built_run()
+    monkeypatch.setattr(highlights, "MAX_ITEMS", 7)  # every class has 8 maps
+    found = run_highlights(run, "iba", UNITS)
+    assert not [h for h in found.items if h.kind == "cluster"]
+    assert "were not clustered: cat, dog, fish" in found.checked
+    assert set(found.items[0].images) == stamped  # the few-bits group and the class means do not need clusters
+    assert [h.target for h in found.items if h.kind == "class_mean"] == [2]
