@@ -345,8 +345,8 @@ def _load_member(run_dir: str | os.PathLike, map_file: str, member: str) -> np.n
         with np.load(path, allow_pickle=False) as data:
             return data[member]
     except Exception as err:  # noqa: BLE001 - a zip, zlib or format error all mean the same to a reader
-        raise RunFolderError(f"The map file {map_file} of the run {run_dir} cannot be read ({type(err).__name__}); "
-                             "it may be damaged.", cli_hint="Open the run again: a damaged part is left out.",
+        raise RunFolderError(f"The map file {map_file} of the run {run_dir} cannot be read: it is damaged or cut "
+                             "short.", cli_hint="Open the run again: a damaged part is left out.",
                              app_hint="Open the run again: a damaged part is left out.") from None
 
 
@@ -436,7 +436,7 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
     except RunFolderError:
         return Damage(name, "it names a file outside the run folder", images)
     except Exception as err:  # noqa: BLE001 - any damage (a short read, garbled bytes, a 0-byte file) means the same
-        return Damage(name, f"unreadable, {type(err).__name__}", images)
+        return Damage(name, "its files cannot be read (damaged or cut short)", images)
     return None
 
 
