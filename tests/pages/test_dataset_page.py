@@ -257,3 +257,29 @@ def test_a_damaged_run_file_is_said_in_words(shortcut) -> None:
     at = opened(copy)
     assert len(at.error) == 1 and "is damaged" in at.error[0].value
     assert "JSONDecodeError" not in at.error[0].value and "Error)" not in at.error[0].value
+
+
+def test_a_run_without_a_bottleneck_names_no_layer_and_still_leads_with_what_it_checked(shortcut) -> None:
+    from run_fixtures import load_card
+
+    from iba_core.methods import get_method
+    from iba_core.runs import finish_run, list_images, run_folder
+
+    run_dir, keys = shortcut
+    root = run_dir.parent
+    network = load_card(root / "card" / "tiny.toml")
+    top, items = list_images(root / "data", class_index=network.class_index)
+    other = root / "saliency_run"
+    run_folder(network, items, [get_method("saliency")], other, root=top)
+    finish_run(other)
+    at = opened(other)
+    assert not at.error, [e.value for e in at.error]
+    line = next(c.value for c in at.caption if c.value.startswith("Run "))
+    assert "None" not in line and "layer none \\(its methods read the whole network\\)" in line
+    assert any(h.value == "What stands out" for h in at.subheader)
+    table = at.dataframe[0].value
+    assert not table["needs_few_bits"].any()  # saliency maps have no bits to be few
+    at.button(key="ds_report_button").click().run()
+    assert_clean(at)
+    report = at.session_state["ds_report"].decode("utf-8")
+    assert "<td>layer</td><td>none (its methods read the whole network)</td>" in report and ">None<" not in report
