@@ -11,6 +11,7 @@ from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
+from iba_core.runs.highlights import named
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
@@ -165,7 +166,7 @@ def stands_out_section(run, found) -> None:
             same = found.same_images_as(i)
             if same is not None:  # one cue often shows several ways: its pictures once
                 st.caption(f"The same images as “{plain(found.items[same].title)}” above. Images: "
-                           + ", ".join(plain(m) for m in h.images))
+                           + plain(named(h.images)))
             else:
                 highlight_pictures(run, h)
             if st.button(f"Show these {len(h.images)} images in the table and gallery", key=f"ds_focus_{i}",
@@ -187,7 +188,7 @@ def highlight_pictures(run, h) -> None:
         cols[j].caption(plain(cell["caption"]))
     more = f" (the first {HIGHLIGHT_THUMBS} shown)" if len(h.images) > HIGHLIGHT_THUMBS else ""
     note = f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel. " if scale else ""
-    st.caption(f"{note}Images: " + ", ".join(plain(m) for m in h.images) + more)
+    st.caption(f"{note}Images: " + plain(named(h.images)) + more)
 
 
 def filters(run) -> ds.RowFilter:

@@ -28,7 +28,8 @@ from PIL import Image
 
 from ..errors import UserError
 from ..render.colours import BITS_LABEL
-from ..runs.highlights import BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, mass_thumbnails, run_highlights
+from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, mass_thumbnails, named,
+                               run_highlights)
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
@@ -518,7 +519,7 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
                                                    trust)
         else:  # drawn above already
             cells, scale = [], None
-        stands_out.append({"title": h.title, "detail": h.detail, "kind": h.kind, "images": list(h.images),
+        stands_out.append({"title": h.title, "detail": h.detail, "kind": h.kind, "images": named(h.images),
                            "cells": cells, "scale": scale,
                            "same_as": None if same is None else found.items[same].title})
     classes = []

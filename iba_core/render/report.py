@@ -125,7 +125,7 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
                         stands_out: list[dict] | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
     (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale, checked), first what stands
-    out across the run (`stands_out`: [{title, detail, images, cells [{image, caption, png}], scale, same_as (the title of an
+    out across the run (`stands_out`: [{title, detail, images (their names in words), cells [{image, caption, png}], scale, same_as (the title of an
     earlier highlight naming the same images, whose pictures are not repeated)}], the same highlights
     as the Dataset page's first screen), per class its mean map and its clusters of similar maps (`classes`: name,
     target, images, mean_png, clusters [{cluster, size, border_share, flagged, near_zero (a sentence or ""),
@@ -148,7 +148,7 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
         out.append(f'<h3 class="highlight">{e(item["title"])}</h3><p>{e(item["detail"])}</p>')
         if item.get("same_as"):
             out.append(f'<p class="note">The same images as “{e(item["same_as"])}”: '
-                       f'{e(", ".join(item.get("images", [])))}.</p>')
+                       f'{e(str(item.get("images", "")))}.</p>')
         else:
             out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
     flag = float(summary.get("border_flag", 0.5))

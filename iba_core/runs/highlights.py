@@ -61,8 +61,8 @@ BAND_FRACTION = 0.15
 OUTLIER_DISTANCE = 0.3
 OUTLIER_MADS = 3.0
 OUTLIER_MIN_ROWS = 5
-#: At most this many images named per highlight (the page and report show thumbnails of these).
-MAX_IMAGES = 24
+#: At most this many images named in a highlight's sentence (it holds them all: a filter takes every one).
+NAMED_IMAGES = 24
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,13 @@ def mass_thumbnails(thumbs: np.ndarray, rows: "pd.DataFrame", bits: bool) -> np.
 
 
 def _names(images) -> tuple[str, ...]:
-    return tuple(str(i) for i in list(images)[:MAX_IMAGES])
+    return tuple(str(i) for i in images)
+
+
+def named(images: tuple[str, ...], limit: int = NAMED_IMAGES) -> str:
+    """The images as a list in words: the first `limit`, then how many more."""
+    more = f" and {len(images) - limit:,} more" if len(images) > limit else ""
+    return ", ".join(images[:limit]) + more
 
 
 def _class_name(rows: "pd.DataFrame", target: int) -> str:

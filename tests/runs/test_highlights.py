@@ -200,3 +200,20 @@ def test_a_class_too_large_to_cluster_is_said_and_the_rest_still_checked(monkeyp
     assert "were not clustered: cat, dog, fish" in found.checked
     assert set(found.items[0].images) == stamped  # the few-bits group and the class means do not need clusters
     assert [h.target for h in found.items if h.kind == "class_mean"] == [2]
+
+
+def test_a_highlight_holds_every_image_and_names_the_first_few():
+    from iba_core.runs.highlights import named
+
+    images = tuple(f"{k}.png" for k in range(30))
+    assert named(images, 3) == "0.png, 1.png, 2.png and 27 more"
+    assert named(images[:2]) == "0.png, 1.png"
+    # 30 stamped of 60: the group keeps all 30 (a filter on it must take every one), not the first few
+    table = pd.DataFrame({"image": [f"{k}.png" for k in range(60)], "method": "iba", "target": 0, "class_name": "a",
+                          "map_index": np.arange(60), "error": None,
+                          "total_bits": [20.0] * 30 + [5000.0] * 30, "height": 56, "width": 56,
+                          "border_share": 0.3, "distance_to_class_mean": 0.05})
+    rng = np.random.default_rng(2)
+    found = run_highlights(FakeRun(table, np.stack([spread(rng) for _ in range(60)]).astype(np.float32)), "iba",
+                           UNITS)
+    assert found.items[0].kind == "few_bits" and len(found.items[0].images) == 30
