@@ -1,8 +1,10 @@
-"""The Dataset page's state and decisions, with no Streamlit: opening a run folder typed on the server, filtering
-its table, the gallery of overlays on one bits scale, per class the mean map and clusters of similar maps, the
-link that opens an image on the Per-Sample page, the HTML report, and a folder run in the background.
+"""The Dataset page's state and decisions, with no Streamlit: opening a run folder typed on the server, what stands
+out across it (first, before any choice), filtering its table, the gallery of overlays on one bits scale, per class
+the mean map and clusters of similar maps, the link that opens an image on the Per-Sample page, the HTML report, and
+a folder run in the background.
 
     run = open_run_folder("/data/runs/val", trust)       # checked against the app's trust rules first
+    found = highlights(run)                              # runs.highlights: few bits, flagged clusters, …
     rows = filter_rows(run.table, RowFilter(correct=False))
     cells = gallery(run, rows.head(12), trust)           # PNG overlays on one scale, with their links
     job = start_folder_job(shared, "/data/val", "/data/runs/val2", ["iba_10"], trust=trust)
