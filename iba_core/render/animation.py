@@ -136,6 +136,21 @@ def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *,
             final_frame(result, top, side=side, font_size=font_size)]
 
 
+def _one_size(frames: list[Image.Image]) -> list[Image.Image]:
+    """The frames on white canvases of the largest frame's size. Pillow stores a GIF frame as the part that
+    changed and leaves the rest of the previous one standing: a narrower frame would leave the old frame's right
+    edge (its λ colour bar label) beside its own, so every frame covers the whole canvas."""
+    width, height = max(f.width for f in frames), max(f.height for f in frames)
+    out = []
+    for frame in frames:
+        if frame.size != (width, height):
+            canvas = Image.new("RGB", (width, height), WHITE_RGB)
+            canvas.paste(frame, (0, 0))
+            frame = canvas
+        out.append(frame)
+    return out
+
+
 def animation_gif(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
                   font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS) -> bytes:
     """An animated GIF of the run (looping): one frame per step, each labelled with the step, its bits and
@@ -143,7 +158,7 @@ def animation_gif(result: "AttributionResult", scale: ColourScale | None = None,
     (default: the run's, `run_scale`). ValueError for a run without steps."""
     if not result.history:
         raise ValueError("The run has no steps to animate.")
-    frames = run_frames(result, scale, side=side, font_size=font_size)
+    frames = _one_size(run_frames(result, scale, side=side, font_size=font_size))
     # One palette for all frames: the colours stay put from frame to frame.
     strip = Image.new("RGB", (frames[0].width, frames[0].height * len(frames)))
     for i, frame in enumerate(frames):

@@ -210,7 +210,9 @@ def colour_bar(height: int, top: float, cmap: str, label: str, *, bottom: float 
     font = text_font(font_size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     labels = bar_labels(height, top, bottom, font, clipped)
-    text_w = max(text_size(probe, text, font)[0] for _, _, text in labels)
+    # Room for "≥ top" whether or not this map clips: a run's bars (and the frames of its GIF) keep one width,
+    # so nothing beside them moves from step to step.
+    text_w = max(text_size(probe, text, font)[0] for text in [*(t for _, _, t in labels), "≥ " + tick_text(top)])
     label_w, label_h = text_size(probe, label, font)
     width = bar_w + tick_len + pad + text_w + pad + (label_h if len(label) > 1 else label_w + 4) + pad
     out = Image.new("RGB", (width, height), WHITE_RGB)

@@ -78,3 +78,32 @@ def test_animation_gif_steps_then_a_held_final_frame() -> None:
         animation.animation_gif(replace(res, history=[]))
 
 
+
+
+def test_gif_frames_draw_each_label_once_when_early_steps_clip() -> None:
+    """On the final map's scale the early steps clip ("≥ top" on their colour bar) and the later ones do not.
+    Every frame, decoded as the viewer composes it (GIF frames are stored as the part that changed), must show
+    exactly what was drawn: the λ colour bar with its one label where the first frame has it, not a second "λ"
+    left standing from a wider frame."""
+    res = draining_result(10)
+    scale = colours.run_scale(res, basis="final")
+    drawn = animation.run_frames(res, scale)
+    assert scale.clips(res.history[0].bits_per_pixel) and not scale.clips(res.history[-1].bits_per_pixel)
+    assert len({f.size for f in drawn}) == 1  # a clipped bar is not wider: nothing beside it moves
+    frames, _ = _gif_frames(animation.animation_gif(res, scale))
+    lam = animation.lambda_panel(res.lambda_mean, side=animation.GIF_SIDE, font_size=animation.GIF_FONT)
+    bar_w = lam.width - animation.GIF_SIDE - 8  # the λ colour bar and its label, at the frame's right edge
+    width = frames[0].shape[1]
+    label_area = np.s_[:, width - 8 - bar_w:]
+    for i, (frame, want) in enumerate(zip(frames, drawn)):
+        assert frame.shape == np.asarray(want).shape
+        diff = np.abs(frame.astype(int) - np.asarray(want).astype(int)).max(axis=2)
+        assert (diff > 60).mean() < 1e-3, f"frame {i} differs from its drawing"
+        assert np.array_equal(frame[label_area], frames[0][label_area]), f"frame {i}: λ colour bar differs"
+
+
+def test_colour_bar_keeps_its_width_when_it_clips() -> None:
+    plain = colours.colour_bar(200, 0.73, colours.BITS_CMAP, colours.BITS_LABEL)
+    clipped = colours.colour_bar(200, 0.73, colours.BITS_CMAP, colours.BITS_LABEL, clipped=True)
+    assert plain.size == clipped.size
+    assert not np.array_equal(np.asarray(plain), np.asarray(clipped))  # "≥" is written
