@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .arrays import as_map
+from .text import format_probability
 from .colours import (
     BITS_CMAP, BITS_LABEL, LAMBDA_CMAP, LAMBDA_LABEL, TEXT_RGB, WHITE_RGB, ColourScale, colour_bar, colour_map,
     round_ticks, run_scale, text_font, text_size, tick_text,
@@ -42,10 +43,6 @@ _GRID = (225, 227, 232)
 #: Curve colours (Plotly's first three, as on the other charts).
 _CE_RGB, _INFO_RGB, _P_RGB = (99, 110, 250), (239, 85, 59), (0, 160, 120)
 
-
-def _p_text(p: float) -> str:
-    """p(target) with two decimals, or two significant digits when smaller than 0.01."""
-    return f"{p:.2f}" if p >= 0.01 or p == 0 else f"{p:.2g}"
 
 
 def map_panel(values: np.ndarray, *, top: float, cmap: str, label: str, title: str, side: int = MAP_SIDE,
@@ -89,19 +86,48 @@ def step_bits(info: "StepInfo") -> float:
     return float(np.asarray(info.bits_per_pixel, dtype=np.float64).sum()) + float(getattr(info, "unlocated_bits", 0.0))
 
 
+def bits_per_step_figure(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
+                         height: int = 260, top_bits: float | None = None):
+    """The drain as a small Plotly line chart: the total bits through the bottleneck (`step_bits`) at each step
+    so far, one point per step. total_steps fixes the x axis (default: the last step's T) and top_bits the y
+    axis (default: the largest total so far, which the first steps set), so a live view does not jump; mark
+    rings that step (the replay's current step)."""
+    import plotly.graph_objects as go  # only the live view and the replay draw it
+
+    steps = max(total_steps or (history[-1].steps if history else 1), 1)
+    xs = [h.step for h in history]
+    ys = [step_bits(h) for h in history]
+    top = top_bits if top_bits is not None else max(ys, default=1.0)
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(color="rgb(239,85,59)", width=2),
+                               marker=dict(size=6), name="bits",
+                               hovertemplate="step %{x}: %{y:,.0f} bits<extra></extra>"))
+    if mark is not None and 1 <= mark <= len(ys):
+        ring = dict(size=13, color="rgba(0,0,0,0)", line=dict(color="rgb(49,51,63)", width=2))
+        fig.add_trace(go.Scatter(x=[mark], y=[ys[mark - 1]], mode="markers", hoverinfo="skip", showlegend=False,
+                                 marker=ring))
+    fig.update_xaxes(range=[0.5, steps + 0.5], title_text="step", dtick=max(1, math.ceil(steps / 10)), showgrid=False)
+    fig.update_yaxes(range=[0, max(top, 1e-6) * 1.08], title_text="bits", rangemode="tozero", tickformat=",.0f")
+    fig.update_layout(title=dict(text="Total bits per step", x=0.0, xanchor="left", font=dict(size=15)),
+                      height=height, margin=dict(l=10, r=10, t=34, b=10), template="plotly_white", showlegend=False,
+                      font=dict(size=13, color="rgb(49,51,63)"))
+    return fig
+
+
 def step_text(info: "StepInfo", *, total_bits: float | None = None) -> str:
-    """'Step 3 / 10 · 12,345 bits · p(target) = 0.42 on its batch': what each frame and the replay say.
+    """'Step 3 / 10 · 12,345 bits · p(target) = 42.0 % on its batch': what each frame and the replay say.
 
     The bits are those of the step's map (`total_bits` when given: the result's own number at the last step,
     so the page shows one figure); p(target) is the mean over the step's noisy batch, before its update.
     """
     bits = step_bits(info) if total_bits is None else total_bits
-    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {_p_text(info.p_target)} on its batch"
+    p = format_probability(info.p_target)
+    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {p} on its batch"
 
 
 def final_text(result: "AttributionResult") -> str:
-    """'Final map · 7,535 bits · p(target) with the bottleneck = 0.94': the GIF's last frame, from the result."""
-    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {_p_text(result.p_with)}"
+    """'Final map · 7,535 bits · p(target) with the bottleneck = 94.0 %': the GIF's last frame, from the result."""
+    p = format_probability(result.p_with)
+    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {p}"
 
 
 def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int) -> Image.Image:

@@ -21,7 +21,7 @@ def test_panels_and_frame() -> None:
     frame = animation.step_frame(history[1], 2.0)
     assert frame.width > bits.width + lam.width and frame.height > bits.height
     text = animation.step_text(history[1])
-    assert text.startswith("Step 2 / 3 · ") and "bits" in text and "p(target) = 0.40 on its batch" in text
+    assert text.startswith("Step 2 / 3 · ") and "bits" in text and "p(target) = 40.0 % on its batch" in text
     assert animation.step_bits(history[1]) == pytest.approx(float(history[1].bits_per_pixel.sum()), rel=1e-6)
     assert animation.step_text(history[1], total_bits=1234.4).startswith("Step 2 / 3 · 1,234 bits")
     # A class token's bits count in the step's total, as they do in the result's total_bits.
