@@ -21,7 +21,7 @@ from iba_core.heads import PROBABILITY_NOTES
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import (
-    animation_gif, bits_panel, bits_per_step_figure, curves_image, lambda_panel, step_bits, step_text,
+    animation_gif, bits_panel, bits_per_step_figure, curves_image, lambda_panel, padded_to, step_bits, step_text,
 )
 from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
@@ -43,14 +43,15 @@ RESULT_KEY = "ps_run"
 MAP_CONFIG = {"displayModeBar": False}
 #: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
 PANEL_SIDE, PANEL_FONT = 224, 17
-CURVES_SIZE = (640, 230)
+#: The loss curves beside λ: drawn about as wide as a map panel, so both shrink alike into their columns.
+CURVES_SIZE = (420, 300)
 #: Widget key of the colour-scale control (read by the live run, set in the replay panel).
 SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
 #: The scale's top when none is typed (`colours.SCALE_BASES`, the first the default), as the radio names them.
 SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
-#: The drain chart (total bits per step) beside the replay's maps: its element key and height (px).
-DRAIN_KEY, DRAIN_HEIGHT = "ps_drain", 260
+#: The drain chart (total bits per step) beside the bits map: the replay's element key, and its height (px).
+DRAIN_KEY, DRAIN_HEIGHT = "ps_drain", 250
 
 through_app()
 st.title("Per-Sample Bottleneck")
@@ -79,14 +80,14 @@ def record_scale(record: RunRecord) -> ColourScale:
 
 def scale_controls() -> None:
     """The run's colour scale, above the maps it sets (the replay's, and the Result's below)."""
-    c1, c2 = st.columns([2, 1], vertical_alignment="bottom")
-    c1.radio("Colour scale of the bits maps: top at", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
-             key=SCALE_BASIS_KEY, disabled=fixed_top() is not None, horizontal=True,
-             help="The final map's largest value (default): the result uses the whole colour range and reads at a "
-             "glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ on the colour bar "
-             "(the drain shows in the chart of total bits per step). The whole run's largest value: the maps "
-             "themselves show the bits draining from the first step, and the final map looks dark. Either way the "
-             "colours are bits per pixel: never rescaled per map.")
+    c1, c2 = st.columns([1.6, 1], vertical_alignment="bottom")
+    c1.selectbox("Colour scale of the bits maps: top at", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
+                 key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
+                 help="The final map's largest value (default): the result uses the whole colour range and reads "
+                 "at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ on the "
+                 "colour bar (the drain shows in the chart of total bits per step). The whole run's largest value: "
+                 "the maps themselves show the bits draining from the first step, and the final map looks dark. "
+                 "Either way the colours are bits per pixel, never rescaled per map.")
     c2.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
                     key=SCALE_TOP_KEY, placeholder="none typed",
                     help="A top of your own for the run's one colour scale: the replay, the GIF, the final map and "
@@ -128,8 +129,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
         stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
         bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
-        c1, c2, c3 = st.columns(3, gap="small")
-        heat, lam, drain, curves = c1.empty(), c2.empty(), c3.empty(), st.empty()
+        heat, drain, lam, curves = step_slots()
         blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
         heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
         lam.image(blank, width="stretch", alt="λ: waiting for the first step")
@@ -146,17 +146,8 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 f"{format_probability(info.p_target)} · L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
             top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
-            where = f"step {info.step} of {info.steps}"
-            heat.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-                       alt=f"Bits per pixel at {where}")
-            lam.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-                      alt=f"λ at {where}")
-            # No key: a key may be used once per script run, and this chart is drawn anew at every step.
-            drain.plotly_chart(bits_per_step_figure(history, total_steps=info.steps, height=DRAIN_HEIGHT),
-                               theme=None, config=MAP_CONFIG)
-            curves.image(curves_image(history, total_steps=info.steps, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
-                                      font_size=PANEL_FONT - 2),
-                         width="stretch", alt=f"Losses and p(target) up to {where}")
+            # No key for the drain chart: a key may be used once per script run, and it is drawn anew each step.
+            draw_step((heat, drain, lam, curves), history, info.steps, top)
 
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
@@ -176,6 +167,33 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
         stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
     )
+
+
+def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaGenerator]:
+    """Where a step is drawn, live and in the replay: the bits map beside the drain (total bits per step), then
+    λ beside the loss curves."""
+    top, bottom = st.columns(2, gap="small"), st.columns(2, gap="small")
+    return top[0].empty(), top[1].empty(), bottom[0].empty(), bottom[1].empty()
+
+
+def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
+              all_steps: list[StepInfo] | None = None, drain_key: str | None = None) -> None:
+    """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain chart, its λ and
+    the curves so far. all_steps: the whole run's, in the drain chart with the step ringed (the replay); else the
+    chart ends at this step (the live view)."""
+    heat, drain, lam, curves = slots
+    info = history[-1]
+    where = f"step {info.step} of {steps}"
+    bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
+    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")
+    drain.plotly_chart(bits_per_step_figure(all_steps or history, total_steps=steps,
+                                            mark=info.step if all_steps else None, height=DRAIN_HEIGHT),
+                       key=drain_key, theme=None, config=MAP_CONFIG)
+    lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), bits.width),
+              width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
+    curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
+                              width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2),
+                 width="stretch", alt=f"Losses and p(target) up to {where}")
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
@@ -235,18 +253,9 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     info = history[step - 1]
     # The last step is the final map: its line quotes the result's own total, as every other figure does.
     st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None)}**")
-    # The maps' hover toolbar rises above their top edge: a gap keeps it off the step line's end (p(target)).
+    # The pictures' hover toolbar rises above their top edge: a gap keeps it off the step line's end (p(target)).
     st.space("small")
-    c1, c2, c3 = st.columns(3, gap="small")
-    where = f"step {step} of {steps}"
-    c1.image(bits_panel(info.bits_per_pixel, scale.top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-             alt=f"Bits per pixel at {where}")
-    c2.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-             alt=f"λ at {where}")
-    c3.plotly_chart(bits_per_step_figure(history, total_steps=steps, mark=step, height=DRAIN_HEIGHT), key=DRAIN_KEY,
-                    theme=None, config=MAP_CONFIG)
-    st.image(curves_image(history[:step], total_steps=steps, mark=step, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
-                          font_size=PANEL_FONT - 2), width="stretch", alt=f"Losses and p(target) up to {where}")
+    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history, drain_key=DRAIN_KEY)
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
     st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "

@@ -70,6 +70,16 @@ def bits_panel(bits: np.ndarray, top: float, *, title: str = "Bits per pixel", s
     return map_panel(bits, top=top, cmap=BITS_CMAP, label=BITS_LABEL, title=title, side=side, font_size=font_size)
 
 
+def padded_to(picture: Image.Image, width: int) -> Image.Image:
+    """`picture` on a white canvas `width` px wide (left-aligned): panels of one width shrink alike in columns
+    of one width, so the bits map and λ are shown at one size."""
+    if picture.width >= width:
+        return picture
+    out = Image.new("RGB", (width, picture.height), WHITE_RGB)
+    out.paste(picture, (0, 0))
+    return out
+
+
 def lambda_panel(lambda_mean: np.ndarray, *, title: str = "λ (mean over channels)", side: int = MAP_SIDE,
                  font_size: int = 13) -> Image.Image:
     """λ on the viridis scale 0 – 1: 1 lets a feature through, 0 replaces it by noise."""
@@ -105,10 +115,11 @@ def bits_per_step_figure(history: Sequence["StepInfo"], *, total_steps: int | No
         ring = dict(size=13, color="rgba(0,0,0,0)", line=dict(color="rgb(49,51,63)", width=2))
         fig.add_trace(go.Scatter(x=[mark], y=[ys[mark - 1]], mode="markers", hoverinfo="skip", showlegend=False,
                                  marker=ring))
-    fig.update_xaxes(range=[0.5, steps + 0.5], title_text="step", dtick=max(1, math.ceil(steps / 10)), showgrid=False)
-    fig.update_yaxes(range=[0, max(top, 1e-6) * 1.08], title_text="bits", rangemode="tozero", tickformat=",.0f")
+    fig.update_xaxes(range=[0.5, steps + 0.5], title=dict(text="step", standoff=4),
+                     dtick=max(1, math.ceil(steps / 5)), showgrid=False)
+    fig.update_yaxes(range=[0, max(top, 1e-6) * 1.08], tickformat="~s", nticks=5)  # 150k: short labels
     fig.update_layout(title=dict(text="Total bits per step", x=0.0, xanchor="left", font=dict(size=15)),
-                      height=height, margin=dict(l=10, r=10, t=34, b=10), template="plotly_white", showlegend=False,
+                      height=height, margin=dict(l=8, r=12, t=34, b=8), template="plotly_white", showlegend=False,
                       font=dict(size=13, color="rgb(49,51,63)"))
     return fig
 
@@ -292,14 +303,19 @@ def _draw_curve(draw: ImageDraw.ImageDraw, name: str, colour: tuple, xy: list) -
         draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
 
 
-def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, font, font_size: int) -> None:
+def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, font, font_size: int,
+                 width: int) -> None:
     """The curves' names on top, each after a short line in its colour, and where p is read."""
     x, mid = plot.left, plot.legend_h / 2
     for name, colour, _ in series:
         draw.line([(x, mid + 1), (x + 16, mid + 1)], fill=colour, width=3)
         draw.text((x + 20, mid - font_size / 2 - 1), name, fill=TEXT_RGB, font=font)
         x += 20 + text_size(draw, name, font)[0] + 16
-    draw.text((x, mid - font_size / 2 - 1), "(p on the right axis)", fill=_MUTED, font=font)
+    # Where p is read, in as many words as fit (the p axis is also drawn in p's colour).
+    for note in ("(p on the right axis)", "(p: right axis)"):
+        if x + text_size(draw, note, font)[0] <= width - 2:
+            draw.text((x, mid - font_size / 2 - 1), note, fill=_MUTED, font=font)
+            break
 
 
 def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
@@ -320,5 +336,5 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
     series = _curve_series(history, plot)
     for name, colour, xy in series:
         _draw_curve(draw, name, colour, xy)
-    _draw_legend(draw, series, plot, font, font_size)
+    _draw_legend(draw, series, plot, font, font_size, width)
     return out

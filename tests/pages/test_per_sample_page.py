@@ -189,8 +189,8 @@ def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, dow
     run_button(at).click().run()
     assert_clean(at)
     result = at.session_state["ps_run"].result
-    radio = at.radio(key="ps_scale_basis")
-    assert radio.value == "final" and radio.options[0] == "the final map's largest value"
+    basis = at.selectbox(key="ps_scale_basis")
+    assert basis.value == "final" and basis.options[0] == "the final map's largest value"
     final_top = float(result.heatmap.max())
     run_top = max(float(m.max()) for m in [*(h.bits_per_pixel for h in result.history), result.heatmap])
     assert final_top < run_top  # the bits drain: step 1 tops above the result
@@ -207,10 +207,10 @@ def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, dow
     assert gif.n_frames == 4 and gif.width > 2 * GIF_SIDE
 
     # The whole run's largest value instead: the maps show the drain, everywhere alike.
-    at.radio(key="ps_scale_basis").set_value("run").run()
+    at.selectbox(key="ps_scale_basis").set_value("run").run()
     assert_clean(at)
     assert colour_bar_top(at) == pytest.approx(run_top, rel=1e-6) and stated_top(at) == f"{run_top:.3g}"
-    at.radio(key="ps_scale_basis").set_value("final").run()
+    at.selectbox(key="ps_scale_basis").set_value("final").run()
 
     # A top the user sets replaces it everywhere.
     at.number_input(key="ps_scale_top").set_value(0.25).run()

@@ -107,3 +107,23 @@ def test_colour_bar_keeps_its_width_when_it_clips() -> None:
     clipped = colours.colour_bar(200, 0.73, colours.BITS_CMAP, colours.BITS_LABEL, clipped=True)
     assert plain.size == clipped.size
     assert not np.array_equal(np.asarray(plain), np.asarray(clipped))  # "≥" is written
+
+
+def test_a_narrow_curves_chart_keeps_its_legend_inside() -> None:
+    """Beside λ the chart is narrow: the note on the p axis is shortened, never cut at the picture's edge."""
+    history = draining(4)
+    for width in (300, 420, 640):
+        arr = np.asarray(animation.curves_image(history, total_steps=10, width=width, height=240, font_size=15))
+        legend = arr[:22]
+        assert (legend[:, -3:] == 255).all(), f"the legend runs off a {width} px chart"
+        assert (legend[:, width // 2:] < 200).any()  # the legend's right half has text
+
+
+def test_panels_padded_to_one_width_show_their_maps_at_one_size() -> None:
+    history = draining(2)
+    bits = animation.bits_panel(history[0].bits_per_pixel, 0.3)
+    lam = animation.lambda_panel(history[0].lambda_mean)
+    padded = animation.padded_to(lam, bits.width)
+    assert padded.size == (bits.width, lam.height) and lam.width < bits.width
+    assert np.array_equal(np.asarray(padded)[:, :lam.width], np.asarray(lam))
+    assert animation.padded_to(bits, 10) is bits
