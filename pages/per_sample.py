@@ -21,7 +21,7 @@ from iba_core.heads import PROBABILITY_NOTES
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import (
-    animation_gif, bits_panel, bits_per_step_figure, curves_image, lambda_panel, padded_to, step_bits, step_text,
+    animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
 )
 from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
@@ -50,8 +50,6 @@ SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
 #: The scale's top when none is typed (`colours.SCALE_BASES`, the first the default), as the radio names them.
 SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
-#: The drain chart (total bits per step) beside the bits map: the replay's element key, and its height (px).
-DRAIN_KEY, DRAIN_HEIGHT = "ps_drain", 250
 
 through_app()
 st.title("Per-Sample Bottleneck")
@@ -79,19 +77,23 @@ def record_scale(record: RunRecord) -> ColourScale:
 
 
 def scale_controls() -> None:
-    """The run's colour scale, above the maps it sets (the replay's, and the Result's below)."""
-    c1, c2 = st.columns([1.6, 1], vertical_alignment="bottom")
-    c1.selectbox("Colour scale of the bits maps: top at", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
-                 key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
-                 help="The final map's largest value (default): the result uses the whole colour range and reads "
-                 "at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ on the "
-                 "colour bar (the drain shows in the chart of total bits per step). The whole run's largest value: "
-                 "the maps themselves show the bits draining from the first step, and the final map looks dark. "
-                 "Either way the colours are bits per pixel, never rescaled per map.")
-    c2.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
-                    key=SCALE_TOP_KEY, placeholder="none typed",
-                    help="A top of your own for the run's one colour scale: the replay, the GIF, the final map and "
-                    "the overlays all use it. Values above it are drawn in the top colour (the colour bar says ≥).")
+    """The run's colour scale, in a popover beside the replay slider: right above the maps it sets (the replay's,
+    and the Result's below), in one line, so the replayed bits map stays in view beside the inputs."""
+    with st.popover("Colour scale", icon=":material/palette:", width="stretch",
+                    help="The top of the bits maps' one colour scale: the final map's largest value (default), the "
+                    "whole run's, or a top you type."):
+        st.selectbox("Top of the bits maps' scale", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
+                     key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
+                     help="The final map's largest value (default): the result uses the whole colour range and "
+                     "reads at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ "
+                     "on the colour bar (the drain shows in the chart of total bits per step). The whole run's "
+                     "largest value: the maps themselves show the bits draining from the first step, and the final "
+                     "map looks dark. Either way the colours are bits per pixel, never rescaled per map.")
+        st.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
+                        key=SCALE_TOP_KEY, placeholder="none typed",
+                        help="A top of your own for the run's one colour scale: the replay, the GIF, the final map "
+                        "and the overlays all use it. Values above it are drawn in the top colour (the colour bar "
+                        "says ≥).")
 
 
 # ---- run ---------------------------------------------------------------------------------------
@@ -146,7 +148,6 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 f"{format_probability(info.p_target)} · L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
             top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
-            # No key for the drain chart: a key may be used once per script run, and it is drawn anew each step.
             draw_step((heat, drain, lam, curves), history, info.steps, top)
 
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
@@ -172,23 +173,26 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
 def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaGenerator]:
     """Where a step is drawn, live and in the replay: the bits map beside the drain (total bits per step), then
     λ beside the loss curves."""
-    top, bottom = st.columns(2, gap="small"), st.columns(2, gap="small")
+    top = st.columns(2, gap="small", vertical_alignment="center")
+    bottom = st.columns(2, gap="small", vertical_alignment="center")
     return top[0].empty(), top[1].empty(), bottom[0].empty(), bottom[1].empty()
 
 
 def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
-              all_steps: list[StepInfo] | None = None, drain_key: str | None = None) -> None:
-    """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain chart, its λ and
-    the curves so far. all_steps: the whole run's, in the drain chart with the step ringed (the replay); else the
-    chart ends at this step (the live view)."""
+              all_steps: list[StepInfo] | None = None) -> None:
+    """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain (total bits per
+    step), its λ and the curves so far. all_steps: the whole run's, in the drain with the step ringed (the
+    replay); else the drain ends at this step (the live view). All pictures: each swaps in place, with no blank
+    frame (a chart would be mounted anew at every step)."""
     heat, drain, lam, curves = slots
     info = history[-1]
     where = f"step {info.step} of {steps}"
     bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
     heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")
-    drain.plotly_chart(bits_per_step_figure(all_steps or history, total_steps=steps,
-                                            mark=info.step if all_steps else None, height=DRAIN_HEIGHT),
-                       key=drain_key, theme=None, config=MAP_CONFIG)
+    drain.image(drain_image(all_steps or history, total_steps=steps, mark=info.step if all_steps else None,
+                            width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
+                width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
+                f"Total bits per step, step {info.step} ringed")
     lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), bits.width),
               width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
     curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
@@ -244,18 +248,21 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     if not history:
         st.info("This run had 0 steps: nothing to replay.", icon=":material/info:")
         return
-    scale_controls()  # above the maps it sets
     steps = len(history)
-    step = steps if steps == 1 else st.slider(
+    slider_col, scale_col = st.columns([1.8, 1], vertical_alignment="bottom")  # room for the popover's label
+    with scale_col:
+        scale_controls()  # above the maps it sets
+    step = steps if steps == 1 else slider_col.slider(
         "Replay step", 1, steps, steps, key=replay_step_key(f"ps_replay_{record.run_id}", steps),
         help="Shows the bits, λ and the curves as they were at this step of the optimisation.",
     )
     info = history[step - 1]
     # The last step is the final map: its line quotes the result's own total, as every other figure does.
     st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None)}**")
-    # The pictures' hover toolbar rises above their top edge: a gap keeps it off the step line's end (p(target)).
-    st.space("small")
-    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history, drain_key=DRAIN_KEY)
+    # The pictures' hover toolbar (44 px) rises above their top edge: a gap keeps it off the step line, whose
+    # end (p(target)) it covered.
+    st.space(20)
+    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history)
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
     st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "

@@ -72,6 +72,23 @@ def _open(browser, server: str, path: str, viewport: tuple[int, int]):
     return page
 
 
+#: The box of an element's text itself (the union of its text nodes' boxes), not of the block with its margins.
+TEXT_BOX = """
+(el) => {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    for (const r of range.getClientRects()) {
+      x0 = Math.min(x0, r.left); y0 = Math.min(y0, r.top); x1 = Math.max(x1, r.right); y1 = Math.max(y1, r.bottom);
+    }
+  }
+  return {x: x0, y: y0, width: x1 - x0, height: y1 - y0};
+}
+"""
+
+
 def _boxes_overlap(a: dict, b: dict) -> bool:
     return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
             and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
@@ -85,12 +102,10 @@ def _assert_toolbars_leave_the_step_line(page) -> None:
         has_text="Step 10 / 10").last
     expect(line).to_be_visible()
     # The text itself (a Range over its nodes), not the element's box with its margins.
-    line_box = line.evaluate("(el) => { const r = document.createRange(); r.selectNodeContents(el); "
-                             "const b = r.getBoundingClientRect(); "
-                             "return {x: b.x, y: b.y, width: b.width, height: b.height}; }")
+    line_box = line.evaluate(TEXT_BOX)
     pictures = [page.locator('img[alt="Bits per pixel at step 10 of 10"]'),
                 page.locator('img[alt="λ at step 10 of 10"]'),
-                page.locator('[data-testid="stPlotlyChart"]').filter(has_text="Total bits per step")]
+                page.locator('img[alt^="Total bits per step"]')]
     for picture in pictures:
         expect(picture).to_be_visible()
         picture.hover()

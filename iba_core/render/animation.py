@@ -96,34 +96,6 @@ def step_bits(info: "StepInfo") -> float:
     return float(np.asarray(info.bits_per_pixel, dtype=np.float64).sum()) + float(getattr(info, "unlocated_bits", 0.0))
 
 
-def bits_per_step_figure(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
-                         height: int = 260, top_bits: float | None = None):
-    """The drain as a small Plotly line chart: the total bits through the bottleneck (`step_bits`) at each step
-    so far, one point per step. total_steps fixes the x axis (default: the last step's T) and top_bits the y
-    axis (default: the largest total so far, which the first steps set), so a live view does not jump; mark
-    rings that step (the replay's current step)."""
-    import plotly.graph_objects as go  # only the live view and the replay draw it
-
-    steps = max(total_steps or (history[-1].steps if history else 1), 1)
-    xs = [h.step for h in history]
-    ys = [step_bits(h) for h in history]
-    top = top_bits if top_bits is not None else max(ys, default=1.0)
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(color="rgb(239,85,59)", width=2),
-                               marker=dict(size=6), name="bits",
-                               hovertemplate="step %{x}: %{y:,.0f} bits<extra></extra>"))
-    if mark is not None and 1 <= mark <= len(ys):
-        ring = dict(size=13, color="rgba(0,0,0,0)", line=dict(color="rgb(49,51,63)", width=2))
-        fig.add_trace(go.Scatter(x=[mark], y=[ys[mark - 1]], mode="markers", hoverinfo="skip", showlegend=False,
-                                 marker=ring))
-    fig.update_xaxes(range=[0.5, steps + 0.5], title=dict(text="step", standoff=4),
-                     dtick=max(1, math.ceil(steps / 5)), showgrid=False)
-    fig.update_yaxes(range=[0, max(top, 1e-6) * 1.08], tickformat="~s", nticks=5)  # 150k: short labels
-    fig.update_layout(title=dict(text="Total bits per step", x=0.0, xanchor="left", font=dict(size=15)),
-                      height=height, margin=dict(l=8, r=12, t=34, b=8), template="plotly_white", showlegend=False,
-                      font=dict(size=13, color="rgb(49,51,63)"))
-    return fig
-
-
 def step_text(info: "StepInfo", *, total_bits: float | None = None) -> str:
     """'Step 3 / 10 · 12,345 bits · p(target) = 42.0 % on its batch': what each frame and the replay say.
 
@@ -337,4 +309,80 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
     for name, colour, xy in series:
         _draw_curve(draw, name, colour, xy)
     _draw_legend(draw, series, plot, font, font_size, width)
+    return out
+
+
+# ---- the drain: total bits per step ----------------------------------------------------------------
+
+
+#: Title of the drain chart, beside the bits map in the live view and the replay.
+DRAIN_TITLE = "Total bits per step"
+
+
+def drain_points(history: Sequence["StepInfo"]) -> list[tuple[int, float]]:
+    """(step, total bits at that step: `step_bits`) for each step so far: the points of the drain chart."""
+    return [(h.step, step_bits(h)) for h in history]
+
+
+def _short_count(value: float) -> str:
+    """Axis labels of a count: 0, 800, 2.5k, 150k, 1.2M."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def drain_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
+                width: int = 330, height: int = 250, font_size: int = 14) -> Image.Image:
+    """The drain as a small line chart: total bits through the bottleneck at each step so far, one dot per step.
+
+    A picture, like the maps, so the live view swaps it in place each step (a Plotly chart is mounted anew: it
+    blanked for 0.2–0.25 s per step in Chromium). total_steps fixes the x axis (default: the last step's T);
+    the y axis runs from 0 to the largest total so far, which the first steps set. mark rings that step and
+    draws a line there (the replay's current step).
+    """
+    font, title_font = text_font(font_size), text_font(font_size + 1, bold=True)
+    out = Image.new("RGB", (width, height), WHITE_RGB)
+    draw = ImageDraw.Draw(out)
+    draw.text((0, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)
+    points = drain_points(history)
+    steps = max(total_steps or (history[-1].steps if history else 1), 1)
+    top = max([b for _, b in points] + [1.0])
+    ticks = round_ticks(top, 0.0, 3)
+    top = max(ticks[-1], top) * 1.05
+    label_w = max(text_size(draw, _short_count(t), font)[0] for t in ticks)
+    left, right = label_w + 10, width - 12
+    top_y, bottom_y = font_size + 18, height - (2 * font_size + 12)
+
+    def x_of(step: float) -> float:
+        return left + (step - 0.5) / steps * (right - left)
+
+    def y_of(bits: float) -> float:
+        return bottom_y - bits / top * (bottom_y - top_y)
+
+    for t in ticks:
+        y = y_of(t)
+        draw.line([(left, y), (right, y)], fill=_GRID)
+        tw, th = text_size(draw, _short_count(t), font)
+        draw.text((left - 6 - tw, y - th / 2 - 2), _short_count(t), fill=_MUTED, font=font)
+    draw.line([(left, bottom_y), (right, bottom_y)], fill=_MUTED)
+    every = max(1, math.ceil(steps / 5))
+    for s in range(1, steps + 1):
+        if s % every and not (s == 1 and every > 2):  # step 1 labelled where "2" would not crowd it
+            continue
+        tw, _ = text_size(draw, str(s), font)
+        draw.line([(x_of(s), bottom_y), (x_of(s), bottom_y + 3)], fill=_MUTED)
+        draw.text((x_of(s) - tw / 2, bottom_y + 5), str(s), fill=_MUTED, font=font)
+    tw, _ = text_size(draw, "step", font)
+    draw.text(((left + right) / 2 - tw / 2, height - font_size - 5), "step", fill=_MUTED, font=font)
+    if mark is not None and 1 <= mark <= steps:
+        draw.line([(x_of(mark), top_y), (x_of(mark), bottom_y)], fill=(150, 150, 160), width=2)
+    xy = [(x_of(s), y_of(b)) for s, b in points]
+    if len(xy) > 1:
+        draw.line(xy, fill=_INFO_RGB, width=2)
+    for x, y in xy:
+        draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=_INFO_RGB)
+    marked = [(x_of(s), y_of(b)) for s, b in points if s == mark]
+    for x, y in marked:
+        draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=TEXT_RGB, width=2)
     return out

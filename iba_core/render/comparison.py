@@ -238,8 +238,9 @@ def grid_png(maps: Sequence[AttributionMap], cropped_image: Image.Image | np.nda
 
     Signed maps: "bwr" (blue < 0 < red), symmetric around 0. Unsigned: "inferno". Maps with a unit
     (IBA, Readout: bits/pixel) get a colour bar labelled with it and with its top; each map has its own range
-    (default), or with shared_scale=True the maps with a unit share one range per unit (bits are absolute). layout: `grid_canvas`'s keywords
-    (columns, cell_inches, dpi, title, shared_scale, …), so the PNG and the figure cannot disagree.
+    (default), or with shared_scale=True the maps with a unit share one range per unit (bits are absolute).
+    layout: `grid_canvas`'s keywords (columns, cell_inches, dpi, title, shared_scale, …), so the PNG and the
+    figure cannot disagree.
     """
     fig = grid_canvas(maps, cropped_image, **layout)
     return _png(fig, fig.dpi)

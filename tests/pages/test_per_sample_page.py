@@ -471,31 +471,30 @@ def test_statistics_from_an_image_folder(open_page, tmp_path, monkeypatch) -> No
 
 
 def test_the_drain_chart_has_one_point_per_step_live_and_in_the_replay(open_page, monkeypatch) -> None:
-    """The total bits per step as a line chart beside the maps: filled live, one more point at each step, then
-    beside the replay with all the run's steps, the chosen step ringed."""
+    """The total bits per step as a line chart beside the bits map: filled live, one more point at each step,
+    then beside the replay with all the run's steps, the chosen step ringed."""
     from iba_core.render import animation
 
-    drawn: list[int] = []
-    real = animation.bits_per_step_figure
+    drawn: list[tuple[list, int | None]] = []
+    real = animation.drain_image
 
     def recording(history, **kw):
-        drawn.append(len(history))
+        drawn.append((animation.drain_points(history), kw.get("mark")))
         return real(history, **kw)
 
-    monkeypatch.setattr(animation, "bits_per_step_figure", recording)  # the page imports it at each run
+    monkeypatch.setattr(animation, "drain_image", recording)  # the page imports it at each run
     at = open_page("per_sample")
     at.number_input(key="ps_steps").set_value(4)
     run_button(at).click().run()
     assert_clean(at)
     result = at.session_state["ps_run"].result
-    assert drawn[:4] == [1, 2, 3, 4]  # live: one chart per step, each with the steps so far
-    chart = plotly_specs(at)["ps_drain"]
-    line = chart["data"][0]
-    assert line["x"] == [1, 2, 3, 4]
-    assert line["y"] == pytest.approx([animation.step_bits(h) for h in result.history], rel=1e-4)
-    assert line["y"][-1] == pytest.approx(result.total_bits, rel=1e-4)  # the last step is the final map
-    assert chart["data"][1]["x"] == [4]  # the replay's step, ringed
+    # Live: one picture per step, with one point per step so far and none ringed.
+    assert [len(points) for points, _ in drawn[:4]] == [1, 2, 3, 4] and all(m is None for _, m in drawn[:4])
+    points, mark = drawn[-1]  # the replay's
+    assert [s for s, _ in points] == [1, 2, 3, 4] and mark == 4
+    assert [b for _, b in points] == pytest.approx([animation.step_bits(h) for h in result.history], rel=1e-4)
+    assert points[-1][1] == pytest.approx(result.total_bits, rel=1e-4)  # the last step is the final map
 
     replay_slider(at).set_value(2).run()
     assert_clean(at)
-    assert plotly_specs(at)["ps_drain"]["data"][1]["x"] == [2]
+    assert drawn[-1][1] == 2 and len(drawn[-1][0]) == 4

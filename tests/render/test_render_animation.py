@@ -127,3 +127,18 @@ def test_panels_padded_to_one_width_show_their_maps_at_one_size() -> None:
     assert padded.size == (bits.width, lam.height) and lam.width < bits.width
     assert np.array_equal(np.asarray(padded)[:, :lam.width], np.asarray(lam))
     assert animation.padded_to(bits, 10) is bits
+
+
+def test_drain_image_draws_one_dot_per_step_and_rings_the_marked_one() -> None:
+    history = draining(6)
+    assert animation.drain_points(history) == [(h.step, pytest.approx(animation.step_bits(h))) for h in history]
+    live = animation.drain_image(history[:3], total_steps=6, width=330, height=250)
+    more = animation.drain_image(history[:4], total_steps=6, width=330, height=250)
+    marked = animation.drain_image(history, total_steps=6, mark=2, width=330, height=250)
+    assert live.size == more.size == marked.size == (330, 250)  # the live view swaps one picture for another
+    dots = [np.asarray(p) for p in (live, more)]
+    curve = [((d[..., 0] > 200) & (d[..., 1] < 120) & (d[..., 2] < 100)).sum() for d in dots]
+    assert curve[1] > curve[0]  # one more step, one more dot and segment
+    unmarked = animation.drain_image(history, total_steps=6, width=330, height=250)
+    assert not np.array_equal(np.asarray(marked), np.asarray(unmarked))  # the replay's step ringed
+    assert animation._short_count(150_000) == "150k" and animation._short_count(2_500) == "2.5k"
