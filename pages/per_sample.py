@@ -138,7 +138,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         st.caption(f"Bits maps: {live_scale([], fixed).describe()}." if fixed else
                    "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it); the "
                    "replay, the GIF and the final map then use the final map's largest value (or the whole run's, "
-                   "as chosen above the replay).")
+                   "as chosen under *Colour scale* beside the replay step).")
         history: list[StepInfo] = []
 
         def on_step(info: StepInfo) -> None:
@@ -307,8 +307,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
         opacity = st.slider("Overlay opacity", 0.0, 1.0, 0.6, 0.05, key="ps_opacity")
         overlay_slot.image(overlay_image(record.cropped, r.heatmap, opacity=opacity, top=scale.top, legend=True),
                            width="stretch", alt=f"Bits over the image, 0 – {scale.top:.3g} bits / pixel")
-        st.caption(f"Inferno colours on the run's scale (set above the replay): dark = 0 bits, bright = "
-                   f"{scale.top:.3g} bits / pixel (the legend below the image).")
+        st.caption(f"Inferno colours on the run's scale (*Colour scale*, beside the replay step): dark = 0 bits, "
+                   f"bright = {scale.top:.3g} bits / pixel (the legend below the image).")
     with heat_col:
         st.markdown("**Bits per pixel** (final map)")
         lost_class_warning(record)
