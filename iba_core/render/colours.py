@@ -255,9 +255,9 @@ def colour_legend(width: int, top: float, cmap: str = BITS_CMAP, *, label: str =
     for value, text in labels:
         x = x0 + round(value / top * (x1 - x0 - 1)) if top > 0 else x0
         draw.line([(x, pad + bar_h), (x, pad + bar_h + pad // 2)], fill=TEXT_RGB)
-        if value == top:  # the top and the unit, ending at the bar's right end
+        if value == top:  # the top and the unit, ending just left of the bar's last tick (not run through by it)
             text = top_text
-            draw.text((x1 - text_size(draw, text, font)[0], y_text), text, fill=TEXT_RGB, font=font)
+            draw.text((x1 - 4 - text_size(draw, text, font)[0], y_text), text, fill=TEXT_RGB, font=font)
         elif value == 0:
             draw.text((x0, y_text), text, fill=TEXT_RGB, font=font)
         else:
