@@ -1,8 +1,8 @@
 """Pictures of a Per-Sample run step by step, with no Streamlit: the live view, the replay and the GIF.
 
 Each step of the optimisation (`iba_core.per_sample.StepInfo`) is drawn as plain PIL images: the bits
-per pixel and the bottleneck's λ, each with a labelled colour bar, and the loss curves up to that
-step. The same drawings serve the page's live view (images update in place, with no blank frame in
+per pixel and the bottleneck's λ, each with a labelled colour bar, the loss curves up to that step, and
+the drain (`drain_image`: the total bits per step, one dot per step). The same drawings serve the page's live view (images update in place, with no blank frame in
 between, unlike a chart that is mounted anew), its replay slider and the downloadable GIF, so all
 three look alike.
 
