@@ -28,7 +28,8 @@ from pages.widgets.text import plain
 LAST_KEY = "cmp_last"
 #: The last grid's note when the network hardly predicts its class (`compare_target_note`), set with LAST_KEY.
 NOTE_KEY = "cmp_target_note"
-PER_MAP_KEY = "cmp_per_map"
+#: The toggle that puts the bits/pixel maps on one colour scale (off: each map on its own).
+SHARED_SCALE_KEY = "cmp_shared_scale"
 READOUT_NONE = "—"
 COLUMNS = 4
 
@@ -37,9 +38,10 @@ st.title("Compare methods")
 st.markdown(
     "The same image and class explained by several attribution methods. **Signed** maps (gradients, LRP ε) use a "
     "diverging scale symmetric around 0 — blue negative, white 0, red positive; **unsigned** maps a sequential one "
-    "(dark = low). The bottleneck maps (Per-Sample IBA, Readout) are in **bits per pixel**, an absolute unit: they "
-    "share one colour scale, with a colour bar, so a darker map let fewer bits through. Maps already computed for "
-    "this image, network and class are reused, so adding a method only computes that one."
+    "(dark = low). The bottleneck maps (Per-Sample IBA, Readout) are in **bits per pixel**, an absolute unit: each "
+    "has a colour bar up to its own largest value, so each map's shape reads at a glance; one switch puts them on "
+    "one scale, to compare how many bits each let through. Maps already computed for this image, network and "
+    "class are reused, so adding a method only computes that one."
 )
 
 
@@ -149,30 +151,32 @@ def show(last: CompareRun) -> None:
     note = st.session_state.get(NOTE_KEY, "")
     if note:
         st.warning(f"**Hardly predicted:** {note}", icon=":material/help:")
-    per_map = st.checkbox(
-        "Scale each bottleneck map on its own", key=PER_MAP_KEY,
-        help="Off (default): every map in bits per pixel (Per-Sample IBA, Readout) uses one colour scale, from 0 "
-        "to the largest value among them — bits are absolute, so a darker map let fewer bits through. On: each "
-        "map runs from 0 to its own maximum, which shows its shape but not how many bits it let through.",
+    shared = st.toggle(
+        "One colour scale for the bits maps", key=SHARED_SCALE_KEY,
+        help="Off (default): each map in bits per pixel (Per-Sample IBA, Readout) runs from 0 to its own largest "
+        "value, stated on its colour bar and below it, so each map's shape reads at a glance. On: they share one "
+        "scale, from 0 to the largest value among them — bits are absolute, so a darker map let fewer bits "
+        "through (a map with few bits may look black).",
     )
     for line in last.failed:
         st.warning(line, icon=":material/warning:")
     cols = st.columns(COLUMNS)
     cols[0].image(last.input_png, width="stretch")
     cols[0].caption(f"**Input** · the {last.cropped.width} × {last.cropped.height} crop the network sees")
-    for i, ((key, entry), (png, limits)) in enumerate(zip(found, cell_pictures(entries, not per_map)), start=1):
+    for i, ((key, entry), (png, limits)) in enumerate(zip(found, cell_pictures(entries, shared)), start=1):
         with cols[i % COLUMNS]:
             st.image(png, width="stretch")
             a = entry.amap
+            whose = (" (shared)" if shared else " (its own)") if a.unit and not a.signed else ""
             st.caption(f"**{a.name}** · {format_seconds(a.seconds)} · {'signed' if a.signed else 'unsigned'} · "
-                       f"scale {limits_text(a, limits)}",
+                       f"scale {limits_text(a, limits)}{whose}",
                        help=(last.readout_details or None) if key == READOUT_METHOD else None)
     if not last.readout:
         with cols[(len(entries) + 1) % COLUMNS]:
             st.info("**Readout Bottleneck** — needs a trained checkpoint for this network (none chosen or found). "
                     "See *Readout Bottleneck checkpoints* above.", icon=":material/hourglass_empty:")
     about = last.subject
-    png = grid_png([e.amap for e in entries], last.cropped, shared_scale=not per_map,
+    png = grid_png([e.amap for e in entries], last.cropped, shared_scale=shared,
                    title=f"{about.image} · {about.model} · {about.class_name}")
     st.download_button("Download grid (PNG)", png, f"compare_{about.image.rsplit('.', 1)[0]}.png", "image/png",
                        on_click="ignore", icon=":material/download:", key="cmp_download")

@@ -1,9 +1,9 @@
 """Per-Sample Bottleneck page: fit the bottleneck for one image and show where the bits come from.
 
 Layout: the inputs on the left; on the right a panel — the live view while the bottleneck is fitted,
-then the replay of the last run (step slider) — above the settings form, so the steps are watched
-next to the image and the result is in view when the run ends. Below: numbers, the three views of the
-final map and the downloads.
+then the replay of the last run (its colour scale, a step slider, the maps and the drain of total bits per
+step) — above the settings form, so the steps are watched next to the image and the result is in view when
+the run ends. Below: numbers, the three views of the final map and the downloads.
 """
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from iba_core.app.state import RunRecord
 from iba_core.heads import PROBABILITY_NOTES
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
-from iba_core.render.animation import animation_gif, bits_panel, curves_image, lambda_panel, step_text
-from iba_core.render.colours import ColourScale, live_scale, run_scale
+from iba_core.render.animation import (
+    animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
+)
+from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, full_resolution_overlay, not_needed_fraction, not_needed_outline, overlay_image,
-    png_bytes,
+    part_of_total_text, png_bytes,
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
@@ -41,12 +43,13 @@ RESULT_KEY = "ps_run"
 MAP_CONFIG = {"displayModeBar": False}
 #: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
 PANEL_SIDE, PANEL_FONT = 224, 17
-CURVES_SIZE = (640, 230)
+#: The loss curves beside λ: drawn about as wide as a map panel, so both shrink alike into their columns.
+CURVES_SIZE = (420, 300)
 #: Widget key of the colour-scale control (read by the live run, set in the replay panel).
 SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
-#: The scale's top when none is typed (`colours.SCALE_BASES`), as the radio names them.
-SCALE_BASIS_NAMES = {"run": "the whole run's largest value", "final": "the final map's largest value"}
+#: The scale's top when none is typed (`colours.SCALE_BASES`, the first the default), as the radio names them.
+SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
 
 through_app()
 st.title("Per-Sample Bottleneck")
@@ -68,24 +71,29 @@ def fixed_top() -> float | None:
 
 
 def record_scale(record: RunRecord) -> ColourScale:
-    """The run's one colour scale (`run_scale`: the top typed in, else the run's largest value), for the replay,
-    the GIF, the final map and the overlays alike."""
-    return run_scale(record.result, fixed_top(), st.session_state.get(SCALE_BASIS_KEY, "run"))
+    """The run's one colour scale (`run_scale`: the top typed in, else the final map's largest value or the
+    whole run's, as chosen), for the replay, the GIF, the final map and the overlays alike."""
+    return run_scale(record.result, fixed_top(), st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]))
 
 
 def scale_controls() -> None:
-    c1, c2 = st.columns([1.2, 1])
-    c2.radio("Scale top when none is typed", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
-             key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
-             help="The whole run's largest value (default): the bits visibly drain from the first step to the "
-             "final map, which then looks dark. The final map's largest value: the final map uses the whole colour "
-             "range (its shape reads from the back of a room); earlier steps above it are drawn in the top colour, "
-             "marked ≥ on the colour bar.")
-    c1.number_input("Scale top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
-                    key=SCALE_TOP_KEY, placeholder="the run's largest value",
-                    help="The top of the run's one colour scale: the live view, the replay, the GIF, the final map and "
-                    "the overlays all use it. Empty: the run's largest bits per pixel over all steps and the final "
-                    "map. Values above a top you set are drawn in the top colour (the colour bar says ≥).")
+    """The run's colour scale, in a popover beside the replay slider: right above the maps it sets (the replay's,
+    and the Result's below), in one line, so the replayed bits map stays in view beside the inputs."""
+    with st.popover("Colour scale", icon=":material/palette:", width="stretch",
+                    help="The top of the bits maps' one colour scale: the final map's largest value (default), the "
+                    "whole run's, or a top you type."):
+        st.selectbox("Top of the bits maps' scale", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
+                     key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
+                     help="The final map's largest value (default): the result uses the whole colour range and "
+                     "reads at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ "
+                     "on the colour bar (the drain shows in the chart of total bits per step). The whole run's "
+                     "largest value: the maps themselves show the bits draining from the first step, and the final "
+                     "map looks dark. Either way the colours are bits per pixel, never rescaled per map.")
+        st.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
+                        key=SCALE_TOP_KEY, placeholder="none typed",
+                        help="A top of your own for the run's one colour scale: the replay, the GIF, the final map "
+                        "and the overlays all use it. Values above it are drawn in the top colour (the colour bar "
+                        "says ≥).")
 
 
 # ---- run ---------------------------------------------------------------------------------------
@@ -123,31 +131,24 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
         stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
         bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
-        c1, c2 = st.columns(2, gap="small")
-        heat, lam, curves = c1.empty(), c2.empty(), st.empty()
+        heat, drain, lam, curves = step_slots()
         blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
         heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
         lam.image(blank, width="stretch", alt="λ: waiting for the first step")
         st.caption(f"Bits maps: {live_scale([], fixed).describe()}." if fixed else
                    "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it); the "
-                   "replay, the GIF and the final map then use the run's largest value.")
+                   "replay, the GIF and the final map then use the final map's largest value (or the whole run's, "
+                   "as chosen under *Colour scale* beside the replay step).")
         history: list[StepInfo] = []
 
         def on_step(info: StepInfo) -> None:
             history.append(info)
             bar.progress(info.step / info.steps, text=(
-                f"**Step {info.step} / {info.steps}** · p(target) = {info.p_target:.2f} · "
-                f"L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
+                f"**Step {info.step} / {info.steps}** · {step_bits(info):,.0f} bits · p(target) = "
+                f"{format_probability(info.p_target)} · L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
             top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
-            where = f"step {info.step} of {info.steps}"
-            heat.image(bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-                       alt=f"Bits per pixel at {where}")
-            lam.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-                      alt=f"λ at {where}")
-            curves.image(curves_image(history, total_steps=info.steps, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
-                                      font_size=PANEL_FONT - 2),
-                         width="stretch", alt=f"Losses and p(target) up to {where}")
+            draw_step((heat, drain, lam, curves), history, info.steps, top)
 
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
@@ -167,6 +168,36 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
         stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
     )
+
+
+def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaGenerator]:
+    """Where a step is drawn, live and in the replay: the bits map beside the drain (total bits per step), then
+    λ beside the loss curves."""
+    top = st.columns(2, gap="small", vertical_alignment="center")
+    bottom = st.columns(2, gap="small", vertical_alignment="center")
+    return top[0].empty(), top[1].empty(), bottom[0].empty(), bottom[1].empty()
+
+
+def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
+              all_steps: list[StepInfo] | None = None) -> None:
+    """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain (total bits per
+    step), its λ and the curves so far. all_steps: the whole run's, in the drain with the step ringed (the
+    replay); else the drain ends at this step (the live view). All pictures: each swaps in place, with no blank
+    frame (a chart would be mounted anew at every step)."""
+    heat, drain, lam, curves = slots
+    info = history[-1]
+    where = f"step {info.step} of {steps}"
+    bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
+    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")
+    drain.image(drain_image(all_steps or history, total_steps=steps, mark=info.step if all_steps else None,
+                            width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
+                width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
+                f"Total bits per step, step {info.step} ringed")
+    lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), bits.width),
+              width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
+    curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
+                              width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2),
+                 width="stretch", alt=f"Losses and p(target) up to {where}")
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
@@ -218,26 +249,24 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
         st.info("This run had 0 steps: nothing to replay.", icon=":material/info:")
         return
     steps = len(history)
-    step = steps if steps == 1 else st.slider(
+    slider_col, scale_col = st.columns([1.8, 1], vertical_alignment="bottom")  # room for the popover's label
+    with scale_col:
+        scale_controls()  # above the maps it sets
+    step = steps if steps == 1 else slider_col.slider(
         "Replay step", 1, steps, steps, key=replay_step_key(f"ps_replay_{record.run_id}", steps),
         help="Shows the bits, λ and the curves as they were at this step of the optimisation.",
     )
     info = history[step - 1]
     # The last step is the final map: its line quotes the result's own total, as every other figure does.
     st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None)}**")
-    c1, c2 = st.columns(2, gap="small")
-    where = f"step {step} of {steps}"
-    c1.image(bits_panel(info.bits_per_pixel, scale.top, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-             alt=f"Bits per pixel at {where}")
-    c2.image(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), width="stretch",
-             alt=f"λ at {where}")
-    st.image(curves_image(history[:step], total_steps=steps, mark=step, width=CURVES_SIZE[0], height=CURVES_SIZE[1],
-                          font_size=PANEL_FONT - 2), width="stretch", alt=f"Losses and p(target) up to {where}")
+    # The pictures' hover toolbar (44 px) rises above their top edge: a gap keeps it off the step line, whose
+    # end (p(target)) it covered.
+    st.space(20)
+    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history)
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
     st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "
                "it by noise. p(target) in the step line and the curves: that step's noisy batch, before its update.")
-    scale_controls()
 
 
 # ---- result ------------------------------------------------------------------------------------
@@ -278,8 +307,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
         opacity = st.slider("Overlay opacity", 0.0, 1.0, 0.6, 0.05, key="ps_opacity")
         overlay_slot.image(overlay_image(record.cropped, r.heatmap, opacity=opacity, top=scale.top, legend=True),
                            width="stretch", alt=f"Bits over the image, 0 – {scale.top:.3g} bits / pixel")
-        st.caption(f"Inferno colours on the run's scale: dark = 0 bits, bright = {scale.top:.3g} bits / pixel "
-                   "(the legend below the image).")
+        st.caption(f"Inferno colours on the run's scale (*Colour scale*, beside the replay step): dark = 0 bits, "
+                   f"bright = {scale.top:.3g} bits / pixel (the legend below the image).")
     with heat_col:
         st.markdown("**Bits per pixel** (final map)")
         lost_class_warning(record)
@@ -305,10 +334,11 @@ def few_bits(record: RunRecord) -> None:
     slot.image(not_needed_outline(record.cropped, r.heatmap, threshold), width="stretch")
     share = not_needed_fraction(r.heatmap, threshold)
     passed = bits_below(r.heatmap, threshold)
+    part, whole = part_of_total_text(passed, r.total_bits)  # one rounding: a part never reads above its whole
     if share > 0:
         st.caption(
             f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} bits / pixel. Together these regions "
-            f"still pass **{passed:,.1f} bits** of the {r.total_bits:,.0f} — few, but not zero."
+            f"still pass **{part} bits** of the {whole} — few, but not zero."
         )
     else:  # nothing below the threshold: no region to grey, and no "few" bits to speak of
         st.caption(f"No part of the crop is below {threshold:g} bits / pixel: every region passes more. A higher "
@@ -319,7 +349,7 @@ def few_bits(record: RunRecord) -> None:
             "predicts through that bottleneck*. The paper (§3.1) guarantees only this: **a region with zero "
             "bits** is not necessary for the prediction made through the bottleneck (here p(target) = "
             f"{format_probability(r.p_with)}). A region with a few bits — like the greyed ones, "
-            f"{passed:,.1f} bits in all — is not covered. And without the noise the network may still use "
+            f"{part} bits in all — is not covered. And without the noise the network may still use "
             "any region: the guarantee is about the prediction through the bottleneck, not about the plain "
             "network."
         )

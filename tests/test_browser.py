@@ -2,8 +2,8 @@
 Per-Sample page straight from its URL on the fresh server, checks that the sidebar lists exactly the pages
 app.py defines, does a Per-Sample run on a sample photo and watches the live step counter and the final heatmap.
 A second test runs two sessions at once at 1280 × 800: the first (β·k = 1000) loses the class and says so,
-the second waits for it with a visible message; the live view and the replay fit beside the inputs; a GIF
-upload says that its first frame is used.
+the second waits for it with a visible message; the live view and the replay (the bits map and the drain of
+total bits beside it) fit beside the inputs; a GIF upload says that its first frame is used.
 
 Set IBA_SAVE_SCREENSHOT=1 to write assets/screenshot.png (for the README); otherwise the screenshot
 goes to the test's tmp dir.
@@ -231,17 +231,20 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
         expect(a.get_by_text(re.compile(r"Step [1-4] / 10"))).to_be_visible(timeout=240_000)
         b.get_by_role("button", name="Run").click()
 
-        # While A runs: its step counter, bits map and λ map fit beside the inputs.
+        # While A runs: its step counter, bits map and the drain of total bits beside it fit beside the inputs
+        # (λ and the loss curves are the row below).
         _assert_fits(a, "the step counter", 'text=/Step \\d+ \\/ 10/', height)
         _assert_fits(a, "the live bits map", 'img[alt^="Bits per pixel"]', height)
-        _assert_fits(a, "the live λ map", 'img[alt^="λ"]', height)
+        _assert_fits(a, "the live drain chart", 'img[alt^="Total bits per step"]', height)
+        expect(a.locator('img[alt^="λ at step"]').first).to_be_attached()
 
         expect(a.get_by_text("Last run:")).to_be_visible(timeout=240_000)
         # The class is lost at β·k = 1000, and the page says so beside the replayed maps.
         warning = a.get_by_text(LOST_CLASS_MESSAGE).first
         expect(warning).to_be_in_viewport()
         _assert_fits(a, "the replayed bits map", 'img[alt="Bits per pixel at step 10 of 10"]', height)
-        _assert_fits(a, "the replayed λ map", 'img[alt="λ at step 10 of 10"]', height)
+        _assert_fits(a, "the replayed drain chart", 'img[alt^="Total bits per step"]', height)
+        expect(a.locator('img[alt="λ at step 10 of 10"]')).to_be_attached()
         # The λ picture was updated in place every step, never taken out (no blank flash); only the last
         # one gives way to the replay when the run ends.
         shown = a.evaluate("window.__ibaLambdaShown")
@@ -252,7 +255,7 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
         # B waited visibly, then ran; its replay is in view too.
         expect(b.get_by_text("Last run:")).to_be_visible(timeout=240_000)
         _assert_fits(b, "B's replayed bits map", 'img[alt="Bits per pixel at step 1 of 1"]', b_height)
-        _assert_fits(b, "B's replayed λ map", 'img[alt="λ at step 1 of 1"]', b_height)
+        _assert_fits(b, "B's replayed λ map", 'img[alt="λ at step 1 of 1"]', b_height)  # 1600 × 1000: both rows
         waits = b.evaluate("window.__ibaWaits")
         assert waits and all(re.fullmatch(r"Waiting for another run to finish \(\d+ s\)", w) for w in waits), waits
         expect(b.get_by_text("Waiting for another run to finish")).to_have_count(0)

@@ -62,9 +62,9 @@ class CachedMap:
         return self._redrawn[limits]
 
 
-def cell_pictures(entries: Sequence[CachedMap], shared_scale: bool = True) -> list[tuple[bytes, Limits]]:
-    """(cell PNG, colour range) per entry, as a grid of these maps draws them: the bits/pixel maps on one
-    scale (bits are absolute) unless shared_scale is False, then each map on its own."""
+def cell_pictures(entries: Sequence[CachedMap], shared_scale: bool = False) -> list[tuple[bytes, Limits]]:
+    """(cell PNG, colour range) per entry, as a grid of these maps draws them: each map on its own scale, or
+    with shared_scale the bits/pixel maps on one (bits are absolute: to compare magnitudes)."""
     limits = map_limits([e.amap for e in entries], shared_scale)
     return [(e.png_for(lim), lim) for e, lim in zip(entries, limits)]
 

@@ -1,8 +1,8 @@
 """Pictures of a Per-Sample run step by step, with no Streamlit: the live view, the replay and the GIF.
 
 Each step of the optimisation (`iba_core.per_sample.StepInfo`) is drawn as plain PIL images: the bits
-per pixel and the bottleneck's λ, each with a labelled colour bar, and the loss curves up to that
-step. The same drawings serve the page's live view (images update in place, with no blank frame in
+per pixel and the bottleneck's λ, each with a labelled colour bar, the loss curves up to that step, and
+the drain (`drain_image`: the total bits per step, one dot per step). The same drawings serve the page's live view (images update in place, with no blank frame in
 between, unlike a chart that is mounted anew), its replay slider and the downloadable GIF, so all
 three look alike.
 
@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .arrays import as_map
+from .text import format_probability
 from .colours import (
     BITS_CMAP, BITS_LABEL, LAMBDA_CMAP, LAMBDA_LABEL, TEXT_RGB, WHITE_RGB, ColourScale, colour_bar, colour_map,
     round_ticks, run_scale, text_font, text_size, tick_text,
@@ -42,10 +43,6 @@ _GRID = (225, 227, 232)
 #: Curve colours (Plotly's first three, as on the other charts).
 _CE_RGB, _INFO_RGB, _P_RGB = (99, 110, 250), (239, 85, 59), (0, 160, 120)
 
-
-def _p_text(p: float) -> str:
-    """p(target) with two decimals, or two significant digits when smaller than 0.01."""
-    return f"{p:.2f}" if p >= 0.01 or p == 0 else f"{p:.2g}"
 
 
 def map_panel(values: np.ndarray, *, top: float, cmap: str, label: str, title: str, side: int = MAP_SIDE,
@@ -73,6 +70,16 @@ def bits_panel(bits: np.ndarray, top: float, *, title: str = "Bits per pixel", s
     return map_panel(bits, top=top, cmap=BITS_CMAP, label=BITS_LABEL, title=title, side=side, font_size=font_size)
 
 
+def padded_to(picture: Image.Image, width: int) -> Image.Image:
+    """`picture` on a white canvas `width` px wide (left-aligned): panels of one width shrink alike in columns
+    of one width, so the bits map and λ are shown at one size."""
+    if picture.width >= width:
+        return picture
+    out = Image.new("RGB", (width, picture.height), WHITE_RGB)
+    out.paste(picture, (0, 0))
+    return out
+
+
 def lambda_panel(lambda_mean: np.ndarray, *, title: str = "λ (mean over channels)", side: int = MAP_SIDE,
                  font_size: int = 13) -> Image.Image:
     """λ on the viridis scale 0 – 1: 1 lets a feature through, 0 replaces it by noise."""
@@ -90,18 +97,20 @@ def step_bits(info: "StepInfo") -> float:
 
 
 def step_text(info: "StepInfo", *, total_bits: float | None = None) -> str:
-    """'Step 3 / 10 · 12,345 bits · p(target) = 0.42 on its batch': what each frame and the replay say.
+    """'Step 3 / 10 · 12,345 bits · p(target) = 42.0 % on its batch': what each frame and the replay say.
 
     The bits are those of the step's map (`total_bits` when given: the result's own number at the last step,
     so the page shows one figure); p(target) is the mean over the step's noisy batch, before its update.
     """
     bits = step_bits(info) if total_bits is None else total_bits
-    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {_p_text(info.p_target)} on its batch"
+    p = format_probability(info.p_target)
+    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {p} on its batch"
 
 
 def final_text(result: "AttributionResult") -> str:
-    """'Final map · 7,535 bits · p(target) with the bottleneck = 0.94': the GIF's last frame, from the result."""
-    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {_p_text(result.p_with)}"
+    """'Final map · 7,535 bits · p(target) with the bottleneck = 94.0 %': the GIF's last frame, from the result."""
+    p = format_probability(result.p_with)
+    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {p}"
 
 
 def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int) -> Image.Image:
@@ -136,6 +145,21 @@ def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *,
             final_frame(result, top, side=side, font_size=font_size)]
 
 
+def _one_size(frames: list[Image.Image]) -> list[Image.Image]:
+    """The frames on white canvases of the largest frame's size. Pillow stores a GIF frame as the part that
+    changed and leaves the rest of the previous one standing: a narrower frame would leave the old frame's right
+    edge (its λ colour bar label) beside its own, so every frame covers the whole canvas."""
+    width, height = max(f.width for f in frames), max(f.height for f in frames)
+    out = []
+    for frame in frames:
+        if frame.size != (width, height):
+            canvas = Image.new("RGB", (width, height), WHITE_RGB)
+            canvas.paste(frame, (0, 0))
+            frame = canvas
+        out.append(frame)
+    return out
+
+
 def animation_gif(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
                   font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS) -> bytes:
     """An animated GIF of the run (looping): one frame per step, each labelled with the step, its bits and
@@ -143,7 +167,7 @@ def animation_gif(result: "AttributionResult", scale: ColourScale | None = None,
     (default: the run's, `run_scale`). ValueError for a run without steps."""
     if not result.history:
         raise ValueError("The run has no steps to animate.")
-    frames = run_frames(result, scale, side=side, font_size=font_size)
+    frames = _one_size(run_frames(result, scale, side=side, font_size=font_size))
     # One palette for all frames: the colours stay put from frame to frame.
     strip = Image.new("RGB", (frames[0].width, frames[0].height * len(frames)))
     for i, frame in enumerate(frames):
@@ -251,14 +275,19 @@ def _draw_curve(draw: ImageDraw.ImageDraw, name: str, colour: tuple, xy: list) -
         draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
 
 
-def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, font, font_size: int) -> None:
+def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, font, font_size: int,
+                 width: int) -> None:
     """The curves' names on top, each after a short line in its colour, and where p is read."""
     x, mid = plot.left, plot.legend_h / 2
     for name, colour, _ in series:
         draw.line([(x, mid + 1), (x + 16, mid + 1)], fill=colour, width=3)
         draw.text((x + 20, mid - font_size / 2 - 1), name, fill=TEXT_RGB, font=font)
         x += 20 + text_size(draw, name, font)[0] + 16
-    draw.text((x, mid - font_size / 2 - 1), "(p on the right axis)", fill=_MUTED, font=font)
+    # Where p is read, in as many words as fit (the p axis is also drawn in p's colour).
+    for note in ("(p on the right axis)", "(p: right axis)"):
+        if x + text_size(draw, note, font)[0] <= width - 2:
+            draw.text((x, mid - font_size / 2 - 1), note, fill=_MUTED, font=font)
+            break
 
 
 def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
@@ -279,5 +308,81 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
     series = _curve_series(history, plot)
     for name, colour, xy in series:
         _draw_curve(draw, name, colour, xy)
-    _draw_legend(draw, series, plot, font, font_size)
+    _draw_legend(draw, series, plot, font, font_size, width)
+    return out
+
+
+# ---- the drain: total bits per step ----------------------------------------------------------------
+
+
+#: Title of the drain chart, beside the bits map in the live view and the replay.
+DRAIN_TITLE = "Total bits per step"
+
+
+def drain_points(history: Sequence["StepInfo"]) -> list[tuple[int, float]]:
+    """(step, total bits at that step: `step_bits`) for each step so far: the points of the drain chart."""
+    return [(h.step, step_bits(h)) for h in history]
+
+
+def _short_count(value: float) -> str:
+    """Axis labels of a count: 0, 800, 2.5k, 150k, 1.2M."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def drain_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
+                width: int = 330, height: int = 250, font_size: int = 14) -> Image.Image:
+    """The drain as a small line chart: total bits through the bottleneck at each step so far, one dot per step.
+
+    A picture, like the maps, so the live view swaps it in place each step (a Plotly chart is mounted anew: it
+    blanked for 0.2–0.25 s per step in Chromium). total_steps fixes the x axis (default: the last step's T);
+    the y axis runs from 0 to the largest total so far, which the first steps set. mark rings that step and
+    draws a line there (the replay's current step).
+    """
+    font, title_font = text_font(font_size), text_font(font_size + 1, bold=True)
+    out = Image.new("RGB", (width, height), WHITE_RGB)
+    draw = ImageDraw.Draw(out)
+    draw.text((0, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)
+    points = drain_points(history)
+    steps = max(total_steps or (history[-1].steps if history else 1), 1)
+    top = max([b for _, b in points] + [1.0])
+    ticks = round_ticks(top, 0.0, 3)
+    top = max(ticks[-1], top) * 1.05
+    label_w = max(text_size(draw, _short_count(t), font)[0] for t in ticks)
+    left, right = label_w + 10, width - 12
+    top_y, bottom_y = font_size + 18, height - (2 * font_size + 12)
+
+    def x_of(step: float) -> float:
+        return left + (step - 0.5) / steps * (right - left)
+
+    def y_of(bits: float) -> float:
+        return bottom_y - bits / top * (bottom_y - top_y)
+
+    for t in ticks:
+        y = y_of(t)
+        draw.line([(left, y), (right, y)], fill=_GRID)
+        tw, th = text_size(draw, _short_count(t), font)
+        draw.text((left - 6 - tw, y - th / 2 - 2), _short_count(t), fill=_MUTED, font=font)
+    draw.line([(left, bottom_y), (right, bottom_y)], fill=_MUTED)
+    every = max(1, math.ceil(steps / 5))
+    for s in range(1, steps + 1):
+        if s % every and not (s == 1 and every > 2):  # step 1 labelled where "2" would not crowd it
+            continue
+        tw, _ = text_size(draw, str(s), font)
+        draw.line([(x_of(s), bottom_y), (x_of(s), bottom_y + 3)], fill=_MUTED)
+        draw.text((x_of(s) - tw / 2, bottom_y + 5), str(s), fill=_MUTED, font=font)
+    tw, _ = text_size(draw, "step", font)
+    draw.text(((left + right) / 2 - tw / 2, height - font_size - 5), "step", fill=_MUTED, font=font)
+    if mark is not None and 1 <= mark <= steps:
+        draw.line([(x_of(mark), top_y), (x_of(mark), bottom_y)], fill=(150, 150, 160), width=2)
+    xy = [(x_of(s), y_of(b)) for s, b in points]
+    if len(xy) > 1:
+        draw.line(xy, fill=_INFO_RGB, width=2)
+    for x, y in xy:
+        draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=_INFO_RGB)
+    marked = [(x_of(s), y_of(b)) for s, b in points if s == mark]
+    for x, y in marked:
+        draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=TEXT_RGB, width=2)
     return out

@@ -2,8 +2,9 @@
 
 - the colour maps and labels of the bits maps (inferno, "bits / pixel") and of λ (viridis);
 - `ColourScale`: one scale per run (`run_scale`, `live_scale`): every bits map of a run — each step, the final
-  map, the overlays — runs from 0 to the run's largest bits per pixel over all its steps and its final map, or to a
-  top the user sets; the live view uses the largest value so far, which only grows;
+  map, the overlays — runs from 0 to the final map's largest bits per pixel (earlier, larger steps clip, marked ≥),
+  to the run's largest value over all its steps, or to a top the user sets; the live view uses the largest value
+  so far, which only grows;
 - `colour_lut` / `colour_map`: a map as RGB on such a scale; `plotly_colorscale`: the same colours for Plotly;
 - round ticks and their labels (`scale_labels`), a vertical `colour_bar` beside a map and a horizontal
   `colour_legend` under a picture; the font their text is written in.
@@ -45,9 +46,9 @@ _MIN_TOP = 1e-6
 class ColourScale:
     """The colour scale of a run's bits maps: 0 – `top` bits / pixel.
 
-    source says where the top comes from: "run" (the run's largest value over all its steps and the final
-    map: the default), "final" (the final map's largest value), "set" (a value the user gave), "so far" (the
-    live view: the largest value of the steps so far).
+    source says where the top comes from: "final" (the final map's largest value: a finished run's default),
+    "run" (the run's largest value over all its steps and the final map), "set" (a value the user gave), "so
+    far" (the live view: the largest value of the steps so far).
     """
 
     top: float
@@ -83,16 +84,17 @@ def _scale(maps: Iterable[np.ndarray], fixed: float | None, source: str) -> Colo
     return ColourScale(largest_bits(maps), source)
 
 
-#: What a finished run's scale tops at, unless the user types a top: "run" (default, as issue #23 asks: the
-#: largest value over all steps and the final map, so the bits visibly drain) or "final" (the final map's largest
-#: value: the final map uses the whole colour range; earlier steps above it are drawn in the top colour, "≥").
-SCALE_BASES = ("run", "final")
+#: What a finished run's scale tops at, unless the user types a top: "final" (default, issue #28: the final map's
+#: largest value, so the result — which peaks far below step 1's 4–5 bits/px — uses the whole colour range and
+#: reads at a glance; earlier steps above it are drawn in the top colour, "≥") or "run" (the largest value over
+#: all steps and the final map: the maps themselves show the drain, and the result looks dark).
+SCALE_BASES = ("final", "run")
 
 
-def run_scale(result: "AttributionResult", fixed: float | None = None, basis: str = "run") -> ColourScale:
+def run_scale(result: "AttributionResult", fixed: float | None = None, basis: str = "final") -> ColourScale:
     """The one scale of a finished run, for the replay, the GIF, the final map and the overlays: `fixed` when
-    the user gave a positive top, else by `basis` (SCALE_BASES): the largest bits per pixel over every step and
-    the final map ("run"), or of the final map alone ("final")."""
+    the user gave a positive top, else by `basis` (SCALE_BASES): the largest bits per pixel of the final map
+    ("final", the default), or over every step and the final map ("run")."""
     if basis not in SCALE_BASES:
         raise ValueError(f"basis must be one of {', '.join(SCALE_BASES)}, not {basis!r}.")
     if basis == "final":
@@ -210,7 +212,9 @@ def colour_bar(height: int, top: float, cmap: str, label: str, *, bottom: float 
     font = text_font(font_size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     labels = bar_labels(height, top, bottom, font, clipped)
-    text_w = max(text_size(probe, text, font)[0] for _, _, text in labels)
+    # Room for "≥ top" whether or not this map clips: a run's bars (and the frames of its GIF) keep one width,
+    # so nothing beside them moves from step to step.
+    text_w = max(text_size(probe, text, font)[0] for text in [*(t for _, _, t in labels), "≥ " + tick_text(top)])
     label_w, label_h = text_size(probe, label, font)
     width = bar_w + tick_len + pad + text_w + pad + (label_h if len(label) > 1 else label_w + 4) + pad
     out = Image.new("RGB", (width, height), WHITE_RGB)
@@ -251,9 +255,9 @@ def colour_legend(width: int, top: float, cmap: str = BITS_CMAP, *, label: str =
     for value, text in labels:
         x = x0 + round(value / top * (x1 - x0 - 1)) if top > 0 else x0
         draw.line([(x, pad + bar_h), (x, pad + bar_h + pad // 2)], fill=TEXT_RGB)
-        if value == top:  # the top and the unit, ending at the bar's right end
+        if value == top:  # the top and the unit, ending just left of the bar's last tick (not run through by it)
             text = top_text
-            draw.text((x1 - text_size(draw, text, font)[0], y_text), text, fill=TEXT_RGB, font=font)
+            draw.text((x1 - 4 - text_size(draw, text, font)[0], y_text), text, fill=TEXT_RGB, font=font)
         elif value == 0:
             draw.text((x0, y_text), text, fill=TEXT_RGB, font=font)
         else:

@@ -3,9 +3,11 @@
     >>> png = grid_png(maps, cropped_image, title="chelsea · EfficientNet-Lite0 · Egyptian cat")
 
 Signed maps on a diverging blue (negative) / white (0) / red (positive) scale symmetric around 0; unsigned
-maps on a sequential scale; maps with a unit (the bottlenecks' bits/pixel) get a colour bar. Bits are
-absolute: by default the maps with a unit share one scale per unit (`shared_limits`), so a bottleneck that
-lets fewer bits through looks darker; `shared_scale=False` gives every map its own range.
+maps on a sequential scale; maps with a unit (the bottlenecks' bits/pixel) get a colour bar in that unit whose
+top label is the map's top. By default every map has its own range, so each bottleneck reads at a glance (a
+readout's 0–4.9 bits/pixel would leave a Per-Sample map peaking at 0.7 nearly black); bits are absolute, and
+`shared_scale=True` puts the maps with a unit on one scale per unit (`shared_limits`), to compare magnitudes:
+a bottleneck that lets fewer bits through then looks darker.
 
 Every cell has the same geometry — a title band, a square map, a strip for the colour bar (empty for maps
 without a unit) — so all maps are drawn at one size, in the grid and as single cells (`cell_png`,
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from PIL import Image
 
+from .colours import scale_labels
 from .text import format_seconds
 
 if TYPE_CHECKING:  # type hints only: drawing a map needs its plain fields, not the methods (and torch)
@@ -86,8 +89,8 @@ def shared_limits(maps: Sequence[AttributionMap]) -> dict[str, Limits]:
     return out
 
 
-def map_limits(maps: Sequence[AttributionMap], shared_scale: bool = True) -> list[Limits]:
-    """The colour range of each map as the grid draws it: shared per unit (default) or each its own."""
+def map_limits(maps: Sequence[AttributionMap], shared_scale: bool = False) -> list[Limits]:
+    """The colour range of each map as the grid draws it: each its own (default) or shared per unit."""
     shared = shared_limits(maps) if shared_scale else {}
     return [shared.get(m.unit, colour_limits(m)) if _shares_scale(m) else colour_limits(m) for m in maps]
 
@@ -176,6 +179,9 @@ def _draw_map_cell(fig, layout: _Layout, i: int, amap: AttributionMap, limits: L
     if amap.unit:
         cax = fig.add_axes(layout.rect(x + side + _BAR_GAP, y, _BAR_WIDTH, side))
         bar = fig.colorbar(image, cax=cax)
+        # Round ticks and the top itself, labelled: the bar states how many bits its brightest colour means.
+        labels = scale_labels(limits[1], limits[0], min_gap=0.14)
+        bar.set_ticks([v for v, _ in labels], labels=[t for _, t in labels])
         bar.set_label(amap.unit, fontsize=_LABEL_PT * text_scale)
         bar.ax.tick_params(labelsize=_TICK_PT * text_scale)
         bar.outline.set_visible(False)
@@ -189,7 +195,7 @@ def grid_canvas(
     cell_inches: float = 2.4,
     dpi: int = 100,
     title: str | None = None,
-    shared_scale: bool = True,
+    shared_scale: bool = False,
     limits: Sequence[Limits] | None = None,
     image_title: str = "Input",
     titles: bool = True,
@@ -231,9 +237,10 @@ def grid_png(maps: Sequence[AttributionMap], cropped_image: Image.Image | np.nda
     """The input image and every map in one PNG (bytes), all cells of one size.
 
     Signed maps: "bwr" (blue < 0 < red), symmetric around 0. Unsigned: "inferno". Maps with a unit
-    (IBA, Readout: bits/pixel) get a colour bar labelled with it; with shared_scale (default) they share
-    one range per unit (bits are absolute), else each map has its own. layout: `grid_canvas`'s keywords
-    (columns, cell_inches, dpi, title, shared_scale, …), so the PNG and the figure cannot disagree.
+    (IBA, Readout: bits/pixel) get a colour bar labelled with it and with its top; each map has its own range
+    (default), or with shared_scale=True the maps with a unit share one range per unit (bits are absolute).
+    layout: `grid_canvas`'s keywords (columns, cell_inches, dpi, title, shared_scale, …), so the PNG and the
+    figure cannot disagree.
     """
     fig = grid_canvas(maps, cropped_image, **layout)
     return _png(fig, fig.dpi)

@@ -173,6 +173,15 @@ def bits_below(heatmap: np.ndarray, threshold_bits: float) -> float:
     return float(h[h < threshold_bits].astype(np.float64).sum())
 
 
+def part_of_total_text(part: float, total: float) -> tuple[str, str]:
+    """A part of a total in bits and the total, written with the same decimals ("120.4", "120.4"): rounded
+    apart, 120.4 of 120.45 read "120.4 bits of the 120", a part larger than its whole. One decimal below 1,000
+    bits, none above; the part is never written larger than the total."""
+    decimals = 1 if abs(total) < 1000 else 0
+    part = min(part, total) if total >= 0 else part  # float sums over a subset may overshoot by an ulp
+    return f"{part:,.{decimals}f}", f"{total:,.{decimals}f}"
+
+
 def _boundary(mask: np.ndarray, width: int = 1) -> np.ndarray:
     """Pixels of `mask` that touch a pixel outside it (4-neighbourhood), thickened to `width`."""
     edge = np.zeros_like(mask)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 from PIL import Image
 
 from page_helpers import assert_clean, timed_run
@@ -79,7 +80,9 @@ def scales(at) -> dict[str, str]:
             for c in at.caption if "· scale " in c.value}
 
 
-def test_bits_maps_share_one_scale_and_every_cell_has_one_size(open_page) -> None:
+def test_each_bits_map_has_its_own_scale_unless_one_is_asked_for(open_page) -> None:
+    """Each bottleneck readable by default: the Per-Sample map on its own 0 … max scale, not the readout's
+    (which tops several times higher and left it dark); the toggle puts both on one scale in bits/pixel."""
     at = open_page("compare")
     # The readout's short label in the list; what it was trained on goes into the tooltip.
     readout = at.selectbox(key="cmp_readout_efficientnet_lite0")
@@ -89,28 +92,36 @@ def test_bits_maps_share_one_scale_and_every_cell_has_one_size(open_page) -> Non
     at.button(key="cmp_run_button").click().run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
+    assert at.toggle(key="cmp_shared_scale").value is False
+    last = at.session_state["cmp_last"]
+    entries = [at.session_state["map_cache"].get(k) for k in last.keys]
+    by_key = {e.amap.key: e.amap for e in entries}
+    iba_top = float(np.nanmax(by_key["iba_10"].values))
+    readout_top = float(np.nanmax(by_key[READOUT_METHOD].values))
     ranges = scales(at)
     iba, out = ranges["Per-Sample IBA β=10/k"], ranges["Readout (shipped, rough)"]
-    assert iba == out and iba.endswith("bits/pixel")  # Per-Sample IBA and Readout: one scale in bits/pixel
-    assert ranges["Saliency"] != iba
+    # Each states its own top, in bits/pixel.
+    assert iba == f"0 … {iba_top:.3g} bits/pixel (its own)" and out == f"0 … {readout_top:.3g} bits/pixel (its own)"
+    assert iba != out
     readout_caption = next(c for c in at.caption if c.value.startswith("**Readout (shipped, rough)**"))
     assert "Trained on" in readout_caption.proto.help  # the details in a tooltip
 
     # The cells the page shows (the input too) are PNGs of one size, drawn with the stated ranges.
-    last = at.session_state["cmp_last"]
-    entries = [at.session_state["map_cache"].get(k) for k in last.keys]
     pictures = cell_pictures(entries)
     sizes = {Image.open(io.BytesIO(png)).size for png in [last.input_png, *(png for png, _ in pictures)]}
     assert len(sizes) == 1
-    assert [limits_text(e.amap, lim) for e, (_, lim) in zip(entries, pictures)] == list(ranges.values())
+    assert [f"{limits_text(e.amap, lim)}" for e, (_, lim) in zip(entries, pictures)] == [
+        r.removesuffix(" (its own)") for r in ranges.values()]
 
-    # Per-map scales on request: each bottleneck map from 0 to its own maximum.
-    at.checkbox(key="cmp_per_map").check().run()
+    # One scale on request: both bottlenecks from 0 to the larger top, stated on each.
+    at.toggle(key="cmp_shared_scale").set_value(True).run()
     assert_clean(at)
-    own = scales(at)
-    assert own["Per-Sample IBA β=10/k"] != own["Readout (shipped, rough)"]
-    assert list(own.values()) == [limits_text(e.amap, lim)
-                                  for e, lim in zip(entries, map_limits([e.amap for e in entries], False))]
+    one = scales(at)
+    top = max(iba_top, readout_top)
+    assert one["Per-Sample IBA β=10/k"] == one["Readout (shipped, rough)"] == f"0 … {top:.3g} bits/pixel (shared)"
+    assert one["Saliency"] == ranges["Saliency"]  # a map without a unit keeps its own
+    assert [r.removesuffix(" (shared)") for r in one.values()] == [
+        limits_text(e.amap, lim) for e, lim in zip(entries, map_limits([e.amap for e in entries], True))]
 
 
 def test_a_class_the_network_hardly_predicts_gets_a_note(open_page) -> None:

@@ -14,6 +14,8 @@ from page_helpers import assert_clean, timed_run
 
 from iba_core.app.inputs import image_digest
 from iba_core.app.state import RunRecord
+from iba_core.render.overlays import part_of_total_text
+from iba_core.render.text import format_probability
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -176,32 +178,39 @@ def colour_bar_top(at: AppTest) -> float:
 
 
 def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, downloads) -> None:
-    """The replay, the final map, the overlay and the GIF state one scale: the run's largest value, or the
+    """The replay, the final map, the overlay and the GIF state one scale: by default the final map's largest
+    value (the result reads at a glance; earlier steps clip, marked ≥), the whole run's on request, or the
     user's top."""
     from iba_core.render.animation import GIF_SIDE
-    from iba_core.render.colours import run_scale
+    from iba_core.render.colours import BITS_LABEL, run_scale
 
     at = open_page("per_sample")
     at.number_input(key="ps_steps").set_value(3)
     run_button(at).click().run()
     assert_clean(at)
     result = at.session_state["ps_run"].result
-    top = run_scale(result).top
-    assert top == pytest.approx(max(float(h.bits_per_pixel.max()) for h in [*result.history]), rel=1e-6)
-    assert colour_bar_top(at) == pytest.approx(top, rel=1e-6)
-    assert stated_top(at) == f"{top:.3g}"
-    assert any(f"{top:.3g} bits / pixel" in c.value for c in at.caption if c.value.startswith("Inferno"))
+    basis = at.selectbox(key="ps_scale_basis")
+    assert basis.value == "final" and basis.options[0] == "the final map's largest value"
+    final_top = float(result.heatmap.max())
+    run_top = max(float(m.max()) for m in [*(h.bits_per_pixel for h in result.history), result.heatmap])
+    assert final_top < run_top  # the bits drain: step 1 tops above the result
+    assert run_scale(result).top == pytest.approx(final_top, rel=1e-6)
+    assert colour_bar_top(at) == pytest.approx(final_top, rel=1e-6)
+    heat = plotly_specs(at)["ps_heatmap"]["data"][0]
+    assert heat["colorbar"]["title"]["text"] == BITS_LABEL  # absolute bits, never a normalised 0–1
+    assert stated_top(at) == f"{final_top:.3g}"
+    assert "marked ≥" in " ".join(c.value for c in at.caption if c.value.startswith("Bits maps:"))
+    assert any(f"{final_top:.3g} bits / pixel" in c.value for c in at.caption if c.value.startswith("Inferno"))
     overlay = Image.open(io.BytesIO(download(downloads, "_overlay.png")))
     assert overlay.width == 451 and overlay.height > 300  # chelsea at its size, the legend below
     gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
     assert gif.n_frames == 4 and gif.width > 2 * GIF_SIDE
 
-    # The final map's largest value instead: the final map fills the colour range, everywhere alike.
-    at.radio(key="ps_scale_basis").set_value("final").run()
+    # The whole run's largest value instead: the maps show the drain, everywhere alike.
+    at.selectbox(key="ps_scale_basis").set_value("run").run()
     assert_clean(at)
-    final_top = float(result.heatmap.max())
-    assert colour_bar_top(at) == pytest.approx(final_top, rel=1e-6) and stated_top(at) == f"{final_top:.3g}"
-    at.radio(key="ps_scale_basis").set_value("run").run()
+    assert colour_bar_top(at) == pytest.approx(run_top, rel=1e-6) and stated_top(at) == f"{run_top:.3g}"
+    at.selectbox(key="ps_scale_basis").set_value("final").run()
 
     # A top the user sets replaces it everywhere.
     at.number_input(key="ps_scale_top").set_value(0.25).run()
@@ -235,7 +244,9 @@ def test_replay_slider_shows_the_chosen_step(open_page) -> None:
     slider = replay_slider(at)
     assert (slider.min, slider.max, slider.value) == (1, 3, 3)
     last = shown_step(at)
-    assert last.startswith("Step 3 / 3 · ") and f"p(target) = {history[2].p_target:.2f}" in last
+    # p(target) as a percentage, as everywhere else on the page (not a fraction).
+    assert last.startswith("Step 3 / 3 · ") and f"p(target) = {format_probability(history[2].p_target)}" in last
+    assert re.search(r"p\(target\) = [\d.]+ % on its batch", last), last
     pictures = [im.proto.imgs[0].url for im in at.image]
 
     replay_slider(at).set_value(1).run()
@@ -244,8 +255,8 @@ def test_replay_slider_shows_the_chosen_step(open_page) -> None:
     assert first.startswith("Step 1 / 3 · ") and f"{history[0].bits_per_pixel.sum():,.0f} bits" in first
     assert [im.proto.imgs[0].url for im in at.image] != pictures, "the maps must change with the step"
 
-    # The colour scale: the run's largest value, or a value typed in.
-    assert "the run's largest value" in " ".join(c.value for c in at.caption)
+    # The colour scale: the final map's largest value, or a value typed in.
+    assert "the final map's largest value" in " ".join(c.value for c in at.caption)
     at.number_input(key="ps_scale_top").set_value(0.25).run()
     assert_clean(at)
     assert "0.25 bits / pixel (set by you)" in " ".join(c.value for c in at.caption)
@@ -271,17 +282,21 @@ def test_few_bits_view_states_the_guarantee_honestly(open_page) -> None:
     run_button(at).click().run()
     assert_clean(at)
     heat = at.session_state["ps_run"].result.heatmap
+    total = at.session_state["ps_run"].result.total_bits
     if (heat < 0.05).any():
         caption = next(c.value for c in at.caption if c.value.startswith("Greyed and outlined"))
         passed = float(heat[heat < 0.05].astype(np.float64).sum())
-        assert f"{passed:,.1f} bits" in caption
+        part, whole = part_of_total_text(passed, total)
+        assert f"**{part} bits** of the {whole} —" in caption
     else:  # nothing below the threshold: said so, not "0 % … few, but not zero"
         assert any(c.value.startswith("No part of the crop is below 0.05 bits / pixel") for c in at.caption)
         assert not any("few, but not zero" in c.value for c in at.caption)
     at.select_slider(key="ps_threshold").set_value(1.0).run()  # the largest threshold greys part of the crop
     assert (heat < 1.0).any()
     caption = next(c.value for c in at.caption if c.value.startswith("Greyed and outlined"))
-    assert f"{float(heat[heat < 1.0].astype(np.float64).sum()):,.1f} bits" in caption
+    part, whole = part_of_total_text(float(heat[heat < 1.0].astype(np.float64).sum()), total)
+    assert f"**{part} bits** of the {whole} —" in caption
+    assert float(part.replace(",", "")) <= float(whole.replace(",", ""))
     text = " ".join(m.value for m in at.markdown)
     assert "zero bits" in text and "through the bottleneck" in text and "not covered" in text
     assert "**Few bits**" in text and "Not needed" not in text and "provably" not in text.lower()
@@ -453,3 +468,33 @@ def test_statistics_from_an_image_folder(open_page, tmp_path, monkeypatch) -> No
     record = at.session_state["ps_run"]
     assert record.stats_description.startswith("4 samples from folder")
     assert any("4 samples from folder" in c.value for c in at.caption)
+
+
+def test_the_drain_chart_has_one_point_per_step_live_and_in_the_replay(open_page, monkeypatch) -> None:
+    """The total bits per step as a line chart beside the bits map: filled live, one more point at each step,
+    then beside the replay with all the run's steps, the chosen step ringed."""
+    from iba_core.render import animation
+
+    drawn: list[tuple[list, int | None]] = []
+    real = animation.drain_image
+
+    def recording(history, **kw):
+        drawn.append((animation.drain_points(history), kw.get("mark")))
+        return real(history, **kw)
+
+    monkeypatch.setattr(animation, "drain_image", recording)  # the page imports it at each run
+    at = open_page("per_sample")
+    at.number_input(key="ps_steps").set_value(4)
+    run_button(at).click().run()
+    assert_clean(at)
+    result = at.session_state["ps_run"].result
+    # Live: one picture per step, with one point per step so far and none ringed.
+    assert [len(points) for points, _ in drawn[:4]] == [1, 2, 3, 4] and all(m is None for _, m in drawn[:4])
+    points, mark = drawn[-1]  # the replay's
+    assert [s for s, _ in points] == [1, 2, 3, 4] and mark == 4
+    assert [b for _, b in points] == pytest.approx([animation.step_bits(h) for h in result.history], rel=1e-4)
+    assert points[-1][1] == pytest.approx(result.total_bits, rel=1e-4)  # the last step is the final map
+
+    replay_slider(at).set_value(2).run()
+    assert_clean(at)
+    assert drawn[-1][1] == 2 and len(drawn[-1][0]) == 4

@@ -21,7 +21,7 @@ def test_panels_and_frame() -> None:
     frame = animation.step_frame(history[1], 2.0)
     assert frame.width > bits.width + lam.width and frame.height > bits.height
     text = animation.step_text(history[1])
-    assert text.startswith("Step 2 / 3 · ") and "bits" in text and "p(target) = 0.40 on its batch" in text
+    assert text.startswith("Step 2 / 3 · ") and "bits" in text and "p(target) = 40.0 % on its batch" in text
     assert animation.step_bits(history[1]) == pytest.approx(float(history[1].bits_per_pixel.sum()), rel=1e-6)
     assert animation.step_text(history[1], total_bits=1234.4).startswith("Step 2 / 3 · 1,234 bits")
     # A class token's bits count in the step's total, as they do in the result's total_bits.
@@ -78,3 +78,67 @@ def test_animation_gif_steps_then_a_held_final_frame() -> None:
         animation.animation_gif(replace(res, history=[]))
 
 
+
+
+def test_gif_frames_draw_each_label_once_when_early_steps_clip() -> None:
+    """On the final map's scale the early steps clip ("≥ top" on their colour bar) and the later ones do not.
+    Every frame, decoded as the viewer composes it (GIF frames are stored as the part that changed), must show
+    exactly what was drawn: the λ colour bar with its one label where the first frame has it, not a second "λ"
+    left standing from a wider frame."""
+    res = draining_result(10)
+    scale = colours.run_scale(res, basis="final")
+    drawn = animation.run_frames(res, scale)
+    assert scale.clips(res.history[0].bits_per_pixel) and not scale.clips(res.history[-1].bits_per_pixel)
+    assert len({f.size for f in drawn}) == 1  # a clipped bar is not wider: nothing beside it moves
+    frames, _ = _gif_frames(animation.animation_gif(res, scale))
+    lam = animation.lambda_panel(res.lambda_mean, side=animation.GIF_SIDE, font_size=animation.GIF_FONT)
+    bar_w = lam.width - animation.GIF_SIDE - 8  # the λ colour bar and its label, at the frame's right edge
+    width = frames[0].shape[1]
+    label_area = np.s_[:, width - 8 - bar_w:]
+    for i, (frame, want) in enumerate(zip(frames, drawn)):
+        assert frame.shape == np.asarray(want).shape
+        diff = np.abs(frame.astype(int) - np.asarray(want).astype(int)).max(axis=2)
+        assert (diff > 60).mean() < 1e-3, f"frame {i} differs from its drawing"
+        assert np.array_equal(frame[label_area], frames[0][label_area]), f"frame {i}: λ colour bar differs"
+
+
+def test_colour_bar_keeps_its_width_when_it_clips() -> None:
+    plain = colours.colour_bar(200, 0.73, colours.BITS_CMAP, colours.BITS_LABEL)
+    clipped = colours.colour_bar(200, 0.73, colours.BITS_CMAP, colours.BITS_LABEL, clipped=True)
+    assert plain.size == clipped.size
+    assert not np.array_equal(np.asarray(plain), np.asarray(clipped))  # "≥" is written
+
+
+def test_a_narrow_curves_chart_keeps_its_legend_inside() -> None:
+    """Beside λ the chart is narrow: the note on the p axis is shortened, never cut at the picture's edge."""
+    history = draining(4)
+    for width in (300, 420, 640):
+        arr = np.asarray(animation.curves_image(history, total_steps=10, width=width, height=240, font_size=15))
+        legend = arr[:22]
+        assert (legend[:, -3:] == 255).all(), f"the legend runs off a {width} px chart"
+        assert (legend[:, width // 2:] < 200).any()  # the legend's right half has text
+
+
+def test_panels_padded_to_one_width_show_their_maps_at_one_size() -> None:
+    history = draining(2)
+    bits = animation.bits_panel(history[0].bits_per_pixel, 0.3)
+    lam = animation.lambda_panel(history[0].lambda_mean)
+    padded = animation.padded_to(lam, bits.width)
+    assert padded.size == (bits.width, lam.height) and lam.width < bits.width
+    assert np.array_equal(np.asarray(padded)[:, :lam.width], np.asarray(lam))
+    assert animation.padded_to(bits, 10) is bits
+
+
+def test_drain_image_draws_one_dot_per_step_and_rings_the_marked_one() -> None:
+    history = draining(6)
+    assert animation.drain_points(history) == [(h.step, pytest.approx(animation.step_bits(h))) for h in history]
+    live = animation.drain_image(history[:3], total_steps=6, width=330, height=250)
+    more = animation.drain_image(history[:4], total_steps=6, width=330, height=250)
+    marked = animation.drain_image(history, total_steps=6, mark=2, width=330, height=250)
+    assert live.size == more.size == marked.size == (330, 250)  # the live view swaps one picture for another
+    dots = [np.asarray(p) for p in (live, more)]
+    curve = [((d[..., 0] > 200) & (d[..., 1] < 120) & (d[..., 2] < 100)).sum() for d in dots]
+    assert curve[1] > curve[0]  # one more step, one more dot and segment
+    unmarked = animation.drain_image(history, total_steps=6, width=330, height=250)
+    assert not np.array_equal(np.asarray(marked), np.asarray(unmarked))  # the replay's step ringed
+    assert animation._short_count(150_000) == "150k" and animation._short_count(2_500) == "2.5k"

@@ -11,37 +11,46 @@ from iba_core.render import colours
 from render_helpers import draining_result
 
 
-def test_run_scale_is_the_runs_largest_value_or_the_users() -> None:
+def test_run_scale_tops_at_the_final_map_by_default_or_the_runs_largest_value_or_the_users() -> None:
     res = draining_result()
-    largest = float(res.history[0].bits_per_pixel.max())
-    assert colours.run_scale(res).top == pytest.approx(largest)
+    largest, final = float(res.history[0].bits_per_pixel.max()), float(res.heatmap.max())
+    assert final < 0.5 * largest  # the bits drain: step 1 tops far above the result
+    default = colours.run_scale(res)
+    assert default == colours.ColourScale(pytest.approx(final), "final")
+    assert default.clips(res.history[0].bits_per_pixel) and not default.clips(res.heatmap)  # earlier steps: "≥"
+    assert "the final map's largest value" in default.describe() and "marked ≥" in default.describe()
+    run = colours.run_scale(res, basis="run")
+    assert run.top == pytest.approx(largest)
     assert colours.run_scale(res, fixed=0.5) == colours.ColourScale(0.5, "set")
-    assert colours.run_scale(res, fixed=0.0).top == pytest.approx(largest)  # an empty or 0 field: the run's own
-    # The final map counts too (a run whose bits grow at the end), and a map of zeros still gets a scale.
+    assert colours.run_scale(res, fixed=0.0).top == pytest.approx(final)  # an empty or 0 field: the run's own
+    # On the run basis the final map counts too (a run whose bits grow at the end), and a map of zeros still
+    # gets a scale.
     grown = replace(res, heatmap=res.heatmap * 10)
-    assert colours.run_scale(grown).top == pytest.approx(10 * float(res.heatmap.max()))
+    assert colours.run_scale(grown, basis="run").top == pytest.approx(10 * float(res.heatmap.max()))
     zeros = replace(res, history=[replace(h, bits_per_pixel=np.zeros((4, 4))) for h in res.history],
                     heatmap=np.zeros((4, 4)))
     assert 0 < colours.run_scale(zeros).top <= 1e-6
-    assert "largest value over all steps and the final map" in colours.run_scale(res).describe()
+    assert "largest value over all steps and the final map" in run.describe()
     assert "0.5 bits / pixel (set by you)" in colours.run_scale(res, 0.5).describe()
+    with pytest.raises(ValueError):
+        colours.run_scale(res, basis="first")
 
 
-def test_live_scale_only_grows_and_ends_on_the_run_scale() -> None:
+def test_live_scale_only_grows_and_ends_on_the_run_wide_scale() -> None:
     res = draining_result()
     history = [replace(h, bits_per_pixel=h.bits_per_pixel * (3.0 if h.step == 4 else 1.0)) for h in res.history]
     res = replace(res, history=history, heatmap=history[-1].bits_per_pixel)
     tops = [colours.live_scale(history[:t]).top for t in range(1, len(history) + 1)]
     assert tops == sorted(tops) and tops[3] > tops[2]  # step 4 exceeds the first steps: the scale grows there
-    assert tops[-1] == colours.run_scale(res).top
+    assert tops[-1] == colours.run_scale(res, basis="run").top
     assert "so far" in colours.live_scale(history[:2]).describe()
     assert colours.live_scale(history, fixed=0.3).top == 0.3
 
 
 def test_bits_drain_away_on_one_scale() -> None:
-    """On the run's scale a later step looks darker, as its bits are fewer."""
+    """On the run-wide scale a later step looks darker, as its bits are fewer."""
     res = draining_result()
-    top = colours.run_scale(res).top
+    top = colours.run_scale(res, basis="run").top
     brightness = [np.asarray(colours.colour_map(h.bits_per_pixel, top, "inferno"), dtype=float).sum()
                   for h in res.history]
     assert brightness == sorted(brightness, reverse=True) and brightness[-1] < 0.6 * brightness[0]
@@ -95,8 +104,9 @@ def test_run_scale_can_top_at_the_final_map_and_earlier_steps_clip() -> None:
 
     steps = [SimpleNamespace(bits_per_pixel=np.full((4, 4), v)) for v in (4.0, 1.0, 0.5)]
     result = SimpleNamespace(history=steps, heatmap=np.full((4, 4), 0.5))
-    assert run_scale(result).top == 4.0 and run_scale(result).source == "run"
-    final = run_scale(result, basis="final")
+    assert run_scale(result, basis="run").top == 4.0 and run_scale(result, basis="run").source == "run"
+    final = run_scale(result)  # the default
+    assert final.source == "final"
     assert final.top == 0.5 and final.clips(steps[0].bits_per_pixel) and not final.clips(result.heatmap)
     assert "final map's largest value" in final.describe()
     assert run_scale(result, 2.0, basis="final").top == 2.0  # a typed top wins

@@ -79,14 +79,15 @@ def test_render_names_load_on_first_use():
 # ---- one scale for bits, cells of one size, titles that fit ----------------------------------------------
 
 
-def test_bits_maps_share_one_scale_unless_asked_not_to():
+def test_bits_maps_have_their_own_scale_unless_one_is_asked_for():
     many = amap("iba_1", [[0.0, 0.5], [4.0, 1.0]], False, "bits/pixel")
     few = amap("readout", [[0.0, 0.01], [0.02, 0.0]], False, "bits/pixel")
     signed = amap("gradient", [[-1.0, 0.5], [2.0, 0.0]], True)
     assert shared_limits([many, few, signed]) == {"bits/pixel": (0.0, 4.0)}
-    shared = map_limits([many, few, signed])
+    shared = map_limits([many, few, signed], shared_scale=True)
     assert shared[0] == shared[1] == (0.0, 4.0) and shared[2] == colour_limits(signed)
-    assert map_limits([many, few, signed], shared_scale=False) == [colour_limits(m) for m in (many, few, signed)]
+    assert map_limits([many, few, signed]) == [colour_limits(m) for m in (many, few, signed)]  # the default
+    assert map_limits([many, few, signed])[1] == pytest.approx((0.0, 0.02), rel=1e-6)
     assert limits_text(few, shared[1]) == "0 … 4 bits/pixel"
 
 
@@ -105,16 +106,30 @@ def _map_axes(fig):
     return [ax for ax in fig.axes if ax.images and not hasattr(ax, "_colorbar")]
 
 
-def test_grid_cells_have_one_size_and_the_bits_maps_one_range():
+def test_grid_cells_have_one_size_and_the_bits_maps_one_range_on_request():
     maps = _canvas_maps()
-    fig = grid_canvas(maps, photo(32), columns=3, title="chelsea · EfficientNet-Lite0 · Egyptian cat")
+    fig = grid_canvas(maps, photo(32), columns=3, title="chelsea · EfficientNet-Lite0 · Egyptian cat",
+                      shared_scale=True)
     boxes = [ax.get_position() for ax in _map_axes(fig)]
     assert len(boxes) == 5
     assert len({(round(b.width, 6), round(b.height, 6)) for b in boxes}) == 1  # colour bar or not, one size
     clims = [ax.images[0].get_clim() for ax in _map_axes(fig)[1:]]
     assert clims[0] == clims[1] == (0.0, float(maps[0].values.max()))  # Per-Sample IBA and Readout: one range
-    own = [ax.images[0].get_clim() for ax in _map_axes(grid_canvas(maps, None, shared_scale=False))]
+    own = [ax.images[0].get_clim() for ax in _map_axes(grid_canvas(maps, None))]  # the default: each its own
     assert own[1] == colour_limits(maps[1]) != own[0]
+
+
+def test_a_bits_colour_bar_states_its_top_in_its_unit():
+    """Each bottleneck's colour bar ends on a label of its own top (0.0173, not the nearest round tick)."""
+    maps = _canvas_maps()
+    fig = grid_canvas(maps, None)
+    bars = [ax for ax in fig.axes if hasattr(ax, "_colorbar")]
+    assert len(bars) == 2  # Per-Sample IBA and the readout: the maps with a unit
+    for bar, amap in zip(bars, maps[:2]):
+        top = colour_limits(amap)[1]
+        labels = [t.get_text() for t in bar.get_yticklabels()]
+        assert labels[0] == "0" and labels[-1] == f"{top:.3g}", labels
+        assert bar.get_ylabel() == "bits/pixel"
 
 
 def test_grid_titles_fit_their_cells():

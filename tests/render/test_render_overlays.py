@@ -168,3 +168,17 @@ def test_a_small_picture_is_enlarged_by_a_whole_factor_so_its_legend_fits() -> N
     blocks = np.asarray(out)[:288]
     assert (blocks[::3, ::3] == np.asarray(tile)).all() and (blocks[2::3, 2::3] == np.asarray(tile)).all()
     assert with_legend(Image.new("RGB", (500, 400)), np.zeros((4, 4)), 1.0).width == 500  # large: as it is
+
+
+def test_a_part_of_the_total_never_reads_larger_than_the_total() -> None:
+    from iba_core.render.overlays import part_of_total_text
+
+    # The page once said "120.4 bits of the 120": the part with a decimal, the total without.
+    assert part_of_total_text(120.4, 120.45) == ("120.4", "120.5")
+    assert part_of_total_text(120.4, 120.41) == ("120.4", "120.4")
+    assert part_of_total_text(120.43, 120.41) == ("120.4", "120.4")  # a float sum over a subset overshooting
+    assert part_of_total_text(1234.6, 7541.8) == ("1,235", "7,542")
+    for part, total in [(0.04, 0.05), (99.96, 99.97), (999.9, 999.96), (5000.4, 5000.45)]:
+        shown_part, shown_total = part_of_total_text(part, total)
+        assert float(shown_part.replace(",", "")) <= float(shown_total.replace(",", ""))
+        assert len(shown_part.split(".")[-1]) == len(shown_total.split(".")[-1])  # the same decimals
