@@ -261,6 +261,11 @@ def _row_title(row_cells: Sequence["GridCell"]) -> str:
 # ---- evaluation -------------------------------------------------------------------------------
 
 
+#: Text of the evaluation figures in CSS px (Plotly draws at the page's scale): Plotly's default 12 px tick
+#: labels are below the 13 px that read comfortably.
+FIGURE_FONT_PX = 14
+
+
 def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380) -> go.Figure:
     """Scaled MoRF (solid) and LeRF (dashed) per method, one colour per method.
 
@@ -278,9 +283,10 @@ def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380
                         legendgroup=key)
         fig.add_scatter(x=c.fraction, y=lerf, mode="lines", name=f"{name} · LeRF",
                         line=dict(color=colour, dash="dash"), legendgroup=key)
-    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=40),
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=30, b=50),
+                      font=dict(_FONT, size=FIGURE_FONT_PX),
                       xaxis_title="fraction of tiles removed", yaxis_title="scaled p(target)",
-                      legend=dict(font=dict(size=11)))
+                      legend=dict(font=dict(size=FIGURE_FONT_PX - 1)))
     return fig
 
 
@@ -291,7 +297,8 @@ def ssim_figure(strip, *, height: int = 300) -> go.Figure:
     """
     fig = go.Figure(go.Scatter(x=["original", *strip.levels], y=[1.0, *strip.ssim], mode="lines+markers",
                                name=strip.method))
-    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=60),
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=30, b=70),
+                      font=dict(_FONT, size=FIGURE_FONT_PX),  # tick labels and titles ≥ 13 px on screen
                       yaxis=dict(title="SSIM to the original map", range=[-0.1, 1.05]),
                       xaxis_title="randomised from the logits down to …")
     return fig
