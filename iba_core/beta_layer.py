@@ -28,6 +28,7 @@ from .per_sample import (
     LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
 )
 from .feature_stats import FeatureStats
+from .render.text import format_seconds
 
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
@@ -145,8 +146,9 @@ def beta_layer_grid(
     """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10.
 
     stats_for(layer) supplies the feature statistics for each layer (the caller decides on caching).
-    progress(done, total, label) is called after each cell, on_cell(cell) with each finished cell.
-    Identical (β·k, layer) pairs are computed once.
+    progress(done, total, label) is called before each cell (done = cells finished, label = the cell about to
+    run, "β·k = 10 at block3_2") and once at the end (total, total, "done"); on_cell(cell) with each finished
+    cell. Identical (β·k, layer) pairs are computed once (`grid_runs`).
     """
     network.spec.check_layer(layer)
     base = settings or BottleneckSettings()
@@ -159,8 +161,10 @@ def beta_layer_grid(
     done: dict[tuple[float, str], GridCell] = {}
     cells: list[GridCell] = []
     stats_cache: dict[str, FeatureStats] = {}
-    for i, (row, label, beta_k, name) in enumerate(plan, start=1):
+    for i, (row, label, beta_k, name) in enumerate(plan):
         key = (beta_k, name)
+        if progress is not None:
+            progress(i, len(plan), f"β·k = {beta_k:g} at {name}")
         if key not in done:
             if name not in stats_cache:
                 stats_cache[name] = stats_for(name)
@@ -173,9 +177,27 @@ def beta_layer_grid(
         cells.append(cell)
         if on_cell is not None:
             on_cell(cell)
-        if progress is not None:
-            progress(i, len(plan), label)
+    if progress is not None:
+        progress(len(plan), len(plan), "done")
     return cells
+
+
+def grid_runs(betas: Sequence[float], layer: str, layers: Sequence[str]) -> list[tuple[float, str]]:
+    """The distinct (β·k, layer) pairs a grid computes, in order: the β row's at `layer`, then the layer row's at
+    β·k = LAYER_ROW_BETA (the β row's layer at that β·k is in both rows and computed once)."""
+    pairs = [(float(b), layer) for b in betas] + [(LAYER_ROW_BETA, name) for name in layers]
+    return list(dict.fromkeys(pairs))
+
+
+def grid_progress_text(done: int, total: int, label: str, seconds_left: float | None) -> str:
+    """The progress line of a filling grid: which cell of how many runs now (β·k and layer), and, once a cell
+    has been timed, about how long the rest takes; "10 of 10 cells done" at the end."""
+    if done >= total:
+        return f"{total} of {total} cells done"
+    text = f"Cell {done + 1} of {total}: {label}"
+    if seconds_left is None:
+        return text + " · the time left is estimated after the first cell"
+    return text + f" · about {format_seconds(seconds_left)} left"
 
 
 # ---- kept on disk, for every session ---------------------------------------------------------------
