@@ -25,7 +25,7 @@ from .networks import Network, NetworkSpec
 from .progress import ProgressFn
 from .settings import cache_dir
 from .per_sample import (
-    LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
+    BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
 )
 from .feature_stats import FeatureStats
 from .render.text import format_seconds
@@ -73,13 +73,18 @@ def lost_class_cells(cells: Sequence[GridCell]) -> list[GridCell]:
     return out
 
 
+#: What a lost cell means in the grid, which shows no map there (`render.figures.LOST_CLASS_MARK`).
+GRID_LOST_MESSAGE = ("the bottleneck discarded the class, so the grid shows no map there (a grey square): what "
+                     "would survive is not what the class needs")
+
+
 def lost_class_warning(cells: Sequence[GridCell]) -> str:
     """A sentence naming the cells where the bottleneck discarded the class, or "" when there are none."""
     lost = lost_class_cells(cells)
     if not lost:
         return ""
     names = "; ".join(f"{c.name} (p = {c.p_with:.2f}, without the bottleneck {c.p_without:.2f})" for c in lost)
-    return f"{names}: {LOST_CLASS_MESSAGE}."
+    return f"{names}: {GRID_LOST_MESSAGE}."
 
 
 def grid_target_note(cells: Sequence[GridCell], head: str = "softmax") -> str:

@@ -9,6 +9,7 @@ import torch
 
 from iba_core.beta_layer import (
     DEFAULT_BETAS,
+    GRID_LOST_MESSAGE,
     LAYER_ROW_BETA,
     GridCell,
     GridKey,
@@ -22,7 +23,7 @@ from iba_core.beta_layer import (
 )
 from iba_core.images import load_sample
 from iba_core.networks import REGISTRY, UnknownModelError, get_spec, load_network
-from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
 from iba_core.feature_stats import get_stats
 
 
@@ -155,7 +156,7 @@ def test_lost_class_warning_names_each_lost_cell_once() -> None:
     assert [c.name for c in lost_class_cells(cells)] == ["β·k = 10 at stem", "β·k = 10 at head"]
     text = lost_class_warning(cells)
     assert text == ("β·k = 10 at stem (p = 0.00, without the bottleneck 0.50); "
-                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + LOST_CLASS_MESSAGE + ".")
+                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + GRID_LOST_MESSAGE + ".")
 
 
 # ---- the explained class and the network's top-1 ------------------------------------------------------------

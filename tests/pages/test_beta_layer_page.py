@@ -10,7 +10,8 @@ import numpy as np
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.state import GridRun
-from iba_core.per_sample import LOST_CLASS_MESSAGE, bottleneck_lost_class
+from iba_core.beta_layer import GRID_LOST_MESSAGE
+from iba_core.per_sample import bottleneck_lost_class
 from iba_core.render.figures import LOST_CLASS_MARK
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -103,7 +104,7 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
             assert any(a["xref"] == f"x{k if k > 1 else ''} domain" for a in marks)
     assert not any(LOST_CLASS_MARK in title for title in titles)
     warnings = " ".join(w.value for w in at.warning)
-    assert LOST_CLASS_MESSAGE in warnings and "β·k = 1000 at block3_2" in warnings
+    assert GRID_LOST_MESSAGE in warnings and "β·k = 1000 at block3_2" in warnings
     assert seconds < 120, f"the grid took {seconds:.0f} s"
     # The caption names the scales: the top row's shared, the bottom row's each its own.
     captions = " ".join(c.value for c in at.caption)
