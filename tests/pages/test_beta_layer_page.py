@@ -210,3 +210,90 @@ def test_image_choice_carries_over_from_the_per_sample_page(open_page) -> None:
     at = open_page("beta_layer")
     assert at.selectbox(key="sample_name").value == "coffee"
     assert any("espresso" in c for im in at.image for c in im.captions)
+
+
+def in_order(at) -> list[tuple[str, str]]:
+    """(type, key or label) of the main area's elements, top to bottom, expanders' contents included."""
+    out: list[tuple[str, str]] = []
+
+    def walk(node) -> None:
+        kind = getattr(node, "type", None)
+        if kind == "plotly_chart":
+            out.append((kind, node.key or ""))
+        elif kind == "expander":
+            out.append((kind, node.label))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    return out
+
+
+def test_presentation_mode_shows_the_grid_first_and_folds_the_controls(open_page) -> None:
+    """For a room: once a grid exists, it is the first thing under the title, larger than in normal mode, and
+    the image, network and settings fold into an expander under it (open again on request, and kept open)."""
+    at = open_page("beta_layer")
+    at.sidebar.toggle(key="presentation").set_value(True).run()
+    assert_clean(at)
+    assert not at.get("plotly_chart")
+    assert at.session_state["bl_controls"] is True  # no grid yet: the controls are open
+    at.number_input(key="bl_steps").set_value(1)
+    at.number_input(key="bl_batch").set_value(2)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    order = in_order(at)
+    assert order[0] == ("plotly_chart", "bl_grid")
+    assert order.index(("plotly_chart", "bl_grid")) < order.index(("expander", "Image, network and settings"))
+    assert at.session_state["bl_controls"] is False  # folded once the grid exists
+    assert any(s.value.startswith("The grid is ready") for s in at.success)
+    layout = grid_spec(at)["layout"]
+    assert layout["height"] >= 2 * 300  # two rows of 300 px maps (where the page is wide enough)
+    # Opened again, the controls stay open across reruns (e.g. the scale's checkbox).
+    at.session_state["bl_controls"] = True
+    at.checkbox(key="bl_per_map").check().run()
+    assert_clean(at)
+    assert at.session_state["bl_controls"] is True
+    # Normal mode: the controls first, the grid below them, as before.
+    at.sidebar.toggle(key="presentation").set_value(False).run()
+    assert_clean(at)
+    assert "bl_grid" in [key for kind, key in in_order(at) if kind == "plotly_chart"]
+    assert not any(kind == "expander" and label == "Image, network and settings" for kind, label in in_order(at))
+
+
+def test_progress_names_each_cell_and_the_time_left(open_page, monkeypatch) -> None:
+    """While the grid fills: "Cell i of 10: β·k = … at …", the time left once a cell is timed, and the cells
+    drawn as they come (each time one more)."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    texts: list[str] = []
+    original = DeltaGenerator.progress
+
+    def spy(self, value, text=None):
+        texts.append(str(text))
+        return original(self, value, text)
+
+    monkeypatch.setattr(DeltaGenerator, "progress", spy)
+    charts: list[int] = []
+    import iba_core.render.figures as figures
+
+    grid_figure = figures.grid_figure
+
+    def counting(cells, *args, **kwargs):
+        charts.append(len(cells))
+        return grid_figure(cells, *args, **kwargs)
+
+    at = open_page("beta_layer")
+    monkeypatch.setattr(figures, "grid_figure", counting)  # the page imports it by name on each run
+    at.number_input(key="bl_steps").set_value(2)
+    at.number_input(key="bl_batch").set_value(3)
+    at.text_input(key="bl_other").input("tabby")  # a grid no other test computes (cached grids fill at once)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    cells = [t for t in texts if t.startswith("Cell ")]
+    assert [t.split(":")[0] for t in cells] == [f"Cell {i} of 10" for i in range(1, 11)]
+    assert cells[0] == "Cell 1 of 10: β·k = 0.1 at block3_2 · the time left is estimated after the first cell"
+    assert all(" left" in t and "about" in t for t in cells[1:])
+    assert "β·k = 10 at stem" in cells[5]
+    assert texts[-1] == "10 of 10 cells done"
+    # The grid drawn after each cell (1, 2, … 10 cells), then once finished.
+    assert charts[:10] == list(range(1, 11)) and charts[10:] == [10]
