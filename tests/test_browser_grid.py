@@ -1,12 +1,13 @@
 """The β × layer page in a real browser at 1920 × 1080 (a projector's resolution): `streamlit run app.py`,
 Chromium (via Playwright) computes a small grid on chelsea with the offline network and reads the drawn Plotly
 figure from the page (the plot element's `data` and `_fullLayout`) and its rendered text. The β row shares one
-linear colour scale in bits per pixel (bits are absolute), its β·k = 1000 cell is not the brightest and is marked
-as having lost the class; no map of the layer row is black (each on its own scale, its maximum in its title);
+linear colour scale in bits per pixel (bits are absolute), its β·k = 1000 cell lost the class and is a grey square
+that says so; no map of the layer row is black (each on its own scale, its maximum in its title);
 titles, row titles and colour-bar labels measure 16 px or more and the titles of a row do not overlap; a second
 browser session, on a 1280 × 800 screen with the sidebar open, gets the same grid from the disk cache at once and
 its narrower titles do not overlap either; presentation mode enlarges text and maps; the page's checkbox puts the
-β row on per-map scales too.
+β row on per-map scales too. In presentation mode at 1920 × 1080 the grid fills under "Cell i of 10 …", then
+stands first on the screen with maps wider than 240 px and light grey class-lost cells.
 """
 from __future__ import annotations
 
