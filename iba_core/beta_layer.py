@@ -25,9 +25,10 @@ from .networks import Network, NetworkSpec
 from .progress import ProgressFn
 from .settings import cache_dir
 from .per_sample import (
-    LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
+    BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
 )
 from .feature_stats import FeatureStats
+from .render.text import format_seconds
 
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
@@ -72,13 +73,18 @@ def lost_class_cells(cells: Sequence[GridCell]) -> list[GridCell]:
     return out
 
 
+#: What a lost cell means in the grid, which shows no map there (`render.figures.LOST_CLASS_MARK`).
+GRID_LOST_MESSAGE = ("the bottleneck discarded the class, so the grid shows no map there (a grey square): what "
+                     "would survive is not what the class needs")
+
+
 def lost_class_warning(cells: Sequence[GridCell]) -> str:
     """A sentence naming the cells where the bottleneck discarded the class, or "" when there are none."""
     lost = lost_class_cells(cells)
     if not lost:
         return ""
     names = "; ".join(f"{c.name} (p = {c.p_with:.2f}, without the bottleneck {c.p_without:.2f})" for c in lost)
-    return f"{names}: {LOST_CLASS_MESSAGE}."
+    return f"{names}: {GRID_LOST_MESSAGE}."
 
 
 def grid_target_note(cells: Sequence[GridCell], head: str = "softmax") -> str:
@@ -145,8 +151,9 @@ def beta_layer_grid(
     """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10.
 
     stats_for(layer) supplies the feature statistics for each layer (the caller decides on caching).
-    progress(done, total, label) is called after each cell, on_cell(cell) with each finished cell.
-    Identical (β·k, layer) pairs are computed once.
+    progress(done, total, label) is called before each cell (done = cells finished, label = the cell about to
+    run, "β·k = 10 at block3_2") and once at the end (total, total, "done"); on_cell(cell) with each finished
+    cell. Identical (β·k, layer) pairs are computed once (`grid_runs`).
     """
     network.spec.check_layer(layer)
     base = settings or BottleneckSettings()
@@ -159,8 +166,10 @@ def beta_layer_grid(
     done: dict[tuple[float, str], GridCell] = {}
     cells: list[GridCell] = []
     stats_cache: dict[str, FeatureStats] = {}
-    for i, (row, label, beta_k, name) in enumerate(plan, start=1):
+    for i, (row, label, beta_k, name) in enumerate(plan):
         key = (beta_k, name)
+        if progress is not None:
+            progress(i, len(plan), f"β·k = {beta_k:g} at {name}")
         if key not in done:
             if name not in stats_cache:
                 stats_cache[name] = stats_for(name)
@@ -173,9 +182,27 @@ def beta_layer_grid(
         cells.append(cell)
         if on_cell is not None:
             on_cell(cell)
-        if progress is not None:
-            progress(i, len(plan), label)
+    if progress is not None:
+        progress(len(plan), len(plan), "done")
     return cells
+
+
+def grid_runs(betas: Sequence[float], layer: str, layers: Sequence[str]) -> list[tuple[float, str]]:
+    """The distinct (β·k, layer) pairs a grid computes, in order: the β row's at `layer`, then the layer row's at
+    β·k = LAYER_ROW_BETA (the β row's layer at that β·k is in both rows and computed once)."""
+    pairs = [(float(b), layer) for b in betas] + [(LAYER_ROW_BETA, name) for name in layers]
+    return list(dict.fromkeys(pairs))
+
+
+def grid_progress_text(done: int, total: int, label: str, seconds_left: float | None) -> str:
+    """The progress line of a filling grid: which cell of how many runs now (β·k and layer), and, once a cell
+    has been timed, about how long the rest takes; "10 of 10 cells done" at the end."""
+    if done >= total:
+        return f"{total} of {total} cells done"
+    text = f"Cell {done + 1} of {total}: {label}"
+    if seconds_left is None:
+        return text + " · the time left is estimated after the first cell"
+    return text + f" · about {format_seconds(seconds_left)} left"
 
 
 # ---- kept on disk, for every session ---------------------------------------------------------------

@@ -1,72 +1,98 @@
 """β × layer page (paper Fig. 3 for the user's image): how β and the bottleneck's depth shape the map."""
 from __future__ import annotations
 
+import time
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.maps import grid_key, keep
 from iba_core.app.state import GridRun, Subject
+from iba_core.app.stats_source import seconds_left
 from iba_core.beta_layer import (
-    DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, GridKey, beta_layer_grid, cached_grid, depth_layers, grid_target_note,
-    lost_class_warning,
+    DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, GridKey, beta_layer_grid, cached_grid, depth_layers, grid_progress_text,
+    grid_runs, grid_target_note, lost_class_warning,
 )
 from iba_core.per_sample import BottleneckSettings
-from iba_core.render.figures import PRESENTATION_ZOOM, grid_figure
+from iba_core.render.figures import LOST_CLASS_MARK, PRESENTATION_ZOOM, grid_figure
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import layer_picker, resolve_target, settings_row, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import presentation, through_app
+from pages.widgets.page import bring_into_view, presentation, through_app
 from pages.widgets.progress import network_turn, stats_with_progress
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
 PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)
 MAX_KEPT = 6  # grids kept per session (each ~2 MB of heatmaps); every session also finds them on disk
 MAP_CONFIG = {"displayModeBar": False}  # the tool bar would cover the cell titles
-LIVE_ZOOM = 0.75  # the grid filling beside the image (60 % of the page wide): a preview; the grid below is read
+#: The container the grid is drawn in, filling cell by cell and when finished (its CSS class: st-key-…).
+GRID_BOX_KEY = "bl_grid_box"
+#: Presentation mode: the expander holding the image, network and settings (its state: open or folded), and the
+#: grid for which it was last folded away (it folds once per new grid, and stays as the user leaves it).
+CONTROLS_KEY, FOLDED_FOR_KEY = "bl_controls", "bl_folded_for"
+#: Presentation mode: the "grid is ready" line, shown under the grid after the rerun that folds the controls.
+READY_KEY = "bl_ready"
+#: Presentation mode, for a 1920 × 1080 projector: side of a map in CSS px (the figure's height follows). About
+#: the width of a column of five across the page beside the open sidebar; with the sidebar folded the columns
+#: are wider still and the maps grow to this.
+PRESENTATION_CELL_PX = 300
 
-through_app()
-st.title("β × layer")
-st.markdown(
+INTRO = (
     "How the two main choices shape the heatmap, for your image (the paper's Figure 3). "
     f"**Top row:** β·k from {DEFAULT_BETAS[0]:g} to {DEFAULT_BETAS[-1]:g} at one layer — larger β lets fewer bits "
     f"through and p(target) drops. **Bottom row:** layers across the network's depth at β·k = {LAYER_ROW_BETA:g} — "
     "early layers give sharp, detailed maps, deep layers coarse ones. The top row shares one colour scale in bits "
     "per pixel (bits are absolute: a map that lets few bits through looks dark); each map of the bottom row has its "
     "own scale, 0 … its maximum given in its title, because layers of different resolution spread their bits "
-    "differently (the first layers hold many more bits per pixel)."
+    f"differently (the first layers hold many more bits per pixel). A grey hatched square that says "
+    f"“{LOST_CLASS_MARK}” marks a setting where the bottleneck discarded the class: no map to read there."
 )
 
 
 def zoom() -> float:
-    """How much larger the grid is drawn: PRESENTATION_ZOOM in presentation mode (the sidebar's toggle)."""
+    """How much larger the grid's text is drawn: PRESENTATION_ZOOM in presentation mode (the sidebar's toggle)."""
     return PRESENTATION_ZOOM if presentation() else 1.0
 
 
-def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None,
-            n: int) -> list[GridCell]:
-    """Fill the grid cell by cell, redrawing it after each one."""
+def figure(cells: list[GridCell], ncols: int | None = None):
+    """The grid as drawn on this page: the checkbox's scales, presentation mode's text and map size."""
+    return grid_figure(cells, shared_scale=not st.session_state.get(PER_MAP_KEY), zoom=zoom(), ncols=ncols,
+                       cell_px=PRESENTATION_CELL_PX if presentation() else None)
+
+
+def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None, n: int,
+            grid_box: DeltaGenerator) -> list[GridCell]:
+    """Fill the grid cell by cell where it will stay (`grid_box`, brought into view), redrawing it after each
+    cell, under a progress bar: which cell of how many, its β·k and layer, and the time left."""
     layers = list(key.layers)
     total = len(key.betas) + len(layers)
-    bar = st.progress(0.0, text=f"0 / {total} cells")
-    figure = st.empty()
+    runs = grid_runs(key.betas, key.layer, layers)
+    with grid_box:
+        bring_into_view(GRID_BOX_KEY)
+        bar = st.progress(0.0, text=grid_progress_text(0, total, f"β·k = {key.betas[0]:g} at {key.layer}", None))
+        live = st.empty()
     cells: list[GridCell] = []
+    started = time.monotonic()
 
     def on_cell(cell: GridCell) -> None:
         cells.append(cell)
-        figure.plotly_chart(grid_figure(cells, shared_scale=not st.session_state.get(PER_MAP_KEY),
-                                        zoom=LIVE_ZOOM * zoom()),
-                            key=f"bl_live_{len(cells)}", theme=None, config=MAP_CONFIG)
+        live.plotly_chart(figure(cells, ncols=max(len(key.betas), len(layers))), key=f"bl_live_{len(cells)}",
+                          theme=None, config=MAP_CONFIG)
 
     def progress(done: int, total: int, label: str) -> None:
-        bar.progress(done / total, text=f"{done} / {total} cells · last: {label}")
+        # The time left counts the distinct runs: the cell repeated in both rows takes no time.
+        computed = len({(c.beta_k, c.layer) for c in cells})
+        left = seconds_left(computed, len(runs), time.monotonic() - started)
+        bar.progress(done / total, text=grid_progress_text(done, total, label, left))
 
-    with network_turn(inputs.shared) as network:
+    with grid_box, network_turn(inputs.shared) as network:
         result = beta_layer_grid(
             network, inputs.x, key.target, key.layer, betas=key.betas,
             stats_for=lambda name: stats_with_progress(inputs, name, folder, n),
             layers=layers, settings=settings, progress=progress, on_cell=on_cell,
         )
     bar.empty()
-    figure.empty()
+    live.empty()
     return result
 
 
@@ -90,9 +116,9 @@ def form(inputs: Inputs) -> tuple | None:
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
-            n: int) -> None:
+            n: int, grid_box: DeltaGenerator) -> str | None:
     """Compute the grid (or reuse an identical one: this session's, or any session's from the disk cache) and
-    make it the one shown."""
+    make it the one shown; returns the line that says it is ready (None when it failed: the error is shown)."""
     with shown_errors():  # previous results stay
         settings = settings.validate()
         target_idx = resolve_target(inputs, target)
@@ -100,36 +126,56 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         cached = key in grids
         if not cached:  # same image and settings: reuse, the result would be identical
-            cells, cached = cached_grid(key, lambda: compute(inputs, key, settings, folder, n))
+            cells, cached = cached_grid(key, lambda: compute(inputs, key, settings, folder, n, grid_box))
             run = GridRun(Subject.of(inputs.image, inputs.network, target_idx), cells, layer, settings,
                           inputs.network.head)
             keep(grids, key, run, MAX_KEPT)
         st.session_state[LAST_KEY] = key
-        st.success("The grid is ready below" + (" (computed before for the same image, network and settings)."
-                                                 if cached else "."), icon=":material/check_circle:")
+        return ("computed before for the same image, network and settings" if cached else "")
+    return None
+
+
+def ready_line(where: str, note: str) -> str:
+    """"The grid is ready below (computed before …)." — where: "below", "above" or ""."""
+    return f"The grid is ready{' ' + where if where else ''}" + (f" ({note})." if note else ".")
+
+
+def fold_controls(last: GridKey | None) -> None:
+    """Presentation mode: the controls start open while there is no grid, and fold away once for each new grid
+    (the grid is what the room looks at); a user who opens them again keeps them open."""
+    if last is None:
+        st.session_state.setdefault(CONTROLS_KEY, True)
+    elif st.session_state.get(FOLDED_FOR_KEY) != last:
+        st.session_state[CONTROLS_KEY] = False
+        st.session_state[FOLDED_FOR_KEY] = last
 
 
 def show(entry: GridRun) -> None:
-    st.divider()
-    st.subheader("Grid")
-    st.caption(
-        f"{subject_caption(entry.subject)} · {entry.settings.steps} steps × batch {entry.settings.batch}"
-    )
-    per_map = st.checkbox(
-        "Scale each map on its own", key=PER_MAP_KEY,
-        help="Off (default): the top row's maps share one colour scale in bits per pixel (bits are absolute), so "
-        "brightness compares across the row. On: they too run from 0 to their own maximum, which shows each "
-        "map's shape but not how many bits it let through. The bottom row's maps always have their own scales.",
-    )
-    note = grid_target_note(entry.cells, entry.head)
-    if note:
-        st.warning(f"**Explaining a class the network hardly predicts** — {note}", icon=":material/help:")
-    lost = lost_class_warning(entry.cells)
-    if lost:
-        st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
-                   icon=":material/warning:")
-    st.plotly_chart(grid_figure(entry.cells, shared_scale=not per_map, zoom=zoom()), key="bl_grid", theme=None,
-                    config=MAP_CONFIG)
+    """The grid; in presentation mode the grid first, what explains it under it."""
+    big = presentation()
+    if not big:
+        st.divider()
+        st.subheader("Grid")
+    st.caption(f"{subject_caption(entry.subject)} · {entry.settings.steps} steps × batch {entry.settings.batch}")
+    head = st.container()  # normal mode: the scale's checkbox and the notes, above the grid
+    st.plotly_chart(figure(entry.cells), key="bl_grid", theme=None, config=MAP_CONFIG)
+    with st.container() if big else head:
+        ready = st.session_state.pop(READY_KEY, None)
+        if ready:
+            st.success(ready, icon=":material/check_circle:")
+        per_map = st.checkbox(
+            "Scale each map on its own", key=PER_MAP_KEY,
+            help="Off (default): the top row's maps share one colour scale in bits per pixel (bits are absolute), "
+            "so brightness compares across the row. On: they too run from 0 to their own maximum, which shows each "
+            "map's shape but not how many bits it let through. The bottom row's maps always have their own scales.",
+        )
+        note = grid_target_note(entry.cells, entry.head)
+        if note:
+            st.warning(f"**Explaining a class the network hardly predicts** — {note}", icon=":material/help:")
+        lost = lost_class_warning(entry.cells)
+        if lost:
+            st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
+                       icon=":material/warning:")
     if per_map:
         scale = ("Each map has its own linear colour scale (dark = 0 bits / pixel, bright = that map's maximum, "
                  "given in its title): shapes compare, brightness does not.")
@@ -139,16 +185,42 @@ def show(entry: GridRun) -> None:
                  "scale, 0 … its maximum (in its title), so shapes compare across layers, brightness does not.")
     st.caption(
         f"{scale} Hover for values. Titles: p = p(target) with the bottleneck, and the total bits that pass it; "
-        "⚠ class lost marks a cell where the bottleneck discarded the class."
+        f"a grey hatched “{LOST_CLASS_MARK}” square marks a setting where the bottleneck discarded the class (its "
+        "map, drained of the class, is not shown)."
     )
 
 
-inputs = input_section()
-if inputs is not None:
-    with inputs.controls:  # the form, and the grid filling right under it, sit next to the image
-        submitted = form(inputs)
-        if submitted is not None:
-            execute(inputs, *submitted)
+through_app()
+st.title("β × layer")
+grids = st.session_state.get(GRIDS_KEY, {})
+last = st.session_state.get(LAST_KEY)
+last = last if last in grids else None
+if presentation():
+    # For a room: the grid first on screen and as large as the screen allows; the controls under it, in an
+    # expander that folds away once a grid exists; the explanation at the end.
+    grid_box = st.container(key=GRID_BOX_KEY)
+    fold_controls(last)
+    controls = st.expander("Image, network and settings", key=CONTROLS_KEY, on_change="rerun",
+                           icon=":material/tune:")
+    intro = st.container()
+else:
+    intro = st.container()
+    controls = st.container()
+    grid_box = st.container(key=GRID_BOX_KEY)
+with intro:
+    st.markdown(INTRO)
+with controls:
+    inputs = input_section()
+    if inputs is not None:
+        with inputs.controls:
+            submitted = form(inputs)
+            done = execute(inputs, *submitted, grid_box) if submitted is not None else None
+            if done is not None and presentation():
+                st.session_state[READY_KEY] = ready_line("", done)
+                st.rerun()  # fold the controls now: the room sees the grid, at the top
+            if done is not None:
+                st.success(ready_line("below", done), icon=":material/check_circle:")
 last = st.session_state.get(LAST_KEY)
 if last is not None and last in st.session_state.get(GRIDS_KEY, {}):
-    show(st.session_state[GRIDS_KEY][last])
+    with grid_box:
+        show(st.session_state[GRIDS_KEY][last])

@@ -29,12 +29,12 @@ from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.degradation import DEGRADATION_TILES
 from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
-from iba_core.render.figures import degradation_figure, ssim_figure
-from iba_core.render.sanity import sanity_strip_png
+from iba_core.render.figures import PRESENTATION_ZOOM, degradation_figure, ssim_figure
+from iba_core.render.sanity import sanity_strip_png, sanity_strip_width
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import map_cache, through_app
+from pages.widgets.page import map_cache, presentation, through_app
 from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
@@ -165,7 +165,9 @@ def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> 
     if run is not None:
         st.caption(subject_caption(run.subject))
         strip = run.strip
-        st.image(sanity_strip_png(strip, normalise_heatmap), width="stretch",
+        # Shown at the width it was drawn for (not stretched to the column), so its titles keep their size.
+        zoom = PRESENTATION_ZOOM if presentation() else 1.0
+        st.image(sanity_strip_png(strip, normalise_heatmap, zoom=zoom), width=sanity_strip_width(strip, zoom),
                  caption=f"{strip.method}: the map after each randomisation step (each normalised to its "
                  "1st–99th percentile, as the SSIM sees it).")
         st.plotly_chart(ssim_figure(strip), key="ev_ssim_chart", theme=None, config=PLOT_CONFIG)

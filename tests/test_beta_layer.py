@@ -9,6 +9,7 @@ import torch
 
 from iba_core.beta_layer import (
     DEFAULT_BETAS,
+    GRID_LOST_MESSAGE,
     LAYER_ROW_BETA,
     GridCell,
     GridKey,
@@ -22,7 +23,7 @@ from iba_core.beta_layer import (
 )
 from iba_core.images import load_sample
 from iba_core.networks import REGISTRY, UnknownModelError, get_spec, load_network
-from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class
 from iba_core.feature_stats import get_stats
 
 
@@ -104,7 +105,10 @@ def test_grid_has_ten_finite_cells(network, stats_for, monkeypatch) -> None:
         assert 0.0 <= c.p_with <= 1.0
         assert c.total_bits == pytest.approx(float(c.heatmap.sum()), rel=1e-3)
         assert 0.0 <= c.p_without <= 1.0 and c.lost_class == bottleneck_lost_class(c.p_without, c.p_with)
-    assert [p[0] for p in progress] == list(range(1, 11)) and all(p[1] == 10 for p in progress)
+    # Before each cell: how many are done and which runs now; at the end, all done.
+    assert [p[0] for p in progress] == list(range(0, 11)) and all(p[1] == 10 for p in progress)
+    assert [p[2] for p in progress] == [c.name for c in cells] + ["done"]
+    assert progress[0][2] == "β·k = 0.1 at block3_2"
 
     # target=None explains the top-1 class (285, Egyptian cat) in every cell.
     assert {t for _, t in runs} == {285}
@@ -152,7 +156,7 @@ def test_lost_class_warning_names_each_lost_cell_once() -> None:
     assert [c.name for c in lost_class_cells(cells)] == ["β·k = 10 at stem", "β·k = 10 at head"]
     text = lost_class_warning(cells)
     assert text == ("β·k = 10 at stem (p = 0.00, without the bottleneck 0.50); "
-                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + LOST_CLASS_MESSAGE + ".")
+                    "β·k = 10 at head (p = 0.00, without the bottleneck 0.50): " + GRID_LOST_MESSAGE + ".")
 
 
 # ---- the explained class and the network's top-1 ------------------------------------------------------------
@@ -267,3 +271,21 @@ def test_the_grid_cache_keeps_the_newest(disk, monkeypatch) -> None:
     assert compute.calls == 4
     assert sorted(p.name for p in (disk / "grids").glob("*.npz")) == sorted(
         grid_cache_path(k).name for k in (keys[0], keys[2]))
+
+
+def test_grid_runs_counts_the_shared_cell_once() -> None:
+    from iba_core.beta_layer import grid_runs
+
+    runs = grid_runs(DEFAULT_BETAS, "block3_2", ["stem", "block3_2", "head"])
+    assert len(runs) == 7 and runs.count((LAYER_ROW_BETA, "block3_2")) == 1
+    assert runs[:5] == [(float(b), "block3_2") for b in DEFAULT_BETAS]
+
+
+def test_grid_progress_text_names_the_cell_and_the_time_left() -> None:
+    from iba_core.beta_layer import grid_progress_text
+
+    first = grid_progress_text(0, 10, "β·k = 0.1 at block3_2", None)
+    assert first.startswith("Cell 1 of 10: β·k = 0.1 at block3_2") and "after the first cell" in first
+    later = grid_progress_text(3, 10, "β·k = 100 at block3_2", 95.0)
+    assert later == "Cell 4 of 10: β·k = 100 at block3_2 · about 1.6 min left"
+    assert grid_progress_text(10, 10, "done", 0.0) == "10 of 10 cells done"

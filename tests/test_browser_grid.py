@@ -1,15 +1,17 @@
 """The β × layer page in a real browser at 1920 × 1080 (a projector's resolution): `streamlit run app.py`,
 Chromium (via Playwright) computes a small grid on chelsea with the offline network and reads the drawn Plotly
 figure from the page (the plot element's `data` and `_fullLayout`) and its rendered text. The β row shares one
-linear colour scale in bits per pixel (bits are absolute), its β·k = 1000 cell is not the brightest and is marked
-as having lost the class; no map of the layer row is black (each on its own scale, its maximum in its title);
+linear colour scale in bits per pixel (bits are absolute), its β·k = 1000 cell lost the class and is a grey square
+that says so; no map of the layer row is black (each on its own scale, its maximum in its title);
 titles, row titles and colour-bar labels measure 16 px or more and the titles of a row do not overlap; a second
 browser session, on a 1280 × 800 screen with the sidebar open, gets the same grid from the disk cache at once and
 its narrower titles do not overlap either; presentation mode enlarges text and maps; the page's checkbox puts the
-β row on per-map scales too.
+β row on per-map scales too. In presentation mode at 1920 × 1080 the grid fills under "Cell i of 10 …", then
+stands first on the screen with maps wider than 240 px and light grey class-lost cells.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Iterator
@@ -17,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from browser_helpers import chromium_browser, streamlit_server
-from iba_core.per_sample import LOST_CLASS_MESSAGE
+from iba_core.beta_layer import GRID_LOST_MESSAGE
 from iba_core.render.figures import BITS_UNIT, LOST_CLASS_MARK
 
 RUN_TIMEOUT_MS = 240_000  # a cold grid copies the statistics in first
@@ -40,13 +42,16 @@ READ_GRID = """
     const z = values(t.z);  // decoded from Plotly's typed-array JSON
     const sorted = [...z].sort((a, b) => a - b);
     return {coloraxis: t.coloraxis || null, zmax: t.zmax, max: sorted[sorted.length - 1],
-            p90: sorted[Math.floor(0.9 * (sorted.length - 1))], mean: z.reduce((a, b) => a + b, 0) / z.length};
+            p90: sorted[Math.floor(0.9 * (sorted.length - 1))], mean: z.reduce((a, b) => a + b, 0) / z.length,
+            axis: t.xaxis};
   });
   const axis = (name) => el._fullLayout[name] ?
     {cmin: el._fullLayout[name].cmin, cmax: el._fullLayout[name].cmax,
      title: el._fullLayout[name].colorbar.title.text} : null;
+  const notes = el._fullLayout.annotations;
   return {traces, coloraxis: axis('coloraxis'), coloraxis2: axis('coloraxis2'),
-          titles: el._fullLayout.annotations.map((a) => a.text)};
+          titles: notes.filter((a) => a.text !== 'class lost').map((a) => a.text),
+          lost: notes.filter((a) => a.text === 'class lost').map((a) => a.xref.split(' ')[0])};
 }
 """
 
@@ -56,7 +61,8 @@ MEASURE_TEXT = """
 (el) => {
   const size = (node) => parseFloat(getComputedStyle(node).fontSize);
   const box = (node) => { const r = node.getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; };
-  const titles = Array.from(el.querySelectorAll('g.annotation-text-g text.annotation-text'), (t) => ({
+  const titles = Array.from(el.querySelectorAll('g.annotation-text-g text.annotation-text'))
+    .filter((t) => t.textContent !== 'class lost').map((t) => ({
     size: size(t), box: box(t),
     lines: Array.from(t.querySelectorAll('tspan.line'), (l) => l.getBoundingClientRect().height),
   }));
@@ -120,24 +126,29 @@ def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) ->
         fig = grid.evaluate(READ_GRID)
         traces = fig["traces"]
         assert len(traces) == 10
-        beta, layer = traces[:5], traces[5:]
-        # The β row: one linear colour axis from 0 to the row's largest bits per pixel, in bits / pixel.
-        assert [t["coloraxis"] for t in traces] == ["coloraxis"] * 5 + [None] * 5
+        lost = [t["axis"] in fig["lost"] for t in traces]  # a grey "class lost" square instead of a map
+        assert lost[4], "β·k = 1000 discards the class"
+        beta = [t for t, x in zip(traces[:5], lost) if not x]
+        layer = traces[5:]
+        # The β row: one linear colour axis from 0 to the largest bits per pixel of its maps, in bits / pixel.
+        assert [t["coloraxis"] for t in traces] == [None if x else "coloraxis" for x in lost[:5]] + [None] * 5
         assert fig["coloraxis"]["cmin"] == 0 and fig["coloraxis"]["title"] == BITS_UNIT
         assert fig["coloraxis"]["cmax"] == pytest.approx(max(t["max"] for t in beta), rel=1e-5)
         means = [t["mean"] for t in beta]
-        assert means[4] < max(means), "the β·k = 1000 cell must not be the brightest of its row"
+        assert means[-1] < max(means), "the row's last map must not be the brightest of its row"
         # The layer row: no black cell. Each map reaches the top of its own scale (its maximum, in its
         # title), and a tenth of it is brighter than 5 % of that: a visible map, not one bright pixel.
         # (On one shared scale, the stem's bits per pixel left the deep layers below 1 % of it.)
         assert fig["coloraxis2"] is None
-        for t, title in zip(layer, fig["titles"][5:]):
+        for t, title, x in zip(layer, fig["titles"][5:], lost[5:]):
+            if x:
+                continue
             assert t["max"] / t["zmax"] >= 0.5, f"a black cell: {title}"
             assert t["p90"] / t["zmax"] >= 0.05, f"a nearly black cell: {title}"
             assert title.endswith(f"<br>max {t['zmax']:.3g}")
-        # β·k = 1000 discarded the class: its title is marked and a warning names it.
-        assert LOST_CLASS_MARK in fig["titles"][4]
-        warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text=LOST_CLASS_MESSAGE)
+        # β·k = 1000 discarded the class: its square says so and a warning names it.
+        assert not any(LOST_CLASS_MARK in title for title in fig["titles"])
+        warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text=GRID_LOST_MESSAGE)
         expect(warning).to_contain_text("β·k = 1000 at block3_2")
 
         # Text for the back of a lecture hall: 16 px or more, and the five titles of a row side by side.
@@ -181,7 +192,90 @@ def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) ->
         expect(page.get_by_text("Each map has its own linear colour scale")).to_be_visible()
         page.wait_for_timeout(1000)
         fig = the_grid(page, expect).evaluate(READ_GRID)
+        maps = [t for t, x in zip(fig["traces"], lost) if not x]
         assert all(t["coloraxis"] is None for t in fig["traces"])
-        assert [t["zmax"] for t in fig["traces"]] == pytest.approx([t["max"] for t in fig["traces"]], rel=1e-5)
+        assert [t["zmax"] for t in maps] == pytest.approx([t["max"] for t in maps], rel=1e-5)
         print(f"\nβ × layer grid at 1920 × 1080: computed in {first_seconds:.1f} s ({STEPS} steps, batch "
               f"{BATCH}), a second session {again_seconds:.1f} s")
+
+
+# Per map of the drawn grid: its box on screen (CSS px), from Plotly's axes.
+MAP_BOXES = """
+(el) => {
+  const L = el._fullLayout, r = el.getBoundingClientRect();
+  return Object.keys(L).filter((k) => /^xaxis\\d*$/.test(k)).map((k) => {
+    const x = L[k], y = L['y' + k.slice(1)];
+    return {axis: 'x' + k.slice(5), x: r.x + x._offset, y: r.y + y._offset, w: x._length, h: y._length};
+  });
+}
+"""
+
+
+def luminance_of(png: bytes) -> float:
+    """Mean luminance, 0 (black) … 1 (white), of a screenshot."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=float) / 255
+    return float((rgb @ [0.2126, 0.7152, 0.0722]).mean())
+
+
+def test_presentation_mode_puts_a_large_grid_on_the_first_screen(server: str, tmp_path: Path) -> None:
+    """A teacher at a 1920 × 1080 projector, presentation mode on, the sidebar open: the grid fills cell by cell
+    under "Cell i of 10 …" with titles that never run into each other, then stands first on the screen (its first
+    row inside the first 1080 px, above the folded controls), each map wider than 240 px; a cell that lost the
+    class is a light grey square that says so, never black; the sidebar's page names are not cut off."""
+    with chromium_browser() as browser:
+        from playwright.sync_api import expect
+
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(120_000)
+        expect.set_options(timeout=120_000)
+        page.goto(f"{server}/beta_layer")
+        expect(page.get_by_text("Top prediction")).to_be_visible()
+        page.get_by_text("Presentation mode").click()
+        page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) > 16")
+        page.get_by_text("Advanced", exact=True).click()
+        page.get_by_role("spinbutton", name="Steps T").fill(str(STEPS))
+        page.get_by_role("spinbutton", name="Batch B").fill(str(BATCH))
+        page.get_by_role("button", name="Compute grid").click()
+        # While it fills: which cell of how many, and the time left once a cell is timed.
+        progress = page.get_by_text(re.compile(r"Cell \d+ of 10: β·k = .* at .* · about .* left"))
+        expect(progress).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        expect(page.get_by_text(re.compile(r"Cell ([6-9]|10) of 10"))).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        live = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').first
+        filling = live.evaluate(MEASURE_TEXT)
+        assert 5 <= len(filling["titles"]) <= 10  # (10 only if the machine finished the grid meanwhile)
+        assert_titles_apart(filling)
+        page.screenshot(path=str(tmp_path / "filling.png"))
+        expect(page.get_by_text("The grid is ready")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        grid = the_grid(page, expect)
+        page.wait_for_timeout(1000)
+
+        # First on the screen, above the controls (folded), and large.
+        boxes = {b["axis"]: b for b in grid.evaluate(MAP_BOXES)}
+        assert len(boxes) == 10
+        first_row = [boxes[f"x{k if k > 1 else ''}"] for k in range(1, 6)]
+        assert max(b["y"] for b in first_row) < VIEWPORT["height"], first_row
+        controls = page.get_by_text("Image, network and settings")
+        assert grid.bounding_box()["y"] < controls.bounding_box()["y"]
+        assert min(b["w"] for b in boxes.values()) > 240, boxes
+        # No class-lost cell is black: what is on the screen there is light grey, and it says "class lost".
+        fig = grid.evaluate(READ_GRID)
+        assert fig["lost"] and "x5" in fig["lost"]  # β·k = 1000 at least
+        for axis in fig["lost"]:
+            b = boxes[axis]
+            shot = page.screenshot(clip={"x": b["x"], "y": b["y"], "width": b["w"], "height": b["h"]})
+            assert luminance_of(shot) > 0.7, f"a dark class-lost cell: {axis}"
+        expect(grid.get_by_text(LOST_CLASS_MARK).first).to_be_visible()
+        for b in boxes.values():  # none cut off at the right
+            assert b["x"] + b["w"] <= VIEWPORT["width"]
+        # The sidebar: open, and no page name cut off.
+        names = page.locator('[data-testid="stSidebarNav"] a span').evaluate_all(
+            "(els) => els.filter((e) => e.children.length === 0 && e.textContent.length > 3)"
+            ".map((e) => [e.textContent, e.scrollWidth, e.clientWidth])")
+        assert names and all(scroll <= width for _, scroll, width in names), names
+        page.screenshot(path=str(tmp_path / "presentation.png"))

@@ -171,3 +171,36 @@ def test_report_is_a_listed_command():
 
     args = build_parser().parse_args(["report", "RUN", "--out", "r.html"])
     assert args.run_dir == "RUN" and args.out == "r.html" and args.method is None
+
+
+def test_compare_all_counts_the_methods_it_runs(chelsea_jpg, tmp_path, capsys):
+    """`--methods all`: the progress bar's total is the number of methods run on this network (4 here: one of
+    the five registered cannot run on it), not len("all") = 3."""
+    from iba_core.methods import METHODS, Method
+
+    class NeverHere(Method):
+        key = "never_here"
+        name = "Never here"
+        description = "A method no network can run (for this test)."
+
+        def available_for(self, network) -> str | None:
+            return "This method runs on no network."
+
+        def _compute(self, network, x, target):
+            raise AssertionError("an unavailable method must not run")
+
+    kept = ("random", "gradient", "saliency", "grad_cam")
+    registered = dict(METHODS)  # restored as it was, order included (the order is the grids' display order)
+    METHODS.clear()
+    METHODS.update({key: registered[key] for key in kept}, never_here=NeverHere)
+    try:
+        assert main(["compare", str(chelsea_jpg), "--methods", "all", "--out", str(tmp_path / "out")]) == 0
+    finally:
+        METHODS.clear()
+        METHODS.update(registered)
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["methods"] == list(kept)
+    # tqdm redraws the bar with \r; its last state is after the last \r: "compare: 100%|…| 4/4 […]"
+    last = captured.err.replace("\n", "\r").split("\r")
+    last = [line for line in last if line.startswith("compare")][-1]
+    assert f"{len(kept)}/{len(kept)} " in last and "100%" in last, last

@@ -81,9 +81,13 @@ def run_methods(network, x, target: int, methods_arg: str, settings: dict[str, d
 
     methods = methods_arg if methods_arg.strip() == "all" else resolve_methods(methods_arg, settings)
     failures: dict[str, str] = {}
-    bar = tqdm(total=len(methods), desc="compare", unit="method", file=sys.stderr, dynamic_ncols=True)
+    # The total comes from compare() itself: "all" runs only the methods that can run on this network, a count
+    # known once it has looked (never len("all")).
+    bar = tqdm(total=None, desc="compare", unit="method", file=sys.stderr, dynamic_ncols=True)
 
     def progress(done: int, total: int, label: str) -> None:
+        if bar.total != total:
+            bar.total = total
         bar.update(done - bar.n)
         bar.set_postfix_str(label, refresh=True)
 

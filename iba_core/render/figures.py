@@ -128,6 +128,8 @@ def grid_figure(
     shared_scale: bool = True,
     own_scale_rows: Sequence[str] = ("layer",),
     zoom: float = 1.0,
+    ncols: int | None = None,
+    cell_px: int | None = None,
 ) -> go.Figure:
     """One heatmap per cell, a row per cell.row; titles give p, the bits and whether the class was lost.
 
@@ -136,22 +138,29 @@ def grid_figure(
     over pixels differently (the stem's 13 bits/px would turn a deep layer's 0.07 black), so the row compares
     shapes. Every other row (the β row, one layer) shares one scale, 0 … the row's largest value, with a colour
     bar in bits per pixel (a Plotly coloraxis): bits are absolute, a map that lets few bits through looks dark.
-    shared_scale=False gives every map its own scale. zoom enlarges text and maps (presentation mode).
-    Cells not yet computed may be missing: their slot stays empty, so the figure can fill live.
+    shared_scale=False gives every map its own scale. zoom enlarges text and maps (presentation mode); cell_px
+    sets a map's side instead (the figure's height follows; a narrower page narrows the maps).
+    A cell whose bottleneck discarded the class (`GridCell.lost_class`) shows no map: a grey hatched square
+    that says LOST_CLASS_MARK (its map, drained of the class's information, would read as a black square), and
+    it takes no part in its row's scale.
+    Cells not yet computed may be missing: their slot stays empty, so the figure can fill live; `ncols` (the
+    full grid's columns) keeps the layout of a filling grid from changing as cells arrive.
     """
     by_row = {r: [c for c in cells if c.row == r] for r in rows}
     own = {r: not shared_scale or r in own_scale_rows for r in rows}
-    ncols = max([len(v) for v in by_row.values()] + [1])
+    ncols = max([len(v) for v in by_row.values()] + [ncols or 1])
     maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets, and its maxima
     tops = {key: max(float(z.max()) if z.size else 0.0, 1e-6) for key, z in maps.items()}
+    shown = {r: [c for c in by_row[r] if not c.lost_class] for r in rows}  # the maps drawn, on the scales
     font_px = round(GRID_FONT_PX * zoom)
     line_chars = max(8, int(_TITLE_LINE_CHARS / zoom))
-    titles = {id(c): _cell_title(c, tops[id(c)] if own[c.row] else None, line_chars) for c in cells if c.row in own}
+    titles = {id(c): _cell_title(c, tops[id(c)] if own[c.row] and not c.lost_class else None, line_chars)
+              for c in cells if c.row in own}
     # Space above each row's maps for its cell titles: as many lines as the row's longest title (at least the
     # 3 or 4 lines of a full row, so a grid that fills live does not jump).
     lines = {r: max([3 + own[r]] + [titles[id(c)].count("<br>") + 1 for c in by_row[r]]) for r in rows}
     bands = [round(lines[r] * _LINE_EM * font_px) + 8 for r in rows]
-    cell_px = round(_GRID_CELL_PX * zoom)
+    cell_px = cell_px or round(_GRID_CELL_PX * zoom)
     top_margin = bands[0] + (round(1.6 * font_px) if title else 0)
     height = height or top_margin + len(rows) * cell_px + sum(bands[1:]) + 10
     plot_px = max(height - top_margin - 10, 1)
@@ -159,6 +168,7 @@ def grid_figure(
         rows=len(rows), cols=ncols, horizontal_spacing=0.015,
         vertical_spacing=min(max(bands[1:] + [0]) / plot_px, 0.5) if len(rows) > 1 else 0.0,
     )
+    lost_marks: list[dict] = []  # added after every title: annotation i is cell i's title
     for i, r in enumerate(rows, start=1):
         axis = "coloraxis" if i == 1 else f"coloraxis{i}"
         y0, y1 = fig.get_subplot(i, 1).yaxis.domain
@@ -168,14 +178,17 @@ def grid_figure(
             # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
             k = (i - 1) * ncols + j
             fig.add_annotation(
-                text=titles[id(cell)], showarrow=False,
+                text=titles[id(cell)], showarrow=False, font=dict(size=font_px),
                 x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
                 y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
             )
+            if cell.lost_class:
+                lost_marks.append(_add_lost_cell(fig, cell, maps[id(cell)].shape, i, j, k, font_px))
+                continue
             if own[r]:
                 # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (its title's
                 # "max 13.4"), in bits per pixel.
-                last = j == len(by_row[r])
+                last = cell is shown[r][-1]
                 scale = dict(zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=last,
                              colorbar=dict(bar, tickvals=[0.0, tops[id(cell)]], ticktext=["0", "max"],
                                            title=dict(text=f"{BITS_UNIT}, own scale", side="right",
@@ -192,16 +205,17 @@ def grid_figure(
         for j in range(1, ncols + 1):
             _image_axes(fig, row=i, col=j)
         fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=font_px), row=i, col=1)
-        if not own[r] and by_row[r]:
+        if not own[r] and shown[r]:
             fig.layout[axis] = dict(
-                cmin=0.0, cmax=max(tops[id(c)] for c in by_row[r]), colorscale=BITS_COLORSCALE,
+                cmin=0.0, cmax=max(tops[id(c)] for c in shown[r]), colorscale=BITS_COLORSCALE,
                 colorbar=dict(bar, title=dict(text=BITS_UNIT, side="right", font=dict(size=font_px))),
             )
+    for mark in lost_marks:
+        fig.add_annotation(**mark)
     # Square cells: anchor every y axis to its own x axis.
     for k in range(1, len(rows) * ncols + 1):
         suffix = "" if k == 1 else str(k)
         fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
-    fig.update_annotations(font=dict(size=font_px))
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=round(1.2 * font_px))) if title else None,
         height=height,
@@ -212,16 +226,41 @@ def grid_figure(
     return fig
 
 
-#: How a cell's title marks a bottleneck that discarded the class (`per_sample.bottleneck_lost_class`).
-LOST_CLASS_MARK = "⚠ class lost"
+#: What a cell whose bottleneck discarded the class (`per_sample.bottleneck_lost_class`) says, in place of its map.
+LOST_CLASS_MARK = "class lost"
+#: The lost cell's square: two light greys in diagonal stripes (neutral, clearly not a map: no map colour is grey),
+#: and its text in the page's text colour.
+LOST_CELL_GREYS = ("#e4e4e4", "#cfcfcf")
+LOST_CELL_TEXT = "#31333F"
+_LOST_STRIPE = 6  # stripe width, in pixels of the (pooled) map
+
+
+def _add_lost_cell(fig: go.Figure, cell: "GridCell", shape: tuple[int, ...], row: int, col: int, k: int,
+                   font_px: int) -> dict:
+    """Subplot (row, col) = axes k: a grey hatched square of the map's size; returns the annotation that says
+    LOST_CLASS_MARK on it (for `fig.add_annotation`)."""
+    h, w = shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w]
+    stripes = (((xx + yy) // _LOST_STRIPE) % 2).astype(np.uint8)
+    fig.add_trace(
+        go.Heatmap(z=stripes, zmin=0, zmax=1, showscale=False,
+                   colorscale=[[0.0, LOST_CELL_GREYS[0]], [1.0, LOST_CELL_GREYS[1]]],
+                   hovertemplate=f"{cell.label}: {LOST_CLASS_MARK} — the bottleneck discarded the class "
+                                 f"(p = {cell.p_with:.2f}, without it {cell.p_without:.2f}); its map is not shown"
+                                 "<extra></extra>"),
+        row=row, col=col,
+    )
+    suffix = k if k > 1 else ""
+    return dict(text=LOST_CLASS_MARK, name="lost class", showarrow=False, font=dict(size=font_px, color=LOST_CELL_TEXT),
+                x=0.5, xref=f"x{suffix} domain", y=0.5, yref=f"y{suffix} domain", bgcolor="rgba(255,255,255,0.85)",
+                borderpad=4)
 
 
 def _cell_title(cell: "GridCell", top: float | None = None, line_chars: int = _TITLE_LINE_CHARS) -> str:
-    """One fact per line, each at most `line_chars` wide: the label (a layer name wrapped), the lost-class mark,
-    p, the total bits; with `top`, the map's own scale's maximum (its unit, bits / pixel, on the row's bar)."""
+    """One fact per line, each at most `line_chars` wide: the label (a layer name wrapped), p, the total bits;
+    with `top`, the map's own scale's maximum (its unit, bits / pixel, on the row's bar). A cell that lost the
+    class says so in its square (`_add_lost_cell`), not in its title."""
     lines = _wrap_name(cell.label, line_chars)
-    if getattr(cell, "lost_class", False):
-        lines.append(f'<span style="color:#c62828">{LOST_CLASS_MARK}</span>')
     lines += [f"p = {cell.p_with:.2f}", f"{cell.total_bits:,.0f} bits"]
     if top is not None:
         lines.append(f"{GRID_MAX_PREFIX}{top:.3g}")
@@ -261,6 +300,11 @@ def _row_title(row_cells: Sequence["GridCell"]) -> str:
 # ---- evaluation -------------------------------------------------------------------------------
 
 
+#: Text of the evaluation figures in CSS px (Plotly draws at the page's scale): Plotly's default 12 px tick
+#: labels are below the 13 px that read comfortably.
+FIGURE_FONT_PX = 14
+
+
 def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380) -> go.Figure:
     """Scaled MoRF (solid) and LeRF (dashed) per method, one colour per method.
 
@@ -278,9 +322,10 @@ def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380
                         legendgroup=key)
         fig.add_scatter(x=c.fraction, y=lerf, mode="lines", name=f"{name} · LeRF",
                         line=dict(color=colour, dash="dash"), legendgroup=key)
-    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=40),
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=30, b=50),
+                      font=dict(_FONT, size=FIGURE_FONT_PX),
                       xaxis_title="fraction of tiles removed", yaxis_title="scaled p(target)",
-                      legend=dict(font=dict(size=11)))
+                      legend=dict(font=dict(size=FIGURE_FONT_PX - 1)))
     return fig
 
 
@@ -291,7 +336,8 @@ def ssim_figure(strip, *, height: int = 300) -> go.Figure:
     """
     fig = go.Figure(go.Scatter(x=["original", *strip.levels], y=[1.0, *strip.ssim], mode="lines+markers",
                                name=strip.method))
-    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=50, r=10, t=30, b=60),
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=30, b=70),
+                      font=dict(_FONT, size=FIGURE_FONT_PX),  # tick labels and titles ≥ 13 px on screen
                       yaxis=dict(title="SSIM to the original map", range=[-0.1, 1.05]),
                       xaxis_title="randomised from the logits down to …")
     return fig

@@ -48,6 +48,14 @@ PRESENTATION_KEY = "presentation"
 #: rem, so this one rule enlarges all of it, sidebar included; Plotly figures size their text in px and take
 #: a zoom of their own (the β × layer grid: `iba_core.render.figures.PRESENTATION_ZOOM`).
 PRESENTATION_FONT_PX = 21
+#: Presentation mode's style: the root font size; the page's margins, which are in rem and would grow with it,
+#: kept to what a projector needs (the content, e.g. the β × layer grid, gets the width and the first screen);
+#: the open sidebar a little wider, since its width is in px while its text grows (page names were cut off).
+PRESENTATION_CSS = (
+    f"html {{ font-size: {PRESENTATION_FONT_PX}px; }} "
+    '[data-testid="stMainBlockContainer"] { padding-left: 1.5rem; padding-right: 1.5rem; padding-top: 4rem; } '
+    '[data-testid="stSidebar"][data-collapsed="false"] { min-width: 350px; }'
+)
 
 
 def presentation_toggle() -> bool:
@@ -57,8 +65,8 @@ def presentation_toggle() -> bool:
                            help="Larger text on every page, and larger maps where a page draws them (the β × "
                                 "layer grid), for a projector in a lecture hall. Collapse the sidebar (« at its "
                                 "top) to give the maps the whole width.")
-    if on:  # only the root font size: everything in rem follows, nothing else is restyled
-        st.html(f"<style>html {{ font-size: {PRESENTATION_FONT_PX}px; }}</style>")
+    if on:  # the root font size (everything in rem follows), the page's margins and the sidebar's width
+        st.html(f"<style>{PRESENTATION_CSS}</style>")
     return on
 
 

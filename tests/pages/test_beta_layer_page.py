@@ -10,7 +10,8 @@ import numpy as np
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.state import GridRun
-from iba_core.per_sample import LOST_CLASS_MESSAGE, bottleneck_lost_class
+from iba_core.beta_layer import GRID_LOST_MESSAGE
+from iba_core.per_sample import bottleneck_lost_class
 from iba_core.render.figures import LOST_CLASS_MARK
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -23,6 +24,15 @@ def z(trace: dict) -> np.ndarray:
         shape = [int(n) for n in str(value["shape"]).split(",")]
         return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"])).reshape(shape)
     return np.asarray(value, dtype=float)
+
+
+def luminance(colour: str) -> float:
+    """0 (black) … 1 (white) of a "#rrggbb" or "rgb(r, g, b)" colour."""
+    if colour.startswith("#"):
+        rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    else:
+        rgb = [float(v) for v in colour[colour.index("(") + 1:-1].split(",")[:3]]
+    return (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255
 
 
 def grid_spec(at) -> dict:
@@ -57,31 +67,44 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     grid = grid_spec(at)
     traces = grid["data"]
     assert sum(trace["type"] == "heatmap" for trace in traces) == 10
-    titles = [a["text"] for a in grid["layout"]["annotations"]]
+    annotations = grid["layout"]["annotations"]
+    titles = [a["text"] for a in annotations[:10]]
     assert "p = " in titles[0] and "bits" in titles[0]
-    # The β row: bits are absolute, one colour scale 0 … the row's largest bits per pixel, with a colour bar.
-    assert [t.get("coloraxis") for t in traces] == ["coloraxis"] * 5 + [None] * 5
+    lost = [c.lost_class for c in cells]
+    # β·k = 1000 discards the class (paper §4.1), and here β·k = 100 too.
+    assert lost[4] and not lost[0]
+    # The β row: bits are absolute, one colour scale 0 … the largest bits per pixel of its maps, with a colour bar.
+    # A cell that lost the class shows no map: it is off the scales.
+    assert [t.get("coloraxis") for t in traces] == ["coloraxis" if not x else None for x in lost[:5]] + [None] * 5
     scale = grid["layout"]["coloraxis"]
-    assert scale["cmin"] == 0 and scale["cmax"] == max(float(z(t).max()) for t in traces[:5])
+    shown_beta = [t for t, x in zip(traces[:5], lost) if not x]
+    assert scale["cmin"] == 0 and scale["cmax"] == max(float(z(t).max()) for t in shown_beta)
     assert scale["colorbar"]["title"]["text"] == "bits / pixel"
     assert "zmax" not in traces[0]
     # The layer row: each map on its own scale, 0 … its maximum, printed in its title; none stays dark.
-    for t, title in zip(traces[5:], titles[5:]):
-        assert t["zmin"] == 0 and t["zmax"] == max(float(z(t).max()), 1e-6)
-        assert title.endswith(f"<br>max {t['zmax']:.3g}")
+    for t, title, x in zip(traces[5:], titles[5:], lost[5:]):
+        if not x:
+            assert t["zmin"] == 0 and t["zmax"] == max(float(z(t).max()), 1e-6)
+            assert title.endswith(f"<br>max {t['zmax']:.3g}")
     assert "coloraxis2" not in grid["layout"]
     # Text for a lecture hall: titles, row titles and colour-bar labels at 16 px or more.
-    assert all(a["font"]["size"] >= 16 for a in grid["layout"]["annotations"])
+    assert all(a["font"]["size"] >= 16 for a in annotations)
     assert grid["layout"]["yaxis"]["title"]["font"]["size"] >= 16 and scale["colorbar"]["tickfont"]["size"] >= 16
-    mean = [float(z(t).mean()) for t in traces[:5]]
-    assert mean[4] < max(mean)  # the β·k = 1000 map is no longer the brightest of its row
+    mean = [float(z(t).mean()) for t in shown_beta]
+    assert mean[-1] < max(mean)  # the β row's last map is no longer the brightest of its row
 
-    # β·k = 1000 discards the class (paper §4.1): its title says so and a warning lists it.
-    assert cells[4].lost_class
-    assert LOST_CLASS_MARK in titles[4]
-    assert not any(LOST_CLASS_MARK in t for t, c in zip(titles, cells) if not c.lost_class)
+    # A class-lost cell is a grey hatched square that says "class lost", never a black map: none of its colours
+    # is dark, and the words sit on it; no other cell says it, and the titles leave it to the square.
+    marks = [a for a in annotations[10:] if a["text"] == LOST_CLASS_MARK]
+    assert len(marks) == sum(lost)
+    for k, (t, x) in enumerate(zip(traces, lost), start=1):
+        if x:
+            assert "coloraxis" not in t and t["showscale"] is False
+            assert min(luminance(colour) for _, colour in t["colorscale"]) > 0.7, t["colorscale"]
+            assert any(a["xref"] == f"x{k if k > 1 else ''} domain" for a in marks)
+    assert not any(LOST_CLASS_MARK in title for title in titles)
     warnings = " ".join(w.value for w in at.warning)
-    assert LOST_CLASS_MESSAGE in warnings and "β·k = 1000 at block3_2" in warnings
+    assert GRID_LOST_MESSAGE in warnings and "β·k = 1000 at block3_2" in warnings
     assert seconds < 120, f"the grid took {seconds:.0f} s"
     # The caption names the scales: the top row's shared, the bottom row's each its own.
     captions = " ".join(c.value for c in at.caption)
@@ -187,3 +210,90 @@ def test_image_choice_carries_over_from_the_per_sample_page(open_page) -> None:
     at = open_page("beta_layer")
     assert at.selectbox(key="sample_name").value == "coffee"
     assert any("espresso" in c for im in at.image for c in im.captions)
+
+
+def in_order(at) -> list[tuple[str, str]]:
+    """(type, key or label) of the main area's elements, top to bottom, expanders' contents included."""
+    out: list[tuple[str, str]] = []
+
+    def walk(node) -> None:
+        kind = getattr(node, "type", None)
+        if kind == "plotly_chart":
+            out.append((kind, node.key or ""))
+        elif kind == "expander":
+            out.append((kind, node.label))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    return out
+
+
+def test_presentation_mode_shows_the_grid_first_and_folds_the_controls(open_page) -> None:
+    """For a room: once a grid exists, it is the first thing under the title, larger than in normal mode, and
+    the image, network and settings fold into an expander under it (open again on request, and kept open)."""
+    at = open_page("beta_layer")
+    at.sidebar.toggle(key="presentation").set_value(True).run()
+    assert_clean(at)
+    assert not at.get("plotly_chart")
+    assert at.session_state["bl_controls"] is True  # no grid yet: the controls are open
+    at.number_input(key="bl_steps").set_value(1)
+    at.number_input(key="bl_batch").set_value(2)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    order = in_order(at)
+    assert order[0] == ("plotly_chart", "bl_grid")
+    assert order.index(("plotly_chart", "bl_grid")) < order.index(("expander", "Image, network and settings"))
+    assert at.session_state["bl_controls"] is False  # folded once the grid exists
+    assert any(s.value.startswith("The grid is ready") for s in at.success)
+    layout = grid_spec(at)["layout"]
+    assert layout["height"] >= 2 * 300  # two rows of 300 px maps (where the page is wide enough)
+    # Opened again, the controls stay open across reruns (e.g. the scale's checkbox).
+    at.session_state["bl_controls"] = True
+    at.checkbox(key="bl_per_map").check().run()
+    assert_clean(at)
+    assert at.session_state["bl_controls"] is True
+    # Normal mode: the controls first, the grid below them, as before.
+    at.sidebar.toggle(key="presentation").set_value(False).run()
+    assert_clean(at)
+    assert "bl_grid" in [key for kind, key in in_order(at) if kind == "plotly_chart"]
+    assert not any(kind == "expander" and label == "Image, network and settings" for kind, label in in_order(at))
+
+
+def test_progress_names_each_cell_and_the_time_left(open_page, monkeypatch) -> None:
+    """While the grid fills: "Cell i of 10: β·k = … at …", the time left once a cell is timed, and the cells
+    drawn as they come (each time one more)."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    texts: list[str] = []
+    original = DeltaGenerator.progress
+
+    def spy(self, value, text=None):
+        texts.append(str(text))
+        return original(self, value, text)
+
+    monkeypatch.setattr(DeltaGenerator, "progress", spy)
+    charts: list[int] = []
+    import iba_core.render.figures as figures
+
+    grid_figure = figures.grid_figure
+
+    def counting(cells, *args, **kwargs):
+        charts.append(len(cells))
+        return grid_figure(cells, *args, **kwargs)
+
+    at = open_page("beta_layer")
+    monkeypatch.setattr(figures, "grid_figure", counting)  # the page imports it by name on each run
+    at.number_input(key="bl_steps").set_value(2)
+    at.number_input(key="bl_batch").set_value(3)
+    at.text_input(key="bl_other").input("tabby")  # a grid no other test computes (cached grids fill at once)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    cells = [t for t in texts if t.startswith("Cell ")]
+    assert [t.split(":")[0] for t in cells] == [f"Cell {i} of 10" for i in range(1, 11)]
+    assert cells[0] == "Cell 1 of 10: β·k = 0.1 at block3_2 · the time left is estimated after the first cell"
+    assert all(" left" in t and "about" in t for t in cells[1:])
+    assert "β·k = 10 at stem" in cells[5]
+    assert texts[-1] == "10 of 10 cells done"
+    # The grid drawn after each cell (1, 2, … 10 cells), then once finished.
+    assert charts[:10] == list(range(1, 11)) and charts[10:] == [10]

@@ -1,15 +1,18 @@
 """Evaluate page, driven through Streamlit's AppTest."""
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.evaluation import BoxRun, DegradationRun, SanityRun
+from iba_core.render.sanity import STRIP_DENSITY, sanity_strip_width
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from card_fixtures import CLASSES, write_card  # noqa: E402
@@ -117,7 +120,23 @@ def test_bad_box_is_a_readable_error(open_page) -> None:
     assert any("four numbers" in e.value for e in at.error)
 
 
-def test_sanity_strip_with_a_cheap_method(open_page, lock_waits) -> None:
+@pytest.fixture
+def shown_images(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, str, object]]:
+    """(bytes, caption, width) of every st.image a page shows (still shown: the spy calls Streamlit's own)."""
+    import streamlit as st
+
+    shown: list[tuple[bytes, str, object]] = []
+    original = st.image
+
+    def spy(image, caption=None, width="content", *args, **kwargs):
+        shown.append((image if isinstance(image, bytes) else b"", str(caption), width))
+        return original(image, caption, width, *args, **kwargs)
+
+    monkeypatch.setattr(st, "image", spy)
+    return shown
+
+
+def test_sanity_strip_with_a_cheap_method(open_page, lock_waits, shown_images) -> None:
     at = open_page("evaluate")
     assert at.selectbox(key="ev_san_method").value == "saliency"
     at.slider(key="ev_san_levels").set_value(2)
@@ -132,6 +151,12 @@ def test_sanity_strip_with_a_cheap_method(open_page, lock_waits) -> None:
     assert strip.heatmaps[0].shape == (224, 224)
     chart = specs(at)["ev_ssim_chart"]
     assert chart["data"][0]["y"][0] == 1.0 and len(chart["data"][0]["y"]) == 3
+    assert chart["layout"]["font"]["size"] >= 13  # the curve's ticks and axis titles
+    # The strip is shown at the width it was drawn for, its PNG at STRIP_DENSITY pixels per CSS px: its titles
+    # then measure ≥ 13 px on screen (tests/render/test_render_sanity.py), never stretched or shrunk to the column.
+    (png, width), = [(png, width) for png, caption, width in shown_images if "randomisation step" in caption]
+    assert width == sanity_strip_width(strip) <= 820  # fits a 1280 × 800 window's column
+    assert Image.open(io.BytesIO(png)).width == width * STRIP_DENSITY
     assert seconds < 60, f"sanity check took {seconds:.0f} s"
 
 

@@ -22,16 +22,16 @@ def cells() -> list[GridCell]:
 
 def test_beta_row_shares_one_linear_scale_in_bits_per_pixel() -> None:
     fig = figures.grid_figure(cells())
-    beta = fig.data[:5]
-    assert {t.coloraxis for t in beta} == {"coloraxis"}
+    beta = fig.data[:4]  # β·k = 1000 lost the class: no map (test_a_lost_class_is_a_grey_square_that_says_so)
+    assert {t.coloraxis for t in beta} == {"coloraxis"} and fig.data[4].coloraxis is None
     axis = fig.layout.coloraxis
     assert axis.cmin == 0.0
     assert float(np.max(beta[0].z)) == pytest.approx(float(blob().max()) / 0.1, rel=1e-2)  # linear: bits (2 × 2 pooled), not logs
     assert axis.cmax == max(float(np.max(t.z)) for t in beta)  # the row's brightest pixel tops the scale
     assert axis.colorbar.title.text == figures.BITS_UNIT == "bits / pixel"
-    # Bits are absolute: the β·k = 1000 map lets the fewest bits through, so it is the darkest, not the brightest.
+    # Bits are absolute: the β·k = 100 map lets the fewest bits through, so it is the darkest, not the brightest.
     brightness = [float(np.mean(t.z)) / axis.cmax for t in beta]
-    assert int(np.argmin(brightness)) == 4 and int(np.argmax(brightness)) == 0
+    assert int(np.argmin(brightness)) == 3 and int(np.argmax(brightness)) == 0
     titles = [a.text for a in fig.layout.annotations]
     assert not any(figures.GRID_MAX_PREFIX in t for t in titles[:5])
 
@@ -55,11 +55,12 @@ def test_layer_row_maps_each_run_to_their_own_maximum_given_in_the_title() -> No
 
 def test_per_map_scales_on_request() -> None:
     fig = figures.grid_figure(cells(), shared_scale=False)
-    assert all(t.coloraxis is None and t.zmin == 0.0 for t in fig.data)
-    assert [t.zmax for t in fig.data] == [float(np.max(t.z)) for t in fig.data]  # each its own maximum
+    maps = [t for t, c in zip(fig.data, cells()) if not c.lost_class]
+    assert len(maps) == 7 and all(t.coloraxis is None and t.zmin == 0.0 for t in maps)
+    assert [t.zmax for t in maps] == [float(np.max(t.z)) for t in maps]  # each its own maximum
     assert fig.layout.coloraxis.cmax is None
-    titles = [a.text for a in fig.layout.annotations]
-    assert all(title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(fig.data, titles))
+    titles = [a.text for a, c in zip(fig.layout.annotations, cells()) if not c.lost_class]
+    assert all(title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(maps, titles))
 
 
 @pytest.mark.parametrize("zoom", [1.0, figures.PRESENTATION_ZOOM])
@@ -70,8 +71,8 @@ def test_text_reads_from_the_back_of_a_room(zoom: float) -> None:
     assert {a.font.size for a in fig.layout.annotations} == {size}
     assert fig.layout.yaxis.title.font.size == size and fig.layout.yaxis6.title.font.size == size
     assert fig.layout.coloraxis.colorbar.tickfont.size == size and fig.data[-1].colorbar.tickfont.size == size
-    # Room above each row for its titles: the top margin holds the β row's 4 lines (β·k = 1000 is marked lost).
-    assert fig.layout.margin.t >= 4 * size
+    # Room above each row for its titles: the top margin holds the β row's 3 lines (label, p, bits).
+    assert fig.layout.margin.t >= 3 * 1.3 * size
 
 
 def test_titles_give_one_fact_per_short_line() -> None:
@@ -79,10 +80,9 @@ def test_titles_give_one_fact_per_short_line() -> None:
     18 px would run into its neighbour's (tests/test_browser_grid.py measures it)."""
     titles = [a.text for a in figures.grid_figure(cells()).layout.annotations]
     assert titles[0].split("<br>") == ["β·k = 0.1", "p = 0.90", "10,000 bits"]
-    assert titles[4].split("<br>")[1:] == [f'<span style="color:#c62828">{figures.LOST_CLASS_MARK}</span>',
-                                           "p = 0.00", "1 bits"]
+    assert titles[4].split("<br>") == ["β·k = 1000", "p = 0.00", "1 bits"]  # "class lost" is on its square
     assert titles[5].split("<br>")[0] == "stem" and titles[5].split("<br>")[-1].startswith("max ")
-    lines = [line for t in titles for line in t.split("<br>") if not line.startswith("<span")]
+    lines = [line for t in titles[:8] for line in t.split("<br>")]
     assert max(len(line) for line in lines) <= figures._TITLE_LINE_CHARS
 
 
@@ -110,10 +110,51 @@ def test_presentation_zoom_makes_the_maps_larger() -> None:
     assert large == pytest.approx(1.3 * normal, rel=0.05)
 
 
-def test_lost_class_is_marked_in_its_cell_title_only() -> None:
-    titles = [a.text for a in figures.grid_figure(cells()).layout.annotations]
-    marked = [i for i, t in enumerate(titles) if figures.LOST_CLASS_MARK in t]
-    assert marked == [4] and titles[4].startswith("β·k = 1000")
+@pytest.mark.parametrize("shared_scale", [True, False])
+def test_a_lost_class_is_a_grey_square_that_says_so(shared_scale: bool) -> None:
+    """β·k = 1000 lost the class: in place of its map (drained of the class: near black on the row's scale) a
+    light grey hatched square of the map's size, off every colour scale, with "class lost" on it; no title says it."""
+    grid = cells()
+    fig = figures.grid_figure(grid, shared_scale=shared_scale)
+    square = fig.data[4]
+    assert square.coloraxis is None and square.showscale is False
+    colours = [colour for _, colour in square.colorscale]
+    assert set(colours) == set(figures.LOST_CELL_GREYS)
+    assert all(sum(int(c[i:i + 2], 16) for i in (1, 3, 5)) / 3 > 180 for c in colours)  # light, never black
+    z = np.asarray(square.z)
+    assert z.shape == np.asarray(fig.data[0].z).shape and set(np.unique(z)) == {0, 1}  # stripes, map-sized
+    marks = [a for a in fig.layout.annotations if a.text == figures.LOST_CLASS_MARK]
+    assert len(marks) == 1 and (marks[0].xref, marks[0].yref) == ("x5 domain", "y5 domain")
+    assert marks[0].font.size >= figures.GRID_FONT_PX
+    assert not any(figures.LOST_CLASS_MARK in a.text for a in fig.layout.annotations[:8])
+    assert "discarded the class" in square.hovertemplate
+    # The row's scale is its maps' (the lost map, not drawn, does not set it).
+    if shared_scale:
+        assert fig.layout.coloraxis.cmax == max(float(np.max(t.z)) for t in fig.data[:4])
+
+
+def test_a_lost_cell_in_the_layer_row_leaves_the_row_bar_to_a_map() -> None:
+    grid = cells()
+    grid[-1].lost_class = True  # the row's last cell, which carried the row's colour bar
+    fig = figures.grid_figure(grid)
+    layer = fig.data[5:]
+    assert [bool(t.showscale) for t in layer] == [False, True, False]
+    assert not fig.layout.annotations[7].text.split("<br>")[-1].startswith("max ")  # no scale, no maximum
+
+
+def test_a_filling_grid_keeps_the_full_grids_columns() -> None:
+    """While the grid fills, the columns stay those of the finished grid: the first cells do not take the
+    whole width, and titles do not move (or run into each other) as cells arrive."""
+    first = figures.grid_figure(cells()[:2], ncols=5)
+    full = figures.grid_figure(cells(), ncols=5)
+    assert first.layout.xaxis2.domain == full.layout.xaxis2.domain
+    assert first.layout.height == full.layout.height
+    assert figures.grid_figure(cells()[:2]).layout.xaxis2.domain != full.layout.xaxis2.domain
+
+
+def test_cell_px_sets_the_map_size() -> None:
+    small, large = (figures.grid_figure(cells(), cell_px=px).layout.height for px in (250, 300))
+    assert large - small == 2 * 50
 
 
 def test_a_partly_filled_grid_scales_what_is_there() -> None:
