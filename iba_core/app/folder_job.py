@@ -173,7 +173,7 @@ def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: s
 def _image_folder(source: str, trust: Trust) -> Path:
     if not (source or "").strip():
         raise UserError("Type the image folder on the server to run on.")
-    folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder")
+    folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder", folder=True)
     if not folder.is_dir():
         raise UserError(f"The image folder {folder} does not exist.")
     return folder
@@ -196,7 +196,7 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         raise UserError("Type the run folder on the server to write the results to.")
     if limit is not None and limit < 1:
         raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
-    out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder")
+    out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
     methods = _checked_methods(shared, method_keys, layer)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)

@@ -308,7 +308,7 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str | None
     if new.folder_path.strip():
         check_server_path(Path(new.folder_path.strip()).expanduser(), trust, what="model folder")
     if new.stats_images.strip():
-        check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder")
+        check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder", folder=True)
     name = new.name.strip()
     if not NAME_PATTERN.match(name):
         raise ModelCardError("Give the network a name of letters, digits, '-', '_' or '.' (up to 64, no spaces), "

@@ -81,7 +81,7 @@ from torch import nn
 from ..errors import UserError
 from ..images import MAX_BANDS, ImageError, check_display_bands
 from ..heads import HEADS, check_fits, output_count
-from ..trust import LOCAL, Trust, check_code, check_inside, shown
+from ..trust import LOCAL, Trust, check_card_images, check_code, check_inside, shown
 from .model_size import WeightsCheck, build_seeded, check_size
 from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, derive_spec,
                    fit_channels, input_channels_of, unknown_layer_error)
@@ -179,11 +179,12 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
             raise ModelCardError(f"In the model card {path}, {name} must be a table ([{name}]).")
         return value
 
-    def file(name: str, *, folder: bool = False) -> Path | None:
+    def file(name: str, *, folder: bool = False, images: bool = False) -> Path | None:
         value = text(name)
         if value is None:
             return None
-        target = check_inside(value, path.parent, trust, what=f"{name} path")
+        check = check_card_images if images else check_inside  # images for statistics: where typed folders may be
+        target = check(value, path.parent, trust, what=f"{name} path")
         if not (target.is_dir() if folder else target.is_file()):
             kind = "folder" if folder else "file"
             raise ModelCardError(f"The model card {path} names the {name} {kind} {value}, "
@@ -239,7 +240,7 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
                              f"{shown(head, 20)!r}.")
     card = ModelCard(
         path=path.resolve(), name=text("name") or default_card_name(path), arch=arch, weights=file("weights"),
-        classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
+        classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True, images=True),
         title=text("title"), arch_args=arch_args, preprocess=preprocess, head=head, channels=channels,
         display_bands=display_bands,
     )
