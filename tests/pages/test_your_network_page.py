@@ -398,3 +398,22 @@ def test_an_app_serving_other_machines_refuses_the_folder_naming_the_one_setting
     assert "IBA_DATA_DIRS" in errors[0] and "IBA_TRUST_CODE" not in errors[0] and "pload" not in errors[0]
     assert sorted(p.name for p in models.iterdir()) == listing  # nothing added, nothing run on other statistics
     assert not at.success
+    assert "image folder for the statistics elsewhere is read once the app's owner names it" in \
+        " ".join(c.value for c in at.caption)
+
+
+def test_a_folder_typed_for_the_weights_file_says_to_choose_the_file_inside_it(open_page, models, state_dict_bytes,
+                                                                             tmp_path, served_at, monkeypatch) -> None:
+    monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
+    served_at("localhost")
+    chosen = tmp_path / "checkpoints"
+    chosen.mkdir()
+    (chosen / "best.safetensors").write_bytes(b"")
+    (chosen / "last.pth").write_bytes(b"")
+    at = fill_form(open_page("per_sample"), "lesions", ("model.pth", state_dict_bytes), CLASSES,
+                   weights_path=str(chosen))
+    assert_clean(at)
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"{chosen} is a folder; choose the weights file inside it (best.safetensors, last.pth)."), errors
+    assert not (models / "lesions").exists()
