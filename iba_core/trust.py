@@ -7,6 +7,9 @@ its owner (like Hugging Face's `trust_remote_code`, which the same setting gates
 comes with its own modelling code). The paths a card names stay inside the card's folder
 (symlinks resolved first) unless outside paths are allowed (the same setting: `--trust-code`,
 `IBA_TRUST_CODE=1`) or, in the app, they lead into one of its owner's folders (the models folder, IBA_DATA_DIRS).
+A card's image folder for feature statistics (`stats_images`), read as images and nothing else, also goes wherever
+its reader may type a folder (`check_card_images`): on the command line and in an app on localhost alone, the
+owner's folders are theirs.
 
     Trust.local(code=args.trust_code)        # the command line and Python: the local user's typed paths;
                                              # card code and card paths outside its folder only with code
@@ -39,6 +42,9 @@ OUTSIDE_APP_HINT = (f"The app reads such paths only when its owner sets {setting
 #: How the app allows a typed path on its machine.
 SERVER_APP_HINT = (f"Upload a file instead; a folder is read once the app's owner names it (or a folder above it) "
                    f"in {settings.DATA_DIRS_ENV}.")
+#: How the app allows a folder on its machine that cannot be uploaded instead (images, a run): the one setting.
+FOLDER_APP_HINT = (f"The app reads it once its owner names that folder (or a folder above it) in "
+                   f"{settings.DATA_DIRS_ENV}.")
 #: The longest part of a path or name a message repeats.
 SHOWN_CHARS = 80
 
@@ -51,7 +57,8 @@ class NotTrustedError(UserError):
 class Trust:
     """What may happen: run code from model cards (`code`), follow card paths outside the card's folder
     (`outside_paths`; else only into `card_folders`, the owner's named folders), and read typed paths on this
-    machine (`server_paths`: allowed folders, or ANY; ANY never lets a card's path out of its folder)."""
+    machine (`server_paths`: allowed folders, or ANY; ANY lets no card's path out of its folder but its image
+    folder for statistics, `check_card_images`)."""
 
     code: bool = False
     outside_paths: bool = False
@@ -140,12 +147,29 @@ def check_inside(path: str | os.PathLike, root: str | os.PathLike, trust: Trust,
                           "not read.", cli_hint=OUTSIDE_CLI_HINT, app_hint=OUTSIDE_APP_HINT)
 
 
-def check_server_path(path: str | os.PathLike, trust: Trust, *, what: str = "path") -> Path:
-    """`path` resolved (symlinks first) when `trust` lets it be read, else a refusal saying what to do."""
+def check_server_path(path: str | os.PathLike, trust: Trust, *, what: str = "path", folder: bool = False) -> Path:
+    """`path` resolved (symlinks first) when `trust` lets it be read, else a refusal saying what to do (`folder`: a
+    folder no upload can stand for, so the hint names only the setting that allows it)."""
     resolved = _resolved(Path(path))
     if server_path_allowed(resolved, trust):
         return resolved
     folders = ", ".join(shown(p) for p in trust.server_paths) if trust.server_paths != ANY else ""
     raise NotTrustedError(
         f"The {what} {shown(path)} is outside the folders this app may read ({folders or 'none'}), so it is not "
-        "read.", app_hint=SERVER_APP_HINT)
+        "read.", app_hint=FOLDER_APP_HINT if folder else SERVER_APP_HINT)
+
+
+def check_card_images(path: str | os.PathLike, root: str | os.PathLike, trust: Trust, *,
+                      what: str = "stats_images path") -> Path:
+    """A model card's image folder (`stats_images`), resolved: unlike the card's other paths it is read as images
+    for feature statistics and nothing else, so it may also lie wherever the reader may read a folder it types
+    (`trust.server_paths`: anywhere for the command line's user and for an app that listens on this machine
+    alone, whose visitor is its owner; else the owner's folders). Refused with the one setting that allows it."""
+    root = _resolved(Path(root))
+    resolved = _resolved(root / Path(path).expanduser())
+    if (_inside(resolved, root) or trust.outside_paths or server_path_allowed(resolved, trust)
+            or any(_inside(resolved, folder) for folder in trust.card_folders)):
+        return resolved
+    raise NotTrustedError(f"The {what} {shown(path)} leads outside the model card's folder {shown(root)} and the "
+                          "folders this app may read, so its images are not read.",
+                          cli_hint=OUTSIDE_CLI_HINT, app_hint=FOLDER_APP_HINT)

@@ -4,6 +4,8 @@ class means and the clusters of similar maps, open an image on the Per-Sample pa
 The logic lives in iba_core.app.dataset; this page gathers input and draws."""
 from __future__ import annotations
 
+import uuid
+
 import pandas as pd
 import streamlit as st
 
@@ -27,6 +29,8 @@ CLASS_CACHE_KEY = "_ds_class_views"
 HIGHLIGHTS_KEY = "_ds_highlights"
 #: Thumbnails per highlight on the first screen.
 HIGHLIGHT_THUMBS = 8
+#: The last "Estimate time" of this session, and its name for the folder runs it starts.
+ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
@@ -75,13 +79,14 @@ def start_section() -> None:
     with st.expander("Start a run on a folder of the server", icon=":material/play_circle:"):
         st.caption("The network comes from the menu below; the run goes on in the background (one per server), a "
                    "few images at a time, so this and other pages stay usable. A run folder that exists is resumed: "
-                   "what is done is skipped.")
+                   "what is done is skipped. *Estimate time* times one image first. " + ds.GPU_ROAD)
         shared = network_picker()
         if shared is None:
             return
         network = shared.network
         names = display_names()
-        with st.form("ds_start_form", border=False):
+        # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
+        with st.form("ds_start_form", border=False, enter_to_submit=False):
             c1, c2 = st.columns(2)
             source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
             out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
@@ -93,12 +98,36 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
-            pressed = st.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
+            b1, b2 = st.columns(2)
+            estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
+                                             help="Time one image of the folder with these methods now.")
+            pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
+        limit = None if limit is None else int(limit)
+        if estimate:
+            with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
+                st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
+                                                                   trust=trust).text()
+        if st.session_state.get(ESTIMATE_KEY):
+            st.info(plain(st.session_state[ESTIMATE_KEY]), icon=":material/timer:")
         if pressed:
+            before = ds.current_job()
             with shown_errors():
-                ds.start_folder_job(shared, source, out, methods, layer, None if limit is None else int(limit),
-                                    trust=trust)
-                st.session_state[PATH_KEY + "_next"] = out
+                try:
+                    job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
+                                              owner=session_owner())
+                except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
+                    st.info(plain(busy.message), icon=":material/hourglass_top:")
+                    return
+                if job is before and job.running:  # the user's own run: its progress is shown below
+                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is below.",
+                            icon=":material/hourglass_top:")
+                else:
+                    st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
+
+
+def session_owner() -> str:
+    """This browser session's name for the folder runs it starts (its own run shows as progress, not a refusal)."""
+    return st.session_state.setdefault(OWNER_KEY, uuid.uuid4().hex)
 
 
 def job_section() -> None:
@@ -106,14 +135,16 @@ def job_section() -> None:
     job = ds.current_job()
     if job is None:
         return
+    mine = job.owner is None or job.owner == st.session_state.get(OWNER_KEY)
+    whose = "Your folder run" if mine else "Another session's folder run"
 
     @st.fragment(run_every=POLL_S if job.running else None)
     def status() -> None:
         done, total, _ = job.progress()
         if job.running:
-            st.progress(done / max(total, 1), text=f"Folder run into {plain(job.run_dir)}: "
-                        f"{plain(ds.job_text(job))}")
-            if st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
+            st.progress(done / max(total, 1), text=f"{whose} into {plain(job.run_dir)}: {plain(ds.job_text(job))}")
+            st.caption(ds.GPU_ROAD)
+            if mine and st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
                 job.cancel()
         elif job.error:
             st.error(f"The folder run into {plain(job.run_dir)} stopped: {plain(job.error)}",

@@ -18,8 +18,6 @@ bounded cache of uploads) and the link names it by its digest, as a link to an u
 from __future__ import annotations
 
 import math
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -36,12 +34,13 @@ from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
 from . import links
-from .error_log import error_text
+from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here
+    PAGE_BATCH_IMAGES, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text, start_folder_job,
+    time_one_image,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .state import SharedModel
 
 #: Images per gallery view (a page of the gallery).
 GALLERY_PAGE = 12
@@ -553,125 +552,6 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
     return dataset_report_html(summary, classes, flagged_cells, stands_out).encode("utf-8")
 
 
-# ---- a folder run in the background ---------------------------------------------------------------
-
-
-class FolderJob:
-    """A folder run on a background thread: `run_folder` a few images at a time, each batch under the shared
-    network's lock (other pages get their turn between batches), then the table (`finish_run`). The page polls
-    `progress()`; `cancel()` stops after the batch running."""
-
-    def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
-                 batch: int):
-        self.shared, self.source, self.run_dir = shared, source, run_dir
-        self.methods, self.limit, self.batch = methods, limit, batch
-        self.done, self.total, self.label = 0, 0, "listing the images…"
-        self.error: str | None = None
-        self.started, self.finished = time.time(), None
-        self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="iba-folder-run", daemon=True)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def progress(self) -> tuple[int, int, str]:
-        """(images done, images in all, what runs now)."""
-        return self.done, self.total, self.label
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the run to end; whether it has."""
-        self._thread.join(timeout)
-        return not self.running
-
-    def _work(self) -> None:
-        from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
-
-        try:
-            network = self.shared.network
-            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
-                                       categories=network.categories)
-            self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch)
-            for start in range(0, len(items), self.batch):
-                if self._cancel.is_set():
-                    self.label = "stopped"
-                    break
-                chunk = items[start:start + self.batch]
-
-                def progress(done: int, total: int, label: str, _start=start, _n=len(chunk)) -> None:
-                    self.label = f"images {_start + 1}–{_start + _n}: {label}" if _n > 1 else label
-
-                with self.shared.busy():
-                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress,
-                               check=start == 0)  # dead writers' files and damaged parts: once per job
-                self.done = start + len(chunk)
-            self.label = "writing the table…"
-            finish_run(self.run_dir)
-            self.label = "stopped" if self._cancel.is_set() else "finished"
-        except Exception as err:  # noqa: BLE001 - told on the page in one sentence; the thread ends
-            self.error = error_text(err)  # a bug is logged with its traceback, and said to be one
-        finally:
-            self.finished = time.time()
-
-
-#: Images per batch of the page's background run: fewer than the CLI's (BATCH_IMAGES), so the progress moves every
-#: few seconds on a CPU and other pages get the network between batches; a GPU run belongs to the CLI anyway.
-PAGE_BATCH_IMAGES = 2
-
-_JOB: FolderJob | None = None
-_JOB_LOCK = threading.Lock()
-
-
-def current_job() -> FolderJob | None:
-    """The server's folder run (running or the last one), or None."""
-    return _JOB
-
-
-def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
-                     layer: str | None = None, limit: int | None = None, *, trust: Trust,
-                     batch: int | None = None) -> FolderJob:
-    """Start a folder run of `source` into `run_dir` with the shared network: one per server at a time (a
-    second is refused with a sentence); both paths checked against `trust`; the methods checked before any
-    work (a bottleneck method at `layer`)."""
-    from ..methods import get_method
-
-    global _JOB
-    if not (source or "").strip():
-        raise UserError("Type the image folder on the server to run on.")
-    if not (run_dir or "").strip():
-        raise UserError("Type the run folder on the server to write the results to.")
-    if not method_keys:
-        raise UserError("Choose at least one attribution method.")
-    if limit is not None and limit < 1:
-        raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
-    folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder")
-    if not folder.is_dir():
-        raise UserError(f"The image folder {folder} does not exist.")
-    out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder")
-    methods = []
-    for key in method_keys:
-        method = get_method(key)
-        if method.needs_stats and layer:
-            method = get_method(key, layer=layer)
-        reason = method.available_for(shared.network)
-        if reason:
-            raise UserError(f"{method.name} cannot run on this network: {reason}")
-        methods.append(method)
-    with _JOB_LOCK:
-        if _JOB is not None and _JOB.running:
-            done, total, _ = _JOB.progress()
-            raise UserError(f"A folder run is going on this server already ({done} of {total} images, into "
-                            f"{_JOB.run_dir}); one runs at a time.", app_hint="Wait for it to finish.")
-        out.mkdir(parents=True, exist_ok=True)
-        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES)
-        _JOB._thread.start()
-        return _JOB
-
-
 def label_note(table) -> str:
     """A sentence when no row of the run has a label ("" otherwise): then nothing is correct or incorrect, and each
     image explains the network's top-1 (or the run's fixed target)."""
@@ -683,16 +563,9 @@ def label_note(table) -> str:
             "class names, indices or WordNet ids; folder names the network does not know are not read as labels.")
 
 
-def job_text(job: FolderJob) -> str:
-    """The job's progress as one line: 'N / M images · label · S s', with the time to go once an image is done
-    (at the rate so far)."""
-    done, total, label = job.progress()
-    seconds = (job.finished or time.time()) - job.started
-    left = f" · about {seconds / done * (total - done):.0f} s to go" if 0 < done < total and not job.finished else ""
-    return f"{done} / {total} images · {label} · {seconds:.0f} s{left}"
-
-
-__all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "GALLERY_PAGE", "GalleryCell", "RowFilter",
-           "class_targets", "class_view", "cluster_words", "highlight_rows", "highlights", "layer_text", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery",
-           "image_thumbnail", "job_text", "label_note", "map_png", "open_run_folder", "page_scale", "per_sample_link",
-           "report_html", "result_rows", "run_line", "thumbnails_on_one_scale", "with_flags", "start_folder_job", "table_csv", "table_parquet", "value_range"]
+__all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE",
+           "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
+           "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
+           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "open_run_folder",
+           "page_scale", "per_sample_link", "report_html", "result_rows", "run_line", "start_folder_job", "table_csv",
+           "table_parquet", "thumbnails_on_one_scale", "time_one_image", "value_range", "with_flags"]

@@ -38,6 +38,7 @@ from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, ch
 from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
 from ..networks.model_folders import read_folder
 from ..networks.spec import UnknownModelError
+from ..networks.state_files import WEIGHTS_SUFFIXES, folder_given_error
 from ..networks.timm_models import PREFIX as TIMM_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
@@ -66,7 +67,6 @@ FOLDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MODEL_SUBFOLDER = "model"
 #: How many class names the preview lists.
 PREVIEW_CLASSES = 5
-WEIGHTS_SUFFIXES = (".pth", ".pt", ".safetensors")
 CLASS_SUFFIXES = (".txt", ".json", ".csv")
 #: A network's name: its folder, its card's file name and its key (card:<name>).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -305,10 +305,12 @@ def _check(new: NewNetwork, folder: Path, trust: Trust) -> tuple[str, str | None
     what to change. Paths on this machine are checked against `trust` before anything is read from them."""
     if new.weights is not None and new.weights.path is not None:
         check_server_path(new.weights.path, trust, what="weights file")
+        if Path(new.weights.path).expanduser().is_dir():  # a folder typed where the file goes: which to choose
+            raise folder_given_error(Path(new.weights.path).expanduser(), shown_as=new.weights.path)
     if new.folder_path.strip():
         check_server_path(Path(new.folder_path.strip()).expanduser(), trust, what="model folder")
     if new.stats_images.strip():
-        check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder")
+        check_server_path(Path(new.stats_images.strip()).expanduser(), trust, what="image folder", folder=True)
     name = new.name.strip()
     if not NAME_PATTERN.match(name):
         raise ModelCardError("Give the network a name of letters, digits, '-', '_' or '.' (up to 64, no spaces), "

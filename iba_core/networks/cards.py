@@ -81,11 +81,11 @@ from torch import nn
 from ..errors import UserError
 from ..images import MAX_BANDS, ImageError, check_display_bands
 from ..heads import HEADS, check_fits, output_count
-from ..trust import LOCAL, Trust, check_code, check_inside, shown
+from ..trust import LOCAL, Trust, check_card_images, check_code, check_inside, shown
 from .model_size import WeightsCheck, build_seeded, check_size
 from .spec import (CROP, IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS, RESIZE, NetworkSpec, derive_spec,
                    fit_channels, input_channels_of, unknown_layer_error)
-from .state_files import WeightsMismatchError, fit_state_dict, read_weights, weights_hash
+from .state_files import WeightsMismatchError, fit_state_dict, folder_given, read_weights, weights_hash
 from .state_match import source_hint
 
 CARD_PREFIX = "card:"
@@ -179,11 +179,15 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
             raise ModelCardError(f"In the model card {path}, {name} must be a table ([{name}]).")
         return value
 
-    def file(name: str, *, folder: bool = False) -> Path | None:
+    def file(name: str, *, folder: bool = False, images: bool = False) -> Path | None:
         value = text(name)
         if value is None:
             return None
-        target = check_inside(value, path.parent, trust, what=f"{name} path")
+        check = check_card_images if images else check_inside  # images for statistics: where typed folders may be
+        target = check(value, path.parent, trust, what=f"{name} path")
+        if not folder and target.is_dir():  # a folder where the file is expected: which file to choose
+            raise ModelCardError(f"The model card {path} names the {name} file {shown(value)}, which "
+                                 f"{folder_given(target, f'{name} file')}.")
         if not (target.is_dir() if folder else target.is_file()):
             kind = "folder" if folder else "file"
             raise ModelCardError(f"The model card {path} names the {name} {kind} {value}, "
@@ -239,7 +243,7 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
                              f"{shown(head, 20)!r}.")
     card = ModelCard(
         path=path.resolve(), name=text("name") or default_card_name(path), arch=arch, weights=file("weights"),
-        classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True),
+        classes=file("classes"), layer=text("layer"), stats_images=file("stats_images", folder=True, images=True),
         title=text("title"), arch_args=arch_args, preprocess=preprocess, head=head, channels=channels,
         display_bands=display_bands,
     )
@@ -577,7 +581,8 @@ def _folder_card(card: ModelCard, classes: list[str] | None, weights, *, trust: 
 
     # read_card has held the folder to the card's path rule (inside its folder unless `trust` allows outside).
     spec, model, weights_id, categories = load_folder(card.model_folder, weights, trust_pickle=trust_pickle,
-                                                      trust=replace(trust, server_paths=ANY))
+                                                      trust=replace(trust, server_paths=ANY),
+                                                      name=card.title or card.name)  # its name, not "model"
     title = shown(card.title or f"{card.name} (model card)")
     if classes is not None:
         outputs = _output_size(model, spec.crop)

@@ -362,12 +362,14 @@ def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int |
 
 
 def load_hf_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike | None, weights_id: str, *,
-                   trust: Trust = LOCAL, trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+                   trust: Trust = LOCAL, trust_pickle: bool = False,
+                   name: str | None = None) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model, weights id, class names) of a folder transformers' `save_pretrained` wrote (`model_folders`):
     config.json (model_type, id2label), its weights ("pretrained": the folder's model.safetensors or
     pytorch_model.bin, whose hash is `weights_id`; "random"; or a state-dict file), optionally
-    preprocessor_config.json."""
-    title = f"{folder.name} ({config.get('model_type', '?')}, Hugging Face folder)"
+    preprocessor_config.json. name: how messages name it (what the user typed or chose; default the folder's
+    name)."""
+    title = f"{name or folder.name} ({config.get('model_type', '?')}, Hugging Face folder)"
     check_no_code(config, f"The model folder {shown(folder)}", trust)
     processor_file = folder / "preprocessor_config.json"
     processor = read_json(processor_file, "the image processor's config") if processor_file.is_file() else None

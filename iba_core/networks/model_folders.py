@@ -132,10 +132,12 @@ def check_weights_files(folder: Path, found: Path, *, trust_pickle: bool = False
 
 
 def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *, trust_pickle: bool = False,
-                trust: Trust = LOCAL) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+                trust: Trust = LOCAL, name: str | None = None) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model with its weights, weights id, class names) of a model folder (see the module docstring).
 
-    weights: "pretrained" (the folder's own file), "random", or a state-dict file instead of the folder's."""
+    weights: "pretrained" (the folder's own file), "random", or a state-dict file instead of the folder's.
+    name: how messages (e.g. a model too large) name it: what the user typed or chose, such as the model card's
+    name for its folder (default: the folder's name)."""
     folder, layout, config = read_folder(key, trust)
     weights_id = "random"
     if weights in (None, "pretrained"):
@@ -153,8 +155,8 @@ def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pre
     if layout == "timm":
         from .timm_models import load_timm_folder
 
-        return load_timm_folder(folder, config, folder_key(folder), weights, trust_pickle=trust_pickle)
+        return load_timm_folder(folder, config, folder_key(folder), weights, trust_pickle=trust_pickle, name=name)
     from .hf_models import load_hf_folder
 
     return load_hf_folder(folder, config, folder_key(folder), weights, weights_id, trust=trust,
-                          trust_pickle=trust_pickle)
+                          trust_pickle=trust_pickle, name=name)

@@ -94,8 +94,32 @@ def unsafe_pickle_error(path: str | os.PathLike) -> UnsafeWeightsError:
         app_hint="Then use the saved file.")
 
 
+#: How a weights file's name ends (a state_dict saved by torch.save, or safetensors).
+WEIGHTS_SUFFIXES = (".pth", ".pt", ".safetensors")
+
+
+def folder_given(path: str | os.PathLike, what: str = "weights file") -> str:
+    """The words for a folder given where a file is expected: 'is a folder; choose the weights file inside it (…)',
+    naming the weights files it holds (at most three), else what such a file is called."""
+    try:
+        inside = sorted(p.name for p in Path(path).iterdir() if p.suffix.lower() in WEIGHTS_SUFFIXES)
+    except OSError:
+        inside = []
+    holds = (f"{', '.join(shown(n, 40) for n in inside[:3])}{', …' if len(inside) > 3 else ''}" if inside
+             else f"a {', '.join(WEIGHTS_SUFFIXES)} file")
+    return f"is a folder; choose the {what} inside it ({holds})"
+
+
+def folder_given_error(path: str | os.PathLike, shown_as: object = None) -> WeightsUnavailableError:
+    """A folder given where the weights file is expected, in one sentence (shown_as: the path as the user typed or
+    chose it; default `path`)."""
+    return WeightsUnavailableError(f"{shown(shown_as if shown_as is not None else path)} {folder_given(path)}.")
+
+
 def _checked_file(path: str | os.PathLike) -> Path:
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise folder_given_error(path)
     if not path.is_file():
         raise WeightsUnavailableError(f"Weights file not found: {path}")
     return path

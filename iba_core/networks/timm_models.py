@@ -64,13 +64,15 @@ def timm_name(key: str) -> str:
     raise UnknownModelError(f"timm has no model {shown(name)!r}; {named}.")
 
 
-def build_timm(name: str, weights_check: WeightsCheck | None = None, **kwargs: Any) -> nn.Module:
+def build_timm(name: str, weights_check: WeightsCheck | None = None, *, title: str | None = None,
+               **kwargs: Any) -> nn.Module:
     """timm's `name` with untrained weights (seeded, `model_size.build_seeded`: refused above the model-size cap, and
-    `weights_check`'s file checked against it, before it is built); kwargs go to `timm.create_model`."""
+    `weights_check`'s file checked against it, before it is built); kwargs go to `timm.create_model`. title: how
+    a refusal names it (default `name`)."""
     import timm
 
     try:
-        return build_seeded(lambda: timm.create_model(name, pretrained=False, **kwargs), title=name,
+        return build_seeded(lambda: timm.create_model(name, pretrained=False, **kwargs), title=title or name,
                             input_size=lambda model: int(model.pretrained_cfg.get("input_size", (3, 224))[-1]),
                             channels=input_channels, weights_check=weights_check)
     except (TypeError, ValueError, RuntimeError, AssertionError) as err:
@@ -189,7 +191,7 @@ def load_timm(key: str, weights: str | os.PathLike | None = "pretrained", *, tru
     """(spec, model with its weights, weights id, class names) of `timm:NAME`."""
     name = timm_name(key)
     title = f"{name} (timm)"
-    model = build_timm(name, WeightsCheck.of(weights, trust_pickle))
+    model = build_timm(name, WeightsCheck.of(weights, trust_pickle), title=PREFIX + name)  # the key as typed
     if weights == "random":
         weights_id = "random"
     else:
@@ -212,22 +214,23 @@ def card_arch(arch: str, kwargs: dict, classes: list[str] | None, outputs: int |
     say), preprocessing, class names and layers from timm's configuration."""
     if classes is not None:
         kwargs.setdefault("num_classes", outputs)
-    model = build_timm(timm_name(arch), weights_check, **kwargs)
+    model = build_timm(timm_name(arch), weights_check, title=arch, **kwargs)  # the card's arch, as written
     return CardArch(model, preprocessing_of(model), categories_of(model),
                     blocks=lambda crop: layer_names(model, crop))  # read once the weights are in
 
 
-def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike, *,
-                     trust_pickle: bool = False) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+def load_timm_folder(folder: Path, config: dict, key: str, weights: str | os.PathLike, *, trust_pickle: bool = False,
+                     name: str | None = None) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model, weights id, class names) of a folder timm's `save_for_hf` wrote (`model_folders`): config.json
     (architecture, num_classes, model_args, pretrained_cfg with preprocessing and label names) gives the model,
-    `weights` (the folder's model.safetensors, another state-dict file, or "random") its weights."""
+    `weights` (the folder's model.safetensors, another state-dict file, or "random") its weights. name: how
+    messages name it (what the user typed or chose; default the folder's name)."""
     arch = config.get("architecture")
     timm_name(str(arch))  # a clear error for an architecture this timm does not have
-    title = f"{folder.name} ({arch}, timm folder)"
+    title = f"{name or folder.name} ({arch}, timm folder)"
     check = WeightsCheck.of(weights, trust_pickle)
     # timm reads config.json: architecture, model_args, pretrained_cfg
-    model = build_timm(f"local-dir:{folder}", check)
+    model = build_timm(f"local-dir:{folder}", check, title=title)
     weights_id = "random"
     if weights != "random":
         weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)

@@ -262,6 +262,8 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
             out.append(({**row, "error": error_text(result)}, None))
             continue
         values, extra = np.asarray(result.values, dtype=np.float32), result.extra
+        # seconds per image: a batched call's time split over its images (`Method._run`), so a column sum is the
+        # method's time for the run, and a row is comparable across batch sizes
         row.update(seconds=float(result.seconds), precision=str(extra.get("precision", "fp32")), error=None,
                    **map_measures(values, b.box))
         if is_bits_method(method):

@@ -127,7 +127,8 @@ def _server_paths_note(trust: Trust) -> str:
         return "Paths below are read on this machine (the app listens on it alone)."
     folders = ", ".join(f"`{p}`" for p in trust.server_paths)
     return (f"Paths typed below are read only inside {folders} (the models folder and IBA_DATA_DIRS); "
-            "elsewhere, upload the file.")
+            "elsewhere, upload the file. An image folder for the statistics elsewhere is read once the app's owner "
+            "names it (or a folder above it) in IBA_DATA_DIRS.")
 
 
 def _new_network(form: dict[str, Any]) -> NewNetwork:

@@ -14,6 +14,7 @@ from run_fixtures import load_card, write_card, write_folder_with_bad_files  # n
 
 from iba_core import open_run  # noqa: E402
 from iba_core.app import dataset as ds  # noqa: E402
+from iba_core.app import folder_job  # noqa: E402
 from iba_core.app.state import SharedModel  # noqa: E402
 from iba_core.errors import UserError  # noqa: E402
 from iba_core.runs.store import as_table  # noqa: E402
@@ -57,21 +58,24 @@ def test_a_run_without_labels_says_so_once():
     assert ds.label_note(labelled) == ""
 
 
-def test_job_text_gives_the_time_to_go_at_the_rate_so_far():
+def test_job_text_gives_the_time_left_at_the_pace_of_the_last_batch():
     class Job:
         started, finished = 100.0, None
 
         def progress(self):
             return 2, 8, "images 3–4: b.png"
 
+        def seconds_per_image(self):
+            return 5.0  # the last batch: 5 s per image, so 6 left take about 30 s
+
     import time as clock
 
     job = Job()
-    job.started = clock.time() - 10.0  # 2 images in 10 s: 6 left take about 30 s
+    job.started = clock.time() - 10.0
     text = ds.job_text(job)
-    assert text.startswith("2 / 8 images · images 3–4: b.png · 10 s") and "about 30 s to go" in text
+    assert text.startswith("2 / 8 images · images 3–4: b.png · 10 s") and "about 30 s left" in text
     job.finished = job.started + 40.0
-    assert "to go" not in ds.job_text(job)
+    assert "left" not in ds.job_text(job)
 
 
 def test_map_png_states_its_scale_below_the_map():
@@ -126,11 +130,12 @@ def test_a_background_run_is_refused_outside_the_allowed_folders_and_while_anoth
         def progress(self):
             return 3, 10, "x"
 
-    monkeypatch.setattr(ds, "_JOB", Running())
+    monkeypatch.setattr(folder_job, "_JOB", Running())
     anywhere = Trust(server_paths=(tmp_path.resolve(),))
-    with pytest.raises(UserError, match=r"already \(3 of 10 images"):
+    with pytest.raises(UserError, match=r"going on this server \(3 of 10 images"):
         ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), ["saliency"],
                             trust=anywhere)
+    monkeypatch.setattr(folder_job, "_JOB", None)
     with pytest.raises(UserError, match="at least one attribution method"):
         ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), [], trust=anywhere)
 

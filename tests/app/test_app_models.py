@@ -301,12 +301,56 @@ def test_add_network_reads_server_paths_only_inside_allowed_folders(tmp_path, fo
     for fields in ({"weights": FileGiven.local(folder / "fruit.pth")}, {"stats_images": str(folder / "images")}):
         with pytest.raises(NotTrustedError, match="outside the folders this app may read") as err:
             add_network(new_network(state_bytes, **fields), tmp_path / "models")
-        assert settings.DATA_DIRS_ENV in err.value.app_hint and "upload" in err.value.app_hint.lower()
+        assert settings.DATA_DIRS_ENV in err.value.app_hint and settings.TRUST_CODE_ENV not in err.value.app_hint
+        # A file can be uploaded instead; an image folder cannot, so its hint names only the setting.
+        assert ("upload" in err.value.app_hint.lower()) == ("weights" in fields)
     monkeypatch.undo()
     # An app listening on this machine only: its visitor is its owner, any path is read.
     card = add_network(new_network(state_bytes, weights=FileGiven.local(folder / "fruit.pth")), tmp_path / "models",
                        trust=Trust.for_app(localhost=True))
     assert card.is_file()
+
+
+def test_on_loopback_the_owners_statistics_folder_is_read_elsewhere_one_setting_allows_it(
+        tmp_path, folder, state_bytes, monkeypatch) -> None:
+    """Issue #28.7: the expert's own image folder, outside the models folder, as the statistics folder."""
+    from iba_core.app.stats_source import stats_folder, stats_status
+    from iba_core.networks import load_network
+
+    monkeypatch.delenv(settings.DATA_DIRS_ENV, raising=False)
+    monkeypatch.delenv(settings.TRUST_CODE_ENV, raising=False)
+    monkeypatch.setenv(settings.MODELS_DIR_ENV, str(tmp_path / "models"))
+    own = folder / "images"  # the owner's folder: neither the models folder nor an IBA_DATA_DIRS one
+    loopback = Trust.for_app(localhost=True)
+    card = add_network(new_network(state_bytes, stats_images=str(own)), tmp_path / "models", trust=loopback)
+    assert read_card(card, loopback).stats_images == own.resolve()
+    network = load_network(str(card), trust=loopback)
+    assert stats_folder(network) == str(own.resolve())  # the statistics come from it, not the sample photos
+    assert "in the model card's folder" in stats_status(network, network.spec.default_layer)
+    # The command line (the local user) reads the card the app wrote, without --trust-code.
+    assert read_card(card, Trust.local()).stats_images == own.resolve()
+
+    # An app that serves other machines: refused, and nothing falls back to other statistics; the sentence names
+    # the one setting that allows the folder.
+    served = Trust.for_app()
+    with pytest.raises(NotTrustedError, match="leads outside the model card's folder") as err:
+        read_card(card, served)
+    assert err.value.app_hint.count("IBA_") == 1 and settings.DATA_DIRS_ENV in err.value.app_hint
+    with pytest.raises(NotTrustedError, match="outside the folders this app may read") as err:
+        add_network(new_network(state_bytes, name="other", stats_images=str(own)), tmp_path / "models",
+                    trust=served)
+    assert err.value.app_hint.count("IBA_") == 1 and settings.DATA_DIRS_ENV in err.value.app_hint
+    assert not (tmp_path / "models" / "other").exists()
+    # Named by the owner, the folder is read there too.
+    monkeypatch.setenv(settings.DATA_DIRS_ENV, str(folder))
+    assert read_card(card, Trust.for_app()).stats_images == own.resolve()
+    # The card's other paths still stay in its folder on loopback (a class list is shown on the pages).
+    monkeypatch.delenv(settings.DATA_DIRS_ENV)
+    (tmp_path / "cards").mkdir()
+    outside = write_test_card(tmp_path / "cards", name="leaky", weights=None,
+                              classes=str(folder / "classes.txt"))
+    with pytest.raises(NotTrustedError, match="leads outside the model card's folder"):
+        read_card(outside, loopback)
 
 
 # ---- every source in the form: torchvision, timm, Hugging Face, a built-in backbone, a model folder -----------

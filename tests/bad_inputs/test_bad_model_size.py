@@ -92,10 +92,12 @@ def test_the_form_refuses_the_uploaded_giant_folder(tmp_path, monkeypatch) -> No
     folder = giant_folder(tmp_path / "upload")
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
     files = [FileGiven.upload(p.name, p.read_bytes()) for p in sorted(folder.iterdir())]
-    new = NewNetwork(name="giant", source="folder", arch="", weights=None, classes=None, folder_files=files)
-    with pytest.raises(ModelTooLargeError, match="holds at least 51.5 billion parameters"):
+    new = NewNetwork(name="my-giant", source="folder", arch="", weights=None, classes=None, folder_files=files)
+    with pytest.raises(ModelTooLargeError) as err:
         add_network(new, tmp_path / "models", Trust.for_app())
-    assert not (tmp_path / "models" / "giant").exists()
+    # Named as the user named it in the form, not by the folder the form copies the files into ("model").
+    assert str(err.value).startswith("my-giant (vit, Hugging Face folder) holds at least 51.5 billion parameters")
+    assert not (tmp_path / "models" / "my-giant").exists()
 
 
 def test_the_app_says_one_sentence_for_the_giant_folder(open_page, tmp_path) -> None:
@@ -118,7 +120,9 @@ def test_the_giant_timm_name_is_refused_before_it_is_built(monkeypatch, build_de
     devices = build_devices(nn.Linear)
     with pytest.raises(ModelTooLargeError) as err:
         load_network("timm:vit_giant_patch14_224")
-    assert str(err.value).startswith("vit_giant_patch14_224 holds 1.01 billion parameters, more than the 700 million")
+    # named as typed (the key), not by timm's bare name
+    assert str(err.value).startswith("timm:vit_giant_patch14_224 holds 1.01 billion parameters, more than the 700 "
+                                     "million")
     assert devices and set(devices) == {"meta"}  # built on the meta device only: nothing allocated
     message = cli_error(run_cli(["stats", "--model", "timm:vit_giant_patch14_224", "--n", "1"]))
     assert_one_sentence(message)

@@ -260,3 +260,35 @@ def test_an_index_of_shards_inside_the_folder_loads(tmp_path) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
         n: "model-00001-of-00001.safetensors" for n in names}}))
     assert load_network(folder).spec.crop == 64
+
+
+# ---- a folder where the weights file goes (issue #28, the walkthrough) -------------------------------------
+
+
+def test_a_folder_given_as_the_weights_file_says_to_choose_the_file_inside_it(tmp_path, monkeypatch) -> None:
+    chosen = tmp_path / "my-model"
+    chosen.mkdir()
+    torch.save(make_resnet18().state_dict(), chosen / "model.pth")
+    (chosen / "notes.txt").write_text("trained on lesions")
+    # The form's path field: the folder as typed, and the file it holds.
+    monkeypatch.setenv("IBA_MODELS_DIR", str(tmp_path / "models"))
+    new = NewNetwork(name="lesions", arch="resnet18", weights=FileGiven.local(str(chosen)),
+                     classes=FileGiven.upload("classes.txt", "\n".join(CLASSES).encode()))
+    with pytest.raises(WeightsUnavailableError) as err:
+        add_network(new, tmp_path / "models", trust=Trust.for_app(localhost=True))
+    message = str(err.value)
+    assert message == f"{chosen} is a folder; choose the weights file inside it (model.pth)."
+    assert not (tmp_path / "models" / "lesions").exists()
+    # The library and the command line, given the folder for --weights.
+    with pytest.raises(WeightsUnavailableError, match=r"is a folder; choose the weights file inside it \(model\.pth\)"):
+        load_network("torchvision:resnet18", weights=chosen)
+    # A model card naming a folder as its weights: the card, the entry as written, and the files to choose from.
+    (tmp_path / "card").mkdir()
+    empty = tmp_path / "card" / "weights"
+    empty.mkdir()
+    card = card_with(tmp_path / "card", "weights")
+    with pytest.raises(ModelCardError) as err:
+        load_network(card)
+    assert "names the weights file weights, which is a folder; choose the weights file inside it (a .pth, .pt, " \
+           ".safetensors file)." in str(err.value)
+    assert_one_sentence(str(err.value))

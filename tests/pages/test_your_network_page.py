@@ -334,3 +334,86 @@ def test_a_cards_title_and_class_names_show_as_text_not_markdown(open_page, tmp_
     assert labels and all("](http" not in label and "\\[c" in label for label in labels), labels
     captions = [c for im in at.image for c in im.captions if "Top prediction" in c]
     assert captions and all("\\[c" in c and "](http" not in c for c in captions), captions
+
+
+# ---- the owner's statistics folder (issue #28.7) -----------------------------------------------------------
+
+
+@pytest.fixture
+def served_at(monkeypatch):
+    """Set the address the app listens on (Streamlit's server.address, which `app_trust` reads), undone after."""
+    from streamlit import config
+
+    before = config.get_option("server.address")
+
+    def serve(address: str | None) -> None:
+        config.set_option("server.address", address)
+
+    yield serve
+    config.set_option("server.address", before)
+
+
+@pytest.fixture
+def own_images(tmp_path) -> Path:
+    """The expert's own image folder: outside the models folder, not named in IBA_DATA_DIRS."""
+    from PIL import Image
+
+    folder = tmp_path / "my_photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"p{i}.png")
+    return folder
+
+
+def test_on_loopback_the_form_reads_the_owners_statistics_folder(open_page, models, state_dict_bytes, own_images,
+                                                                 served_at, monkeypatch) -> None:
+    monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
+    monkeypatch.delenv("IBA_TRUST_CODE", raising=False)
+    served_at("127.0.0.1")
+    at = open_page("per_sample")
+    assert "read on this machine" in " ".join(c.value for c in at.caption)
+    at = clean(fill_form(at, "expert", ("model.pth", state_dict_bytes), CLASSES, images=str(own_images)))
+    card = models / "expert" / "expert.toml"
+    assert card.is_file() and any("Added expert" in s.value for s in at.success)
+    assert at.selectbox(key="network").value == str(card.resolve())
+    # The statistics come from the folder: the page says so, and no warning about the sample photos.
+    captions = " ".join(c.value for c in at.caption).replace("\\", "")
+    assert f"model card's folder {own_images.resolve()}" in captions
+    assert "offline sample photos" not in warnings(at)
+
+
+def test_an_app_serving_other_machines_refuses_the_folder_naming_the_one_setting(open_page, models,
+                                                                                 state_dict_bytes, own_images,
+                                                                                 served_at, monkeypatch) -> None:
+    monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
+    monkeypatch.delenv("IBA_TRUST_CODE", raising=False)
+    served_at("0.0.0.0")
+    listing = sorted(p.name for p in models.iterdir())
+    at = fill_form(open_page("per_sample"), "expert2", ("model.pth", state_dict_bytes), CLASSES,
+                   images=str(own_images))
+    assert_clean(at)
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and f"{own_images} is outside the folders this app may read" in errors[0], errors
+    assert "IBA_DATA_DIRS" in errors[0] and "IBA_TRUST_CODE" not in errors[0] and "pload" not in errors[0]
+    assert sorted(p.name for p in models.iterdir()) == listing  # nothing added, nothing run on other statistics
+    assert not at.success
+    assert "image folder for the statistics elsewhere is read once the app's owner names it" in \
+        " ".join(c.value for c in at.caption)
+
+
+def test_a_folder_typed_for_the_weights_file_says_to_choose_the_file_inside_it(open_page, models, state_dict_bytes,
+                                                                             tmp_path, served_at, monkeypatch) -> None:
+    monkeypatch.delenv("IBA_DATA_DIRS", raising=False)
+    served_at("localhost")
+    chosen = tmp_path / "checkpoints"
+    chosen.mkdir()
+    (chosen / "best.safetensors").write_bytes(b"")
+    (chosen / "last.pth").write_bytes(b"")
+    at = fill_form(open_page("per_sample"), "lesions", ("model.pth", state_dict_bytes), CLASSES,
+                   weights_path=str(chosen))
+    assert_clean(at)
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"{chosen} is a folder; choose the weights file inside it (best.safetensors, last.pth)."), errors
+    assert not (models / "lesions").exists()

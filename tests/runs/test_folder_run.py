@@ -241,3 +241,29 @@ def test_the_readout_runs_a_chunk_in_one_pass_on_the_offline_network(offline_mod
         np.testing.assert_allclose(run.heatmap(i), alone.values, rtol=2e-3, atol=alone.values.max() * 2e-3)
         assert run.heatmap(i).sum(dtype=np.float64) == pytest.approx(row["total_bits"], rel=1e-4)
         assert np.isnan(row["p_with"]) and row["p_without"] == row["p_target"]
+
+
+def test_seconds_are_per_image_the_batch_time_split_over_its_images(tiny_net, tmp_path, monkeypatch):
+    """A batch of 3 images: the rows' `seconds` add up to about the batch's time, not to 3 × it (issue #28.10)."""
+    write_noise_images(tmp_path / "images", 3)
+    method = iba()
+    batches: list[float] = []
+    compute = type(method)._compute_batch
+
+    def timed(self, network, x, targets):
+        import time
+
+        start = time.perf_counter()
+        try:
+            return compute(self, network, x, targets)
+        finally:
+            batches.append(time.perf_counter() - start)
+
+    monkeypatch.setattr(type(method), "_compute_batch", timed)
+    root, items = list_images(tmp_path / "images", class_index=tiny_net.class_index)
+    run_folder(tiny_net, items, [method], tmp_path / "run", FolderSettings(batch_images=3), root=root)
+    seconds = open_run(tmp_path / "run").table["seconds"]
+    assert len(batches) == 1 and len(seconds) == 3  # one batch of the three images
+    # The method's own checks around the batch add a little; a batch's time on every row would give 3 × it.
+    assert seconds.sum() == pytest.approx(batches[0], rel=0.25, abs=0.05)
+    assert seconds.sum() < 2 * batches[0] and (seconds < 0.7 * batches[0]).all()

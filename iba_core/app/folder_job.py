@@ -1,0 +1,310 @@
+"""A folder run started from the Dataset page: on a background thread, a few images at a time, one per server.
+
+    estimate = time_one_image(shared, "/data/val", ["iba_10"], trust=trust)   # before: how long it will take
+    job = start_folder_job(shared, "/data/val", "/data/runs/val2", ["iba_10"], trust=trust, owner=session)
+    job_text(job)                                   # "3 / 60 images · … · about 4 min left (measured on …)"
+
+Each batch runs under the shared network's lock; between batches the run lets go of it for a moment
+(`YIELD_S`), so a page of another session waiting for the network gets its turn and stays responsive. A run
+belongs to the browser session that started it (`owner`): pressing *Start run* again while it goes gives back
+that run (its progress, not an error); another session's press is refused politely with its progress
+(`FolderRunBusy`). A page's run is for dozens of images on a CPU; `GPU_ROAD` says what to use for thousands.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from ..errors import UserError
+from ..trust import Trust, check_server_path
+from .error_log import error_text
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..methods import Method
+    from .state import SharedModel
+
+#: Images per batch of the page's background run: fewer than the CLI's (BATCH_IMAGES), so the progress moves every
+#: few seconds on a CPU and other pages get the network between batches; a GPU run belongs to the CLI anyway.
+PAGE_BATCH_IMAGES = 2
+#: Seconds the run waits between two batches with the network's lock released: a page that waits for the lock
+#: (another session's attribution) is woken and takes it in that time, instead of the run taking it straight back.
+YIELD_S = 0.2
+#: The road for many images, said before and while a page's run goes.
+GPU_ROAD = ("For thousands of images, run it from the command line on GPUs: `torchrun --nproc-per-node N -m "
+            "iba_core attribute FOLDER --out RUN_DIR --methods …` (one process per GPU; the same run folder opens "
+            "here).")
+
+
+class FolderRunBusy(UserError):
+    """Another session's folder run is going on this server; the message says how far it is."""
+
+
+def duration(seconds: float) -> str:
+    """A span of time as a person says it: '40 s', '7 min', '2.5 h'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class FolderJob:
+    """A folder run on a background thread: `run_folder` a few images at a time, each batch under the shared
+    network's lock (released for `YIELD_S` between batches so other pages get their turn), then the table
+    (`finish_run`). The page polls `progress()` and `seconds_per_image()`; `cancel()` stops after the batch
+    running. `owner` names the browser session that started it (None: nobody in particular)."""
+
+    def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
+                 batch: int, owner: str | None = None):
+        self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
+        self.done, self.total, self.label = 0, 0, "listing the images…"
+        self.error: str | None = None
+        self.started, self.finished = time.time(), None
+        #: (images, seconds) of the last batch done: its pace predicts the rest (the first batch also pays for
+        #: one-time work such as feature statistics, so a later batch replaces it).
+        self.last_batch: tuple[int, float] | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="iba-folder-run", daemon=True)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def progress(self) -> tuple[int, int, str]:
+        """(images done, images in all, what runs now)."""
+        return self.done, self.total, self.label
+
+    def seconds_per_image(self) -> float | None:
+        """Seconds per image measured on the last batch done (None before the first batch is done)."""
+        if self.last_batch is None or self.last_batch[0] <= 0:
+            return None
+        images, seconds = self.last_batch
+        return seconds / images
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the run to end; whether it has."""
+        self._thread.join(timeout)
+        return not self.running
+
+    def _work(self) -> None:
+        from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
+
+        try:
+            network = self.shared.network
+            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
+                                       categories=network.categories)
+            self.total = len(items)
+            settings = FolderSettings(batch_images=self.batch)
+            for start in range(0, len(items), self.batch):
+                if self._cancel.is_set():
+                    self.label = "stopped"
+                    break
+                if start:  # let a waiting page take the network before the next batch
+                    time.sleep(YIELD_S)
+                chunk = items[start:start + self.batch]
+
+                def progress(done: int, total: int, label: str, _start=start, _n=len(chunk)) -> None:
+                    self.label = f"images {_start + 1}–{_start + _n}: {label}" if _n > 1 else label
+
+                began = time.monotonic()
+                with self.shared.busy():
+                    run_folder(network, chunk, self.methods, self.run_dir, settings, root=root, progress=progress,
+                               check=start == 0)  # dead writers' files and damaged parts: once per job
+                self.last_batch = (len(chunk), time.monotonic() - began)
+                self.done = start + len(chunk)
+            self.label = "writing the table…"
+            finish_run(self.run_dir)
+            self.label = "stopped" if self._cancel.is_set() else "finished"
+        except Exception as err:  # noqa: BLE001 - told on the page in one sentence; the thread ends
+            self.error = error_text(err)  # a bug is logged with its traceback, and said to be one
+        finally:
+            self.finished = time.time()
+
+
+_JOB: FolderJob | None = None
+_JOB_LOCK = threading.Lock()
+
+
+def current_job() -> FolderJob | None:
+    """The server's folder run (running or the last one), or None."""
+    return _JOB
+
+
+def _check_running(owner: str | None) -> FolderJob | None:
+    """The running job when it is `owner`'s (their press shows its progress); raises FolderRunBusy when another
+    session's run is going; None when none runs. Called under _JOB_LOCK."""
+    if _JOB is None or not _JOB.running:
+        return None
+    if owner is not None and _JOB.owner == owner:
+        return _JOB
+    done, total, _ = _JOB.progress()
+    far = f"{done} of {total} images" if total else "listing its images"
+    raise FolderRunBusy(f"Another folder run is going on this server ({far}, into {_JOB.run_dir}); one runs at a "
+                        "time, so please start yours when it has finished.")
+
+
+def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: str | None) -> list["Method"]:
+    """The methods (a bottleneck method at `layer`), each checked to run on the shared network."""
+    from ..methods import get_method
+
+    if not method_keys:
+        raise UserError("Choose at least one attribution method.")
+    methods = []
+    for key in method_keys:
+        method = get_method(key)
+        if method.needs_stats and layer:
+            method = get_method(key, layer=layer)
+        reason = method.available_for(shared.network)
+        if reason:
+            raise UserError(f"{method.name} cannot run on this network: {reason}")
+        methods.append(method)
+    return methods
+
+
+def _image_folder(source: str, trust: Trust) -> Path:
+    if not (source or "").strip():
+        raise UserError("Type the image folder on the server to run on.")
+    folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder", folder=True)
+    if not folder.is_dir():
+        raise UserError(f"The image folder {folder} does not exist.")
+    return folder
+
+
+def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
+                     layer: str | None = None, limit: int | None = None, *, trust: Trust,
+                     batch: int | None = None, owner: str | None = None) -> FolderJob:
+    """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
+    it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
+    FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
+    (a bottleneck method at `layer`)."""
+    global _JOB
+    with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
+        mine = _check_running(owner)
+    if mine is not None:
+        return mine
+    folder = _image_folder(source, trust)
+    if not (run_dir or "").strip():
+        raise UserError("Type the run folder on the server to write the results to.")
+    if limit is not None and limit < 1:
+        raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
+    out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
+    methods = _checked_methods(shared, method_keys, layer)
+    with _JOB_LOCK:
+        mine = _check_running(owner)  # started meanwhile (a second press)
+        if mine is not None:
+            return mine
+        out.mkdir(parents=True, exist_ok=True)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner)
+        _JOB._thread.start()
+        return _JOB
+
+
+# ---- how long it takes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """One image timed with the chosen methods, before a run: `seconds` per image (of the methods timed), the
+    folder's `images`, and the methods not timed because their feature statistics are still to be estimated."""
+
+    seconds: float
+    images: int
+    methods: tuple[str, ...]
+    untimed: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """What the page says before the run: the time per image, for the folder, and what it leaves out."""
+        text = (f"Estimate: one image took {self.seconds:.1f} s with {', '.join(self.methods)} here just now, so "
+                f"{self.images} image{'s' if self.images != 1 else ''} take about "
+                f"{duration(self.seconds * self.images)}") if self.methods else "Estimate: no method could be timed"
+        if self.untimed:
+            text += (f"; not timed: {', '.join(self.untimed)}, whose feature statistics are estimated first (once, "
+                     "then kept), and whose pace the first batch measures")
+        return text + ". Other work on this machine (other sessions' pages) makes it slower."
+
+
+#: Images tried for one that can be timed (a file that cannot be read is skipped, as the run skips it).
+TRIED_IMAGES = 20
+
+
+def _first_usable(network, items: Sequence) -> "torch.Tensor | None":
+    """The first of `items` (up to TRIED_IMAGES) that loads and suits the network, preprocessed; else None."""
+    pre = network.preprocess
+    for item in items[:TRIED_IMAGES]:
+        try:
+            return pre.normalise(pre.crop(pre.load(item.path)))
+        except Exception:  # noqa: BLE001 - the run gives such a file an error row; time one that works
+            continue
+    return None
+
+
+def _stats_ready(network, method: "Method") -> bool:
+    """Whether the statistics `method` reads (its layer, images and samples, by the one policy) are on disk."""
+    from ..feature_stats import find_run_stats
+
+    s = method.settings
+    if s.get("stats") is not None:
+        return True
+    layer = s.get("layer") or network.spec.default_layer
+    return find_run_stats(network, layer, images=s.get("stats_images"), n=s.get("stats_samples")) is not None
+
+
+def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
+                   limit: int | None = None, *, trust: Trust) -> RunEstimate:
+    """Time the folder's first image with each chosen method (under the network's lock, after each method's
+    one-time preparation), for an estimate of the whole run before it starts. A method whose feature statistics
+    are not yet on disk is left out (estimating them would take minutes) and named."""
+    import torch
+
+    from ..runs.folder import list_images
+
+    folder = _image_folder(source, trust)
+    methods = _checked_methods(shared, method_keys, layer)
+    network = shared.network
+    _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
+    if not items:
+        raise UserError(f"The image folder {folder} holds no images (jpg, png, …).")
+    x = _first_usable(network, items)
+    if x is None:
+        raise UserError(f"None of the first {TRIED_IMAGES} images of {folder} could be read for this network, so "
+                        "nothing could be timed; the run would give each an error row.")
+    timed, untimed, seconds = [], [], 0.0
+    with shared.busy():
+        device = next(network.model.parameters()).device
+        with torch.no_grad():
+            target = int(network.model(x.to(device)).argmax())
+        for method in methods:
+            if method.needs_stats and not _stats_ready(network, method):
+                    untimed.append(method.name)
+                    continue
+            method.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
+            began = time.perf_counter()
+            method.attribute_batch(network, x, [target])
+            seconds += time.perf_counter() - began
+            timed.append(method.name)
+    return RunEstimate(seconds, len(items), tuple(timed), tuple(untimed))
+
+
+def job_text(job: FolderJob) -> str:
+    """The job's progress as one line: 'N / M images · label · S s', with the time left at the pace of the last
+    batch once one is done."""
+    done, total, label = job.progress()
+    seconds = (job.finished or time.time()) - job.started
+    pace = job.seconds_per_image()
+    left = ""
+    if pace is not None and 0 < done < total and not job.finished:
+        left = f" · about {duration(pace * (total - done))} left ({pace:.1f} s per image, measured on the last batch)"
+    return f"{done} / {total} images · {label} · {duration(seconds)}{left}"
+
+
+__all__ = ["FolderJob", "FolderRunBusy", "GPU_ROAD", "PAGE_BATCH_IMAGES", "RunEstimate", "YIELD_S", "current_job",
+           "duration", "job_text", "start_folder_job", "time_one_image"]
