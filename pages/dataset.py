@@ -5,6 +5,7 @@ The logic lives in iba_core.app.dataset; this page gathers input and draws."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -31,6 +32,8 @@ HIGHLIGHTS_KEY = "_ds_highlights"
 HIGHLIGHT_THUMBS = 8
 #: The last "Estimate time" of this session, and its name for the folder runs it starts.
 ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
+#: The start section's open state, and the request to fold it (a run was just opened).
+START_OPEN_KEY, FOLD_KEY = "ds_start_open", "_ds_fold_start"
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
@@ -73,10 +76,15 @@ def open_section() -> None:
         with shown_errors():  # one sentence; the run shown before stays
             st.session_state[RUN_KEY] = ds.open_run_folder(path, trust)
             st.session_state.pop(REPORT_KEY, None)
+            st.session_state[FOLD_KEY] = True
 
 
 def start_section() -> None:
-    with st.expander("Start a run on a folder of the server", icon=":material/play_circle:"):
+    # folded again when a run is opened (FOLD_KEY), so a form used before does not push the run's first screen down
+    if st.session_state.pop(FOLD_KEY, False):
+        st.session_state[START_OPEN_KEY] = False
+    with st.expander("Start a run on a folder of the server", icon=":material/play_circle:", key=START_OPEN_KEY,
+                     on_change="rerun"):
         st.caption("The network comes from the menu below; the run goes on in the background (one per server), a "
                    "few images at a time, so this and other pages stay usable. A run folder that exists is resumed: "
                    "what is done is skipped. *Estimate time* times one image first. " + ds.GPU_ROAD)
@@ -123,6 +131,13 @@ def start_section() -> None:
                             icon=":material/hourglass_top:")
                 else:
                     st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
+                    st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
+
+
+def _showing(run_dir) -> bool:
+    """Whether the run open on this page is the one in `run_dir`."""
+    run = st.session_state.get(RUN_KEY)
+    return run is not None and Path(run.path).resolve() == Path(run_dir).resolve()
 
 
 def session_owner() -> str:
@@ -149,6 +164,8 @@ def job_section() -> None:
         elif job.error:
             st.error(f"The folder run into {plain(job.run_dir)} stopped: {plain(job.error)}",
                      icon=":material/error:")
+        elif _showing(job.run_dir):  # its run is open below: the box would only push it down
+            st.caption(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}; shown below.")
         else:
             st.success(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}.",
                        icon=":material/check_circle:")
@@ -156,6 +173,7 @@ def job_section() -> None:
                 with shown_errors():
                     st.session_state[RUN_KEY] = ds.open_run_folder(str(job.run_dir), trust)
                     st.session_state.pop(REPORT_KEY, None)
+                    st.session_state[FOLD_KEY] = True
                 st.rerun(scope="app")
         if not job.running and st.session_state.get("_ds_was_running"):
             st.session_state["_ds_was_running"] = False
@@ -180,16 +198,16 @@ def run_highlights(run, method: str | None = None):
 def stands_out_section(run, found) -> None:
     """The first screen of a run: every highlight with its images (maps over them) and a button that narrows the
     table and gallery to them."""
-    st.subheader("What stands out")
+    names = ds.method_names(run)
+    told = "" if found is None else f"In the {names.get(found.method, found.method)} maps of every class, most telling first."
+    st.subheader("What stands out", help=plain(told) or None)
     if found is None:
         st.info("The run has no method to look at.", icon=":material/info:")
         return
-    names = ds.method_names(run)
     if not found.items:
         st.success(f"Nothing stands out in the {plain(names.get(found.method, found.method))} maps. "
                    f"{plain(found.checked)}", icon=":material/check_circle:")
         return
-    st.caption(f"In the {plain(names.get(found.method, found.method))} maps of every class, most telling first.")
     for i, h in enumerate(found.items):
         with st.container(border=True, key=f"ds_highlight_{i}"):
             st.markdown(f"**{plain(h.title)}**")
@@ -216,9 +234,11 @@ def highlight_pictures(run, h) -> None:
     for j, cell in enumerate(cells):
         if cell["png"] is not None:
             cols[j].image(cell["png"], width="stretch")
-        cols[j].caption(plain(cell["caption"]))
+        # a line per part: a file name in a narrow column then wraps whole, not mid-word
+        cols[j].caption("  \n".join(plain(part) for part in cell["caption"].split(" · ")))
     more = f" (the first {HIGHLIGHT_THUMBS} shown)" if len(h.images) > HIGHLIGHT_THUMBS else ""
-    note = f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel. " if scale else ""
+    note = (f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel (at least a typical map's mean, so "
+            "maps that hold almost nothing stay dark). ") if scale else ""
     st.caption(f"{note}Images: " + plain(named(h.images)) + more)
 
 
@@ -272,7 +292,15 @@ def table_section(run, rows) -> None:
     st.subheader("Table")
     st.caption(f"{len(rows)} of {len(ds.result_rows(run.table))} result rows · click a column's header to sort · "
                f"{ds.FEW_BITS_COLUMN}: total bits at least ten times below the run's upper quartile of this method.")
-    st.dataframe(rows[[c for c in TABLE_COLUMNS if c in rows]], hide_index=True, key="ds_table")
+    # a measure no row has (box_share without boxes) is left out rather than shown as a column of "None"
+    shown = [c for c in TABLE_COLUMNS if c in rows and not (c == "box_share" and len(rows) and rows[c].isna().all())]
+    st.dataframe(rows[shown], hide_index=True, key="ds_table", column_config={
+        "seconds": st.column_config.NumberColumn(
+            "seconds", format="%.2f", help="Seconds per image: images run in batches, and a batch's time is "
+                                           "split evenly over its images."),
+        "total_bits": st.column_config.NumberColumn("total_bits", help="The bits the map lets through in all "
+                                                    "(bottleneck methods)."),
+    })
     errors = ds.error_rows(run.table)
     if len(errors):
         with st.expander(f"{len(errors)} rows with an error (an image that could not be read or used)",
@@ -407,7 +435,6 @@ job_section()
 run = st.session_state.get(RUN_KEY)
 introduction(run is not None)
 if run is not None:
-    st.divider()
     st.caption(f"Run {plain(run.path)} · {plain(ds.run_line(run))} · {run.table['image'].nunique()} images · "
                f"{len(run.table)} rows")
     if run.missing:  # damaged parts left out: the sentence says which rows and that a resume redoes them

@@ -28,8 +28,8 @@ from PIL import Image
 
 from ..errors import UserError
 from ..render.colours import BITS_LABEL
-from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, mass_thumbnails, named,
-                               run_highlights)
+from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, few_bits_reference,
+                               mass_thumbnails, named, run_highlights)
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
@@ -234,12 +234,24 @@ class GalleryCell:
 
 def page_scale(run: Run, rows: "pd.DataFrame") -> float:
     """The gallery's one bits scale: the largest bits per pixel among the bottleneck maps of `rows` (the rows of
-    one gallery view); 0 when none."""
+    one gallery view), but never below the mean bits per pixel of a typical map of the run (the few-bits
+    reference total over the map's pixels), so maps that hold almost nothing look dark instead of being stretched
+    to a uniformly bright square; 0 when none."""
     units = method_units(run)
+    table = result_rows(run.table)
+    references: dict[str, float | None] = {}
     top = 0.0
     for _, row in rows.iterrows():
-        if units.get(row["method"]) == BITS_UNIT:
-            top = max(top, float(np.nanmax(run.heatmap(row))))
+        method = row["method"]
+        if units.get(method) != BITS_UNIT:
+            continue
+        values = run.heatmap(row)
+        top = max(top, float(np.nanmax(values)))
+        if method not in references:
+            totals = table.loc[table["method"] == method, "total_bits"]
+            references[method] = few_bits_reference(totals.to_numpy(dtype=np.float64, na_value=np.nan))
+        if references[method] is not None and values.size:
+            top = max(top, references[method] / values.size)
     return top
 
 
@@ -287,7 +299,7 @@ def scale_note(run: Run, rows: "pd.DataFrame", scale: float) -> str:
     if not bits.any():
         return "These methods' maps are not in bits: each is drawn as absolute values on its own maximum."
     note = (f"One colour scale for the bottleneck maps of this view: 0 – {scale:.3g} bits per pixel (the largest "
-            "value among them)")
+            "value among them, or a typical map's mean if larger, so maps that hold almost nothing stay dark)")
     return f"{note}; {others}." if not bits.all() else f"{note}."
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .measures import BORDER_FRACTION
+from .measures import BORDER_FRACTION, TOP_FRACTION
 from .per_class import class_rows, map_clusters
 from .spectral import MAX_ITEMS
 
@@ -61,6 +61,9 @@ BAND_FRACTION = 0.15
 OUTLIER_DISTANCE = 0.3
 OUTLIER_MADS = 3.0
 OUTLIER_MIN_ROWS = 5
+#: Maps are "nearly flat" when their top TOP_FRACTION of pixels holds less than this share (a uniform map holds
+#: exactly TOP_FRACTION): the bottleneck found no place worth keeping more than another.
+FLAT_CONCENTRATION = 2 * TOP_FRACTION
 #: At most this many images named in a highlight's sentence (it holds them all: a filter takes every one).
 NAMED_IMAGES = 24
 
@@ -216,6 +219,22 @@ def _bits_text(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _flat_words(group: "pd.DataFrame") -> str:
+    """A sentence when the maps of `group` are nearly flat (median concentration below FLAT_CONCENTRATION), else "".
+    Then the class survives with every feature replaced by the bottleneck's noise, so the maps cannot show where the
+    cue is; a cue present in the images the statistics came from rides along in that noise (its mean)."""
+    if "concentration" not in group:
+        return ""
+    share = float(np.nanmedian(group["concentration"].to_numpy(dtype=np.float64, na_value=np.nan))) \
+        if group["concentration"].notna().any() else float("nan")
+    if not (math.isfinite(share) and share < FLAT_CONCENTRATION):
+        return ""
+    return (f" Their maps are nearly flat (the top {TOP_FRACTION:.0%} of pixels hold {share:.0%} of a map): the class "
+            "survives with the features replaced by noise, so the maps cannot show where the cue is. If the images "
+            "the feature statistics came from carry the cue, the noise, drawn around their mean, may carry it too: estimate the statistics on "
+            "images without it and run again.")
+
+
 def _cluster_highlight(members: "pd.DataFrame", c: int, k: int, name: str, few_set: set, method: str,
                        target: int) -> Highlight | None:
     """A cluster's highlight when its maps put BORDER_FLAG or more in the border, or most of its images need very
@@ -225,12 +244,14 @@ def _cluster_highlight(members: "pd.DataFrame", c: int, k: int, name: str, few_s
     few_share = float(members["image"].isin(few_set).mean()) if few_set else 0.0
     reasons = []
     if math.isfinite(border) and border >= BORDER_FLAG:
-        reasons.append(f"put {border:.0%} of their mass in the border")
+        reasons.append(f"their maps put {border:.0%} of their mass in the border")
     if few_share > 0.5:
         reasons.append(f"{few_share:.0%} of them need very few bits")
     if not reasons:
         return None
-    return Highlight("cluster", f"Class {name}, cluster {c + 1} of {k}: {len(members)} images {' and '.join(reasons)}",
+    # one cluster is the whole class: said so, not dressed up as a group found inside it
+    which = f"all {len(members)} images (one cluster)" if k == 1 else f"cluster {c + 1} of {k}, {len(members)} images"
+    return Highlight("cluster", f"Class {name}, {which}: {'; '.join(reasons)}",
                      "A group of similar maps (spectral clustering) that points at one cue the network uses for this "
                      "class.", method, target, _names(members.sort_values("total_bits")["image"]))
 
@@ -260,7 +281,8 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
             f"Their decisions pass through a median of {_bits_text(float(group['total_bits'].median()))} bits, "
             f"against {_bits_text(float(rest.median()))} for the other images (flagged: at least "
             f"{FEW_BITS_FACTOR:.0f}× below the run's upper quartile, {_bits_text(found.reference_bits)} bits). A "
-            "network that needs almost nothing from an image often decides by one small cue (a mark, a watermark).",
+            "network that needs almost nothing from an image often decides by one small cue (a mark, a watermark)."
+            + _flat_words(group),
             method, None, _names(group["image"])))
     cluster_items, mean_items, outlier_rows = [], [], []
     targets = sorted(int(t) for t in rows["target"].dropna().unique())

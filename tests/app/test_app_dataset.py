@@ -193,3 +193,30 @@ def test_maps_not_in_bits_are_never_labelled_bits(tiny_shared, tmp_path, monkeyp
     run.info["methods"]["iba_10"] = {"unit": ds.BITS_UNIT, "name": "Per-Sample"}
     assert ds.scale_note(run, mixed, 0.5).startswith("One colour scale for the bottleneck maps of this view: 0 – 0.5 "
                                                       "bits per pixel")
+
+
+def test_the_bits_scale_never_stretches_maps_that_hold_almost_nothing():
+    """page_scale: the largest bits per pixel among the rows, but at least a typical map's mean bits per pixel
+    (the run's upper quartile of totals over the map's pixels): a flat map of a few bits is drawn dark, not as a
+    uniformly bright square; a concentrated few-bits map above that floor keeps its own top."""
+
+    class HandRun:
+        info = {"methods": {"iba": {"unit": ds.BITS_UNIT}}}
+
+        def __init__(self, maps):
+            self.maps = maps
+            self.table = pd.DataFrame({"image": [f"{k}.png" for k in range(len(maps))], "method": "iba",
+                                       "total_bits": [float(m.sum()) for m in maps], "error": None})
+
+        def heatmap(self, row):
+            return self.maps[int(row.name)]
+
+    ordinary = [np.full((10, 10), 1000.0 / 100) for _ in range(6)]  # 1,000 bits: 10 bits per pixel
+    flat = np.full((10, 10), 0.05)  # 5 bits spread evenly
+    run = HandRun(ordinary + [flat])
+    few = run.table.iloc[[6]]
+    assert ds.page_scale(run, few) == pytest.approx(10.0, rel=1e-6)  # the typical mean, not 0.05
+    spot = np.zeros((10, 10))
+    spot[0, 0] = 40.0  # a few bits on one pixel: its own top lies above the floor
+    run = HandRun(ordinary + [spot])
+    assert ds.page_scale(run, run.table.iloc[[6]]) == pytest.approx(40.0, rel=1e-6)

@@ -283,3 +283,23 @@ def test_a_run_without_a_bottleneck_names_no_layer_and_still_leads_with_what_it_
     assert_clean(at)
     report = at.session_state["ds_report"].decode("utf-8")
     assert "<td>layer</td><td>none (its methods read the whole network)</td>" in report and ">None<" not in report
+
+
+def test_opening_a_run_folds_the_start_form_and_the_table_says_seconds_are_per_image(shortcut) -> None:
+    """A start form left open (the user started a run from it) folds when a run is opened, so the run's first
+    screen is not pushed down; the table leaves out a measure no row has (box_share without boxes) and its
+    seconds column says it is per image."""
+    run_dir, _ = shortcut
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/dataset.py")
+    at.session_state["ds_start_open"] = True
+    at.run()
+    assert at.session_state["ds_start_open"] is True
+    at.text_input(key="ds_path").input(str(run_dir))
+    at.button(key="ds_open_button").click().run()
+    assert_clean(at)
+    assert at.session_state["ds_start_open"] is False
+    table = at.dataframe[0]
+    assert "box_share" not in table.value.columns and "seconds" in table.value.columns
+    assert "per image" in str(table.proto).lower()

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from iba_core.runs.highlights import (BITS_UNIT, FEW_BITS_FACTOR, concentration_region, few_bits_mask,
-                                      few_bits_reference, mass_thumbnails, run_highlights)
+from iba_core.runs.highlights import (BITS_UNIT, FEW_BITS_FACTOR, FLAT_CONCENTRATION, _cluster_highlight,
+                                      concentration_region, few_bits_mask, few_bits_reference, mass_thumbnails,
+                                      run_highlights)
 from iba_core.runs.measures import THUMBNAIL
 
 UNITS = {"iba": BITS_UNIT, "grad": "gradient"}
@@ -217,3 +218,26 @@ def test_a_highlight_holds_every_image_and_names_the_first_few():
     found = run_highlights(FakeRun(table, np.stack([spread(rng) for _ in range(60)]).astype(np.float32)), "iba",
                            UNITS)
     assert found.items[0].kind == "few_bits" and len(found.items[0].images) == 30
+
+
+def test_flat_few_bits_maps_say_the_maps_cannot_locate_the_cue():
+    """Few-bits maps whose top 5 % of pixels hold about 5 % (flat: the class survives on the noise alone) get the
+    sentence on the statistics; concentrated ones (the hand-built stamped corner) do not."""
+    run, stamped, _ = hand_built_run()
+    located = run_highlights(run, "iba", UNITS).items[0]
+    assert located.kind == "few_bits" and "nearly flat" not in located.detail
+    table = run.table.copy()
+    table["concentration"] = np.where(table["image"].isin(stamped), 0.06, 0.3)
+    flat = run_highlights(FakeRun(table, run._thumbs), "iba", UNITS).items[0]
+    assert "nearly flat" in flat.detail and "6%" in flat.detail and "statistics" in flat.detail
+    table["concentration"] = np.where(table["image"].isin(stamped), FLAT_CONCENTRATION * 1.5, 0.3)
+    assert "nearly flat" not in run_highlights(FakeRun(table, run._thumbs), "iba", UNITS).items[0].detail
+
+
+def test_a_class_of_one_cluster_is_named_as_the_whole_class():
+    members = pd.DataFrame({"image": ["a.png", "b.png"], "border_share": [0.7, 0.6], "total_bits": [5.0, 6.0]})
+    whole = _cluster_highlight(members, 0, 1, "marked", {"a.png", "b.png"}, "iba", 0)
+    assert whole.title == ("Class marked, all 2 images (one cluster): their maps put 65% of their mass in the "
+                           "border; 100% of them need very few bits")
+    part = _cluster_highlight(members, 1, 3, "marked", set(), "iba", 0)
+    assert part.title == "Class marked, cluster 2 of 3, 2 images: their maps put 65% of their mass in the border"
