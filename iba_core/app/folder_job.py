@@ -220,6 +220,10 @@ class RunEstimate:
     images: int
     methods: tuple[str, ...]
     untimed: tuple[str, ...] = ()
+    #: For the untimed methods: the statistics' samples still to be read, and the seconds of one forward pass
+    #: timed here (the statistics take about one pass per sample, once).
+    stats_samples: int = 0
+    forward_seconds: float = 0.0
 
     def text(self) -> str:
         """What the page says before the run: the time per image, for the folder, and what it leaves out."""
@@ -227,8 +231,12 @@ class RunEstimate:
                 f"{self.images} image{'s' if self.images != 1 else ''} take about "
                 f"{duration(self.seconds * self.images)}") if self.methods else "Estimate: no method could be timed"
         if self.untimed:
-            text += (f"; not timed: {', '.join(self.untimed)}, whose feature statistics are estimated first (once, "
-                     "then kept), and whose pace the first batch measures")
+            stats = ""
+            if self.stats_samples and self.forward_seconds > 0:
+                stats = (f" (about {duration(self.stats_samples * self.forward_seconds)} for their "
+                         f"{self.stats_samples} samples: one forward pass each, {self.forward_seconds:.2f} s here)")
+            text += (f"; not timed: {', '.join(self.untimed)}, whose feature statistics are estimated first, once, "
+                     f"then kept{stats}, and whose pace the first batch measures")
         return text + ". Other work on this machine (other sessions' pages) makes it slower."
 
 
@@ -277,21 +285,27 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     if x is None:
         raise UserError(f"None of the first {TRIED_IMAGES} images of {folder} could be read for this network, so "
                         "nothing could be timed; the run would give each an error row.")
-    timed, untimed, seconds = [], [], 0.0
+    from ..feature_stats import run_stats_source
+
+    timed, untimed, seconds, samples = [], [], 0.0, 0
     with shared.busy():
         device = next(network.model.parameters()).device
         with torch.no_grad():
+            began = time.perf_counter()
             target = int(network.model(x.to(device)).argmax())
+            forward = time.perf_counter() - began
         for method in methods:
             if method.needs_stats and not _stats_ready(network, method):
-                    untimed.append(method.name)
-                    continue
+                untimed.append(method.name)
+                st = method.settings
+                samples = max(samples, run_stats_source(network, st.get("stats_images"), st.get("stats_samples"))[1])
+                continue
             method.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
             began = time.perf_counter()
             method.attribute_batch(network, x, [target])
             seconds += time.perf_counter() - began
             timed.append(method.name)
-    return RunEstimate(seconds, len(items), tuple(timed), tuple(untimed))
+    return RunEstimate(seconds, len(items), tuple(timed), tuple(untimed), samples, forward)
 
 
 def job_text(job: FolderJob) -> str:

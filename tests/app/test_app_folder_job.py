@@ -121,6 +121,11 @@ def test_one_image_is_timed_before_a_run_and_methods_without_statistics_are_name
     assert estimate.untimed == (get_method("iba_10").name,)  # statistics not estimated here: not run now
     text = estimate.text()
     assert "one image took" in text and "12 images take about" in text and "statistics" in text
+    # the statistics still to estimate are given a time too: one forward pass per sample, timed here
+    from iba_core.feature_stats import run_stats_source
+
+    assert estimate.stats_samples == run_stats_source(shared.network)[1] > 0 and estimate.forward_seconds > 0
+    assert f"for their {estimate.stats_samples} samples" in text
     assert folder_job.time_one_image(shared, str(images), ["saliency"], limit=3, trust=trust).images == 3
 
 
