@@ -107,7 +107,10 @@ def unavailable_text(choices: MethodChoices, names: dict[str, str]) -> str:
     """'Not available for this network: A (reason); B (reason).' or '' when every method is."""
     if not choices.unavailable:
         return ""
-    parts = [f"{names.get(k, k)} ({reason.rstrip('.')})" for k, reason in choices.unavailable.items()]
+    by_reason: dict[str, list[str]] = {}  # methods refused for one reason share it: said once (e.g. the LRP rules)
+    for key, reason in choices.unavailable.items():
+        by_reason.setdefault(reason.rstrip("."), []).append(names.get(key, key))
+    parts = [f"{', '.join(methods)} ({reason})" for reason, methods in by_reason.items()]
     return "Not available for this network: " + "; ".join(parts) + "."
 
 

@@ -40,7 +40,10 @@ def test_methods_a_network_cannot_run_are_set_apart_with_their_reason() -> None:
     assert all(offered.unavailable.values())
     assert [k for k in method_keys() if k in offered.keys] == offered.keys  # display order kept
     text = choices.unavailable_text(offered, {"iba_10": "Per-Sample IBA"})
-    assert text.startswith("Not available for this network:") and "Per-Sample IBA (" in text
+    assert text.startswith("Not available for this network:") and "Per-Sample IBA" in text
+    # methods refused for one reason share it: the bottlenecks' reason is said once, after all their names
+    reason = offered.unavailable["iba_10"].rstrip(".")
+    assert text.count(reason) == 1 and text.index("Per-Sample IBA") < text.index(reason)
     assert choices.unavailable_text(choices.MethodChoices(["a"]), {}) == ""
 
 
