@@ -345,7 +345,7 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
         data = path.read_bytes()
     except OSError:
         return None
-    digest = links.keep_upload(Path(str(r["image"])).name, data)
+    digest = links.keep_upload(str(r["image"]), data)  # its run name (class folder too)
     if digest is None:
         return None
     method = run.info.get("methods", {}).get(str(r["method"]), {})

@@ -29,8 +29,11 @@ def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
     linked = take_from_link(inputs.network, "layer")
     if linked is not None:
         st.session_state[key] = linked
+    # a value set through the session state (a link, an earlier visit) goes without a default index: Streamlit
+    # warns about a widget given both
+    index = None if key in st.session_state else spec.layers.index(spec.default_layer)
     layer = st.selectbox(
-        label, spec.layers, index=spec.layers.index(spec.default_layer), key=key,
+        label, spec.layers, index=index, key=key,
         format_func=inputs.network.layer_label,  # name · shape (map or tokens)
         help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
     )
