@@ -25,8 +25,8 @@ from iba_core.render.animation import (
 )
 from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
-    bits_below, centre_crop_box, full_resolution_overlay, not_needed_fraction, not_needed_outline, overlay_image,
-    part_of_total_text, png_bytes,
+    bits_below, centre_crop_box, few_bits_text, full_resolution_overlay, not_needed_fraction, not_needed_outline,
+    overlay_image, part_of_total_text, png_bytes,
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
@@ -334,15 +334,8 @@ def few_bits(record: RunRecord) -> None:
     slot.image(not_needed_outline(record.cropped, r.heatmap, threshold), width="stretch")
     share = not_needed_fraction(r.heatmap, threshold)
     passed = bits_below(r.heatmap, threshold)
-    part, whole = part_of_total_text(passed, r.total_bits)  # one rounding: a part never reads above its whole
-    if share > 0:
-        st.caption(
-            f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} bits / pixel. Together these regions "
-            f"still pass **{part} bits** of the {whole} — few, but not zero."
-        )
-    else:  # nothing below the threshold: no region to grey, and no "few" bits to speak of
-        st.caption(f"No part of the crop is below {threshold:g} bits / pixel: every region passes more. A higher "
-                   "threshold shows the regions the network takes the least from.")
+    st.caption(few_bits_text(share, passed, r.total_bits, threshold))
+    part, _ = part_of_total_text(passed, r.total_bits)
     with st.expander("What does the guarantee cover?"):
         st.markdown(
             "The bits that pass the noisy bottleneck bound what the network can use from a region *when it "

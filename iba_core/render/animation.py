@@ -317,6 +317,8 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
 
 #: Title of the drain chart, beside the bits map in the live view and the replay.
 DRAIN_TITLE = "Total bits per step"
+#: The drain chart's y axis: total bits (never per pixel).
+DRAIN_AXIS = "total bits"
 
 
 def drain_points(history: Sequence["StepInfo"]) -> list[tuple[int, float]]:
@@ -344,14 +346,19 @@ def drain_image(history: Sequence["StepInfo"], *, total_steps: int | None = None
     font, title_font = text_font(font_size), text_font(font_size + 1, bold=True)
     out = Image.new("RGB", (width, height), WHITE_RGB)
     draw = ImageDraw.Draw(out)
-    draw.text((0, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)
+    draw.text((4, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)  # off the edge: a glyph's overhang is kept
     points = drain_points(history)
     steps = max(total_steps or (history[-1].steps if history else 1), 1)
     top = max([b for _, b in points] + [1.0])
     ticks = round_ticks(top, 0.0, 3)
     top = max(ticks[-1], top) * 1.05
     label_w = max(text_size(draw, _short_count(t), font)[0] for t in ticks)
-    left, right = label_w + 10, width - 12
+    # the axis says its own unit, so a neighbour's colour-bar label ("bits / pixel") is not read as this axis's
+    axis_w, axis_h = text_size(draw, DRAIN_AXIS, font)
+    axis = Image.new("RGB", (axis_w + 4, axis_h + 6), WHITE_RGB)
+    ImageDraw.Draw(axis).text((2, 0), DRAIN_AXIS, fill=_MUTED, font=font)
+    axis = axis.rotate(90, expand=True)
+    left, right = axis.width + label_w + 14, width - 12
     top_y, bottom_y = font_size + 18, height - (2 * font_size + 12)
 
     def x_of(step: float) -> float:
@@ -366,6 +373,7 @@ def drain_image(history: Sequence["StepInfo"], *, total_steps: int | None = None
         tw, th = text_size(draw, _short_count(t), font)
         draw.text((left - 6 - tw, y - th / 2 - 2), _short_count(t), fill=_MUTED, font=font)
     draw.line([(left, bottom_y), (right, bottom_y)], fill=_MUTED)
+    out.paste(axis, (2, int((top_y + bottom_y) / 2 - axis.height / 2)))
     every = max(1, math.ceil(steps / 5))
     for s in range(1, steps + 1):
         if s % every and not (s == 1 and every > 2):  # step 1 labelled where "2" would not crowd it

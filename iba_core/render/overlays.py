@@ -182,6 +182,28 @@ def part_of_total_text(part: float, total: float) -> tuple[str, str]:
     return f"{part:,.{decimals}f}", f"{total:,.{decimals}f}"
 
 
+#: A greyed part passing at most this share of the total bits is "few, but not zero"; above it the sentence says
+#: the threshold is too high to show the regions the network takes little from.
+FEW_SHARE = 0.1
+
+
+def few_bits_text(share: float, passed: float, total: float, threshold: float) -> str:
+    """The sentence under the few-bits picture: how much of the crop lies below `threshold` bits per pixel and the
+    bits those regions still pass (the paper guarantees nothing for them: only zero bits means unused)."""
+    unit = "bit" if threshold == 1 else "bits"
+    if share <= 0:  # nothing to grey, and no "few" bits to speak of
+        return (f"No part of the crop is below {threshold:g} {unit} / pixel: every region passes more. A higher "
+                "threshold shows the regions the network takes the least from.")
+    part, whole = part_of_total_text(passed, total)  # one rounding: a part never reads above its whole
+    if passed <= FEW_SHARE * total:
+        few = "few, but not zero."
+    else:  # greying most of the bits is a threshold set too high, not regions the network does without
+        few = (f"{passed / max(total, 1e-12):.0%} of them: at this threshold the greyed regions are not the ones the "
+               "network takes little from; a lower threshold shows those.")
+    return (f"Greyed and outlined: {share:.0%} of the crop, below {threshold:g} {unit} / pixel. Together these "
+            f"regions still pass **{part} bits** of the {whole} — {few}")
+
+
 def _boundary(mask: np.ndarray, width: int = 1) -> np.ndarray:
     """Pixels of `mask` that touch a pixel outside it (4-neighbourhood), thickened to `width`."""
     edge = np.zeros_like(mask)

@@ -142,3 +142,13 @@ def test_drain_image_draws_one_dot_per_step_and_rings_the_marked_one() -> None:
     unmarked = animation.drain_image(history, total_steps=6, width=330, height=250)
     assert not np.array_equal(np.asarray(marked), np.asarray(unmarked))  # the replay's step ringed
     assert animation._short_count(150_000) == "150k" and animation._short_count(2_500) == "2.5k"
+
+
+def test_drain_chart_names_its_axis_and_keeps_its_title_off_the_edge() -> None:
+    """The y axis says "total bits" (rotated, at the left: a neighbouring colour bar's "bits / pixel" is not read as
+    this axis's unit), and no glyph of the title touches the picture's left edge (it was clipped: "Iotal")."""
+    picture = np.asarray(animation.drain_image(draining(6), total_steps=6, width=330, height=250)).astype(int)
+    ink = picture.sum(axis=2) < 600  # darker than the white ground
+    assert not ink[:, 0].any() and not ink[:, 1].any()
+    axis_strip = ink[40:200, 2:18]  # where the rotated "total bits" sits, left of the tick labels
+    assert axis_strip.sum() > 40 and axis_strip.any(axis=1).sum() > 40  # a word standing upright over many rows

@@ -182,3 +182,16 @@ def test_a_part_of_the_total_never_reads_larger_than_the_total() -> None:
         shown_part, shown_total = part_of_total_text(part, total)
         assert float(shown_part.replace(",", "")) <= float(shown_total.replace(",", ""))
         assert len(shown_part.split(".")[-1]) == len(shown_total.split(".")[-1])  # the same decimals
+
+
+def test_the_few_bits_sentence_says_few_only_when_few_pass() -> None:
+    from iba_core.render.overlays import FEW_SHARE, few_bits_text
+
+    few = few_bits_text(0.07, 188.0, 7535.0, 0.05)
+    assert "7% of the crop, below 0.05 bits / pixel" in few and "188.0 bits" not in few and "**188 bits** of the 7,535" in few
+    assert few.endswith("few, but not zero.")
+    most = few_bits_text(1.0, 7535.0, 7535.0, 1.0)  # the walkthrough's threshold 1.0: every bit below it
+    assert "few, but not zero" not in most and "100% of them" in most and "below 1 bit / pixel" in most
+    edge = few_bits_text(0.5, FEW_SHARE * 1000 * 1.01, 1000.0, 0.2)
+    assert "few, but not zero" not in edge
+    assert few_bits_text(0.0, 0.0, 7535.0, 0.05).startswith("No part of the crop is below 0.05 bits / pixel")
