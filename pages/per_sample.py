@@ -34,7 +34,7 @@ from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import replay_step_key, result_note, result_note_line
-from pages.widgets.page import bring_into_view, through_app
+from pages.widgets.page import bring_into_view, remember_choice, restore_choice, through_app
 from pages.widgets.progress import network_turn, stats_with_progress
 from pages.widgets.text import plain
 
@@ -52,6 +52,9 @@ SCALE_BASIS_KEY = "ps_scale_basis"
 SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
 
 through_app()
+# the colour-scale choice holds for the session, not only while this page is shown
+restore_choice(SCALE_BASIS_KEY, SCALE_BASES[0])
+restore_choice(SCALE_TOP_KEY, None)
 st.title("Per-Sample Bottleneck")
 st.caption(
     "Noise replaces part of a layer's features; for this one image the bottleneck learns how much of each feature "
@@ -83,14 +86,16 @@ def scale_controls() -> None:
                     help="The top of the bits maps' one colour scale: the final map's largest value (default), the "
                     "whole run's, or a top you type."):
         st.selectbox("Top of the bits maps' scale", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
-                     key=SCALE_BASIS_KEY, disabled=fixed_top() is not None,
+                     key=SCALE_BASIS_KEY, disabled=fixed_top() is not None, on_change=remember_choice,
+                     args=(SCALE_BASIS_KEY,),
                      help="The final map's largest value (default): the result uses the whole colour range and "
                      "reads at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ "
                      "on the colour bar (the drain shows in the chart of total bits per step). The whole run's "
                      "largest value: the maps themselves show the bits draining from the first step, and the final "
                      "map looks dark. Either way the colours are bits per pixel, never rescaled per map.")
         st.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
-                        key=SCALE_TOP_KEY, placeholder="none typed",
+                        key=SCALE_TOP_KEY, placeholder="none typed", on_change=remember_choice,
+                        args=(SCALE_TOP_KEY,),
                         help="A top of your own for the run's one colour scale: the replay, the GIF, the final map "
                         "and the overlays all use it. Values above it are drawn in the top colour (the colour bar "
                         "says ≥).")

@@ -99,7 +99,7 @@ def home_picture(cropped: Image.Image, heatmap: np.ndarray) -> bytes:
     """Photo | overlay | "not needed" view as PNG bytes under MAX_BYTES."""
     picture = strip(
         cropped,
-        overlays.overlay_image(cropped, heatmap, opacity=0.7),
+        overlays.overlay_image(cropped, heatmap, opacity=0.7, legend=True),  # 0 – its top in bits / pixel
         overlays.not_needed_outline(cropped, heatmap, DEFAULT_THRESHOLD),
     )
     data = overlays.png_bytes(picture)

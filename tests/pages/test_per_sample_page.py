@@ -218,6 +218,14 @@ def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, dow
     assert colour_bar_top(at) == 0.25 and stated_top(at) == "0.25"
     assert "(set by you)" in " ".join(c.value for c in at.caption)
 
+    # The choice holds for the session: another page and back keep it (a widget's state alone would not).
+    at.number_input(key="ps_scale_top").set_value(None).run()
+    at.selectbox(key="ps_scale_basis").set_value("run").run()
+    at.switch_page("pages/compare.py").run()
+    at.switch_page("pages/per_sample.py").run()
+    assert_clean(at)
+    assert at.session_state["ps_scale_basis"] == "run"
+
 
 def test_low_p_target_gets_a_note_on_the_page_and_in_the_report(open_page, downloads) -> None:
     """The astronaut photo: the network's top-1 is a guess (ping-pong ball, a few %); the page says so."""
