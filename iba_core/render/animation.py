@@ -58,7 +58,8 @@ def map_panel(values: np.ndarray, *, top: float, cmap: str, label: str, title: s
     title_font = text_font(font_size + 1, bold=True)
     title_h = font_size + 10
     out = Image.new("RGB", (side + 8 + bar.width, title_h + side), WHITE_RGB)
-    ImageDraw.Draw(out).text((0, 1), title, fill=TEXT_RGB, font=title_font)
+    # off the left edge: the app rounds a picture's corners, which nicked the title's first letter
+    ImageDraw.Draw(out).text((4, 1), title, fill=TEXT_RGB, font=title_font)
     out.paste(picture, (0, title_h))
     out.paste(bar, (side + 8, title_h))
     return out
@@ -346,7 +347,7 @@ def drain_image(history: Sequence["StepInfo"], *, total_steps: int | None = None
     font, title_font = text_font(font_size), text_font(font_size + 1, bold=True)
     out = Image.new("RGB", (width, height), WHITE_RGB)
     draw = ImageDraw.Draw(out)
-    draw.text((4, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)  # off the edge: a glyph's overhang is kept
+    draw.text((4, 1), DRAIN_TITLE, fill=TEXT_RGB, font=title_font)  # off the edge: the app rounds corners
     points = drain_points(history)
     steps = max(total_steps or (history[-1].steps if history else 1), 1)
     top = max([b for _, b in points] + [1.0])

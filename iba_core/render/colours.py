@@ -63,7 +63,8 @@ class ColourScale:
             return f"{span}, the largest value so far (it grows only when a step exceeds it)"
         if self.source == "final":
             return (f"one scale for the whole run, {span}: the final map's largest value (earlier steps above it "
-                    "are drawn in the top colour, marked ≥)")
+                    "are drawn in the top colour, marked ≥, so the first steps may look uniformly bright; the "
+                    "whole run's largest value shows the drain in the maps themselves)")
         return f"one scale for the whole run, {span}: the run's largest value over all steps and the final map"
 
     def clips(self, values: np.ndarray) -> bool:

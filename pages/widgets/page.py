@@ -54,7 +54,10 @@ PRESENTATION_FONT_PX = 21
 PRESENTATION_CSS = (
     f"html {{ font-size: {PRESENTATION_FONT_PX}px; }} "
     '[data-testid="stMainBlockContainer"] { padding-left: 1.5rem; padding-right: 1.5rem; padding-top: 4rem; } '
-    '[data-testid="stSidebar"][data-collapsed="false"] { min-width: 350px; }'
+    '[data-testid="stSidebar"][data-collapsed="false"] { min-width: 350px; } '
+    # larger text in the same columns: metric labels wrap instead of ending in "…"
+    '[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] * { white-space: normal !important; '
+    'overflow: visible !important; text-overflow: clip !important; }'
 )
 
 
