@@ -28,8 +28,8 @@ FOCUS_KEY = "ds_focus"
 CLASS_CACHE_KEY = "_ds_class_views"
 #: What stands out (`ds.highlights`), computed once per run and method this session.
 HIGHLIGHTS_KEY = "_ds_highlights"
-#: Thumbnails per highlight on the first screen.
-HIGHLIGHT_THUMBS = 8
+#: Thumbnails per highlight on the first screen (one row).
+HIGHLIGHT_THUMBS = 6  # columns wide enough at 1280 px for a name like "marked/02.png" on one line
 #: The last "Estimate time" of this session, and its name for the folder runs it starts.
 ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
 #: The start section's open state, and the request to fold it (a run was just opened).
