@@ -253,8 +253,6 @@ else:
     intro = st.container()
     controls = st.container()
     grid_box = st.container(key=GRID_BOX_KEY)
-with grid_box:
-    _room(key=ROOM_KEY, data=reported_room(), on_room_change=lambda: None)  # measures the grid's column
 with intro:
     st.markdown(INTRO)
 with controls:
@@ -272,3 +270,5 @@ last = st.session_state.get(LAST_KEY)
 if last is not None and last in st.session_state.get(GRIDS_KEY, {}):
     with grid_box:
         show(st.session_state[GRIDS_KEY][last])
+        # Measures the grid's column, once there is a grid to fit (its reruns would disturb the controls before).
+        _room(key=ROOM_KEY, data=reported_room(), on_room_change=lambda: None)
