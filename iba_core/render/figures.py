@@ -116,8 +116,8 @@ MIN_CELL_PX = 120
 
 def _grid_sides(font_px: int, zoom: float) -> tuple[int, int]:
     """Margins left (the row title, one line of text turned upright) and right (a colour bar: its pad, bar,
-    tick labels and upright title) of the grid, in CSS px."""
-    return 10 + round(1.6 * font_px), 8 + round(12 * zoom) + round(3.4 * font_px)
+    tick labels and upright title of up to two lines) of the grid, in CSS px."""
+    return 10 + round(1.6 * font_px), 8 + round(12 * zoom) + round(4.7 * font_px)
 
 
 def fitting_cell_px(room: tuple[float, float], ncols: int, nrows: int, sides_px: float, text_px: float,
@@ -225,7 +225,8 @@ def grid_figure(
                 last = cell is shown[r][-1]
                 scale = dict(zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=last,
                              colorbar=dict(bar, tickvals=[0.0, tops[id(cell)]], ticktext=["0", "max"],
-                                           title=dict(text=f"{BITS_UNIT}, own scale", side="right",
+                                           # Two short lines: one long line overran a small map's row.
+                                           title=dict(text=f"{BITS_UNIT},<br>own scale", side="right",
                                                       font=dict(size=font_px))))
             else:
                 scale = dict(coloraxis=axis)
