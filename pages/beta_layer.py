@@ -49,6 +49,52 @@ INTRO = (
 )
 
 
+#: The grid's room on the screen: the browser reports the grid column's width and the window's height (CSS px)
+#: as the component's state "room", so the maps can be as large as the screen allows and both rows fit on it.
+#: It reports a change only while no script run is going (a rerun would stop a grid being computed).
+ROOM_KEY = "bl_room"
+_ROOM_JS = """
+export default function (component) {
+  const { parentElement, setStateValue, data } = component;
+  // What the server has (sent back as data on every run): report only a change, else every run would rerun.
+  let sent = JSON.stringify(data || null);
+  const report = () => {
+    if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return;  // a run is going: later
+    const width = Math.round(parentElement.getBoundingClientRect().width);
+    if (width < 100) return;  // not laid out yet
+    const room = { width: width, height: Math.round(window.innerHeight) };
+    const text = JSON.stringify(room);
+    if (text !== sent) { sent = text; setStateValue("room", room); }
+  };
+  report();
+  const timer = setInterval(report, 700);
+  return () => clearInterval(timer);
+}
+"""
+_room = st.components.v2.component("iba_grid_room", js=_ROOM_JS, isolate_styles=False)
+#: Height of the app's top bar and the space above the grid that stays on screen, in CSS px.
+_SCREEN_TOP_PX = 80
+
+
+def reported_room() -> dict | None:
+    """The grid's column width and the window's height as the browser last reported them (None before it has,
+    or with no browser: AppTest)."""
+    try:
+        measured = st.session_state[ROOM_KEY]["room"]
+        return {"width": float(measured["width"]), "height": float(measured["height"])}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def room() -> tuple[float, float] | None:
+    """(width, height) in CSS px that the grid may take: the column's width, the window's height less the app's
+    top bar (None before the browser has reported them)."""
+    measured = reported_room()
+    if measured is None or measured["width"] <= 0 or measured["height"] <= _SCREEN_TOP_PX:
+        return None
+    return measured["width"], measured["height"] - _SCREEN_TOP_PX
+
+
 def zoom() -> float:
     """How much larger the grid's text is drawn: PRESENTATION_ZOOM in presentation mode (the sidebar's toggle)."""
     return PRESENTATION_ZOOM if presentation() else 1.0
@@ -57,7 +103,7 @@ def zoom() -> float:
 def figure(cells: list[GridCell], ncols: int | None = None):
     """The grid as drawn on this page: the checkbox's scales, presentation mode's text and map size."""
     return grid_figure(cells, shared_scale=not st.session_state.get(PER_MAP_KEY), zoom=zoom(), ncols=ncols,
-                       cell_px=PRESENTATION_CELL_PX if presentation() else None)
+                       cell_px=PRESENTATION_CELL_PX if presentation() else None, room=room())
 
 
 def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: str | None, n: int,
@@ -224,3 +270,5 @@ last = st.session_state.get(LAST_KEY)
 if last is not None and last in st.session_state.get(GRIDS_KEY, {}):
     with grid_box:
         show(st.session_state[GRIDS_KEY][last])
+        # Measures the grid's column, once there is a grid to fit (its reruns would disturb the controls before).
+        _room(key=ROOM_KEY, data=reported_room(), on_room_change=lambda: None)

@@ -7,7 +7,8 @@ titles, row titles and colour-bar labels measure 16 px or more and the titles of
 browser session, on a 1280 × 800 screen with the sidebar open, gets the same grid from the disk cache at once and
 its narrower titles do not overlap either; presentation mode enlarges text and maps; the page's checkbox puts the
 β row on per-map scales too. In presentation mode at 1920 × 1080 the grid fills under "Cell i of 10 …", then
-stands first on the screen with maps wider than 240 px and light grey class-lost cells.
+stands first on the screen with maps wider than 240 px and light grey class-lost cells; its rows are as tall as
+their maps and the colour bars level with them; on a 1280 × 800 screen with the sidebar folded the whole grid fits.
 """
 from __future__ import annotations
 
@@ -105,6 +106,20 @@ def the_grid(page, expect):
     return grid
 
 
+def settled_grid(page, expect, measure: str = MEASURE_TEXT) -> tuple:
+    """The grid once the page has settled: after a change of width (presentation mode, the sidebar) the page
+    reports the grid's room and reruns, and Plotly redraws; measured when no run has gone for a second."""
+    for _ in range(20):
+        expect(page.locator('[data-testid="stStatusWidgetRunningIcon"]')).to_have_count(0, timeout=120_000)
+        page.wait_for_timeout(1000)
+        if page.locator('[data-testid="stStatusWidgetRunningIcon"]').count() == 0:
+            grid = the_grid(page, expect)
+            found = grid.evaluate(measure)
+            if found.get("titles"):
+                return grid, found
+    raise AssertionError("the grid never settled")
+
+
 def assert_titles_apart(text: dict) -> None:
     """The five titles of each row side by side, none running into the next, none cut off at the top."""
     titles = text["titles"]
@@ -133,7 +148,8 @@ def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) ->
         # The β row: one linear colour axis from 0 to the largest bits per pixel of its maps, in bits / pixel.
         assert [t["coloraxis"] for t in traces] == [None if x else "coloraxis" for x in lost[:5]] + [None] * 5
         assert fig["coloraxis"]["cmin"] == 0 and fig["coloraxis"]["title"] == BITS_UNIT
-        assert fig["coloraxis"]["cmax"] == pytest.approx(max(t["max"] for t in beta), rel=1e-5)
+        # (Its top is the row's largest value at full resolution; the maps drawn are pooled 2 × 2.)
+        assert 0.8 * fig["coloraxis"]["cmax"] <= max(t["max"] for t in beta) <= fig["coloraxis"]["cmax"]
         means = [t["mean"] for t in beta]
         assert means[-1] < max(means), "the row's last map must not be the brightest of its row"
         # The layer row: no black cell. Each map reaches the top of its own scale (its maximum, in its
@@ -181,8 +197,7 @@ def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) ->
         # Presentation mode: the page's text (rem) and the grid's grow.
         page.get_by_text("Presentation mode").click()
         page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) > 16")
-        page.wait_for_timeout(1000)
-        large = the_grid(page, expect).evaluate(MEASURE_TEXT)
+        _, large = settled_grid(page, expect)
         assert min(t["size"] for t in large["titles"]) > min(t["size"] for t in text["titles"])
         page.get_by_text("Presentation mode").click()
         page.wait_for_function("parseFloat(getComputedStyle(document.documentElement).fontSize) == 16")
@@ -190,11 +205,10 @@ def test_beta_layer_grid_reads_in_a_lecture_hall(server: str, tmp_path: Path) ->
         # Per-map scales on request: the β row's maps too, each from 0 to its own maximum.
         page.get_by_text("Scale each map on its own").click()
         expect(page.get_by_text("Each map has its own linear colour scale")).to_be_visible()
-        page.wait_for_timeout(1000)
-        fig = the_grid(page, expect).evaluate(READ_GRID)
+        _, fig = settled_grid(page, expect, READ_GRID)
         maps = [t for t, x in zip(fig["traces"], lost) if not x]
         assert all(t["coloraxis"] is None for t in fig["traces"])
-        assert [t["zmax"] for t in maps] == pytest.approx([t["max"] for t in maps], rel=1e-5)
+        assert all(0.8 * t["zmax"] <= t["max"] <= t["zmax"] for t in maps)  # its full-resolution maximum
         print(f"\nβ × layer grid at 1920 × 1080: computed in {first_seconds:.1f} s ({STEPS} steps, batch "
               f"{BATCH}), a second session {again_seconds:.1f} s")
 
@@ -209,6 +223,28 @@ MAP_BOXES = """
   });
 }
 """
+
+
+# Each colour bar's coloured strip: its box on screen (CSS px).
+BAR_BOXES = """
+(el) => Array.from(el.querySelectorAll('g.colorbar rect.cbfill'), (r) => {
+  const b = r.getBoundingClientRect(); return {y: b.y, h: b.height};
+})
+"""
+
+
+def assert_rows_tight(grid, boxes: dict) -> None:
+    """Every map square and as tall as its row (no empty band above or below it), and each colour bar as tall
+    as its row's maps and level with them (within 3 px)."""
+    for b in boxes.values():
+        assert abs(b["w"] - b["h"]) <= 2, ("a map not square: its row is taller than the map", b)
+    rows = sorted({round(b["y"]) for b in boxes.values()})
+    assert len(rows) == 2, boxes
+    bars = grid.evaluate(BAR_BOXES)
+    assert len(bars) == 2, bars
+    for bar in bars:
+        row = min(boxes.values(), key=lambda b: abs(b["y"] - bar["y"]))
+        assert abs(bar["y"] - row["y"]) <= 3 and abs(bar["h"] - row["h"]) <= 3, ("colour bar off its row", bar, row)
 
 
 def luminance_of(png: bytes) -> float:
@@ -273,9 +309,27 @@ def test_presentation_mode_puts_a_large_grid_on_the_first_screen(server: str, tm
         expect(grid.get_by_text(LOST_CLASS_MARK).first).to_be_visible()
         for b in boxes.values():  # none cut off at the right
             assert b["x"] + b["w"] <= VIEWPORT["width"]
+        assert_rows_tight(grid, boxes)
         # The sidebar: open, and no page name cut off.
         names = page.locator('[data-testid="stSidebarNav"] a span').evaluate_all(
             "(els) => els.filter((e) => e.children.length === 0 && e.textContent.length > 3)"
             ".map((e) => [e.textContent, e.scrollWidth, e.clientWidth])")
         assert names and all(scroll <= width for _, scroll, width in names), names
         page.screenshot(path=str(tmp_path / "presentation.png"))
+
+        # A 1280 × 800 screen, the sidebar folded: the maps shrink so that the whole grid (both rows) fits.
+        page.set_viewport_size(SMALL_VIEWPORT)
+        page.locator('[data-testid="stSidebar"]').hover()
+        page.locator('[data-testid="stSidebarCollapseButton"] button').click(force=True)
+        expect(page.locator('[data-testid="stExpandSidebarButton"]')).to_be_visible()
+        page.wait_for_timeout(1000)
+        grid, _ = settled_grid(page, expect)  # the page reports its room, reruns, and Plotly redraws
+        # Scrolled to the grid (the page's title above it goes), just under the app's top bar: all of it shows.
+        grid.evaluate("(el) => { el.style.scrollMarginTop = '64px'; el.scrollIntoView({block: 'start'}); }")
+        page.wait_for_timeout(500)
+        boxes = {b["axis"]: b for b in grid.evaluate(MAP_BOXES)}
+        box = grid.bounding_box()
+        assert box["y"] >= 60 and box["y"] + box["height"] <= SMALL_VIEWPORT["height"], box
+        assert_rows_tight(grid, boxes)
+        assert min(b["w"] for b in boxes.values()) > 150, boxes
+        page.screenshot(path=str(tmp_path / "presentation_1280.png"))

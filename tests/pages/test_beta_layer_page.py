@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.state import GridRun
 from iba_core.beta_layer import GRID_LOST_MESSAGE
+ROOM_KEY = "bl_room"  # pages/beta_layer.py ROOM_KEY (a page is a script: not imported here)
 from iba_core.per_sample import bottleneck_lost_class
 from iba_core.render.figures import LOST_CLASS_MARK
 
@@ -78,13 +80,15 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     assert [t.get("coloraxis") for t in traces] == ["coloraxis" if not x else None for x in lost[:5]] + [None] * 5
     scale = grid["layout"]["coloraxis"]
     shown_beta = [t for t, x in zip(traces[:5], lost) if not x]
-    assert scale["cmin"] == 0 and scale["cmax"] == max(float(z(t).max()) for t in shown_beta)
+    # (Maxima of the full-resolution maps, as Per-Sample and Compare print them; the picture sent is pooled.)
+    assert scale["cmin"] == 0 and scale["cmax"] == max(float(c.heatmap.max()) for c in cells[:5] if not c.lost_class)
     assert scale["colorbar"]["title"]["text"] == "bits / pixel"
     assert "zmax" not in traces[0]
     # The layer row: each map on its own scale, 0 … its maximum, printed in its title; none stays dark.
-    for t, title, x in zip(traces[5:], titles[5:], lost[5:]):
+    for t, title, x, c in zip(traces[5:], titles[5:], lost[5:], cells[5:]):
         if not x:
-            assert t["zmin"] == 0 and t["zmax"] == max(float(z(t).max()), 1e-6)
+            assert t["zmin"] == 0 and t["zmax"] == pytest.approx(max(float(c.heatmap.max()), 1e-6), rel=1e-6)
+            assert float(z(t).max()) <= t["zmax"]
             assert title.endswith(f"<br>max {t['zmax']:.3g}")
     assert "coloraxis2" not in grid["layout"]
     # Text for a lecture hall: titles, row titles and colour-bar labels at 16 px or more.
@@ -116,7 +120,9 @@ def test_grid_fills_with_ten_cells(open_page, lock_waits) -> None:
     assert_clean(at)
     assert at.session_state["bl_grids"][at.session_state["bl_last"]].cells is cells
     traces = grid_spec(at)["data"]
-    assert all("coloraxis" not in t and t["zmax"] == max(float(z(t).max()), 1e-6) for t in traces)
+    assert all("coloraxis" not in t for t in traces)
+    assert [t["zmax"] for t, c in zip(traces, cells) if not c.lost_class] == pytest.approx(
+        [max(float(c.heatmap.max()), 1e-6) for c in cells if not c.lost_class], rel=1e-6)  # full-resolution maxima
     assert "Each map has its own linear colour scale" in " ".join(c.value for c in at.caption)
 
 
@@ -248,6 +254,21 @@ def test_presentation_mode_shows_the_grid_first_and_folds_the_controls(open_page
     assert any(s.value.startswith("The grid is ready") for s in at.success)
     layout = grid_spec(at)["layout"]
     assert layout["height"] >= 2 * 300  # two rows of 300 px maps (where the page is wide enough)
+    # The browser reports the grid's room: on a 1280 × 800 screen (sidebar folded, a 1216 px column) the maps
+    # shrink until five fit the width and both rows the window; on a 1920 × 1080 one they stay 300 px.
+    for (width, height), side in (((1216, 800), None), ((1856, 1080), 300)):
+        at.session_state[ROOM_KEY] = {"room": {"width": width, "height": height}}
+        at.run()
+        assert_clean(at)
+        layout = grid_spec(at)["layout"]
+        y0, y1 = layout["yaxis"]["domain"]
+        row_px = (y1 - y0) * (layout["height"] - layout["margin"]["t"] - layout["margin"]["b"])
+        col_px = (width - layout["margin"]["l"] - layout["margin"]["r"]) * (
+            layout["xaxis"]["domain"][1] - layout["xaxis"]["domain"][0])
+        assert row_px <= col_px + 0.5  # a map as wide as its row is tall: no gaps between the rows
+        assert layout["height"] <= height - 80 if side is None else row_px == pytest.approx(side, abs=0.5)
+        assert row_px > 180
+    at.session_state[ROOM_KEY] = {}
     # Opened again, the controls stay open across reruns (e.g. the scale's checkbox).
     at.session_state["bl_controls"] = True
     at.checkbox(key="bl_per_map").check().run()

@@ -27,7 +27,9 @@ def test_beta_row_shares_one_linear_scale_in_bits_per_pixel() -> None:
     axis = fig.layout.coloraxis
     assert axis.cmin == 0.0
     assert float(np.max(beta[0].z)) == pytest.approx(float(blob().max()) / 0.1, rel=1e-2)  # linear: bits (2 × 2 pooled), not logs
-    assert axis.cmax == max(float(np.max(t.z)) for t in beta)  # the row's brightest pixel tops the scale
+    # The row's brightest pixel at full resolution tops the scale (the pooled picture peaks a little lower).
+    assert axis.cmax == max(float(np.max(c.heatmap)) for c in cells()[:4])
+    assert max(float(np.max(t.z)) for t in beta) <= axis.cmax
     assert axis.colorbar.title.text == figures.BITS_UNIT == "bits / pixel"
     # Bits are absolute: the β·k = 100 map lets the fewest bits through, so it is the darkest, not the brightest.
     brightness = [float(np.mean(t.z)) / axis.cmax for t in beta]
@@ -41,9 +43,9 @@ def test_layer_row_maps_each_run_to_their_own_maximum_given_in_the_title() -> No
     layer = fig.data[5:]
     titles = [a.text for a in fig.layout.annotations][5:]
     assert all(t.coloraxis is None and t.zmin == 0.0 for t in layer)
-    assert [t.zmax for t in layer] == [float(np.max(t.z)) for t in layer]
-    # The stem's 13 bits/px no longer turn the deepest layer black: every map reaches the top of its scale.
-    assert all(float(np.max(t.z)) / t.zmax == 1.0 for t in layer)
+    assert [t.zmax for t in layer] == [float(np.max(c.heatmap)) for c in cells()[5:]]
+    # The stem's 13 bits/px no longer turn the deepest layer black: every map reaches (near) the top of its scale.
+    assert all(0.9 <= float(np.max(t.z)) / t.zmax <= 1.0 for t in layer)
     assert "coloraxis2" not in fig.to_plotly_json()["layout"]
     assert [title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(layer, titles)] == [True] * 3
     # One colour bar for the row, on its last map, reading 0 … each map's own maximum, in bits per pixel.
@@ -57,7 +59,7 @@ def test_per_map_scales_on_request() -> None:
     fig = figures.grid_figure(cells(), shared_scale=False)
     maps = [t for t, c in zip(fig.data, cells()) if not c.lost_class]
     assert len(maps) == 7 and all(t.coloraxis is None and t.zmin == 0.0 for t in maps)
-    assert [t.zmax for t in maps] == [float(np.max(t.z)) for t in maps]  # each its own maximum
+    assert [t.zmax for t in maps] == [float(np.max(c.heatmap)) for c in cells() if not c.lost_class]  # its own
     assert fig.layout.coloraxis.cmax is None
     titles = [a.text for a, c in zip(fig.layout.annotations, cells()) if not c.lost_class]
     assert all(title.endswith(f"<br>max {t.zmax:.3g}") for t, title in zip(maps, titles))
@@ -130,7 +132,7 @@ def test_a_lost_class_is_a_grey_square_that_says_so(shared_scale: bool) -> None:
     assert "discarded the class" in square.hovertemplate
     # The row's scale is its maps' (the lost map, not drawn, does not set it).
     if shared_scale:
-        assert fig.layout.coloraxis.cmax == max(float(np.max(t.z)) for t in fig.data[:4])
+        assert fig.layout.coloraxis.cmax == max(float(np.max(c.heatmap)) for c in cells()[:4])
 
 
 def test_a_lost_cell_in_the_layer_row_leaves_the_row_bar_to_a_map() -> None:
@@ -160,6 +162,73 @@ def test_cell_px_sets_the_map_size() -> None:
 def test_a_partly_filled_grid_scales_what_is_there() -> None:
     first = cells()[:2]
     fig = figures.grid_figure(first)
-    assert fig.layout.coloraxis.cmax == max(float(np.max(t.z)) for t in fig.data)
+    assert fig.layout.coloraxis.cmax == max(float(np.max(c.heatmap)) for c in first)
     assert "coloraxis2" not in fig.to_plotly_json()["layout"]  # no layer cell yet: no scale for that row
     assert figures.grid_figure([]).data == ()
+
+
+def peaked() -> np.ndarray:
+    """A map with a one-pixel peak, as a real map's brightest spot: 2 × 2 pooling averages it down."""
+    z = np.array(blob(), dtype=np.float32) * 0.1
+    z[10, 11] = 0.695
+    z[10, 10] = 0.2
+    return z
+
+
+def test_titles_give_the_full_resolution_maximum() -> None:
+    """Per-Sample and Compare print the full map's maximum (0.695 for block3_2 at β·k = 10); the grid's title
+    must say the same, though the picture it sends is pooled 2 × 2 (which peaks lower)."""
+    grid = [GridCell("layer", name, 10.0, name, peaked() * f, 0.5, 50.0, 0.6) for name, f in (("a", 1.0), ("b", 3.0))]
+    fig = figures.grid_figure(grid)
+    for cell, trace, note in zip(grid, fig.data, fig.layout.annotations):
+        full = float(np.max(cell.heatmap))
+        assert float(np.max(trace.z)) < full * 0.999  # the picture is pooled
+        shown = float(note.text.split("<br>")[-1].removeprefix(figures.GRID_MAX_PREFIX))
+        assert shown == float(f"{full:.3g}") and shown != float(f"{float(np.max(trace.z)):.3g}")
+        assert trace.zmax == pytest.approx(full, rel=1e-4)
+
+
+def row_boxes(fig) -> list[tuple[float, float]]:
+    """Each row's (bottom, top) as a share of the plot's height, from its first map's y axis."""
+    ncols = sum(1 for k in fig.layout if k.startswith("xaxis")) // 2
+    return [tuple(fig.layout[f"yaxis{'' if k == 1 else k}"].domain) for k in (1, ncols + 1)]
+
+
+@pytest.mark.parametrize("cell_px", [140, 200, 250, 300, 390])
+@pytest.mark.parametrize("zoom", [1.0, figures.PRESENTATION_ZOOM])
+def test_height_follows_the_maps_and_each_bar_is_its_rows_height(cell_px: int, zoom: float) -> None:
+    """The figure is as tall as its two rows of square maps plus the titles' lines (no fixed large height); each
+    row's colour bar spans exactly its row (the maps' side) and is level with it."""
+    fig = figures.grid_figure(cells(), cell_px=cell_px, zoom=zoom)
+    margin = fig.layout.margin
+    plot_px = fig.layout.height - margin.t - margin.b
+    (b0, t0), (b1, t1) = sorted(row_boxes(fig), reverse=True)
+    for bottom, top in ((b0, t0), (b1, t1)):
+        assert (top - bottom) * plot_px == pytest.approx(cell_px, abs=0.5)  # a row is one map tall
+    gap_px = (b0 - t1) * plot_px  # between the rows: the lower row's titles, nothing more
+    lines = max(a.text.count("<br>") + 1 for a in fig.layout.annotations[5:8])
+    assert gap_px == pytest.approx(round(lines * 1.3 * round(figures.GRID_FONT_PX * zoom)) + 8, abs=1)
+    assert fig.layout.height == pytest.approx(margin.t + 2 * cell_px + gap_px + margin.b, abs=1)
+    for bar, (bottom, top) in ((fig.layout.coloraxis.colorbar, (b0, t0)), (fig.data[-1].colorbar, (b1, t1))):
+        assert bar.lenmode == "fraction" and bar.len == pytest.approx(top - bottom, rel=1e-6)
+        assert bar.y == pytest.approx((top + bottom) / 2, rel=1e-6) and bar.yanchor == "middle"
+
+
+@pytest.mark.parametrize("room", [(1216, 720), (1140, 720), (1600, 1000), (820, 720), (700, 400)])
+def test_a_grid_fitted_to_the_screen_fits_it(room: tuple[int, int]) -> None:
+    """Given the room on the screen (the column's width, the window's height), the maps shrink until five of
+    them fit side by side and both rows fit the height (down to MIN_CELL_PX), never past the asked size."""
+    zoom = figures.PRESENTATION_ZOOM
+    fig = figures.grid_figure(cells(), zoom=zoom, cell_px=300, ncols=5, room=room)
+    margin = fig.layout.margin
+    plot_w = room[0] - margin.l - margin.r
+    col_px = plot_w * (fig.layout.xaxis.domain[1] - fig.layout.xaxis.domain[0])
+    (b0, t0), _ = sorted(row_boxes(fig), reverse=True)
+    side = (t0 - b0) * (fig.layout.height - margin.t - margin.b)
+    assert side <= 300 + 0.5
+    if side > figures.MIN_CELL_PX + 0.5:
+        assert side <= col_px + 0.5  # no map narrower than its row is tall: no gaps between rows
+        assert fig.layout.height <= room[1]
+        assert side >= col_px - 1 or fig.layout.height >= room[1] - 2 or side >= 299.5  # as large as it can be
+    unfitted = figures.grid_figure(cells(), zoom=zoom, cell_px=300, ncols=5)
+    assert fig.layout.height <= unfitted.layout.height
