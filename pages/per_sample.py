@@ -52,9 +52,9 @@ SCALE_BASIS_KEY = "ps_scale_basis"
 SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
 
 through_app()
-# the colour-scale choice holds for the session, not only while this page is shown
+# the colour-scale basis holds for the session, not only while this page is shown (the typed top is not restored:
+# a number field given a value both ways makes Streamlit insert a warning, which shifted the live view's pictures)
 restore_choice(SCALE_BASIS_KEY, SCALE_BASES[0])
-restore_choice(SCALE_TOP_KEY, None)
 st.title("Per-Sample Bottleneck")
 st.caption(
     "Noise replaces part of a layer's features; for this one image the bottleneck learns how much of each feature "
@@ -94,8 +94,7 @@ def scale_controls() -> None:
                      "largest value: the maps themselves show the bits draining from the first step, and the final "
                      "map looks dark. Either way the colours are bits per pixel, never rescaled per map.")
         st.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
-                        key=SCALE_TOP_KEY, placeholder="none typed", on_change=remember_choice,
-                        args=(SCALE_TOP_KEY,),
+                        key=SCALE_TOP_KEY, placeholder="none typed",
                         help="A top of your own for the run's one colour scale: the replay, the GIF, the final map "
                         "and the overlays all use it. Values above it are drawn in the top colour (the colour bar "
                         "says ≥).")
