@@ -24,17 +24,25 @@ READ_GALLERY = """
 """
 
 
+def opened_run(browser, server: str, run_dir: Path, viewport: tuple[int, int], timeout_ms: int):
+    """A new page of the Dataset page at `viewport` with `run_dir` typed and Open run pressed."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    page.set_default_timeout(timeout_ms)
+    expect.set_options(timeout=timeout_ms)
+    page.goto(f"{server}/dataset")
+    page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
+    page.get_by_role("button", name="Open run").click()
+    return page
+
+
 def test_the_dataset_page_opens_a_run_and_draws_its_gallery(tmp_path: Path) -> None:
     run_dir, keys = make_shortcut_run(tmp_path / "data", per_class=PER_CLASS, method_settings=QUICK)
     with streamlit_server(tmp_path) as server, chromium_browser() as browser:  # on 127.0.0.1: any path may be typed
         from playwright.sync_api import expect
 
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        expect.set_options(timeout=60_000)
-        page.goto(f"{server}/dataset")
-        page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
-        page.get_by_role("button", name="Open run").click()
+        page = opened_run(browser, server, run_dir, (1600, 1000), 60_000)
         gallery = page.locator(".st-key-ds_gallery")
         expect(gallery.locator("img")).to_have_count(len(keys))
         gallery.locator("img").last.scroll_into_view_if_needed()
@@ -61,12 +69,7 @@ def test_the_first_screen_of_a_run_leads_with_what_stands_out(tmp_path: Path) ->
         from playwright.sync_api import expect
 
         for width, height in ((1280, 800), (1920, 1080)):
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(120_000)
-            expect.set_options(timeout=120_000)
-            page.goto(f"{server}/dataset")
-            page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
-            page.get_by_role("button", name="Open run").click()
+            page = opened_run(browser, server, run_dir, (width, height), 120_000)
             first = page.locator(".st-key-ds_highlight_0")
             expect(first).to_contain_text("need very few bits")
             first.locator("img").last.wait_for()

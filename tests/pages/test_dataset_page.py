@@ -45,6 +45,13 @@ def opened(run_dir: Path | str) -> AppTest:
     return at
 
 
+def made_report(at: AppTest) -> str:
+    """Press "Make the HTML report" on the opened run; the report's text."""
+    at.button(key="ds_report_button").click().run()
+    assert_clean(at)
+    return at.session_state["ds_report"].decode("utf-8")
+
+
 def table_images(at: AppTest) -> list[str]:
     """The images of the page's table (its first dataframe; the run has no error rows)."""
     return sorted(at.dataframe[0].value["image"])
@@ -112,9 +119,7 @@ def test_a_path_outside_the_allowed_folders_is_refused(shortcut, tmp_path) -> No
 def test_the_html_report_names_the_classes(shortcut) -> None:
     run_dir, _ = shortcut
     at = opened(run_dir)
-    at.button(key="ds_report_button").click().run()
-    assert_clean(at)
-    report = at.session_state["ds_report"].decode("utf-8")
+    report = made_report(at)
     assert report.startswith("<!DOCTYPE html>") and "marked" in report and "object" in report
     assert "data:image/png;base64," in report and "src=\"http" not in report  # self-contained
     assert "border shortcut?" in report
@@ -221,9 +226,7 @@ def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) 
 def test_the_report_leads_with_what_stands_out(shortcut) -> None:
     run_dir, keys = shortcut
     at = opened(run_dir)
-    at.button(key="ds_report_button").click().run()
-    assert_clean(at)
-    report = at.session_state["ds_report"].decode("utf-8")
+    report = made_report(at)
     first, rest = report.split("<h2>Classes", 1)
     assert '<h2 id="stands-out">What stands out</h2>' in first and "need very few bits" in first
     for image in (k for k, m in keys.items() if m):
@@ -279,9 +282,7 @@ def test_a_run_without_a_bottleneck_names_no_layer_and_still_leads_with_what_it_
     assert any(h.value == "What stands out" for h in at.subheader)
     table = at.dataframe[0].value
     assert not table["needs_few_bits"].any()  # saliency maps have no bits to be few
-    at.button(key="ds_report_button").click().run()
-    assert_clean(at)
-    report = at.session_state["ds_report"].decode("utf-8")
+    report = made_report(at)
     assert "<td>layer</td><td>none (its methods read the whole network)</td>" in report and ">None<" not in report
 
 
