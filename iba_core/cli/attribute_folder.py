@@ -15,11 +15,12 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import files
-from .common import positive_int
+from .common import add_yardstick_args, positive_int
 
 
 def add_folder_args(p: argparse.ArgumentParser) -> None:
     """The options of a folder run (on `attribute`'s parser)."""
+    from ..metrics.yardsticks import YARDSTICKS
     from ..runs.folder import BATCH_IMAGES
 
     g = p.add_argument_group("a folder of images (IMAGE is a folder or a .txt list of images; --out RUN_DIR)")
@@ -39,6 +40,11 @@ def add_folder_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--retry-errors", action="store_true",
                    help="try again the images that have an error row (a rerun skips them otherwise)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--metrics", nargs="+", default=None, choices=YARDSTICKS, metavar="METRIC",
+                   help=f"the field's metrics per map, as columns of the table ({', '.join(YARDSTICKS)}; pointing "
+                   "needs --boxes): each costs forward passes per image and method (insertion or deletion: one per "
+                   "step, ROAD: two per percentage); none by default")
+    add_yardstick_args(p)
 
 
 def is_folder_source(path: Path) -> bool:
@@ -55,7 +61,8 @@ def refuse_folder_options(args: argparse.Namespace) -> None:
 
     given = [flag for flag, value in (("--methods", args.methods), ("--labels", args.labels), ("--boxes", args.boxes),
                                       ("--limit", args.limit), ("--retry-errors", args.retry_errors or None),
-                                      ("--batch-images", None if args.batch_images == BATCH_IMAGES else 1))
+                                      ("--batch-images", None if args.batch_images == BATCH_IMAGES else 1),
+                                      ("--metrics", args.metrics))
              if value is not None]
     if given:
         raise UserError(f"{', '.join(given)} apply to a folder run, but {args.image} is one image file.",
@@ -120,9 +127,15 @@ def method_list(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from .. import ranks
+    from .common import yardstick_options
 
     rank, world = ranks.rank_and_world()
     check_files(args)
+    if args.metrics and "pointing" in args.metrics and args.boxes is None:
+        raise UserError("The pointing game needs the objects' boxes.",
+                        cli_hint="Give --boxes DIR (Pascal-VOC XML files named like the images), or leave out "
+                        "pointing.")
+    yardstick_options(args)  # its values checked before the network loads
     methods = method_list(args)
     from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
     from ..runs.store import TABLE_FILE
@@ -134,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     target = None if args.target is None else network.class_index(args.target)
     root, items = list_images(args.image, args.labels, network.class_index, args.limit, network.categories)
     settings = FolderSettings(target=target, boxes=args.boxes, stats_images=args.stats_images,
-                              batch_images=args.batch_images, retry_errors=args.retry_errors)
+                              batch_images=args.batch_images, retry_errors=args.retry_errors,
+                              metrics=tuple(args.metrics or ()), yardsticks=yardstick_options(args))
     progress, close = (None, lambda: None) if args.no_progress else progress_bar(
         f"attribute {Path(args.image).name}" + (f" rank {rank}/{world}" if world > 1 else ""))
     try:
@@ -150,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     table = finish_run(args.out, rank, world)
     record = {
         "run": str(args.out), "model": network.key, "weights": network.weights_id,
-        "methods": [m.key for m in methods], "images": len(items),
+        "methods": [m.key for m in methods], "metrics": list(settings.metrics), "images": len(items),
         "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
         "new_rows": summary.rows, "new_errors": summary.errors, "damaged_parts_redone": len(summary.damaged),
     }

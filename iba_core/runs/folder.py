@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -36,12 +36,17 @@ from ..errors import USER_ERRORS, UserError
 from ..heads import head_of, probabilities
 from ..methods import Method
 from ..image_folders import ImageItem, list_items
+from ..jsonable import jsonable
 from ..ranks import meet_ranks, shard
 from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
 from .claims import Claims
-from .store import PART_ROWS, PART_SECONDS, PartWriter, done_pairs, heal, part_names, start_run, write_table
+from .store import (PART_ROWS, PART_SECONDS, PartWriter, decode_map, done_pairs, encode_map, heal, part_names, start_run,
+                    write_table)
+
+if TYPE_CHECKING:
+    from ..metrics.yardsticks import YardstickOptions
 
 #: A text file of image paths (one a line, relative to the file) stands for a folder.
 LIST_SUFFIX = ".txt"
@@ -60,6 +65,11 @@ class FolderSettings:
     retry_errors: bool = False  # try (image, method) pairs with an error row again (e.g. files fixed since)
     part_rows: int = PART_ROWS
     part_seconds: float = PART_SECONDS
+    #: the field's yardsticks per map (`metrics.yardsticks.YARDSTICKS`): none by default, as each costs forward
+    #: passes (insertion or deletion: one per step of the protocol, ROAD: two per percentage)
+    metrics: tuple[str, ...] = ()
+    #: how they are measured (`metrics.yardsticks.YardstickOptions`; None: the defaults, the RISE protocol)
+    yardsticks: "YardstickOptions | None" = None
 
 
 @dataclass
@@ -132,6 +142,7 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
             "boxes": str(Path(settings.boxes).expanduser().resolve()) if settings.boxes else None,
             "stats_images": str(settings.stats_images) if settings.stats_images else None,
             "thumbnail": THUMBNAIL,
+            **({"yardsticks": yardsticks_identity(settings)} if settings.metrics else {}),
         },
         "methods": {m.key: method_identity(network, m) for m in methods},
         "source": str(Path(root).expanduser().resolve()),
@@ -139,6 +150,58 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
         "preprocess": {"resize": getattr(network.preprocess, "resize", None),
                        "crop": getattr(network.preprocess, "crop_size", None)},
     }
+
+
+def yardsticks_identity(settings: FolderSettings) -> dict:
+    """run.json's record of the run's metrics and how they are measured (`metrics.yardsticks.yardstick_identity`):
+    part of the run's identity, so rows measured two ways never share a table."""
+    from ..metrics.yardsticks import YardstickOptions, yardstick_identity
+
+    return yardstick_identity(settings.metrics, settings.yardsticks or YardstickOptions())
+
+
+def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> None:
+    """A UserError in one sentence when the run folder measured other metrics, or the same ones another way, than
+    `settings` asks (run.json's settings.yardsticks): every row of a run has the same metric columns. Says what to
+    give instead; the generic check of the settings (`store.start_run`) would name only the changed record."""
+    from .store import RunFolderError, read_info
+
+    old = read_info(run_dir)
+    if old is None:
+        return
+    had = (old.get("settings") or {}).get("yardsticks") or {}
+    new = jsonable(yardsticks_identity(settings)) if settings.metrics else {}
+    if had == new:
+        return
+    had_metrics, new_metrics = list(had.get("metrics") or []), list(new.get("metrics") or [])
+    given = " ".join(had_metrics)
+    hint = (f"Give another --out folder, or --metrics {given} (with the protocol options its run.json lists) to "
+            "resume it." if had_metrics else "Give another --out folder, or leave out --metrics to resume it.")
+    app_hint = ("Choose another run folder, or the metrics it measured to resume it." if had_metrics else
+                "Choose another run folder, or no metrics to resume it.")
+    if had_metrics == new_metrics:
+        flat_had, flat_new = _flat(had), _flat(new)
+        changed = [f"{k} {flat_had.get(k)} (this run: {flat_new.get(k)})" for k in sorted(set(flat_had) | set(flat_new))
+                   if flat_had.get(k) != flat_new.get(k)]
+        why = f"measured {', '.join(had_metrics)} another way ({'; '.join(changed)}), and one run keeps one protocol"
+    elif not had_metrics:
+        why = (f"has rows without {', '.join(new_metrics)}, and a metric is measured for every row of a run or for "
+               "none (its rows were made without it)")
+    else:
+        why = (f"measures {', '.join(had_metrics) or 'no metric'} for every row (this run: "
+               f"{', '.join(new_metrics) or 'none'}), and every row of a run has the same metric columns")
+    raise RunFolderError(f"The run folder {run_dir} {why}.", cli_hint=hint, app_hint=app_hint)
+
+
+def _flat(record: dict, prefix: str = "") -> dict:
+    """A nested record as {"protocol.step": 224, …}, for naming what differs."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,10 +303,38 @@ def _base_rows(network, loaded: list[_Loaded], fixed_target: int | None) -> list
     return rows
 
 
-def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict],
-                 device) -> list[tuple[dict, np.ndarray | None]]:
-    """(row, map) of `method` for each loaded image (`attribute_batch`); a batch that fails is tried image by
-    image, so one bad image costs one error row."""
+class _Yardsticks:
+    """The run's metrics per map (`metrics.yardsticks`): the scoring network built once per run (the metrics'
+    `scoring_model`, fp32 like p_target, on the network's device), its head, the metrics and their options."""
+
+    def __init__(self, network, settings: FolderSettings):
+        from ..metrics.common import scoring_model
+        from ..metrics.yardsticks import YardstickOptions, check_metrics
+
+        self.metrics = check_metrics(settings.metrics)
+        self.options = settings.yardsticks or YardstickOptions()
+        self.model = scoring_model(network, "fp32")
+        self.head = head_of(network)
+
+    def columns(self, x: torch.Tensor, values: np.ndarray, target: int, box: np.ndarray | None, image: str,
+                method: str, told: Callable[[str], None]) -> dict[str, float]:
+        """The metric columns of one image's map. The map is scored as the run stores it (float16 with a scale,
+        `store.encode_map`), so `Run.heatmap(row)` gives these numbers again; the tie-breaking order is seeded by
+        the image and the method, so batches, shards and reruns agree."""
+        from ..metrics.common import stable_seed
+        from ..metrics.yardsticks import with_seed, yardstick_columns
+
+        stored = decode_map(*encode_map(values))
+        options = with_seed(self.options, stable_seed(self.options.seed, image, method))
+        return yardstick_columns(self.model, x, stored, target, self.metrics, head=self.head, box_mask=box,
+                                 options=options, told=told)
+
+
+def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict], device,
+                 yardsticks: _Yardsticks | None = None,
+                 told: Callable[[str], None] | None = None) -> list[tuple[dict, np.ndarray | None]]:
+    """(row, map) of `method` for each loaded image (`attribute_batch`), with the run's metric columns; a batch
+    that fails is tried image by image, so one bad image costs one error row (as does a metric that fails)."""
     x = torch.cat([b.x for b in loaded]).to(device)
     targets = [int(r["target"]) for r in base]
     try:
@@ -256,12 +347,23 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
             except Exception as err:  # noqa: BLE001 - one image's failure is its row's error
                 made.append(err)
     out = []
-    for b, row, result in zip(loaded, base, made):
+    for i, (b, row, result) in enumerate(zip(loaded, base, made)):
         row = {**row, "method": method.key, "method_name": method.name}
         if isinstance(result, BaseException):
             out.append(({**row, "error": error_text(result)}, None))
             continue
         values, extra = np.asarray(result.values, dtype=np.float32), result.extra
+        if yardsticks is not None:
+            def said(metric: str, _image=b.item.key) -> None:
+                if told is not None:
+                    told(f"{method.name} · {metric} · {_image}")
+
+            try:
+                row.update(yardsticks.columns(x[i:i + 1], values, int(row["target"]), b.box, b.item.key, method.key,
+                                              said))
+            except Exception as err:  # noqa: BLE001 - one image's failure is its row's error, as for the map
+                out.append(({**row, "error": f"the metrics failed: {error_text(err)}"}, None))
+                continue
         # seconds per image: a batched call's time split over its images (`Method._run`), so a column sum is the
         # method's time for the run, and a row is comparable across batch sizes
         row.update(seconds=float(result.seconds), precision=str(extra.get("precision", "fp32")), error=None,
@@ -276,7 +378,7 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
 
 
 def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, Method], settings: FolderSettings,
-                device, told: Callable[[str], None]):
+                device, told: Callable[[str], None], yardsticks: _Yardsticks | None = None):
     """(row, map) of every pending (image, method) of `chunk`: an image that cannot be loaded, or whose target the
     network has no output for, gives an error row per method; the others go through each method in one batch."""
     loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
@@ -294,7 +396,7 @@ def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, 
         if mine_now:
             told(f"{method.name} · {mine_now[0].item.key}")
             yield from _method_rows(network, runners[method.key], mine_now, [base[b.item.key] for b in mine_now],
-                                    device)
+                                    device, yardsticks, told)
 
 
 #: Seconds between two looks at images another live writer holds (its claims go when its part is written).
@@ -399,6 +501,11 @@ def run_folder(
     run_dir = Path(run_dir)
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
+    if settings.metrics:
+        from ..metrics.yardsticks import check_metrics
+
+        settings = replace(settings, metrics=check_metrics(settings.metrics))
+    check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
     start_run(run_dir, run_identity(network, methods, settings, root))
     damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
 
@@ -420,6 +527,7 @@ def run_folder(
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
         runners[key].prepare(network)  # statistics, a checkpoint: a problem stops the run before any image
     device = getattr(network, "device", None) or next(network.model.parameters()).device
+    yardsticks = _Yardsticks(network, settings) if settings.metrics and todo else None
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
     claims = Claims(run_dir)
 
@@ -439,7 +547,7 @@ def run_folder(
 
     try:
         for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
-            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told):
+            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told, yardsticks):
                 keep(row, values)
             finished += len(chunk)
             if progress is not None:

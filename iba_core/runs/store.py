@@ -75,7 +75,11 @@ COLUMNS: dict[str, str] = {
     "predicted": "Int64", "predicted_name": "str", "p_predicted": "float64", "p_target": "float64",
     "correct": "boolean", "total_bits": "float64", "unlocated_bits": "float64", "p_without": "float64",
     "p_with": "float64", "border_share": "float64", "box_share": "float64", "concentration": "float64",
-    "distance_to_class_mean": "float64", "seconds": "float64", "precision": "str", "error": "str",
+    "distance_to_class_mean": "float64",
+    # the field's metrics, `metrics.yardsticks.COLUMNS` (NaN where the run measures none, or pointing without a box)
+    "insertion_auc": "float64", "deletion_auc": "float64", "road_morf": "float64", "road_lerf": "float64",
+    "road_combined": "float64", "pointing_hit": "float64", "energy_pointing": "float64", "ehr": "float64",
+    "seconds": "float64", "precision": "str", "error": "str",
     "method_name": "str", "height": "Int64", "width": "Int64", "map_file": "str", "map_index": "int64",
     "map_scale": "float64", "rank": "int64", "finished": "float64",
 }
@@ -269,7 +273,12 @@ def as_table(rows: Iterable[dict]) -> "pd.DataFrame":
     """Rows as a DataFrame with exactly COLUMNS, in order, with their types."""
     import pandas as pd
 
-    frame = pd.DataFrame(list(rows))
+    return with_columns(pd.DataFrame(list(rows)))
+
+
+def with_columns(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """`frame` with exactly COLUMNS, in order, with their types: a column a part or table written before it
+    existed (the metric columns) is added empty."""
     for column in COLUMNS:
         if column not in frame:
             frame[column] = None
@@ -309,6 +318,8 @@ def read_parts(run_dir: str | os.PathLike, names: list[str] | None = None,
     if not tables:
         return as_table([]) if columns is None else as_table([])[columns]
     frame = pa.concat_tables(tables, promote_options="default").to_pandas()
+    if columns is None and not set(COLUMNS) <= set(frame):
+        frame = with_columns(frame)  # parts written before a column existed
     return frame.reset_index(drop=True)
 
 
@@ -557,7 +568,8 @@ def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) ->
             if _read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: hashlib.sha256(data).hexdigest()}:
                 table = pq.read_table(pa.BufferReader(data))
                 if (table.schema.metadata or {}).get(_PARTS_META) == _parts_digest(names):
-                    return table.to_pandas()
+                    frame = table.to_pandas()
+                    return frame if set(COLUMNS) <= set(frame) else with_columns(frame)
         except (OSError, ValueError):  # damaged, pointing outside the run (RunFolderError), or a table written
             pass  # before checksums: built again below
     return build_table(run_dir, names)
