@@ -106,6 +106,12 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
+            metrics = st.multiselect(
+                "The field's metrics per map (optional)", ds.PAGE_METRICS, key="ds_metrics", placeholder="none",
+                help="Insertion and deletion (RISE's protocol) and ROAD, as columns of the table and means per "
+                     "method and class. Each costs forward passes per image and method: "
+                     + plain(ds.metric_cost_text(network, ds.PAGE_METRICS)) + " The pointing game needs boxes: "
+                     "run it from the command line with --boxes.")
             b1, b2 = st.columns(2)
             estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
                                              help="Time one image of the folder with these methods now.")
@@ -114,7 +120,9 @@ def start_section() -> None:
         if estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust).text()
+                                                                   trust=trust, metrics=metrics).text()
+        if metrics and not st.session_state.get(ESTIMATE_KEY):
+            st.caption(plain(ds.metric_cost_text(network, metrics)))
         if st.session_state.get(ESTIMATE_KEY):
             st.info(plain(st.session_state[ESTIMATE_KEY]), icon=":material/timer:")
         if pressed:
@@ -122,7 +130,7 @@ def start_section() -> None:
             with shown_errors():
                 try:
                     job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner())
+                                              owner=session_owner(), metrics=metrics)
                 except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return
@@ -242,6 +250,24 @@ def highlight_pictures(run, h) -> None:
     st.caption(f"{note}Images: " + plain(named(h.images)) + more)
 
 
+def metrics_section(run) -> None:
+    """The means of the field's metrics the run measured, per method and per class (nothing for a run without)."""
+    with shown_errors() as outcome:
+        means = ds.metric_means(run)
+    if outcome.failed or means is None:
+        return
+    st.subheader("The field's metrics", help=" ".join(plain(means.notes[c]) for c in means.columns))
+    st.caption(plain(" ".join(means.protocol)) + " ↑: higher is better, ↓: lower is better; a mean is over the maps "
+               "with a value.")
+    config = {c: st.column_config.NumberColumn(means.header(c), format="%.3f", help=means.notes[c])
+              for c in means.columns}
+    st.dataframe(means.by_method[["method", "maps", *means.columns]], hide_index=True, key="ds_metric_means",
+                 column_config=config)
+    with st.expander("Per class", icon=":material/category:"):
+        st.dataframe(means.by_class[["class", "method", "maps", *means.columns]], hide_index=True,
+                     key="ds_metric_class_means", column_config=config)
+
+
 def filters(run) -> ds.RowFilter:
     table = run.table
     names = ds.method_names(run)
@@ -259,7 +285,8 @@ def filters(run) -> ds.RowFilter:
     with st.expander("Bits and measures", icon=":material/tune:"):
         st.caption("border_share: share of the map in the outer 10 % on each side (36 % of the area); "
                    "concentration: share in the top 5 % of pixels; distance_to_class_mean: 1 − cos to the class's "
-                   "mean map (28 × 28); box_share: share inside the boxes, when given.")
+                   "mean map (28 × 28); box_share: share inside the boxes, when given; the field's metrics (insertion "
+                   "AUC and the others), when the run measured them.")
         cols = st.columns(3)
         i = 0
         for column in ds.MEASURES:
@@ -285,15 +312,18 @@ def filters(run) -> ds.RowFilter:
 
 
 TABLE_COLUMNS = ["image", "method", "class_name", "label", "predicted_name", "correct", "p_target", "total_bits",
-                 ds.FEW_BITS_COLUMN, "border_share", "box_share", "concentration", "distance_to_class_mean", "seconds"]
+                 ds.FEW_BITS_COLUMN, "border_share", "box_share", "concentration", "distance_to_class_mean",
+                 *ds.YARDSTICK_COLUMNS, "seconds"]
 
 
 def table_section(run, rows) -> None:
     st.subheader("Table")
     st.caption(f"{len(rows)} of {len(ds.result_rows(run.table))} result rows · click a column's header to sort · "
                f"{ds.FEW_BITS_COLUMN}: total bits at least ten times below the run's upper quartile of this method.")
-    # a measure no row has (box_share without boxes) is left out rather than shown as a column of "None"
-    shown = [c for c in TABLE_COLUMNS if c in rows and not (c == "box_share" and len(rows) and rows[c].isna().all())]
+    # a measure no row has (box_share without boxes, a metric the run did not measure) is left out rather than shown
+    # as a column of "None"
+    optional = {"box_share", *ds.YARDSTICK_COLUMNS}
+    shown = [c for c in TABLE_COLUMNS if c in rows and not (c in optional and len(rows) and rows[c].isna().all())]
     st.dataframe(rows[shown], hide_index=True, key="ds_table", column_config={
         "seconds": st.column_config.NumberColumn(
             "seconds", format="%.2f", help="Seconds per image: images run in batches, and a batch's time is "
@@ -443,6 +473,7 @@ if run is not None:
     with shown_errors():
         found = run_highlights(run)
     stands_out_section(run, found)
+    metrics_section(run)
     st.divider()
     rows = ds.with_flags(run, ds.filter_rows(run.table, filters(run)))
     table_section(run, rows)

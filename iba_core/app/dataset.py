@@ -28,6 +28,7 @@ from PIL import Image
 
 from ..errors import UserError
 from ..render.colours import BITS_LABEL
+from ..runs.store import YARDSTICK_COLUMNS
 from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, few_bits_reference,
                                mass_thumbnails, named, run_highlights)
 from ..runs.per_class import class_mean_map, map_clusters
@@ -35,8 +36,8 @@ from ..runs.store import Run, RunFolderError, open_run
 from ..trust import NotTrustedError, Trust, check_server_path
 from . import links
 from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here
-    PAGE_BATCH_IMAGES, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text, start_folder_job,
-    time_one_image,
+    PAGE_BATCH_IMAGES, PAGE_METRICS, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text,
+    metric_cost_text, start_folder_job, time_one_image,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ PER_SAMPLE_PATH = "per_sample"
 THUMB_PX = 96
 #: Numeric columns a user can filter by, in the order the page offers them.
 MEASURES = ("total_bits", "border_share", "box_share", "concentration", "distance_to_class_mean", "p_target",
-            "p_predicted", "p_with", "seconds")
+            "p_predicted", "p_with", "seconds", *YARDSTICK_COLUMNS)
 CORRECT_CHOICES = ("all", "correct", "incorrect")
 
 
@@ -181,6 +182,66 @@ def layer_text(run: Run) -> str:
 def run_line(run: Run) -> str:
     """The run in a few words: 'network X · layer Y' (`layer_text`)."""
     return f"network {run.info.get('network') or 'unknown'} · layer {layer_text(run)}"
+
+
+# ---- the field's metrics -------------------------------------------------------------------------
+
+
+@dataclass
+class MetricMeans:
+    """The means of the field's metric columns a run has (`metrics.yardsticks`): per method (`by_method`: method
+    name, maps, one column per metric) and per class and method (`by_class`: class, method, maps, …), over the
+    result rows with a value; `columns` the metric columns present, in order; `higher` whether a higher value is
+    better for each; `notes` a sentence per column (what it measures, which way is better) and `protocol` the
+    sentences of how they were measured (run.json)."""
+
+    columns: list[str]
+    by_method: "pd.DataFrame"
+    by_class: "pd.DataFrame"
+    higher: dict[str, bool]
+    notes: dict[str, str]
+    protocol: list[str]
+
+    def header(self, column: str) -> str:
+        """A column's name with its direction: "insertion_auc ↑" (higher is better) or "deletion_auc ↓"."""
+        return f"{column} {'↑' if self.higher[column] else '↓'}"
+
+
+def metric_columns(table: "pd.DataFrame") -> list[str]:
+    """The metric columns with at least one value among the result rows (a run measures none by default)."""
+    rows = result_rows(table)
+    return [c for c in YARDSTICK_COLUMNS if c in rows and rows[c].notna().any()]
+
+
+def metric_means(run: Run) -> MetricMeans | None:
+    """The run's metric means per method and per class and method (`MetricMeans`); None when it measured none.
+    A mean is over the rows with a value (the pointing scores only where the image has a box: `maps` counts the
+    rows with any metric); pointing_hit's mean is the hit rate."""
+    columns = metric_columns(run.table)
+    if not columns:
+        return None
+    from ..metrics.yardsticks import COLUMN_TEXT, HIGHER_IS_BETTER, protocol_sentences
+
+    rows = result_rows(run.table)
+    rows = rows[rows[columns].notna().any(axis=1)]
+    names = method_names(run)
+    order = {key: i for i, key in enumerate(methods_bits_first(run))}
+
+    def means(keys: list[str]) -> "pd.DataFrame":
+        """Means of the columns per group of `keys`, the bottlenecks first (`methods_bits_first`), named."""
+        grouped = rows[columns].astype("float64").groupby([rows[k] for k in keys], dropna=False)
+        frame = grouped.mean()
+        frame.insert(0, "maps", grouped.size())
+        frame = frame.reset_index()
+        frame = frame.iloc[np.lexsort((frame["method"].map(lambda k: order.get(k, len(order))).to_numpy(),
+                                       *(frame[k].astype(str).to_numpy() for k in reversed(keys[:-1]))))]
+        return frame.assign(method=frame["method"].map(lambda k: names.get(k, k))).reset_index(drop=True)
+
+    by_method = means(["method"])
+    by_class = means(["class_name", "method"]).rename(columns={"class_name": "class"})
+    identity = (run.info.get("settings") or {}).get("yardsticks") or {}
+    return MetricMeans(columns, by_method, by_class, {c: HIGHER_IS_BETTER[c] for c in columns},
+                       {c: COLUMN_TEXT[c] for c in columns}, protocol_sentences(identity) if identity else [])
 
 
 # ---- images of the run ---------------------------------------------------------------------------
@@ -561,7 +622,21 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
         "scale": scale if units.get(method) == BITS_UNIT else None,
         "checked": found.checked if found is not None else "",
     }
-    return dataset_report_html(summary, classes, flagged_cells, stands_out).encode("utf-8")
+    return dataset_report_html(summary, classes, flagged_cells, stands_out, metric_report(metric_means(run))
+                               ).encode("utf-8")
+
+
+def metric_report(means: MetricMeans | None) -> dict | None:
+    """The report's section on the field's metrics (`render.report.dataset_report_html`'s `metrics`): headers with
+    their directions, rows of cells, a note per column and the protocol; None for a run that measured none."""
+    if means is None:
+        return None
+    headers = [means.header(c) for c in means.columns]
+    return {"method_headers": ["method", "maps", *headers],
+            "by_method": means.by_method[["method", "maps", *means.columns]].values.tolist(),
+            "class_headers": ["class", "method", "maps", *headers],
+            "by_class": means.by_class[["class", "method", "maps", *means.columns]].values.tolist(),
+            "notes": [f"{means.header(c)}: {means.notes[c]}" for c in means.columns], "protocol": means.protocol}
 
 
 def label_note(table) -> str:
@@ -578,6 +653,7 @@ def label_note(table) -> str:
 __all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE",
            "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
            "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
-           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "open_run_folder",
+           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "metric_columns",
+           "metric_means", "metric_report", "MetricMeans", "open_run_folder",
            "page_scale", "per_sample_link", "report_html", "result_rows", "run_line", "start_folder_job", "table_csv",
            "table_parquet", "thumbnails_on_one_scale", "time_one_image", "value_range", "with_flags"]

@@ -60,9 +60,10 @@ class FolderJob:
     running. `owner` names the browser session that started it (None: nobody in particular)."""
 
     def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
-                 batch: int, owner: str | None = None):
+                 batch: int, owner: str | None = None, metrics: tuple[str, ...] = ()):
         self.shared, self.source, self.run_dir = shared, source, run_dir
         self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
+        self.metrics = metrics  # the field's metrics per map (`metrics.yardsticks`), with their default protocol
         self.done, self.total, self.label = 0, 0, "listing the images…"
         self.error: str | None = None
         self.started, self.finished = time.time(), None
@@ -103,7 +104,7 @@ class FolderJob:
             root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
                                        categories=network.categories)
             self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch)
+            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics)
             for start in range(0, len(items), self.batch):
                 if self._cancel.is_set():
                     self.label = "stopped"
@@ -170,6 +171,37 @@ def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: s
     return methods
 
 
+#: The metrics the page offers: the pointing game needs box files, which the page's form does not take.
+PAGE_METRICS = ("insertion", "deletion", "road")
+
+
+def _checked_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
+    """The page's metrics, checked (`metrics.yardsticks.check_metrics`); the pointing game is refused in words."""
+    if not metrics:
+        return ()
+    from ..metrics.yardsticks import check_metrics
+
+    metrics = check_metrics(metrics)
+    if set(metrics) - set(PAGE_METRICS):
+        raise UserError("The pointing game needs the objects' boxes, which a run started here does not take.",
+                        app_hint="Leave out pointing, or run it from the command line with --boxes.")
+    return metrics
+
+
+def metric_cost_text(network, metrics: Sequence[str]) -> str:
+    """What the chosen metrics add, in forward passes per map on this network's crop (RISE's protocol, ROAD's nine
+    percentages), before *Estimate time* measures it; "" when none is chosen."""
+    metrics = _checked_metrics(metrics)
+    if not metrics:
+        return ""
+    from ..metrics.yardsticks import forward_passes
+
+    crop = getattr(network.preprocess, "crop_size", None) or 224
+    passes = forward_passes(metrics, int(crop) * int(crop))
+    return (f"The metrics add about {passes} forward passes per image and method ({', '.join(metrics)} on the "
+            f"{crop} × {crop} crop, the RISE protocol); “Estimate time” measures what they cost here.")
+
+
 def _image_folder(source: str, trust: Trust) -> Path:
     if not (source or "").strip():
         raise UserError("Type the image folder on the server to run on.")
@@ -181,11 +213,11 @@ def _image_folder(source: str, trust: Trust) -> Path:
 
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
-                     batch: int | None = None, owner: str | None = None) -> FolderJob:
+                     batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = ()) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
-    (a bottleneck method at `layer`)."""
+    (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default)."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -198,12 +230,13 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
     out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
     methods = _checked_methods(shared, method_keys, layer)
+    metrics = _checked_metrics(metrics)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
         if mine is not None:
             return mine
         out.mkdir(parents=True, exist_ok=True)
-        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics)
         _JOB._thread.start()
         return _JOB
 
@@ -224,12 +257,18 @@ class RunEstimate:
     #: timed here (the statistics take about one pass per sample, once).
     stats_samples: int = 0
     forward_seconds: float = 0.0
+    #: of `seconds`, those the field's metrics took (measured on the same image, for each method timed)
+    metric_seconds: float = 0.0
+    metrics: tuple[str, ...] = ()
 
     def text(self) -> str:
         """What the page says before the run: the time per image, for the folder, and what it leaves out."""
         text = (f"Estimate: one image took {self.seconds:.1f} s with {', '.join(self.methods)} here just now, so "
                 f"{self.images} image{'s' if self.images != 1 else ''} take about "
                 f"{duration(self.seconds * self.images)}") if self.methods else "Estimate: no method could be timed"
+        if self.methods and self.metrics:
+            text += (f", of which the metrics ({', '.join(self.metrics)}) take {self.metric_seconds:.1f} s per image "
+                     f"(about {duration(self.metric_seconds * self.images)} in all)")
         if self.untimed:
             stats = ""
             if self.stats_samples and self.forward_seconds > 0:
@@ -267,16 +306,18 @@ def _stats_ready(network, method: "Method") -> bool:
 
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
-                   limit: int | None = None, *, trust: Trust) -> RunEstimate:
+                   limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = ()) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
-    one-time preparation), for an estimate of the whole run before it starts. A method whose feature statistics
-    are not yet on disk is left out (estimating them would take minutes) and named."""
+    one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
+    starts. A method whose feature statistics are not yet on disk is left out (estimating them would take
+    minutes) and named."""
     import torch
 
     from ..runs.folder import list_images
 
     folder = _image_folder(source, trust)
     methods = _checked_methods(shared, method_keys, layer)
+    metrics = _checked_metrics(metrics)
     network = shared.network
     _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
     if not items:
@@ -287,8 +328,13 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                         "nothing could be timed; the run would give each an error row.")
     from ..feature_stats import run_stats_source
 
-    timed, untimed, seconds, samples = [], [], 0.0, 0
+    timed, untimed, seconds, samples, metric_seconds = [], [], 0.0, 0, 0.0
     with shared.busy():
+        scoring = None
+        if metrics:
+            from ..metrics.common import scoring_model
+
+            scoring = scoring_model(network, "fp32")  # built once, as a run builds it
         device = next(network.model.parameters()).device
         with torch.no_grad():
             began = time.perf_counter()
@@ -302,10 +348,18 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                 continue
             method.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
             began = time.perf_counter()
-            method.attribute_batch(network, x, [target])
+            made = method.attribute_batch(network, x, [target])
             seconds += time.perf_counter() - began
             timed.append(method.name)
-    return RunEstimate(seconds, len(items), tuple(timed), tuple(untimed), samples, forward)
+            if scoring is not None:
+                from ..heads import head_of
+                from ..metrics.yardsticks import yardstick_columns
+
+                began = time.perf_counter()
+                yardstick_columns(scoring, x.to(device), made[0].values, target, metrics, head=head_of(network))
+                metric_seconds += time.perf_counter() - began
+    return RunEstimate(seconds + metric_seconds, len(items), tuple(timed), tuple(untimed), samples, forward,
+                       metric_seconds, metrics)
 
 
 def job_text(job: FolderJob) -> str:
@@ -320,5 +374,5 @@ def job_text(job: FolderJob) -> str:
     return f"{done} / {total} images · {label} · {duration(seconds)}{left}"
 
 
-__all__ = ["FolderJob", "FolderRunBusy", "GPU_ROAD", "PAGE_BATCH_IMAGES", "RunEstimate", "YIELD_S", "current_job",
-           "duration", "job_text", "start_folder_job", "time_one_image"]
+__all__ = ["FolderJob", "FolderRunBusy", "GPU_ROAD", "PAGE_BATCH_IMAGES", "PAGE_METRICS", "RunEstimate", "YIELD_S",
+           "current_job", "duration", "job_text", "metric_cost_text", "start_folder_job", "time_one_image"]

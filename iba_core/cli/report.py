@@ -1,6 +1,7 @@
 """`python -m iba_core report RUN_DIR --out report.html`: a folder run's HTML report, the one the Dataset page
 offers (`app.dataset.report_html`): what stands out across the run first, then per class the mean map and the
-clusters of similar maps, then the images flagged by their border share; every picture embedded."""
+clusters of similar maps, then the images flagged by their border share; every picture embedded. A run that
+measured the field's metrics (`attribute FOLDER --metrics …`) gets their means per method and per class too."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the run (a one-sentence error for a missing or damaged folder), draw the report, write it atomically,
     print one JSON line (the file, the method, the highlights' titles)."""
-    from ..app.dataset import highlights, method_names, methods_bits_first, report_html
+    from ..app.dataset import highlights, method_names, methods_bits_first, metric_columns, report_html
     from ..errors import UserError
     from ..runs.store import open_run
 
@@ -39,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
     files.write_bytes(out, report_html(run_, method, trust_from_args(args), found))
     print_json({"report": str(out), "run": str(run_.path), "method": method,
                 "method_name": method_names(run_).get(method, method),
-                "stands_out": [h.title for h in found.items] if found else []})
+                "stands_out": [h.title for h in found.items] if found else [],
+                "metrics": metric_columns(run_.table)})
     return 0

@@ -93,6 +93,9 @@ img { width: 100%; image-rendering: auto; }
 table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; }
 .note { font-size: 0.85rem; color: #555; }
 h3.highlight { color: #b00020; }
+table.metrics { border-collapse: collapse; font-size: 0.85rem; }
+table.metrics th, table.metrics td { padding: 0.15rem 0.6rem; border-bottom: 1px solid #ddd; text-align: right; }
+table.metrics th:first-child, table.metrics td:first-child { text-align: left; }
 """
 
 
@@ -121,8 +124,41 @@ def _scale_line(scale: float | None) -> str:
                                      "bits per pixel.</p>")
 
 
+def _number(value) -> str:
+    """A table cell: a number to 3 significant digits (an int as it is), '–' where there is none."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return str(int(value))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return "–" if not np.isfinite(number) else f"{number:.3g}"
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    """An HTML table of `rows` (texts and numbers) under `headers`, every text escaped."""
+    import html
+
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_number(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<table class="metrics"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _metrics_section(metrics: dict) -> list[str]:
+    """The field's metrics (`metrics`: headers and rows of the means per method and per class and method, a note
+    per column, the protocol's sentences)."""
+    import html
+
+    out = ['<h2 id="metrics">The field\'s metrics: means per method and per class</h2>',
+           '<p class="note">' + html.escape(" ".join(metrics.get("protocol", []))) + "</p>",
+           _table(metrics["method_headers"], metrics["by_method"]), "<h3>Per class</h3>",
+           _table(metrics["class_headers"], metrics["by_class"])]
+    out.append("<ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in metrics.get("notes", [])) + "</ul>")
+    return out
+
+
 def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
-                        stands_out: list[dict] | None = None) -> str:
+                        stands_out: list[dict] | None = None, metrics: dict | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
     (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale, checked), first what stands
     out across the run (`stands_out`: [{title, detail, images (their names in words), cells [{image, caption, png}], scale, same_as (the title of an
@@ -130,7 +166,9 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
     as the Dataset page's first screen), per class its mean map and its clusters of similar maps (`classes`: name,
     target, images, mean_png, clusters [{cluster, size, border_share, flagged, near_zero (a sentence or ""),
     mean_png, members [(caption, png)], scale}]), and the images whose maps lie mostly in the border (`flagged`:
-    [{image, caption, png}]). Every text from the run is escaped."""
+    [{image, caption, png}]); and, when the run measured the field's metrics (`metrics`: method_headers,
+    by_method, class_headers, by_class (rows of cells), notes, protocol (sentences)), their means after what stands
+    out. Every text from the run is escaped."""
     import html
 
     e = html.escape
@@ -151,6 +189,8 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
                        f'{e(str(item.get("images", "")))}.</p>')
         else:
             out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
+    if metrics:
+        out.extend(_metrics_section(metrics))
     flag = float(summary.get("border_flag", 0.5))
     out.append(f"<p>Border share: the share of a map's mass (bits for the bottlenecks) in the outer 10 % of the "
                f"image on each side, 36 % of its area. A cluster or image at {flag:.0%} or more is flagged: the "

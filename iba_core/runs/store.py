@@ -69,6 +69,10 @@ RUN_FORMAT = 1
 #: A part is written after this many rows, or this many seconds after the last part (whichever comes first).
 PART_ROWS = 64
 PART_SECONDS = 30.0
+#: The field's metric columns (`metrics.yardsticks.COLUMNS`, named here so that reading a run needs no torch): NaN
+#: where the run measures none, and for the pointing scores of an image without a box.
+YARDSTICK_COLUMNS = ("insertion_auc", "deletion_auc", "road_morf", "road_lerf", "road_combined", "pointing_hit",
+                     "energy_pointing", "ehr")
 #: The table's columns, in order, with their pandas types (missing values: NaN / <NA>).
 COLUMNS: dict[str, str] = {
     "image": "str", "method": "str", "label": "Int64", "target": "Int64", "class_name": "str",
@@ -76,9 +80,7 @@ COLUMNS: dict[str, str] = {
     "correct": "boolean", "total_bits": "float64", "unlocated_bits": "float64", "p_without": "float64",
     "p_with": "float64", "border_share": "float64", "box_share": "float64", "concentration": "float64",
     "distance_to_class_mean": "float64",
-    # the field's metrics, `metrics.yardsticks.COLUMNS` (NaN where the run measures none, or pointing without a box)
-    "insertion_auc": "float64", "deletion_auc": "float64", "road_morf": "float64", "road_lerf": "float64",
-    "road_combined": "float64", "pointing_hit": "float64", "energy_pointing": "float64", "ehr": "float64",
+    **{column: "float64" for column in YARDSTICK_COLUMNS},
     "seconds": "float64", "precision": "str", "error": "str",
     "method_name": "str", "height": "Int64", "width": "Int64", "map_file": "str", "map_index": "int64",
     "map_scale": "float64", "rank": "int64", "finished": "float64",

@@ -131,3 +131,31 @@ def test_one_image_is_timed_before_a_run_and_methods_without_statistics_are_name
 
 def test_durations_read_as_a_person_says_them():
     assert [folder_job.duration(s) for s in (40, 600, 9000)] == ["40 s", "10 min", "2.5 h"]
+
+
+def test_the_page_run_measures_the_chosen_metrics_and_the_estimate_times_them(shared, tmp_path, monkeypatch):
+    """Issue #29.4: metrics are off unless chosen; chosen, the estimate measures their cost on the one image and the
+    background run fills their columns; the pointing game (it needs boxes) is refused in words."""
+    monkeypatch.setattr(folder_job, "_JOB", None)
+    images = write_folder_with_bad_files(tmp_path / "images", good=3)
+    trust = Trust(server_paths=(tmp_path.resolve(),))
+    plain = folder_job.time_one_image(shared, str(images), ["saliency"], trust=trust)
+    assert plain.metric_seconds == 0 and "metrics" not in plain.text()
+    estimate = folder_job.time_one_image(shared, str(images), ["saliency"], trust=trust, metrics=["deletion", "road"])
+    assert 0 < estimate.metric_seconds <= estimate.seconds and estimate.metrics == ("deletion", "road")
+    assert "of which the metrics (deletion, road) take" in estimate.text()
+    cost = folder_job.metric_cost_text(shared.network, ["deletion", "road"])
+    assert "forward passes per image and method" in cost and "64 × 64 crop" in cost
+    assert folder_job.metric_cost_text(shared.network, []) == ""
+    with pytest.raises(folder_job.UserError, match="pointing game needs the objects' boxes"):
+        folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,
+                                    metrics=["pointing"])
+    job = folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,
+                                      metrics=["deletion", "road"])
+    assert job.wait(120) and job.error is None, job.error
+    from iba_core import open_run
+
+    table = open_run(tmp_path / "run").table
+    ok = table[table["error"].isna()]
+    assert len(ok) == 3 and ok[["deletion_auc", "road_morf", "road_lerf", "road_combined"]].notna().all().all()
+    assert ok["deletion_auc"].between(0, 1).all() and table["insertion_auc"].isna().all()

@@ -155,10 +155,11 @@ def write_shortcut_folder(folder: Path, per_class: int, seed: int = 1) -> dict[s
     return keys
 
 
-def make_shortcut_run(root: Path, per_class: int = 10,
-                      method_settings: dict | None = None) -> tuple[Path, dict[str, bool]]:
+def make_shortcut_run(root: Path, per_class: int = 10, method_settings: dict | None = None,
+                      methods: list | None = None, settings=None) -> tuple[Path, dict[str, bool]]:
     """A finished folder run on the shortcut data set in `root`: the tiny CNN trained for seconds on it (its card in
     root/card), root/data (class folders marked/ and object/), the run in root/run with the Per-Sample Bottleneck.
+    `methods` (keys) and `settings` (a FolderSettings) replace the Per-Sample Bottleneck and the defaults.
     Returns (run folder, {image key: marked}). Feature statistics come from plain background texture: the noise
     that replaces a feature carries neither the mark nor the object (statistics of the labelled images would
     inject half a green square everywhere)."""
@@ -173,7 +174,8 @@ def make_shortcut_run(root: Path, per_class: int = 10,
         Image.fromarray(rng.integers(40, 160, (SIZE, SIZE, 3)).astype(np.uint8)).save(root / "background" / f"{i}.png")
     network = load_card(write_card(root / "card", ["marked", "object"], model=model, stats_images="../background"))
     top, items = list_images(root / "data", class_index=network.class_index)  # class folders give the labels
-    method = get_method("iba_10", **{"precision": "fp32", "stats_samples": 32, **(method_settings or {})})
-    run_folder(network, items, [method], root / "run", root=top)
+    chosen = [get_method(k) for k in methods] if methods else [
+        get_method("iba_10", **{"precision": "fp32", "stats_samples": 32, **(method_settings or {})})]
+    run_folder(network, items, chosen, root / "run", settings, root=top)
     finish_run(root / "run")
     return root / "run", keys
