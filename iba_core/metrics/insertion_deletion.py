@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..heads import probabilities
 from ..progress import ProgressFn
 from ..tiles import degrade
-from .common import batched_logits, group_records, method_label, resolve_map
+from .common import batched_logits, group_records, method_label, pixel_order, resolve_map
 
 INSERTION, DELETION = "insertion", "deletion"  # metric names (CLI, records, columns)
 DELETION_BASELINES = ("zeros", "blur")
@@ -155,13 +155,6 @@ class InsertionDeletionCurves:
             target=int(r.get("target", -1)),
             protocol=PixelProtocol(**r["protocol"]),
         )
-
-
-def pixel_order(values: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Flat pixel indices, most relevant first; ties in a seeded random order (NaN counts as least)."""
-    flat = np.nan_to_num(np.asarray(values, dtype=np.float64).ravel(), nan=-np.inf)
-    tiebreak = np.random.default_rng(seed).random(flat.size)
-    return np.lexsort((tiebreak, -flat))
 
 
 def step_counts(pixels: int, step: int) -> np.ndarray:

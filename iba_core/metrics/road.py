@@ -37,7 +37,7 @@ from torch import nn
 from ..errors import UserError
 from ..heads import probabilities
 from ..progress import ProgressFn
-from .common import batched_logits, group_records, method_label, resolve_map
+from .common import batched_logits, group_records, method_label, pixel_order, resolve_map
 
 ROAD = "road"
 METRIC = ROAD
@@ -143,13 +143,6 @@ def noisy_linear_impute(
     out[:, torch.from_numpy(unknown)] = filled
     out = out.reshape(channels, height, width).to(dtype=x.dtype, device=x.device)
     return out[None] if batched else out
-
-
-def pixel_order(values: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Flat pixel indices, most relevant first; equal values in a random order drawn from `seed`."""
-    flat = np.nan_to_num(np.asarray(values, dtype=np.float64).ravel(), nan=-np.inf)
-    tiebreak = np.random.default_rng(seed).random(flat.size)
-    return np.lexsort((tiebreak, -flat))
 
 
 def removed_count(percent: float, pixels: int) -> int:

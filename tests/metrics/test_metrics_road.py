@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from iba_core.errors import UserError
+from iba_core.metrics.common import pixel_order
 from iba_core.metrics.road import (
-    ROAD_REMOVED, RoadCurves, check_noise, check_removed, format_table, noisy_linear_impute, pixel_order,
+    ROAD_REMOVED, RoadCurves, check_noise, check_removed, format_table, noisy_linear_impute,
     removed_count, road_curves,
 )
 from metric_helpers import Counting, SmallConvNet
