@@ -178,12 +178,12 @@ def with_seed(options: YardstickOptions, seed: int) -> YardstickOptions:
 
 def forward_passes(metrics: Sequence[str], pixels: int, options: YardstickOptions = YardstickOptions()) -> int:
     """Forward passes the metrics take per map on a crop of `pixels` pixels (the cost a run adds per image and
-    method): a curve point each."""
+    method): a curve point each, and ROAD's pass on the image itself."""
     metrics = check_metrics(metrics)
     points = math.ceil(pixels / max(options.protocol.step, 1)) + 1
     passes = points * sum(m in metrics for m in (INSERTION, DELETION))
     if ROAD in metrics:
-        passes += 2 * len(options.road_removed)
+        passes += 2 * len(options.road_removed) + 1  # MoRF and LeRF at each percentage, and the image itself
     return passes
 
 

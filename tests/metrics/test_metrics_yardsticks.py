@@ -54,9 +54,11 @@ def test_only_the_columns_asked_for_and_only_their_forward_passes():
     assert list(got) == ["deletion_auc"]
     assert model.images == forward_passes(["deletion"], SIZE * SIZE, options) == SIZE * SIZE // 128 + 1
     said = []
+    model.images = 0
     got = yardstick_columns(model, x, values, 0, ["road", "insertion"], options=options, told=said.append)
     assert list(got) == ["insertion_auc", "road_morf", "road_lerf", "road_combined"]
     assert said == ["insertion", "road"]
+    assert model.images == forward_passes(["insertion", "road"], SIZE * SIZE, options) == 9 + 2 * 9 + 1
 
 
 def test_pointing_without_a_box_is_nan():
