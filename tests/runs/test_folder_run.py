@@ -200,7 +200,7 @@ def test_torchrun_two_processes_give_the_table_of_one(tiny_card, twelve, tmp_pat
     # no --n: torchrun's own parser finds it ambiguous (statistics from IBA_STATS_SAMPLES crops, in both runs)
     quick = [a for a in CLI_QUICK if a not in ("--n", "16")]
     args = [str(twelve), "--model", str(tiny_card), "--trust-code", *quick, "--methods", "iba_10", "gradient",
-            "--batch-images", "4"]
+            "--batch-images", "4", "--metrics", "deletion", "road", "--step", "1024", "--removed", "50"]
     assert main(["attribute", *args, "--out", str(tmp_path / "one")]) == 0  # one process: this one
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m", "iba_core", "attribute", *args, "--out", str(tmp_path / "two")]
@@ -215,7 +215,7 @@ def test_torchrun_two_processes_give_the_table_of_one(tiny_card, twelve, tmp_pat
     exact = ["image", "method", "target", "predicted", "error", "label"]
     pd.testing.assert_frame_equal(a.table[exact], b.table[exact])
     close = ["p_target", "p_predicted", "total_bits", "p_with", "border_share", "concentration",
-             "distance_to_class_mean"]
+             "distance_to_class_mean", "deletion_auc", "road_morf", "road_lerf", "road_combined"]  # metrics: #29.4
     np.testing.assert_allclose(a.table[close].to_numpy(float), b.table[close].to_numpy(float), rtol=1e-4, atol=1e-7)
     for i in np.flatnonzero(a.table["error"].isna().to_numpy()):
         np.testing.assert_allclose(a.heatmap(i), b.heatmap(i), rtol=1e-3, atol=1e-6)
