@@ -2,7 +2,7 @@
 methods, into a run folder (`iba_core.runs`: results.parquet, the maps, run.json); one JSON line at the end.
 
 Rerunning the command resumes (done pairs are skipped, damaged parts moved aside and their rows done again); adding
-a method computes only it; a run folder made with another network, weights, layer or settings is refused; two
+a method computes only it; adding a metric (--metrics) measures it for the rows already there, on their stored maps; a run folder made with another network, weights, layer or settings is refused; two
 commands into one run folder share its images (each image once). Under torchrun each rank takes every WORLD_SIZE-th
 image and rank 0 writes the table once all are done. The loop lives in iba_core.runs.folder; this module parses and
 prints.
@@ -167,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "methods": [m.key for m in methods], "metrics": list(settings.metrics), "images": len(items),
         "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
         "new_rows": summary.rows, "new_errors": summary.errors, "damaged_parts_redone": len(summary.damaged),
+        "rows_given_metrics": summary.measured,
     }
     if table is not None:
         record.update(rows=len(table), errors=int(table["error"].notna().sum()),

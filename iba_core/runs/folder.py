@@ -16,6 +16,12 @@ interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error 
 `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`store.heal`). Each
 image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
+The field's metrics (`FolderSettings.metrics`: insertion, deletion, ROAD, pointing; none by default, as each costs
+forward passes) are measured for every map as the run stores it, with the scoring network built once per run
+(`metrics.yardsticks`), into the row's metric columns. They and their protocol are part of the run's identity: a
+rerun that leaves one out or measures one another way is refused; a rerun that adds one measures it for the rows
+already there too (their stored maps, their images loaded again), so every row ends with the same columns.
+
 The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class.
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
 its own parts; `finish_run` meets the ranks at a barrier and rank 0 writes the table.
@@ -43,7 +49,7 @@ from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
 from .claims import Claims
 from .store import (PART_ROWS, PART_SECONDS, PartWriter, decode_map, done_pairs, encode_map, heal, part_names, start_run,
-                    write_table)
+                    unmeasured, write_table)
 
 if TYPE_CHECKING:
     from ..metrics.yardsticks import YardstickOptions
@@ -83,6 +89,7 @@ class RunSummary:
     parts: int = 0
     error_examples: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # damaged parts moved aside (RUN_DIR/damaged/): rows redone
+    measured: int = 0  # rows made before that were given the metrics this run added
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,36 +167,36 @@ def yardsticks_identity(settings: FolderSettings) -> dict:
     return yardstick_identity(settings.metrics, settings.yardsticks or YardstickOptions())
 
 
-def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> None:
-    """A UserError in one sentence when the run folder measured other metrics, or the same ones another way, than
-    `settings` asks (run.json's settings.yardsticks): every row of a run has the same metric columns. Says what to
-    give instead; the generic check of the settings (`store.start_run`) would name only the changed record."""
-    from .store import RunFolderError, read_info
+def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> bool:
+    """Whether this run adds metrics to a run folder that measured fewer, the same way (run.json's
+    settings.yardsticks then names them all, and the rows made before get them: `_add_metrics`). A UserError in
+    one sentence, saying what to give, when the folder measured a metric this run leaves out (every row of a run has
+    its metrics), or measured one another way (one run keeps one protocol)."""
+    from .store import RunFolderError, read_info, record_settings
 
     old = read_info(run_dir)
     if old is None:
-        return
+        return False
     had = (old.get("settings") or {}).get("yardsticks") or {}
     new = jsonable(yardsticks_identity(settings)) if settings.metrics else {}
     if had == new:
-        return
+        return False
     had_metrics, new_metrics = list(had.get("metrics") or []), list(new.get("metrics") or [])
+    changed = [k for k in had if k != "metrics" and k in new and had[k] != new[k]]
+    if set(had_metrics) <= set(new_metrics) and not changed:
+        record_settings(run_dir, yardsticks=new)
+        return True
     given = " ".join(had_metrics)
-    hint = (f"Give another --out folder, or --metrics {given} (with the protocol options its run.json lists) to "
-            "resume it." if had_metrics else "Give another --out folder, or leave out --metrics to resume it.")
-    app_hint = ("Choose another run folder, or the metrics it measured to resume it." if had_metrics else
-                "Choose another run folder, or no metrics to resume it.")
-    if had_metrics == new_metrics:
-        flat_had, flat_new = _flat(had), _flat(new)
-        changed = [f"{k} {flat_had.get(k)} (this run: {flat_new.get(k)})" for k in sorted(set(flat_had) | set(flat_new))
-                   if flat_had.get(k) != flat_new.get(k)]
-        why = f"measured {', '.join(had_metrics)} another way ({'; '.join(changed)}), and one run keeps one protocol"
-    elif not had_metrics:
-        why = (f"has rows without {', '.join(new_metrics)}, and a metric is measured for every row of a run or for "
-               "none (its rows were made without it)")
+    hint = f"Give another --out folder, or --metrics {given} (with the protocol options its run.json lists)."
+    app_hint = "Choose another run folder, or the metrics it measured (its run.json lists them)."
+    if not set(had_metrics) <= set(new_metrics):
+        why = (f"measures {', '.join(had_metrics)} for every row (this run: {', '.join(new_metrics) or 'none'}), and a "
+               "run keeps every metric it measured")
     else:
-        why = (f"measures {', '.join(had_metrics) or 'no metric'} for every row (this run: "
-               f"{', '.join(new_metrics) or 'none'}), and every row of a run has the same metric columns")
+        flat_had, flat_new = _flat({k: had[k] for k in changed}), _flat({k: new[k] for k in changed})
+        what = [f"{k} {flat_had.get(k)} (this run: {flat_new.get(k)})" for k in sorted(set(flat_had) | set(flat_new))
+                if flat_had.get(k) != flat_new.get(k)]
+        why = f"measured {', '.join(had_metrics)} another way ({'; '.join(what)}), and one run keeps one protocol"
     raise RunFolderError(f"The run folder {run_dir} {why}.", cli_hint=hint, app_hint=app_hint)
 
 
@@ -317,17 +324,20 @@ class _Yardsticks:
         self.head = head_of(network)
 
     def columns(self, x: torch.Tensor, values: np.ndarray, target: int, box: np.ndarray | None, image: str,
-                method: str, told: Callable[[str], None]) -> dict[str, float]:
+                method: str, told: Callable[[str], None], metrics: Sequence[str] | None = None) -> dict:
         """The metric columns of one image's map. The map is scored as the run stores it (float16 with a scale,
         `store.encode_map`), so `Run.heatmap(row)` gives these numbers again; the tie-breaking order is seeded by
-        the image and the method, so batches, shards and reruns agree."""
+        the image and the method, so batches, shards and reruns agree. metrics: a part of the run's (default: all);
+        the row's `metrics` column then names the run's."""
         from ..metrics.common import stable_seed
         from ..metrics.yardsticks import with_seed, yardstick_columns
 
         stored = decode_map(*encode_map(values))
         options = with_seed(self.options, stable_seed(self.options.seed, image, method))
-        return yardstick_columns(self.model, x, stored, target, self.metrics, head=self.head, box_mask=box,
-                                 options=options, told=told)
+        out: dict = yardstick_columns(self.model, x, stored, target, self.metrics if metrics is None else metrics,
+                                      head=self.head, box_mask=box, options=options, told=told)
+        out["metrics"] = " ".join(self.metrics)
+        return out
 
 
 def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict], device,
@@ -473,6 +483,52 @@ def _checked_methods(network, methods: Sequence[Method], settings: FolderSetting
     return methods
 
 
+def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: FolderSettings,
+                 yardsticks: _Yardsticks, writer: PartWriter, summary: RunSummary,
+                 progress: ProgressFn | None) -> None:
+    """Measure the metrics a run folder's earlier rows lack (a rerun that adds metrics, `check_yardsticks`), for
+    this rank's images: each row's image is loaded again and its map read as stored, the missing metrics measured
+    as a new run measures them, and the row written again with them (a new part; the table keeps the latest row)."""
+    from .store import open_run
+
+    run = open_run(run_dir)
+    keys = {item.key: item for item in mine}
+    rows = run.table[run.table["error"].isna() & run.table["image"].isin(list(keys))]
+    wanted = set(yardsticks.metrics)
+    lacking = [(i, [m for m in yardsticks.metrics if m not in set(str(had or "").split())])
+               for i, had in zip(rows.index, rows["metrics"].to_numpy(dtype=object, na_value=None))
+               if not wanted <= set(str(had or "").split())]
+    device = getattr(network, "device", None) or next(network.model.parameters()).device
+    loaded: dict[str, _Loaded] = {}
+    for done, (index, missing) in enumerate(lacking):
+        row = run.table.loc[index]
+        image, method = str(row["image"]), str(row["method"])
+        if image not in loaded:
+            loaded = {image: _load(network, keys[image], [], settings.boxes)}  # rows come by image: one kept
+
+        def said(metric: str) -> None:
+            if progress is not None:
+                progress(done, len(lacking), f"adding {metric} · {row['method_name']} · {image}")
+
+        b = loaded[image]
+        try:
+            if b.error is not None:  # the image changed since (or went)
+                raise UserError(b.error)
+            values = run.heatmap(row)
+            columns = yardsticks.columns(b.x.to(device), values, int(row["target"]), b.box, image, method, said,
+                                         missing)
+        except Exception as err:  # noqa: BLE001 - the row stays as it was; the next rerun tries again
+            summary.errors += 1
+            if len(summary.error_examples) < 3:
+                summary.error_examples.append(f"{image}: the metrics could not be added ({error_text(err)})")
+            continue
+        kept = {k: v for k, v in row.to_dict().items()
+                if k not in ("map_file", "map_index", "map_scale", "height", "width", "rank", "finished")}
+        writer.add({**kept, **columns}, values)
+        summary.measured += 1
+    writer.flush()
+
+
 def run_folder(
     network,
     items: Sequence[ImageItem],
@@ -505,7 +561,7 @@ def run_folder(
         from ..metrics.yardsticks import check_metrics
 
         settings = replace(settings, metrics=check_metrics(settings.metrics))
-    check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
+    adding = check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
     start_run(run_dir, run_identity(network, methods, settings, root))
     damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
 
@@ -527,8 +583,15 @@ def run_folder(
     for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
         runners[key].prepare(network)  # statistics, a checkpoint: a problem stops the run before any image
     device = getattr(network, "device", None) or next(network.model.parameters()).device
-    yardsticks = _Yardsticks(network, settings) if settings.metrics and todo else None
+    # rows made before without some of the metrics: just added to the run, or left by an interrupted rerun
+    adding = bool(settings.metrics) and (adding or unmeasured(run_dir, settings.metrics, (i.key for i in mine)) > 0)
+    yardsticks = _Yardsticks(network, settings) if settings.metrics and (todo or adding) else None
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
+    if adding and yardsticks is not None:
+        try:
+            _add_metrics(network, run_dir, mine, settings, yardsticks, writer, summary, progress)
+        finally:
+            writer.flush()
     claims = Claims(run_dir)
 
     def keep(row: dict, values: np.ndarray | None) -> None:

@@ -81,6 +81,7 @@ COLUMNS: dict[str, str] = {
     "p_with": "float64", "border_share": "float64", "box_share": "float64", "concentration": "float64",
     "distance_to_class_mean": "float64",
     **{column: "float64" for column in YARDSTICK_COLUMNS},
+    "metrics": "str",  # the metrics measured for the row, space-separated ("" or missing: none)
     "seconds": "float64", "precision": "str", "error": "str",
     "method_name": "str", "height": "Int64", "width": "Int64", "map_file": "str", "map_index": "int64",
     "map_scale": "float64", "rank": "int64", "finished": "float64",
@@ -186,6 +187,17 @@ def start_run(run_dir: str | os.PathLike, identity: dict) -> dict:
             return old
         info["versions"] = versions()
     write_atomic(run_dir / RUN_FILE, lambda tmp: tmp.write_text(json.dumps(info, indent=1), encoding="utf-8"))
+    return info
+
+
+def record_settings(run_dir: str | os.PathLike, **settings) -> dict:
+    """Write `settings` into run.json's settings (atomically): a run that adds to what the folder records, once it
+    has checked that the rows made before stay valid (metrics added to a run: `folder.check_yardsticks`)."""
+    info = read_info(run_dir)
+    if info is None:
+        raise RunFolderError(f"{Path(run_dir) / RUN_FILE} is missing.")
+    info = {**info, "settings": {**info.get("settings", {}), **jsonable(settings)}, "versions": versions()}
+    write_atomic(Path(run_dir) / RUN_FILE, lambda tmp: tmp.write_text(json.dumps(info, indent=1), encoding="utf-8"))
     return info
 
 
@@ -338,6 +350,30 @@ def done_pairs(run_dir: str | os.PathLike, errors: bool = True, names: list[str]
             frame = frame[frame["error"].isna()]
         pairs.update(zip(frame["image"].astype(str), frame["method"].astype(str)))
     return pairs
+
+
+def unmeasured(run_dir: str | os.PathLike, metrics: Iterable[str], images: Iterable[str] | None = None) -> int:
+    """How many result rows (of `images`; default all) lack one of `metrics` in their `metrics` column, reading only
+    the columns needed, the latest row of each (image, method) counting (a part written before the column existed:
+    none measured). A part that cannot be read counts for nothing (`heal` deals with it)."""
+    import pyarrow.parquet as pq
+
+    wanted, keep = set(metrics), None if images is None else set(images)
+    latest: dict[tuple[str, str], bool] = {}
+    for name in part_names(run_dir):
+        try:
+            path = inside(run_dir, f"{PARTS}/{name}.parquet")
+            names = pq.read_schema(path).names
+            frame = pq.read_table(path, columns=[c for c in ("image", "method", "error", "metrics") if c in names]
+                                  ).to_pandas()
+        except Exception:  # noqa: BLE001 - damaged (or moved aside meanwhile)
+            continue
+        had = frame["metrics"] if "metrics" in frame else [None] * len(frame)
+        for image, method, error, measured in zip(frame["image"], frame["method"], frame["error"], had):
+            if error is None or error != error:  # a result row (None or NaN: no error)
+                if keep is None or image in keep:
+                    latest[(image, method)] = not wanted <= set(str(measured or "").split())
+    return sum(latest.values())
 
 
 def deduplicate(frame: "pd.DataFrame") -> "pd.DataFrame":

@@ -90,7 +90,7 @@ def test_the_table_has_a_column_for_every_metric_column():
     assert all(TABLE[c] == "float64" for c in COLUMNS)
 
 
-def test_the_cli_measures_refuses_mixing_and_says_what_to_give(tiny_card, tiny_net, tmp_path, capsys):
+def test_the_cli_measures_refuses_mixing_and_says_what_to_give(tiny_card, tmp_path, capsys):
     images = tmp_path / "images"
     write_noise_images(images, 3)
     out = tmp_path / "run"
@@ -118,12 +118,51 @@ def test_the_cli_measures_refuses_mixing_and_says_what_to_give(tiny_card, tiny_n
     assert "The pointing game needs the objects' boxes" in capsys.readouterr().err
     assert main([*base, "--metrics", "insertion", "--blur-kernel", "4"]) == 1
     assert "The blur kernel must be an odd number of pixels" in capsys.readouterr().err
+    # adding a metric measures it for the rows already there (the same protocol)
+    assert main([*base, "--metrics", "insertion", "deletion", "road", "--step", "1024", "--removed", "50"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["new_rows"] == 0 and line["rows_given_metrics"] == 3 and line["rows"] == 3
+    assert pd.read_parquet(out / "results.parquet")["insertion_auc"].between(0, 1).all()
 
-    plain = tmp_path / "plain"  # a run made without metrics refuses to add them (its rows have none)
-    assert main([*base[:5], "--out", str(plain), "--methods", "gradient", "--no-progress"]) == 0
-    capsys.readouterr()
-    with pytest.raises(RunFolderError, match="has rows without insertion"):
-        root, items = list_images(images)
-        run_folder(tiny_net, items, [get_method("gradient")], plain,
-                   FolderSettings(metrics=("insertion",)), root=root)
 
+def test_a_rerun_that_adds_metrics_measures_them_for_the_rows_already_there(tiny_net, twelve, tmp_path):
+    """A run made without metrics, then with deletion, then with deletion and ROAD (interrupted once): every row
+    ends with both, equal to a run that measured them from the start; a metric left out later is refused."""
+    root, items = list_images(twelve, class_index=tiny_net.class_index)
+    out, fresh = tmp_path / "run", tmp_path / "fresh"
+    gradient = [get_method("gradient")]
+    run_folder(tiny_net, items[:6], gradient, out, root=root)
+    first = finish_run(out)
+    assert first["deletion_auc"].isna().all()
+    one = FolderSettings(metrics=("deletion",), yardsticks=OPTIONS)
+    summary = run_folder(tiny_net, items, gradient, out, one, root=root)  # 6 more images, and the first 6 measured
+    assert summary.rows == 6 and summary.measured == 4  # of the first six, bands.npy and broken.png are errors
+    assert finish_run(out)["deletion_auc"].notna().sum() == 10
+    both = FolderSettings(metrics=("deletion", "road"), yardsticks=OPTIONS)
+    seen = []
+
+    def stop_after_three(done, total, label):
+        seen.append(label)
+        if len(seen) > 3 and label.startswith("adding"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_folder(tiny_net, items, gradient, out, FolderSettings(metrics=("deletion", "road"), yardsticks=OPTIONS,
+                                                                   part_rows=1), root=root, progress=stop_after_three)
+    assert any(label.startswith("adding road · Gradient · ") for label in seen)
+    again = run_folder(tiny_net, items, gradient, out, both, root=root)  # the rows left are measured now
+    assert again.rows == 0 and 0 < again.measured < 10
+    table = finish_run(out).set_index("image")
+    run_folder(tiny_net, items, gradient, fresh, both, root=root)
+    want = finish_run(fresh).set_index("image")
+    columns = ["deletion_auc", "road_morf", "road_lerf", "road_combined"]
+    assert table.index.is_unique and len(table) == 12
+    np.testing.assert_allclose(table.loc[want.index, columns].to_numpy(float), want[columns].to_numpy(float),
+                               rtol=1e-4, atol=1e-7)
+    assert set(table.loc[table["error"].isna(), "metrics"]) == {"deletion road"}
+    assert json.loads((out / "run.json").read_text())["settings"]["yardsticks"]["metrics"] == ["deletion", "road"]
+    with pytest.raises(RunFolderError, match=r"measures deletion, road for every row \(this run: deletion\)"):
+        run_folder(tiny_net, items, gradient, out, one, root=root)
+    with pytest.raises(RunFolderError, match="measured deletion, road another way"):
+        run_folder(tiny_net, items, gradient, out, FolderSettings(metrics=("deletion", "road", "insertion")),
+                   root=root)
