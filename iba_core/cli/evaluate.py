@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     p.add_argument("--labels", type=Path, default=None,
                    help="label file: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a synset list "
                         "(default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in --images)")
-    p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox metric)")
+    p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox and pointing)")
     p.add_argument("--methods", nargs="+", default=None,
                    help="attribution method keys (default: all registered methods)")
     p.add_argument("--tile", type=_positive_int, nargs="+", default=None,
@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
     p.add_argument("--levels", nargs="+", default=None,
                    help="sanity: only these cascade levels (e.g. logits conv5_3 …); default: all")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="precision of the metric's forward passes (degradation, sensitivity-n); auto (default): a "
+                   help="precision of the metric's forward passes (degradation, sensitivity-n, insertion, deletion); auto (default): a "
                    "lower precision only where the hardware has it and one measurement shows it is faster")
     # insertion / deletion and pointing (issue #29)
     p.add_argument("--protocol", choices=list(PROTOCOLS), default="rise",
