@@ -12,7 +12,7 @@ from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection_with_sig
 from torch import nn
 
 from iba_core.errors import UserError
-from iba_core.methods import get_method
+from iba_core.methods import LabelSetTarget, get_method
 from iba_core.methods.cam_variants import most_varying_channels, score_weights, unit_scaled
 from iba_core.model_state import frozen_eval
 from method_helpers import TinyConvNet, fingerprint, wrap
@@ -238,6 +238,27 @@ def test_a_binary_head_explains_each_class_by_its_log_odds(key):
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g.values, e.values, rtol=1e-4, atol=1e-6)
     assert hook_count(one) == 0 and one(x).shape == (2, 1)
+
+
+class SummedLabels(nn.Module):
+    """The tiny CNN's logits 1 and 2 summed into one output: what a label set {1, 2} explains."""
+
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return self.body(x)[:, 1:3].sum(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_label_set_explains_the_sum_of_its_logits(key):
+    net = TinyConvNet()
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(12))
+    got = get_method(key, layer="act2").attribute(wrap(net), x, LabelSetTarget((1, 2))).values
+    expected = get_method(key, layer="body.act2").attribute(wrap(SummedLabels(net)), x, 0).values
+    assert np.ptp(expected) > 0
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("key", KEYS)
