@@ -46,14 +46,14 @@ PLUSPLUS_EPS = 1e-6
 def layer_capture(module: nn.Module, is_input: bool, track_grad: bool) -> Iterator[list[torch.Tensor]]:
     """The tensors `module` outputs (or, `is_input`, receives) during the block, one per call.
 
-    With `track_grad`, each is a leaf that requires gradients and the network runs on from a copy of it, so
-    `torch.autograd.grad(score, kept)` gives ∂score/∂A, and an in-place operation after the layer (a skip
-    connection's `+=`) cannot change the kept activations.
+    Each is a copy, so an in-place operation after the layer (a skip connection's `+=`) cannot change it. With
+    `track_grad`, each is a leaf that requires gradients and the network runs on from a copy of it, so
+    `torch.autograd.grad(score, kept)` gives ∂score/∂A.
     """
     kept: list[torch.Tensor] = []
 
     def keep(t: torch.Tensor) -> torch.Tensor:
-        a = t.detach().requires_grad_(track_grad)
+        a = t.detach().clone().requires_grad_(track_grad)
         kept.append(a)
         return a.clone() if track_grad else t
 

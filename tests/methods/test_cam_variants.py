@@ -261,6 +261,36 @@ def test_a_label_set_explains_the_sum_of_its_logits(key):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
 
 
+class AddsAfterTheLayer(nn.Module):
+    """conv (the CAM layer) → + 1 (in place, as a ResNet block's `out += identity`, or not) → ReLU → pool → linear."""
+
+    def __init__(self, in_place: bool):
+        super().__init__()
+        torch.manual_seed(13)
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.fc = nn.Linear(4, 3)
+        self.in_place = in_place
+
+    def forward(self, x):
+        a = self.conv(x)
+        if self.in_place:
+            a += 1.0
+        else:
+            a = a + 1.0
+        return self.fc(torch.relu(a).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_an_in_place_operation_after_the_layer_does_not_change_its_activations(key):
+    x = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(14))
+    method = get_method(key, layer="conv")
+    got = method.attribute_batch(wrap(AddsAfterTheLayer(in_place=True)), x, [0, 2])
+    expected = method.attribute_batch(wrap(AddsAfterTheLayer(in_place=False)), x, [0, 2])
+    for g, e in zip(got, expected):
+        assert np.ptp(e.values) > 0
+        np.testing.assert_allclose(g.values, e.values, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_no_hooks_stay_after_an_error_inside_the_network(key):
     """A network that fails after the CAM layer: the error reaches the caller, the capturing hook is gone."""
