@@ -61,36 +61,37 @@ def positive_int(text: str) -> int:
 
 
 def add_yardstick_args(p: argparse.ArgumentParser) -> None:
-    """How the field's metrics are measured (`metrics.yardsticks.YardstickOptions`), one set of options for every
-    command that measures them: --protocol and its fields (insertion, deletion), --removed and --noise (ROAD),
-    --tolerance (pointing game). Read them with `yardstick_options(args)`."""
+    """How the field's metrics are measured, one set of options for every command that measures them (`evaluate`,
+    a folder run's `--metrics`): --protocol and its numbers (insertion, deletion), --removed and --noise (ROAD),
+    --tolerance (pointing). `yardstick_options(args)` reads them into a `metrics.yardsticks.YardstickOptions`."""
     from ..metrics.insertion_deletion import DELETION_BASELINES, PROTOCOLS
     from ..metrics.pointing import POINTING_TOLERANCE
     from ..metrics.road import ROAD_NOISE, ROAD_REMOVED
 
-    g = p.add_argument_group("how insertion, deletion, ROAD and the pointing game are measured")
-    g.add_argument("--protocol", choices=list(PROTOCOLS), default="rise",
+    # ROAD (Rong et al. 2022)
+    p.add_argument("--removed", type=float, nargs="+", default=None, metavar="P",
+                   help="road: percentages of pixels removed, 0 < P < 100 (default: "
+                   f"{' '.join(map(str, ROAD_REMOVED))}; pytorch-grad-cam's percentile is 100 − P)")
+    p.add_argument("--noise", type=float, default=ROAD_NOISE,
+                   help="road: σ of the noise added to the imputed pixels, in the network's normalised input "
+                   "(default: %(default)s)")
+    # insertion / deletion and pointing
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default="rise",
                    help="insertion/deletion: rise (224 pixels a step, deletion to zeros, blur 11 × 11, σ 5; default) "
-                   "or coiba (1,792 pixels a step, deletion to the blur, blur 51 × 51, σ 50); the options below "
-                   "change one of its numbers (its name then says it is modified)")
-    g.add_argument("--step", type=positive_int, default=None,
+                        "or coiba (1792 pixels a step, deletion to the blur, blur 51 × 51, σ 50)")
+    p.add_argument("--step", type=positive_int, default=None,
                    help="insertion/deletion: pixels a step (default: the protocol's)")
-    g.add_argument("--deletion-baseline", choices=DELETION_BASELINES, default=None,
+    p.add_argument("--deletion-baseline", choices=DELETION_BASELINES, default=None,
                    help="deletion: replace pixels with zeros of the normalised input or with the blurred image "
-                   "(default: the protocol's)")
-    g.add_argument("--blur-kernel", type=int, default=None,
+                        "(default: the protocol's)")
+    p.add_argument("--blur-kernel", type=int, default=None,
                    help="insertion/deletion: the Gaussian blur's kernel, an odd number of pixels (default: the "
-                   "protocol's)")
-    g.add_argument("--blur-sigma", type=float, default=None,
+                        "protocol's)")
+    p.add_argument("--blur-sigma", type=float, default=None,
                    help="insertion/deletion: the Gaussian blur's σ in pixels (default: the protocol's)")
-    g.add_argument("--removed", type=float, nargs="+", default=None, metavar="PERCENT",
-                   help=f"ROAD: percent of the pixels removed at each point (default: "
-                   f"{' '.join(map(str, ROAD_REMOVED))}; pytorch-grad-cam's percentile is 100 − PERCENT)")
-    g.add_argument("--noise", type=float, default=None,
-                   help=f"ROAD: σ of the imputation's noise, in the network's normalised input (default {ROAD_NOISE})")
-    g.add_argument("--tolerance", type=int, default=None,
-                   help=f"pointing: a hit when a box pixel lies closer than this many pixels to the map's maximum "
-                   f"(default {POINTING_TOLERANCE}, TorchRay's)")
+    p.add_argument("--tolerance", type=int, default=POINTING_TOLERANCE,
+                   help="pointing: a hit when a box pixel lies closer than this many pixels to the map's maximum "
+                        "(default: %(default)s, TorchRay's)")
 
 
 def yardstick_options(args: argparse.Namespace, batch_size: int = 64, seed: int = 0):
@@ -98,18 +99,16 @@ def yardstick_options(args: argparse.Namespace, batch_size: int = 64, seed: int 
     a value the metrics refuse) before any network loads."""
     from ..errors import UserError
     from ..metrics.insertion_deletion import protocol_from
-    from ..metrics.pointing import POINTING_TOLERANCE
-    from ..metrics.road import ROAD_NOISE, ROAD_REMOVED, check_noise, check_removed
+    from ..metrics.road import ROAD_REMOVED, check_noise, check_removed
     from ..metrics.yardsticks import YardstickOptions
 
-    if args.tolerance is not None and args.tolerance < 0:
+    if args.tolerance < 0:
         raise UserError(f"--tolerance must be 0 pixels or more (not {args.tolerance}).")
     protocol = protocol_from(args.protocol, step=args.step, deletion_baseline=args.deletion_baseline,
                              blur_kernel=args.blur_kernel, blur_sigma=args.blur_sigma)
-    return YardstickOptions(
-        protocol=protocol, road_removed=check_removed(args.removed) if args.removed else ROAD_REMOVED,
-        tolerance=POINTING_TOLERANCE if args.tolerance is None else args.tolerance, batch_size=batch_size,
-        seed=seed, road_noise=ROAD_NOISE if args.noise is None else check_noise(args.noise))
+    return YardstickOptions(protocol=protocol, road_removed=check_removed(args.removed or ROAD_REMOVED),
+                            tolerance=args.tolerance, batch_size=batch_size, seed=seed,
+                            road_noise=check_noise(args.noise))
 
 
 def weights_arg(args: argparse.Namespace) -> str:

@@ -26,14 +26,13 @@ from .. import ranks
 from ..metrics import results as res
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
-from ..metrics.road import ROAD, ROAD_NOISE, ROAD_REMOVED, check_noise, check_removed
+from ..metrics.road import ROAD, ROAD_REMOVED, check_noise, check_removed
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 # insertion / deletion and pointing (issue #29)
-from ..metrics.insertion_deletion import DELETION_BASELINES, PROTOCOLS, protocol_from
-from ..metrics.pointing import POINTING_TOLERANCE
+from ..metrics.insertion_deletion import protocol_from
 from ..precision import PRECISIONS
 from . import files
-from .common import add_network_args, positive_int as _positive_int
+from .common import add_network_args, add_yardstick_args, positive_int as _positive_int
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,29 +82,7 @@ def add_parser(sub) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="precision of the metric's forward passes (degradation, sensitivity-n, insertion, deletion, "
                    "road); auto (default): a lower precision only where the hardware has it and one measurement shows it is faster")
-    # ROAD (Rong et al. 2022)
-    p.add_argument("--removed", type=float, nargs="+", default=None, metavar="P",
-                   help="road: percentages of pixels removed, 0 < P < 100 (default: "
-                   f"{' '.join(map(str, ROAD_REMOVED))}; pytorch-grad-cam's percentile is 100 − P)")
-    p.add_argument("--noise", type=float, default=ROAD_NOISE,
-                   help="road: σ of the noise added to the imputed pixels, in the network's normalised input "
-                   "(default: %(default)s)")
-    # insertion / deletion and pointing (issue #29)
-    p.add_argument("--protocol", choices=list(PROTOCOLS), default="rise",
-                   help="insertion/deletion: rise (224 pixels a step, deletion to zeros, blur 11 × 11, σ 5; default) "
-                        "or coiba (1792 pixels a step, deletion to the blur, blur 51 × 51, σ 50)")
-    p.add_argument("--step", type=_positive_int, default=None,
-                   help="insertion/deletion: pixels a step (default: the protocol's)")
-    p.add_argument("--deletion-baseline", choices=DELETION_BASELINES, default=None,
-                   help="deletion: replace pixels with zeros of the normalised input or with the blurred image "
-                        "(default: the protocol's)")
-    p.add_argument("--blur-kernel", type=int, default=None,
-                   help="insertion/deletion: the Gaussian blur's kernel, an odd number of pixels (default: the protocol's)")
-    p.add_argument("--blur-sigma", type=float, default=None,
-                   help="insertion/deletion: the Gaussian blur's σ in pixels (default: the protocol's)")
-    p.add_argument("--tolerance", type=int, default=POINTING_TOLERANCE,
-                   help="pointing: a hit when a box pixel lies closer than this many pixels to the map's maximum "
-                        "(default: %(default)s, TorchRay's)")
+    add_yardstick_args(p)  # ROAD, insertion / deletion and pointing (issue #29): one copy, cli/common.py
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--merge-only", action="store_true",
                    help="merge existing rank files into --out and print the table; evaluate nothing")
