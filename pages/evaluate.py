@@ -3,7 +3,6 @@ and the field's yardsticks: insertion / deletion, ROAD, the pointing game and en
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import streamlit as st
 
@@ -21,9 +20,11 @@ from iba_core.app.evaluation import (
     SanityRun,
     YardstickRun,
     box_run,
+    chosen_protocol,
     degradation_for,
     degradation_rows,
     progress_text,
+    road_points,
     sanity_levels,
     sanity_strip,
     table_columns,
@@ -34,7 +35,6 @@ from iba_core.app.evaluation import (
 )
 from iba_core.app.inputs import box_input
 from iba_core.app.state import Subject
-from iba_core.errors import UserError
 from iba_core.methods import display_names
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.common import stable_seed
@@ -280,15 +280,13 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
                                         key="ev_yard_button")
     if pressed:
         with shown_errors():  # previous results stay
-            if not removed:
-                raise UserError("Choose at least one ROAD point (a % of pixels removed).")
-            protocol = PROTOCOLS[key] if step is None else replace(PROTOCOLS[key], step=int(step))
+            protocol, points = chosen_protocol(key, step), road_points(removed)
             mask, boxes = box_input(*box, inputs.network.preprocess) if pointing else (None, None)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
             with network_turn(inputs.shared) as network:
-                results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=sorted(removed),
+                results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
                                          mask=mask, seed=stable_seed(inputs.image.digest),
                                          progress=timed_reporting(bar))
             bar.empty()

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
@@ -222,6 +223,28 @@ def map_peak(values: np.ndarray) -> tuple[int, int]:
     return int(col), int(row)
 
 
+def chosen_protocol(key: str, step: int | None = None) -> "PixelProtocol":
+    """The insertion / deletion protocol `key` ("rise", "coiba"), with `step` pixels a step if one is given."""
+    from dataclasses import replace
+
+    from ..metrics.insertion_deletion import PROTOCOLS
+
+    if key not in PROTOCOLS:
+        raise UserError(f"There is no insertion / deletion protocol {key!r}; choose one of {', '.join(PROTOCOLS)}.")
+    if step is None:
+        return PROTOCOLS[key]
+    if int(step) < 1:
+        raise UserError("Pixels per step must be at least 1.")
+    return replace(PROTOCOLS[key], step=int(step))
+
+
+def road_points(removed: Sequence[int]) -> tuple[int, ...]:
+    """The percents of pixels ROAD removes, ascending; at least one (checked before any map is computed)."""
+    if not removed:
+        raise UserError("Choose at least one ROAD point (a % of pixels removed).")
+    return tuple(sorted(int(v) for v in removed))
+
+
 def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int,
                    protocol: "PixelProtocol", *, removed: Sequence[int] | None = None,
                    mask: np.ndarray | None = None, tolerance: int | None = None, batch_size: int = 64,
@@ -237,7 +260,7 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     from ..metrics.pointing import POINTING_TOLERANCE, pointing_scores
     from ..metrics.road import ROAD_REMOVED, road_curves
 
-    removed = ROAD_REMOVED if removed is None else tuple(removed)
+    removed = ROAD_REMOVED if removed is None else road_points(removed)
     tolerance = POINTING_TOLERANCE if tolerance is None else tolerance
     model, head = scoring_model(network), head_of(network)
     total = 2 * PHASE_UNITS * len(maps)

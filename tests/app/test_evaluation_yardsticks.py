@@ -130,3 +130,17 @@ def test_progress_text_says_the_time_left() -> None:
     assert evaluation.progress_text(0, 400, "A · ROAD", 0.0) == "A · ROAD · 0%"
     assert evaluation.progress_text(100, 400, "A · ROAD", 4.0) == "A · ROAD · 25% · about 12.0 s left"
     assert evaluation.progress_text(400, 400, "done", 16.0) == "done · 100%"
+
+
+def test_chosen_protocol_and_road_points_say_what_is_wrong() -> None:
+    from iba_core.errors import UserError
+
+    assert evaluation.chosen_protocol("rise") == PROTOCOLS["rise"]
+    assert evaluation.chosen_protocol("coiba", 448) == replace(PROTOCOLS["coiba"], step=448)
+    with pytest.raises(UserError, match="no insertion / deletion protocol 'lime'"):
+        evaluation.chosen_protocol("lime")
+    with pytest.raises(UserError, match="at least 1"):
+        evaluation.chosen_protocol("rise", 0)
+    assert evaluation.road_points([80, 20]) == (20, 80)
+    with pytest.raises(UserError, match="at least one ROAD point"):
+        evaluation.road_points([])
