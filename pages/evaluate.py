@@ -20,11 +20,9 @@ from iba_core.app.evaluation import (
     SanityRun,
     YardstickRun,
     box_run,
-    chosen_protocol,
     degradation_for,
     degradation_rows,
     progress_text,
-    road_points,
     sanity_levels,
     sanity_strip,
     table_columns,
@@ -39,9 +37,9 @@ from iba_core.methods import display_names
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.common import stable_seed
 from iba_core.metrics.degradation import DEGRADATION_TILES
-from iba_core.metrics.insertion_deletion import PROTOCOLS
+from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
 from iba_core.metrics.pointing import POINTING_TOLERANCE
-from iba_core.metrics.road import ROAD_REMOVED
+from iba_core.metrics.road import ROAD_REMOVED, check_removed
 from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
 from iba_core.render.figures import (PRESENTATION_ZOOM, degradation_figure, insertion_deletion_figure, road_figure,
@@ -280,7 +278,7 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
                                         key="ev_yard_button")
     if pressed:
         with shown_errors():  # previous results stay
-            protocol, points = chosen_protocol(key, step), road_points(removed)
+            protocol, points = protocol_from(key, step=None if step is None else int(step)), check_removed(sorted(removed))
             mask, boxes = box_input(*box, inputs.network.preprocess) if pointing else (None, None)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
@@ -45,6 +44,8 @@ COLUMN_HELP = {
     "pointing hit": "Whether the map's maximum lies within the tolerance of a box (TorchRay's pointing game).",
     "energy pointing": "Share of the map's positive mass inside the boxes; higher is better (a map spread "
                        "evenly scores the boxes' share of the crop).",
+    "EHR": "InputIBA's effective heat ratio: the heat inside the boxes per selected pixel, over thresholds of "
+           "the map; higher is better.",
 }
 #: Pixels per character of the table font (Source Sans at 14 px: at most ~6.4 in Chromium), and per column the
 #: room for padding and the sort arrow; generous, so that no header or value is cut off.
@@ -208,41 +209,13 @@ PHASE_UNITS = 100
 @dataclass
 class MethodYardsticks:
     """One method's yardsticks on the image: its insertion and deletion curves, its ROAD curves, its pointing
-    scores (None without a box) and where its map is largest, (column, row) on the crop."""
+    scores (`pointing_scores`; None without a box) and the point the pointing game reads, the map's maximum,
+    (row, column) on the crop."""
 
     pixels: "InsertionDeletionCurves"
     road: "RoadCurves"
     pointing: dict[str, float] | None
     peak: tuple[int, int]
-
-
-def map_peak(values: np.ndarray) -> tuple[int, int]:
-    """(column, row) of a map's maximum (the first in reading order on a tie; non-finite values ignored)."""
-    arr = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=-np.inf, posinf=np.inf, neginf=-np.inf)
-    row, col = np.unravel_index(int(np.argmax(arr)), arr.shape)
-    return int(col), int(row)
-
-
-def chosen_protocol(key: str, step: int | None = None) -> "PixelProtocol":
-    """The insertion / deletion protocol `key` ("rise", "coiba"), with `step` pixels a step if one is given."""
-    from dataclasses import replace
-
-    from ..metrics.insertion_deletion import PROTOCOLS
-
-    if key not in PROTOCOLS:
-        raise UserError(f"There is no insertion / deletion protocol {key!r}; choose one of {', '.join(PROTOCOLS)}.")
-    if step is None:
-        return PROTOCOLS[key]
-    if int(step) < 1:
-        raise UserError("Pixels per step must be at least 1.")
-    return replace(PROTOCOLS[key], step=int(step))
-
-
-def road_points(removed: Sequence[int]) -> tuple[int, ...]:
-    """The percents of pixels ROAD removes, ascending; at least one (checked before any map is computed)."""
-    if not removed:
-        raise UserError("Choose at least one ROAD point (a % of pixels removed).")
-    return tuple(sorted(int(v) for v in removed))
 
 
 def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int,
@@ -257,10 +230,10 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     """
     from ..metrics.common import scoring_model
     from ..metrics.insertion_deletion import insertion_deletion
-    from ..metrics.pointing import POINTING_TOLERANCE, pointing_scores
-    from ..metrics.road import ROAD_REMOVED, road_curves
+    from ..metrics.pointing import POINTING_TOLERANCE, pointing_point, pointing_scores
+    from ..metrics.road import ROAD_REMOVED, check_removed, road_curves
 
-    removed = ROAD_REMOVED if removed is None else road_points(removed)
+    removed = ROAD_REMOVED if removed is None else check_removed(removed)
     tolerance = POINTING_TOLERANCE if tolerance is None else tolerance
     model, head = scoring_model(network), head_of(network)
     total = 2 * PHASE_UNITS * len(maps)
@@ -283,7 +256,7 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
         road = road_curves(model, x, values, target, removed, head=head, batch_size=batch_size, seed=seed,
                            progress=phase(2 * i + 1, f"{amap.name} · ROAD"))
         pointing = None if mask is None else pointing_scores(values, mask, tolerance)
-        out[key] = MethodYardsticks(pixels, road, pointing, map_peak(values))
+        out[key] = MethodYardsticks(pixels, road, pointing, pointing_point(values))
     if progress is not None:
         progress(total, total, "done")
     return out
@@ -344,6 +317,7 @@ def yardstick_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
         if r.pointing is not None:
             row["pointing hit"] = "hit" if r.pointing["pointing_hit"] >= 0.5 else "miss"
             row["energy pointing"] = round(float(r.pointing["energy_pointing"]), 4)
+            row["EHR"] = round(float(r.pointing["ehr"]), 4)
         rows.append(row)
     return rows
 
@@ -365,6 +339,6 @@ def yardstick_csv(run: YardstickRun, names: dict[str, str]) -> bytes:
                   "road_removed": " ".join(f"{v:g}" for v in run.removed)}
         if r.pointing is not None:
             record.update(pointing_hit=r.pointing["pointing_hit"], energy_pointing=r.pointing["energy_pointing"],
-                          pointing_tolerance=run.tolerance)
+                          ehr=r.pointing["ehr"], pointing_tolerance=run.tolerance)
         records.append(record)
     return table_csv(pd.DataFrame(records))

@@ -259,11 +259,11 @@ def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, f
     """The crop with the object boxes outlined and, per method in chart order, its map's maximum marked in the
     method's colour: a dot, and a circle of radius `tolerance` (a hit when the circle reaches a box).
 
-    peaks: (column, row) of each method's maximum, pixel indices of the crop (marked at the pixel's centre).
+    peaks: (row, column) of each method's maximum, pixel indices of the crop (marked at the pixel's centre).
     """
     out = draw_boxes(cropped, boxes)
     draw = ImageDraw.Draw(out)
-    for i, (col, row) in enumerate(peaks):
+    for i, (row, col) in enumerate(peaks):
         colour = hex_rgb(method_colour(i))
         x, y, r = col + 0.5, row + 0.5, PEAK_MARK_PX
         draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))

@@ -72,7 +72,7 @@ def test_yardsticks_are_the_librarys_numbers(offline_model, chelsea_x, maps, mea
 
 def test_pointing_hits_inside_the_box_and_misses_outside(measured) -> None:
     results = measured[0]
-    assert results["inside"].peak == (110, 100) and results["outside"].peak == (10, 215)  # (column, row)
+    assert results["inside"].peak == (100, 110) and results["outside"].peak == (215, 10)  # (row, column)
     assert results["inside"].pointing["pointing_hit"] == 1.0 and results["outside"].pointing["pointing_hit"] == 0.0
     assert results["inside"].pointing["energy_pointing"] > 0.5 > results["outside"].pointing["energy_pointing"]
 
@@ -96,7 +96,7 @@ def test_without_a_box_there_are_no_pointing_scores(offline_model, chelsea_x, ma
     run = evaluation.yardstick_run(SUBJECT, results, COARSE, POINTING_TOLERANCE)
     assert run.picture is None and run.box_share is None
     (row,) = evaluation.yardstick_rows(run, {})
-    assert "pointing hit" not in row and "energy pointing" not in row and row["Method"] == "inside"
+    assert not {"pointing hit", "energy pointing", "EHR"} & set(row) and row["Method"] == "inside"
 
 
 def test_rows_csv_and_picture_of_a_run(measured) -> None:
@@ -104,11 +104,12 @@ def test_rows_csv_and_picture_of_a_run(measured) -> None:
     cropped = Image.new("RGB", (224, 224), (0, 0, 0))
     run = evaluation.yardstick_run(SUBJECT, results, COARSE, POINTING_TOLERANCE, mask, [BOX], cropped)
     assert run.box_share == pytest.approx(110 * 160 / 224**2) and run.picture.size == (224, 224)
-    assert run.picture.getpixel((110, 100)) != (0, 0, 0)  # the first map's maximum is marked
+    assert run.picture.getpixel((110, 100)) != (0, 0, 0)  # the first map's maximum is marked (x, y)
     assert run.removed == [20.0, 50.0, 80.0]
     rows = evaluation.yardstick_rows(run, {"inside": "Peak inside"})
     assert [r["Method"] for r in rows] == ["Peak inside", "outside"]
     assert [r["pointing hit"] for r in rows] == ["hit", "miss"]
+    assert rows[0]["EHR"] == round(results["inside"].pointing["ehr"], 4)
     assert rows[0]["insertion AUC"] == round(results["inside"].pixels.insertion_auc, 4)
     assert rows[0]["ROAD combined"] == round(results["inside"].road.combined, 4)
     for name in rows[0]:  # every column has its tooltip
@@ -131,16 +132,3 @@ def test_progress_text_says_the_time_left() -> None:
     assert evaluation.progress_text(100, 400, "A · ROAD", 4.0) == "A · ROAD · 25% · about 12.0 s left"
     assert evaluation.progress_text(400, 400, "done", 16.0) == "done · 100%"
 
-
-def test_chosen_protocol_and_road_points_say_what_is_wrong() -> None:
-    from iba_core.errors import UserError
-
-    assert evaluation.chosen_protocol("rise") == PROTOCOLS["rise"]
-    assert evaluation.chosen_protocol("coiba", 448) == replace(PROTOCOLS["coiba"], step=448)
-    with pytest.raises(UserError, match="no insertion / deletion protocol 'lime'"):
-        evaluation.chosen_protocol("lime")
-    with pytest.raises(UserError, match="at least 1"):
-        evaluation.chosen_protocol("rise", 0)
-    assert evaluation.road_points([80, 20]) == (20, 80)
-    with pytest.raises(UserError, match="at least one ROAD point"):
-        evaluation.road_points([])

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from page_helpers import assert_clean, timed_run
 
 from iba_core.app.evaluation import YardstickRun
-from iba_core.metrics.insertion_deletion import PROTOCOLS
+from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
 
 CHEAP = ["saliency", "grad_cam"]
 #: A coarse step for a quick test: 8 steps of 6,272 pixels on the 224 crop (9 points a curve).
@@ -39,7 +38,8 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
 
     run = at.session_state["ev_yardsticks"]
     assert isinstance(run, YardstickRun) and lock_waits and all(lock_waits)
-    assert list(run.methods) == CHEAP and run.protocol.step == STEP and run.protocol.name == "rise"
+    assert list(run.methods) == CHEAP and run.protocol.step == STEP
+    assert run.protocol.name == "rise, modified"  # RISE's blur and baseline with a step of the user's: said so
     assert run.removed == [30.0, 60.0, 90.0]
     for r in run.methods.values():
         assert len(r.pixels.fraction) == 9 and len(r.road.morf) == 3 and r.pointing is not None
@@ -56,7 +56,8 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
     frame = table.value
     assert list(frame["Method"]) == ["Saliency", "Grad-CAM"]
-    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined", "energy pointing"):
+    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined", "energy pointing",
+                   "EHR"):
         assert frame[column].notna().all() and frame[column].between(-1, 1).all(), column
     assert set(frame["pointing hit"]) <= {"hit", "miss"}
     help_of = {name: c.get("help") for name, c in json.loads(table.proto.columns).items()}
@@ -73,12 +74,13 @@ def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> N
     at, _ = measure(at, step=224 * 56, removed=(50,), protocol="coiba")
     assert not at.error, [e.value for e in at.error]
     run = at.session_state["ev_yardsticks"]
-    assert run.protocol == replace(PROTOCOLS["coiba"], step=224 * 56)  # CoIBA's blur and baseline, a coarse step
+    assert run.protocol == protocol_from("coiba", step=224 * 56)  # CoIBA's blur and baseline, a coarse step
+    assert run.protocol.blur_kernel == PROTOCOLS["coiba"].blur_kernel == 51
     assert run.picture is None and all(r.pointing is None for r in run.methods.values())
     (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
     assert "pointing hit" not in table.value.columns
 
     at, _ = measure(at, removed=())  # no ROAD point: one sentence, the last result still shown
-    assert len(at.error) == 1 and "ROAD point" in at.error[0].value
+    assert len(at.error) == 1 and "at least one percentage" in at.error[0].value
     assert at.session_state["ev_yardsticks"] is run
     assert "ev_id_chart" in specs(at)

@@ -62,7 +62,7 @@ def test_method_colours_are_the_charts_and_repeat() -> None:
 
 def test_pointing_picture_marks_each_maximum_in_its_methods_colour() -> None:
     crop = Image.new("RGB", (100, 100), (0, 0, 0))
-    out = overlays.pointing_picture(crop, [(10, 10, 40, 40)], [(70, 20), (25, 80)], tolerance=15)
+    out = overlays.pointing_picture(crop, [(10, 10, 40, 40)], [(20, 70), (80, 25)], tolerance=15)  # (row, column)
     assert out.size == (100, 100) and crop.getpixel((70, 20)) == (0, 0, 0)  # a copy
     assert out.getpixel((70, 20)) == hex_rgb(method_colour(0))  # the first method's dot
     assert out.getpixel((25, 80)) == hex_rgb(method_colour(1))
