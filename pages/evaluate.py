@@ -269,7 +269,7 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
             f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
         removed = c3.multiselect(
             "ROAD: % of pixels removed", ROAD_REMOVED, list(ROAD_REMOVED), key="ev_removed",
-            format_func=lambda v: f"{v} %",
+            format_func=str,
             help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
         c4, c5 = st.columns([2, 1])
         pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
@@ -293,21 +293,20 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     run: YardstickRun | None = st.session_state.get(YARD_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
-        st.caption(f"Protocol: {run.protocol.describe()}")
+        st.caption(run.protocol.describe())
         st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names),
                         key="ev_id_chart", theme=None, config=PLOT_CONFIG)
         st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names), key="ev_road_chart",
                         theme=None, config=PLOT_CONFIG)
+        table(yardstick_rows(run, names), "ev_yard_table")
         if run.picture is not None:
             left, right = st.columns([1, 2])
             left.image(run.picture, width=run.picture.width,
                        caption=f"The box and each map's maximum (its method's colour), circled at "
                        f"{run.tolerance} px")
-            where = right
         else:
-            where = st.container()
-        with where:
-            table(yardstick_rows(run, names), "ev_yard_table")
+            right = st.container()
+        with right:
             st.caption(
                 "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; "
                 "areas by the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation "

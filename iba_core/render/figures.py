@@ -426,5 +426,7 @@ def road_figure(curves: Mapping[str, "RoadCurves"], names: Mapping[str, str], *,
         fig.add_scatter(x=x, y=list(map(float, c.lerf)), mode="lines+markers", line=dict(color=colour, dash="dash"),
                         name=f"{name} · LeRF {c.lerf_score:.3f}", legendgroup=key)
     _curves_layout(fig, height)
-    fig.update_layout(xaxis_title="% of pixels removed (imputed)", yaxis_title="p(target)")
+    fig.update_layout(title=dict(text="ROAD: MoRF (lower is better), LeRF (higher is better)", x=0.5,
+                                 xanchor="center", font=dict(size=FIGURE_FONT_PX + 2)),
+                      xaxis_title="% of pixels removed (imputed)", yaxis_title="p(target)")
     return fig

@@ -52,7 +52,7 @@ def test_road_figure_morf_solid_lerf_dashed_with_their_means() -> None:
     assert fig.data[0].line.dash is None and fig.data[1].line.dash == "dash"
     assert fig.data[0].line.color == fig.data[1].line.color == method_colour(0)
     assert list(fig.data[1].x) == [20.0, 50.0, 80.0] and list(fig.data[0].y) == [0.6, 0.3, 0.1]
-    assert "removed" in fig.layout.xaxis.title.text
+    assert "removed" in fig.layout.xaxis.title.text and "ROAD" in fig.layout.title.text
 
 
 def test_method_colours_are_the_charts_and_repeat() -> None:
