@@ -1,4 +1,4 @@
-"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table} …`.
+"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table,road} …`.
 
 Runs one of the paper's evaluation metrics over an image folder for several attribution methods,
 appending one JSON line per finished (image, method, setting) to `--out` (flushed at once). A rerun
@@ -24,6 +24,7 @@ from .. import ranks
 from ..metrics import results as res
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
+from ..metrics.road import ROAD, ROAD_NOISE, ROAD_REMOVED, check_noise, check_removed
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 from ..precision import PRECISIONS
 from . import files
@@ -37,7 +38,7 @@ from .common import add_network_args, positive_int as _positive_int
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "evaluate",
-        help="run a paper metric (degradation, bbox, sensitivity-n, sanity, beta-table) over an image folder",
+        help="run a metric (degradation, bbox, sensitivity-n, sanity, beta-table, road) over an image folder",
         description=(
             "Evaluate attribution methods with the metrics of Schulz et al. (ICLR 2020). Results are appended "
             "to --out as JSON lines (one per image, method and setting); rerunning with the same --out resumes. "
@@ -77,6 +78,13 @@ def add_parser(sub) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="precision of the metric's forward passes (degradation, sensitivity-n); auto (default): a "
                    "lower precision only where the hardware has it and one measurement shows it is faster")
+    # ROAD (Rong et al. 2022)
+    p.add_argument("--removed", type=float, nargs="+", default=None, metavar="P",
+                   help="road: percentages of pixels removed, 0 < P < 100 (default: "
+                   f"{' '.join(map(str, ROAD_REMOVED))}; pytorch-grad-cam's percentile is 100 − P)")
+    p.add_argument("--noise", type=float, default=ROAD_NOISE,
+                   help="road: σ of the noise added to the imputed pixels, in the network's normalised input "
+                   "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--merge-only", action="store_true",
                    help="merge existing rank files into --out and print the table; evaluate nothing")
@@ -109,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--images DIR is required (a folder of images, searched recursively).")
     if args.metric == "bbox" and args.boxes is None:
         raise UserError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    if args.metric == ROAD:  # before any slow work
+        check_removed(args.removed or ROAD_REMOVED)
+        check_noise(args.noise)
     check_files(args)
     from ..image_folders import list_items
     from ..methods import resolve_methods
@@ -135,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,
         beta_ks=args.beta_k, steps=args.steps, stats_images=args.stats_images, stats_n=args.stats_n,
         sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress, precision=args.precision,
+        road_removed=args.removed, road_noise=args.noise,
     )
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)

@@ -126,6 +126,14 @@ def scoring_model(network, precision: str = "fp32") -> nn.Module:
     return model if chosen == "fp32" else _InPrecision(model, chosen, device)
 
 
+def pixel_order(values: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Flat pixel indices, most relevant first; equal values in a random order drawn from `seed` (NaN counts as
+    least): the ranking insertion/deletion and ROAD remove pixels by."""
+    flat = np.nan_to_num(np.asarray(values, dtype=np.float64).ravel(), nan=-np.inf)
+    tiebreak = np.random.default_rng(seed).random(flat.size)
+    return np.lexsort((tiebreak, -flat))
+
+
 def stable_seed(*parts) -> int:
     """A seed from strings/ints that is the same in every process (unlike hash())."""
     import hashlib

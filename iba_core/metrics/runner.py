@@ -28,6 +28,7 @@ from .bbox import LARGEST_BOX_SHARE
 from .beta_table import PAPER_BETA_K
 from .common import stable_seed
 from .degradation import DEGRADATION_TILES
+from .road import ROAD_NOISE, ROAD_REMOVED
 from .sensitivity_n import SENSITIVITY_TILES
 
 
@@ -50,6 +51,9 @@ class EvalOptions:
     sanity_levels: Sequence[str] | None = None
     readouts: Sequence[str] | None = None  # beta-table: readout checkpoints (None: the shipped one)
     progress: bool = True
+    # ROAD (Rong et al. 2022): percentages of pixels removed (None: ROAD_REMOVED) and the imputation noise σ
+    road_removed: Sequence[float] | None = None
+    road_noise: float = ROAD_NOISE
     extra: dict = field(default_factory=dict)
 
 
@@ -286,6 +290,34 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
             ctx.write(item, "readout", readout, s, label, column=column_name(row["beta_k"]), **row)
 
 
+def _run_road(ctx: _Context, item, methods: dict) -> None:
+    """ROAD (Rong et al. 2022): MoRF and LeRF with noisy linear imputation, one record per method."""
+    from .road import check_noise, check_removed, road_curves
+
+    o = ctx.options
+    removed = check_removed(o.road_removed or ROAD_REMOVED)
+    noise = check_noise(o.road_noise)
+    setting = f"{ctx.model_id}|removed={','.join(f'{p:g}' for p in removed)}|noise={noise:g}|seed={o.seed}"
+    pending = [k for k in methods if not ctx.is_done(item, k, setting)]
+    if not pending:
+        return
+    x, target = ctx.prepare(item)
+    for key in pending:
+        method = methods[key]
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+        name = getattr(method, "name", key)
+
+        def progress(done: int, total: int, label: str, name: str = name) -> None:
+            ctx.note(f"{name}: ROAD {label} ({done}/{total})")
+
+        # one seed per image, so every method's imputations draw the same noise
+        curves = road_curves(ctx.scoring, x, values, target, removed, head=head_of(ctx.network), noise=noise,
+                             batch_size=o.batch_size, seed=stable_seed(o.seed, item.key),
+                             progress=progress).to_record()
+        curves.pop("target")
+        ctx.write(item, key, method, setting, target, attribution_seconds=seconds, **curves)
+
+
 def _readout_checkpoints(ctx: _Context) -> list[str]:
     """Readout checkpoints for the β table: --readout, else the shipped one for the network (if any)."""
     if ctx.options.readouts is not None:
@@ -303,6 +335,7 @@ RUNNERS = {
     "sensitivity-n": _run_sensitivity,
     "sanity": _run_sanity,
     "beta-table": _run_beta_table,
+    "road": _run_road,
 }
 
 

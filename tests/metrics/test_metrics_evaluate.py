@@ -162,3 +162,44 @@ def test_beta_table_refuses_unlabelled_images(tmp_path):
     write_images(tmp_path / "imgs", 1)
     assert main(["evaluate", "beta-table", "--images", str(tmp_path / "imgs"), "--out",
                  str(tmp_path / "r.jsonl"), "--no-progress"]) == 1
+
+
+def test_road_runs_through_the_loop_and_resumes(tmp_path):
+    items = list_items(write_images(tmp_path / "imgs", 2)[0].parent)
+    out = tmp_path / "road.jsonl"
+    model = Counting(SmallConvNet())
+    network = StubLoaded(model)
+    methods = {"random": get_method("random"), "flaky": FlakyMethod()}
+    opts = EvalOptions(progress=False, road_removed=[25, 75], road_noise=0.02, seed=3)
+    assert run_evaluation("road", network, items, methods, out, opts) == 4
+    records = read_records(out)
+    assert all(r["removed"] == [25.0, 75.0] and r["noise"] == 0.02 and len(r["morf"]) == len(r["lerf"]) == 2
+               for r in records)
+    assert all(r["setting"].endswith("|removed=25,75|noise=0.02|seed=3") for r in records)
+    assert all(r["combined"] == pytest.approx((r["lerf_score"] - r["morf_score"]) / 2) for r in records)
+    model.images = 0
+    assert run_evaluation("road", network, items, methods, out, opts) == 0 and model.images == 0  # resumed
+    other = EvalOptions(progress=False, road_removed=[25, 75], road_noise=0.0, seed=3)  # another setting
+    assert run_evaluation("road", network, items, {"random": get_method("random")}, out, other) == 2
+    text = finish(out, 0, 1, print_table=False)
+    assert "ROAD" in text and "Flaky" in text and "σ 0.02" in text and "σ 0" in text
+
+
+def test_cli_road_on_the_offline_model_resumes_and_refuses_bad_percentages(tmp_path, capsys):
+    from iba_core.images import load_sample
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    load_sample("chelsea").save(folder / "chelsea.jpg")
+    out = tmp_path / "road.jsonl"
+    argv = ["evaluate", "road", "--images", str(folder), "--methods", "random", "--removed", "30", "70",
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    (record,) = read_records(out)
+    assert record["target"] == 285 and record["removed"] == [30.0, 70.0] and record["noise"] == 0.01
+    assert 0 <= record["morf_score"] <= 1 and "precision" in record
+    assert "ROAD" in capsys.readouterr().out
+    assert main(argv) == 0 and len(out.read_text().splitlines()) == 1  # resumed: nothing new
+    for bad in (["--removed", "0"], ["--removed", "50", "100"], ["--noise", "-1"]):
+        assert main([*argv, *bad]) == 1
+        assert "ROAD" in capsys.readouterr().err
