@@ -22,6 +22,7 @@ from iba_core.app.evaluation import (
     box_run,
     degradation_for,
     degradation_rows,
+    pointing_rows,
     progress_text,
     sanity_levels,
     sanity_strip,
@@ -299,24 +300,25 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
         st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names), key="ev_road_chart",
                         theme=None, config=PLOT_CONFIG)
         table(yardstick_rows(run, names), "ev_yard_table")
+        st.caption(
+            "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
+            "the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation (at "
+            f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves."
+        )
         if run.picture is not None:
             left, right = st.columns([1, 2])
             left.image(run.picture, width=run.picture.width,
                        caption=f"The box and each map's maximum (its method's colour), circled at "
                        f"{run.tolerance} px")
-        else:
-            right = st.container()
-        with right:
-            st.caption(
-                "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; "
-                "areas by the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation "
-                f"(at {', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves."
-                + ("" if run.box_share is None else
-                   f" Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: "
-                   f"the share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, "
-                   "what a map spread evenly scores)."))
-            st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
-                               on_click="ignore", icon=":material/download:", key="ev_yard_csv")
+            with right:
+                table(pointing_rows(run, names), "ev_point_table")
+                st.caption(
+                    f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
+                    f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
+                    "map spread evenly scores); EHR: InputIBA's effective heat ratio."
+                )
+        st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
+                           on_click="ignore", icon=":material/download:", key="ev_yard_csv")
 
 
 names = display_names()

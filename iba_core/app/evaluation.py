@@ -308,18 +308,20 @@ def yardstick_run(subject: Subject, results: dict[str, MethodYardsticks], protoc
 
 
 def yardstick_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
-    """One table row per method: the areas, ROAD's scores and, with a box, the pointing scores (4 decimals)."""
-    rows = []
-    for key, r in run.methods.items():
-        row = {"Method": names.get(key, key), "insertion AUC": round(r.pixels.insertion_auc, 4),
-               "deletion AUC": round(r.pixels.deletion_auc, 4), "ROAD MoRF": round(r.road.morf_score, 4),
-               "ROAD LeRF": round(r.road.lerf_score, 4), "ROAD combined": round(r.road.combined, 4)}
-        if r.pointing is not None:
-            row["pointing hit"] = "hit" if r.pointing["pointing_hit"] >= 0.5 else "miss"
-            row["energy pointing"] = round(float(r.pointing["energy_pointing"]), 4)
-            row["EHR"] = round(float(r.pointing["ehr"]), 4)
-        rows.append(row)
-    return rows
+    """One table row per method: the insertion and deletion areas and ROAD's scores (4 decimals)."""
+    return [{"Method": names.get(key, key), "insertion AUC": round(r.pixels.insertion_auc, 4),
+             "deletion AUC": round(r.pixels.deletion_auc, 4), "ROAD MoRF": round(r.road.morf_score, 4),
+             "ROAD LeRF": round(r.road.lerf_score, 4), "ROAD combined": round(r.road.combined, 4)}
+            for key, r in run.methods.items()]
+
+
+def pointing_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
+    """One table row per method with the pointing scores (4 decimals); none when the run had no box. A table of
+    its own, beside the picture of the box and the maxima (one table of every column is wider than the page)."""
+    return [{"Method": names.get(key, key), "pointing hit": "hit" if r.pointing["pointing_hit"] >= 0.5 else "miss",
+             "energy pointing": round(float(r.pointing["energy_pointing"]), 4),
+             "EHR": round(float(r.pointing["ehr"]), 4)}
+            for key, r in run.methods.items() if r.pointing is not None]
 
 
 def yardstick_csv(run: YardstickRun, names: dict[str, str]) -> bytes:

@@ -96,7 +96,7 @@ def test_without_a_box_there_are_no_pointing_scores(offline_model, chelsea_x, ma
     run = evaluation.yardstick_run(SUBJECT, results, COARSE, POINTING_TOLERANCE)
     assert run.picture is None and run.box_share is None
     (row,) = evaluation.yardstick_rows(run, {})
-    assert not {"pointing hit", "energy pointing", "EHR"} & set(row) and row["Method"] == "inside"
+    assert row["Method"] == "inside" and evaluation.pointing_rows(run, {}) == []
 
 
 def test_rows_csv_and_picture_of_a_run(measured) -> None:
@@ -108,13 +108,15 @@ def test_rows_csv_and_picture_of_a_run(measured) -> None:
     assert run.removed == [20.0, 50.0, 80.0]
     rows = evaluation.yardstick_rows(run, {"inside": "Peak inside"})
     assert [r["Method"] for r in rows] == ["Peak inside", "outside"]
-    assert [r["pointing hit"] for r in rows] == ["hit", "miss"]
-    assert rows[0]["EHR"] == round(results["inside"].pointing["ehr"], 4)
     assert rows[0]["insertion AUC"] == round(results["inside"].pixels.insertion_auc, 4)
+    assert rows[1]["deletion AUC"] == round(results["outside"].pixels.deletion_auc, 4)
     assert rows[0]["ROAD combined"] == round(results["inside"].road.combined, 4)
-    for name in rows[0]:  # every column has its tooltip
-        assert evaluation.COLUMN_HELP.get(name), name
-    assert all(c["help"] for c in evaluation.table_columns(rows).values())
+    points = evaluation.pointing_rows(run, {"inside": "Peak inside"})
+    assert [r["Method"] for r in points] == ["Peak inside", "outside"]
+    assert [r["pointing hit"] for r in points] == ["hit", "miss"]
+    assert points[0]["EHR"] == round(results["inside"].pointing["ehr"], 4)
+    for table in (rows, points):  # every column has its tooltip
+        assert all(c["help"] for c in evaluation.table_columns(table).values())
 
     import io
 

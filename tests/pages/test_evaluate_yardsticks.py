@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from page_helpers import assert_clean, timed_run
+from test_evaluate_page import assert_no_clipped_column
 
 from iba_core.app.evaluation import YardstickRun
 from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
@@ -54,14 +55,17 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     assert len(charts["ev_road_chart"]["data"]) == 2 * len(CHEAP)
 
     (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
+    (points,) = [t for t in at.dataframe if "pointing hit" in t.value.columns]
     frame = table.value
-    assert list(frame["Method"]) == ["Saliency", "Grad-CAM"]
-    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined", "energy pointing",
-                   "EHR"):
+    assert list(frame["Method"]) == ["Saliency", "Grad-CAM"] == list(points.value["Method"])
+    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"):
         assert frame[column].notna().all() and frame[column].between(-1, 1).all(), column
-    assert set(frame["pointing hit"]) <= {"hit", "miss"}
-    help_of = {name: c.get("help") for name, c in json.loads(table.proto.columns).items()}
-    assert all(help_of[name] for name in frame.columns)
+    for column in ("energy pointing", "EHR"):
+        assert points.value[column].between(0, 1).all(), column
+    assert set(points.value["pointing hit"]) <= {"hit", "miss"}
+    for t in (table, points):  # a tooltip for every column, none clipped
+        assert_no_clipped_column(t)
+    assert len(at.dataframe) == 2
     assert any("maximum" in c for im in at.image for c in im.captions)  # the box and each map's maximum
     assert at.get("download_button")  # the numbers as CSV
     assert "ev_degradation" not in at.session_state and "ev_bbox" not in at.session_state  # sections run apart
@@ -77,8 +81,8 @@ def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> N
     assert run.protocol == protocol_from("coiba", step=224 * 56)  # CoIBA's blur and baseline, a coarse step
     assert run.protocol.blur_kernel == PROTOCOLS["coiba"].blur_kernel == 51
     assert run.picture is None and all(r.pointing is None for r in run.methods.values())
-    (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
-    assert "pointing hit" not in table.value.columns
+    assert [list(t.value.columns) for t in at.dataframe] == [
+        ["Method", "insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"]]  # no pointing
 
     at, _ = measure(at, removed=())  # no ROAD point: one sentence, the last result still shown
     assert len(at.error) == 1 and "at least one percentage" in at.error[0].value
