@@ -22,6 +22,7 @@ from iba_core.app.evaluation import (
     box_run,
     degradation_for,
     degradation_rows,
+    pointing_box,
     pointing_rows,
     progress_text,
     sanity_levels,
@@ -280,7 +281,7 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     if pressed:
         with shown_errors():  # previous results stay
             protocol, points = protocol_from(key, step=None if step is None else int(step)), check_removed(sorted(removed))
-            mask, boxes = box_input(*box, inputs.network.preprocess) if pointing else (None, None)
+            mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)

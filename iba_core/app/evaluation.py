@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
@@ -216,6 +217,17 @@ class MethodYardsticks:
     road: "RoadCurves"
     pointing: dict[str, float] | None
     peak: tuple[int, int]
+
+
+def pointing_box(text: str, xml: str | bytes | None, preprocess) -> tuple[np.ndarray, list]:
+    """(mask on the crop, boxes) for the pointing game from the page's one box input (`inputs.box_input`),
+    refused before any slow work when no box reaches the crop (an annotation's boxes may all lie outside it)."""
+    from .inputs import box_input
+
+    mask, boxes = box_input(text, xml, preprocess)
+    if not np.asarray(mask, bool).any():
+        raise UserError("No box of the annotation lies on the network's crop; the pointing game needs one there.")
+    return mask, boxes
 
 
 def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int,

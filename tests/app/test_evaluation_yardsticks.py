@@ -134,3 +134,18 @@ def test_progress_text_says_the_time_left() -> None:
     assert evaluation.progress_text(100, 400, "A · ROAD", 4.0) == "A · ROAD · 25% · about 12.0 s left"
     assert evaluation.progress_text(400, 400, "done", 16.0) == "done · 100%"
 
+
+
+def test_a_box_off_the_crop_is_refused_before_any_measurement() -> None:
+    from types import SimpleNamespace
+
+    from iba_core.errors import UserError
+
+    preprocess = SimpleNamespace(resize=256, crop_size=224)
+    # 660 × 440 → 384 × 256, crop from x = 80: a box left of x = 137 (original pixels) misses the crop.
+    voc = ("<annotation><size><width>660</width><height>440</height></size><object><name>cat</name><bndbox>"
+           "<xmin>0</xmin><ymin>0</ymin><xmax>100</xmax><ymax>100</ymax></bndbox></object></annotation>")
+    with pytest.raises(UserError, match="No box of the annotation lies on the network's crop"):
+        evaluation.pointing_box("ignored", voc, preprocess)
+    mask, boxes = evaluation.pointing_box("60, 40, 170, 200", None, preprocess)
+    assert mask.sum() == 110 * 160 and boxes == [BOX]
