@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a GPU is lent: the CUDA-marked tests and the GPU benchmarks, logs into ${OUT:-gpu-logs}/.
-#   bash benchmarks/run_gpu.sh [tests|bench|sweep|eval|all]
+#   bash benchmarks/run_gpu.sh [tests|bench|sweep|eval|metrics|all]
 # Packages the GPU machine lacks may be carried as wheels in .whl/ (see the device tool's README).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +28,9 @@ fi
 if [[ $what == eval || $what == all ]]; then
   python3 benchmarks/bench_evaluate.py --device cuda --precisions fp32,auto 2>&1 | tee "$LOGS/bench_evaluate.txt"
   python3 benchmarks/bench_evaluate.py --device cuda --precisions fp32,auto --batch-size 256 2>&1 | tee "$LOGS/bench_evaluate_256.txt"
+fi
+if [[ $what == metrics || $what == all ]]; then
+  # issue 29: the field's yardsticks should cost ≤ 0.5 s per image on an H100-class GPU
+  python3 benchmarks/bench_yardsticks.py --model resnet50 --weights random --device cuda --precision auto 2>&1 | tee "$LOGS/bench_yardsticks_resnet50.txt"
+  python3 benchmarks/bench_yardsticks.py --device cuda --precision auto 2>&1 | tee "$LOGS/bench_yardsticks_lite0.txt"
 fi

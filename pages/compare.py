@@ -54,7 +54,8 @@ def form(inputs: Inputs, names: dict[str, str], choices: MethodChoices,
         methods = method_picker(
             "Methods", "cmp_methods", choices, names, DEFAULT_COMPARE_METHODS,
             help="The default is quick on a CPU. Integrated Gradients, SmoothGrad, Occlusion-8 and the "
-            "bottlenecks take longer (seconds to a minute each).",
+            "bottlenecks take longer (seconds to a minute each); Score-CAM minutes (one pass per channel of its "
+            "layer).",
         )
         c1, c2 = st.columns(2)
         with c1:

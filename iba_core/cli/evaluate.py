@@ -1,9 +1,10 @@
-"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table,road} …`.
+"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table,insertion,deletion,road,pointing} …`.
 
-Runs one of the paper's evaluation metrics over an image folder for several attribution methods,
-appending one JSON line per finished (image, method, setting) to `--out` (flushed at once). A rerun
-with the same `--out` skips every key already there, so an interrupted evaluation resumes where it
-stopped. At the end a paper-style table is printed and saved next to the results (results.table.md).
+Runs one evaluation metric (the paper's, or the field's: insertion, deletion, ROAD, the pointing game) over an
+image folder for several attribution methods, appending one JSON line per finished (image, method,
+setting) to `--out` (flushed at once). A rerun with the same `--out` skips every key already there, so
+an interrupted evaluation resumes where it stopped. At the end a paper-style table is printed and saved
+next to the results (results.table.md).
 
 Under torchrun (RANK / WORLD_SIZE set) the images are sharded across ranks: rank r takes every
 WORLD_SIZE-th image, writes `results.rank{r}.jsonl` and, when done, `results.rank{r}.done`. With a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import MissingFileError, UserError
@@ -26,6 +28,9 @@ from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
 from ..metrics.road import ROAD, ROAD_NOISE, ROAD_REMOVED, check_noise, check_removed
 from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
+# insertion / deletion and pointing (issue #29)
+from ..metrics.insertion_deletion import DELETION_BASELINES, PROTOCOLS, protocol_from
+from ..metrics.pointing import POINTING_TOLERANCE
 from ..precision import PRECISIONS
 from . import files
 from .common import add_network_args, positive_int as _positive_int
@@ -38,7 +43,7 @@ from .common import add_network_args, positive_int as _positive_int
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "evaluate",
-        help="run a metric (degradation, bbox, sensitivity-n, sanity, beta-table, road) over an image folder",
+        help="run an evaluation metric (the paper's and the field's: see the choices) over an image folder",
         description=(
             "Evaluate attribution methods with the metrics of Schulz et al. (ICLR 2020). Results are appended "
             "to --out as JSON lines (one per image, method and setting); rerunning with the same --out resumes. "
@@ -51,7 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--labels", type=Path, default=None,
                    help="label file: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a synset list "
                         "(default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in --images)")
-    p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox metric)")
+    p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox and pointing)")
     p.add_argument("--methods", nargs="+", default=None,
                    help="attribution method keys (default: all registered methods)")
     p.add_argument("--tile", type=_positive_int, nargs="+", default=None,
@@ -76,8 +81,8 @@ def add_parser(sub) -> None:
     p.add_argument("--levels", nargs="+", default=None,
                    help="sanity: only these cascade levels (e.g. logits conv5_3 …); default: all")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="precision of the metric's forward passes (degradation, sensitivity-n); auto (default): a "
-                   "lower precision only where the hardware has it and one measurement shows it is faster")
+                   help="precision of the metric's forward passes (degradation, sensitivity-n, insertion, deletion, "
+                   "road); auto (default): a lower precision only where the hardware has it and one measurement shows it is faster")
     # ROAD (Rong et al. 2022)
     p.add_argument("--removed", type=float, nargs="+", default=None, metavar="P",
                    help="road: percentages of pixels removed, 0 < P < 100 (default: "
@@ -85,6 +90,22 @@ def add_parser(sub) -> None:
     p.add_argument("--noise", type=float, default=ROAD_NOISE,
                    help="road: σ of the noise added to the imputed pixels, in the network's normalised input "
                    "(default: %(default)s)")
+    # insertion / deletion and pointing (issue #29)
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default="rise",
+                   help="insertion/deletion: rise (224 pixels a step, deletion to zeros, blur 11 × 11, σ 5; default) "
+                        "or coiba (1792 pixels a step, deletion to the blur, blur 51 × 51, σ 50)")
+    p.add_argument("--step", type=_positive_int, default=None,
+                   help="insertion/deletion: pixels a step (default: the protocol's)")
+    p.add_argument("--deletion-baseline", choices=DELETION_BASELINES, default=None,
+                   help="deletion: replace pixels with zeros of the normalised input or with the blurred image "
+                        "(default: the protocol's)")
+    p.add_argument("--blur-kernel", type=int, default=None,
+                   help="insertion/deletion: the Gaussian blur's kernel, an odd number of pixels (default: the protocol's)")
+    p.add_argument("--blur-sigma", type=float, default=None,
+                   help="insertion/deletion: the Gaussian blur's σ in pixels (default: the protocol's)")
+    p.add_argument("--tolerance", type=int, default=POINTING_TOLERANCE,
+                   help="pointing: a hit when a box pixel lies closer than this many pixels to the map's maximum "
+                        "(default: %(default)s, TorchRay's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--merge-only", action="store_true",
                    help="merge existing rank files into --out and print the table; evaluate nothing")
@@ -120,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
     if args.metric == ROAD:  # before any slow work
         check_removed(args.removed or ROAD_REMOVED)
         check_noise(args.noise)
+    # insertion / deletion and pointing (issue #29): checked before the network loads
+    if args.metric == "pointing" and args.boxes is None:
+        raise UserError("The pointing game needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    if args.tolerance < 0:
+        raise UserError(f"--tolerance must be 0 pixels or more (not {args.tolerance}).")
+    protocol = protocol_from(args.protocol, step=args.step, deletion_baseline=args.deletion_baseline,
+                             blur_kernel=args.blur_kernel, blur_sigma=args.blur_sigma)
     check_files(args)
     from ..image_folders import list_items
     from ..methods import resolve_methods
@@ -148,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress, precision=args.precision,
         road_removed=args.removed, road_noise=args.noise,
     )
+    options = replace(options, protocol=protocol, tolerance=args.tolerance)  # issue #29
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)
     written = run_evaluation(args.metric, network, items, methods, args.out, options, rank, world)

@@ -21,6 +21,7 @@ from ..errors import UserError
 from .base import AttributionMap, Method
 from .bottlenecks import PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
+from .cam_variants import EigenCam, GradCamPlusPlus, LayerCam, ScoreCam
 from .gradients import GuidedBackprop, Gradient, IntegratedGradients, Saliency, SmoothGrad
 from .lrp import LRP
 from .occlusion import Occlusion
@@ -63,6 +64,10 @@ for _key, _factory in (
     ("guided_backprop", GuidedBackprop),
     ("grad_cam", GradCam),
     ("guided_grad_cam", GuidedGradCam),
+    ("grad_cam_pp", GradCamPlusPlus),
+    ("score_cam", ScoreCam),
+    ("layer_cam", LayerCam),
+    ("eigen_cam", EigenCam),
     ("lrp_alpha1beta0", partial(LRP, rule="alpha1beta0")),
     ("lrp_epsilon", partial(LRP, rule="epsilon")),
     ("lrp_alpha0beta1eps5", partial(LRP, rule="alpha0beta1")),

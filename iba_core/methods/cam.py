@@ -16,6 +16,7 @@ Other networks: pass `layer="dotted.module.path"` (and `layer_input=True` to use
 from __future__ import annotations
 
 import torch
+from torch import nn
 from captum.attr import LayerAttribution, LayerGradCam
 
 from ..errors import UserError
@@ -45,14 +46,19 @@ def no_cam_layer(network, layer: str | None) -> str | None:
     return None
 
 
+def cam_module(network, layer: str | None = None, layer_input: bool | None = None) -> tuple[nn.Module, str, bool]:
+    """(module, its path, use its input) of the CAM layer on `network`: the setting, else the spec's."""
+    path, is_input = cam_layer(network, layer, layer_input)
+    try:
+        return network.model.get_submodule(path), path, is_input
+    except AttributeError as err:
+        raise UserError(f"The network has no module {path!r} for Grad-CAM.") from err
+
+
 def grad_cam(network, x: torch.Tensor, target: int | list[int], layer: str | None = None,
              layer_input: bool | None = None):
     """(B, 1, H, W) upsampled Grad-CAM maps (≥ 0), one target per image."""
-    path, is_input = cam_layer(network, layer, layer_input)
-    try:
-        module = network.model.get_submodule(path)
-    except AttributeError as err:
-        raise UserError(f"The network has no module {path!r} for Grad-CAM.") from err
+    module, path, is_input = cam_module(network, layer, layer_input)
     cam = LayerGradCam(network.model, module).attribute(
         x, target=target, attribute_to_layer_input=is_input, relu_attributions=True
     )
@@ -63,11 +69,11 @@ def grad_cam(network, x: torch.Tensor, target: int | list[int], layer: str | Non
     return LayerAttribution.interpolate(cam.detach(), tuple(x.shape[-2:]), interpolate_mode="bilinear")
 
 
-class GradCam(Method):
-    key = "grad_cam"
-    name = "Grad-CAM"
+class CamMethod(Method):
+    """What the class-activation-map family shares: the settings `layer` and `layer_input` (None: the spec's CAM
+    layer), unsigned maps, and unavailability where no CAM layer is known."""
+
     signed = False
-    description = "Last conv block's activations weighted by their mean gradient, rectified and upsampled."
 
     @classmethod
     def default_settings(cls) -> dict:
@@ -75,6 +81,12 @@ class GradCam(Method):
 
     def available_for(self, network) -> str | None:
         return no_cam_layer(network, self.settings["layer"])
+
+
+class GradCam(CamMethod):
+    key = "grad_cam"
+    name = "Grad-CAM"
+    description = "Last conv block's activations weighted by their mean gradient, rectified and upsampled."
 
     batched = True  # one forward and backward pass for the batch
 

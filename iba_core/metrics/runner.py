@@ -30,6 +30,9 @@ from .common import stable_seed
 from .degradation import DEGRADATION_TILES
 from .road import ROAD_NOISE, ROAD_REMOVED
 from .sensitivity_n import SENSITIVITY_TILES
+# insertion / deletion and pointing (issue #29)
+from .insertion_deletion import RISE, PixelProtocol
+from .pointing import POINTING_TOLERANCE
 
 
 @dataclass
@@ -55,6 +58,9 @@ class EvalOptions:
     road_removed: Sequence[float] | None = None
     road_noise: float = ROAD_NOISE
     extra: dict = field(default_factory=dict)
+    # insertion / deletion and pointing (issue #29)
+    protocol: PixelProtocol = RISE  # insertion / deletion: step, deletion baseline, blur
+    tolerance: int = POINTING_TOLERANCE  # pointing game: px around the boxes
 
 
 class _Context:
@@ -151,7 +157,7 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
 
 
 def _run_bbox(ctx: _Context, item, methods: dict) -> None:
-    from .bbox import bbox_ratio, boxes_on_crop, find_annotation, parse_voc
+    from .bbox import bbox_ratio
 
     o = ctx.options
     if o.boxes is None:
@@ -161,17 +167,7 @@ def _run_bbox(ctx: _Context, item, methods: dict) -> None:
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
     if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
         return
-    xml = find_annotation(o.boxes, item.key)
-    reason, mask = None, None
-    if xml is None:
-        reason = "no annotation"
-    else:
-        mask, _ = boxes_on_crop(parse_voc(xml), ctx.network.preprocess)
-        share = float(mask.mean())
-        if mask.sum() == 0:
-            reason = "box outside the crop"
-        elif share > o.max_box_fraction:
-            reason = f"box covers {share:.0%} of the crop"
+    mask, reason = _box_mask(ctx, item, o.max_box_fraction)
     if reason is not None:
         ctx.write(item, "*", None, setting, -1, skipped=reason)
         return
@@ -183,6 +179,23 @@ def _run_bbox(ctx: _Context, item, methods: dict) -> None:
         ratio = bbox_ratio(values, mask, seed=stable_seed(item.key))
         ctx.write(item, key, method, setting, target, ratio=ratio, box_pixels=int(mask.sum()),
                   attribution_seconds=seconds)
+
+
+def _box_mask(ctx: _Context, item, max_share: float | None = None) -> tuple[np.ndarray | None, str | None]:
+    """(the union of the image's boxes on the crop, None), or (None, why the image is skipped): no annotation,
+    no box on the crop, or (with `max_share`) boxes covering more of the crop than that."""
+    from .bbox import boxes_on_crop, find_annotation, parse_voc
+
+    xml = find_annotation(ctx.options.boxes, item.key)
+    if xml is None:
+        return None, "no annotation"
+    mask, _ = boxes_on_crop(parse_voc(xml), ctx.network.preprocess)
+    share = float(mask.mean())
+    if mask.sum() == 0:
+        return None, "box outside the crop"
+    if max_share is not None and share > max_share:
+        return None, f"box covers {share:.0%} of the crop"
+    return mask, None
 
 
 def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
@@ -328,6 +341,61 @@ def _readout_checkpoints(ctx: _Context) -> list[str]:
     return [str(path)] if path is not None else []
 
 
+# --------------------------------------------------------------------------------------------
+# insertion / deletion and pointing (issue #29)
+
+
+def _run_insertion_deletion(ctx: _Context, item, methods: dict) -> None:
+    """Insertion or deletion (ctx.metric) of every method's map; the protocol's identity is in the key."""
+    from .insertion_deletion import insertion_deletion
+
+    o = ctx.options
+    setting = f"{ctx.model_id}|{o.protocol.identity()}|seed={o.seed}"
+    pending = [k for k in methods if not ctx.is_done(item, k, setting)]
+    if not pending:
+        return
+    x, target = ctx.prepare(item)
+    for key in pending:
+        method = methods[key]
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+        name = getattr(method, "name", key)
+        curves = insertion_deletion(
+            ctx.scoring, x, values, target, o.protocol, head=head_of(ctx.network), which=(ctx.metric,),
+            batch_size=o.batch_size, seed=stable_seed(o.seed, item.key),
+            progress=lambda done, total, _label: ctx.note(f"{name}: {ctx.metric} {done}/{total}"),
+        ).to_record()
+        curves.pop("target")
+        measured = {k: v for k, v in curves.items() if k in ("fraction", "protocol") or k.startswith(ctx.metric)}
+        ctx.write(item, key, method, setting, target, attribution_seconds=seconds, **measured)
+
+
+def _run_pointing(ctx: _Context, item, methods: dict) -> None:
+    """The pointing game, energy-based pointing and EHR of every method's map against the image's boxes."""
+    from .pointing import pointing_scores
+
+    o = ctx.options
+    if o.boxes is None:
+        raise UserError("The pointing game needs object boxes (Pascal-VOC XML files named like the images).",
+                        cli_hint="Name their folder with --boxes DIR.",
+                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
+    if isinstance(o.tolerance, bool) or not isinstance(o.tolerance, int) or o.tolerance < 0:
+        raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 (not {o.tolerance!r}).")
+    setting = f"{ctx.model_id}|tolerance={o.tolerance}"
+    if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
+        return
+    mask, reason = _box_mask(ctx, item)
+    if reason is not None:
+        ctx.write(item, "*", None, setting, -1, skipped=reason)
+        return
+    x, target = ctx.prepare(item)
+    for key, method in methods.items():
+        if ctx.is_done(item, key, setting):
+            continue
+        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+        ctx.write(item, key, method, setting, target, tolerance=o.tolerance, box_pixels=int(mask.sum()),
+                  attribution_seconds=seconds, **pointing_scores(values, mask, o.tolerance))
+
+
 #: metric name → runner(ctx, item, methods): measures one image, writes its records.
 RUNNERS = {
     "degradation": _run_degradation,
@@ -336,6 +404,10 @@ RUNNERS = {
     "sanity": _run_sanity,
     "beta-table": _run_beta_table,
     "road": _run_road,
+    # insertion / deletion and pointing (issue #29)
+    "insertion": _run_insertion_deletion,
+    "deletion": _run_insertion_deletion,
+    "pointing": _run_pointing,
 }
 
 

@@ -20,6 +20,9 @@ FAST_SETTINGS = {
     "iba_100": {"steps": 2, "batch": 2},
     # Patterns from 2 offline photos when a test does not pass precomputed ones (`vgg_patterns`).
     "pattern_attribution": {"samples": 2},
+    # One forward pass per channel: 8 of them, not 512 (VGG-16) or 2,048 (ResNet-50). test_cam_variants.py checks
+    # every channel against pytorch-grad-cam.
+    "score_cam": {"channels": 8, "batch_size": 4},
 }
 
 

@@ -27,6 +27,8 @@ def _setup(key, random_networks, vgg_patterns, offline_model, chelsea_x):
         return fast_method(key, patterns=vgg_patterns), random_networks["vgg16"][0], x
     # Grad-CAM's layer is 1 × 1 on ResNet-50 at 32 px (a map of zeros after the ReLU); VGG-16's is 2 × 2
     network, stats = random_networks["vgg16" if "cam" in key else "resnet50"]
+    if key == "eigen_cam":  # a principal component needs ≥ 2 positions: VGG-16's pool5 is 1 × 1 at 32 px
+        x = torch.randn(BATCH, 3, 2 * SMALL, 2 * SMALL, generator=g)
     extra = {"stats": stats} if get_method(key).needs_stats else {}
     return fast_method(key, **extra), network, x
 

@@ -65,5 +65,6 @@ def test_random_networks(key, name, random_networks, small_x, request):
 
 def test_signed_and_unsigned_flags():
     unsigned = {k for k in ALL if not get_method(k).signed}
-    assert unsigned == {"random", "saliency", "smoothgrad", "grad_cam", "iba_1", "iba_10", "iba_100", "readout"}
+    assert unsigned == {"random", "saliency", "smoothgrad", "grad_cam", "grad_cam_pp", "score_cam", "layer_cam",
+                        "eigen_cam", "iba_1", "iba_10", "iba_100", "readout"}
     assert {"lrp_alpha0beta1eps5", "pattern_attribution"} <= set(ALL)

@@ -17,6 +17,10 @@ EXPECTED = {
     "guided_backprop": "Guided Backprop",
     "grad_cam": "Grad-CAM",
     "guided_grad_cam": "Guided Grad-CAM",
+    "grad_cam_pp": "Grad-CAM++",
+    "score_cam": "Score-CAM",
+    "layer_cam": "LayerCAM",
+    "eigen_cam": "Eigen-CAM",
     "lrp_alpha1beta0": "LRP α=1, β=0",
     "lrp_epsilon": "LRP ε=0.25",
     "lrp_alpha0beta1eps5": "LRP α=0, β=1, ε=5",
@@ -68,7 +72,8 @@ def test_settings():
 def test_attributes_pages_read_instead_of_key_prefixes():
     slow = {k for k in method_keys() if get_method(k).cost == "slow"}
     assert slow == {"occlusion_8", "occlusion_14", "integrated_gradients", "smoothgrad", "iba_1", "iba_10", "iba_100",
-                    "pattern_attribution"}  # patterns are estimated on first use
+                    "pattern_attribution",  # patterns are estimated on first use
+                    "score_cam"}  # one forward pass per channel of the CAM layer
     assert {k for k in method_keys() if get_method(k).needs_stats} == {"iba_1", "iba_10", "iba_100"}
 
 

@@ -203,3 +203,100 @@ def test_cli_road_on_the_offline_model_resumes_and_refuses_bad_percentages(tmp_p
     for bad in (["--removed", "0"], ["--removed", "50", "100"], ["--noise", "-1"]):
         assert main([*argv, *bad]) == 1
         assert "ROAD" in capsys.readouterr().err
+# --------------------------------------------------------------------------------------------
+# insertion / deletion and pointing (issue #29)
+
+
+def voc_box(width, height, xmin, ymin, xmax, ymax) -> str:
+    return (f"<annotation><size><width>{width}</width><height>{height}</height></size><object><name>x</name>"
+            f"<bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin><xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox>"
+            "</object></annotation>")
+
+
+def test_insertion_deletion_and_pointing_run_through_the_loop_and_resume(tmp_path):
+    from iba_core.metrics.insertion_deletion import PixelProtocol
+
+    items = list_items(write_images(tmp_path / "imgs", 3)[0].parent)
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    (boxes / "img00.xml").write_text(voc_box(SIZE, SIZE, 0, 0, 8, 8))
+    (boxes / "img01.xml").write_text(voc_box(SIZE, SIZE, 8, 8, 32, 32))  # img02: no annotation
+    model = Counting(SmallConvNet())
+    network = StubLoaded(model)
+    methods = {"random": get_method("random"), "flaky": FlakyMethod()}
+    out = tmp_path / "yardsticks.jsonl"
+    protocol = PixelProtocol("test", 100, "blur", 5, 2.0)  # 1024 pixels: 11 steps, 12 points
+    opts = EvalOptions(progress=False, boxes=boxes, protocol=protocol, tolerance=3, batch_size=16)
+    for metric in ("insertion", "deletion", "pointing"):
+        run_evaluation(metric, network, items, methods, out, opts)
+    by_metric = collections.defaultdict(list)
+    for r in read_records(out):
+        by_metric[r["metric"]].append(r)
+    assert len(by_metric["insertion"]) == len(by_metric["deletion"]) == 3 * 2
+    ins, dele = by_metric["insertion"][0], by_metric["deletion"][0]
+    assert len(ins["insertion"]) == 12 and "deletion" not in ins and 0 <= ins["insertion_auc"] <= 1
+    assert len(dele["deletion"]) == 12 and "insertion" not in dele and dele["protocol"]["step"] == 100
+    assert protocol.identity() in ins["setting"] and ins["precision"] == "fp32"
+    # Deletion to the blur ends where insertion starts (same image, same map order, same blur).
+    assert dele["deletion"][-1] == pytest.approx(ins["insertion"][0], rel=1e-5)
+    pointing = {(r["image"], r["method"]): r for r in by_metric["pointing"]}
+    assert pointing[("img02.png", "*")]["skipped"] == "no annotation"
+    assert {pointing[("img00.png", m)]["tolerance"] for m in methods} == {3}
+    assert all(pointing[("img01.png", m)]["pointing_hit"] in (0.0, 1.0) for m in methods)
+    # The flaky method's map is |x| summed: energy pointing is its positive mass in the box, by hand.
+    x = network.preprocess(network.preprocess.load(tmp_path / "imgs" / "img01.png"))
+    values = x[0].abs().sum(0).numpy()
+    assert pointing[("img01.png", "flaky")]["energy_pointing"] == pytest.approx(
+        values[8:, 8:].sum() / values.sum(), rel=1e-6)
+
+    # Resumed: nothing new, no forward pass; another protocol is another key.
+    model.images = 0
+    for metric in ("insertion", "deletion", "pointing"):
+        assert run_evaluation(metric, network, items, methods, out, opts) == 0
+    assert model.images == 0
+    other = EvalOptions(progress=False, protocol=PixelProtocol("test", 512, "zeros", 5, 2.0), batch_size=16)
+    assert run_evaluation("deletion", network, items[:1], methods, out, other) == 2
+    text = finish(out, 0, 1, print_table=False)
+    assert "deletion AUC (lower is better)" in text and "insertion AUC (higher is better)" in text
+    assert protocol.describe() in text and "pointing hit rate" in text and "1 image(s) skipped" in text
+
+
+def test_cli_insertion_deletion_and_pointing_on_the_offline_model(tmp_path, capsys):
+    from iba_core.images import load_sample
+
+    folder, boxes = tmp_path / "photos", tmp_path / "boxes"
+    folder.mkdir()
+    boxes.mkdir()
+    image = load_sample("chelsea")
+    image.save(folder / "chelsea.jpg")
+    w, h = image.size
+    (boxes / "chelsea.xml").write_text(voc_box(w, h, w // 4, h // 8, 3 * w // 4, h))
+    out = tmp_path / "yard.jsonl"
+    common = ["--images", str(folder), "--methods", "random", "saliency", "--out", str(out), "--no-progress"]
+    pixel = ["--protocol", "coiba", "--step", "12544"]  # 224² / 12544 = 4 steps, 5 points
+    for metric, extra in (("deletion", pixel), ("insertion", pixel), ("pointing", ["--boxes", str(boxes)])):
+        assert main(["evaluate", metric, *common, *extra]) == 0
+    records = read_records(out)
+    assert len(records) == 6 and {r["target"] for r in records} == {285}
+    dele = next(r for r in records if r["metric"] == "deletion" and r["method"] == "saliency")
+    assert dele["fraction"] == [0, 0.25, 0.5, 0.75, 1] and dele["protocol"]["name"] == "coiba, modified"
+    assert dele["protocol"]["blur_kernel"] == 51 and "step=12544|del=blur|blur=51/50" in dele["setting"]
+    table = capsys.readouterr().out
+    assert "Pointing game" in table and "Protocol coiba, modified: 12544 pixels a step" in table
+    lines = len(out.read_text().splitlines())
+    assert main(["evaluate", "deletion", *common, *pixel]) == 0  # resumed: nothing new
+    assert len(out.read_text().splitlines()) == lines
+
+
+@pytest.mark.parametrize("argv, sentence", [
+    (["deletion", "--blur-kernel", "10"], "blur kernel must be an odd number"),
+    (["insertion", "--blur-sigma", "-1"], "σ must be a positive number"),
+    (["pointing"], "pointing game needs --boxes"),
+    (["pointing", "--boxes", ".", "--tolerance", "-2"], "--tolerance must be 0 pixels or more"),
+])
+def test_cli_bad_insertion_deletion_and_pointing_values_get_one_sentence(tmp_path, capsys, argv, sentence):
+    write_images(tmp_path / "imgs", 1)
+    code = main(["evaluate", argv[0], "--images", str(tmp_path / "imgs"), "--out", str(tmp_path / "r.jsonl"),
+                 "--no-progress", *argv[1:]])
+    err = capsys.readouterr().err
+    assert code == 1 and sentence in err and "Traceback" not in err

@@ -21,6 +21,7 @@ CHEAP = {
     "iba_10": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
     "iba_100": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
     "pattern_attribution": {"samples": 2},
+    "score_cam": {"channels": 8},  # one forward pass per channel: 8, not 512 (ResNet-18) or 768 (Swin-T)
 }
 
 LRP = {"lrp_alpha1beta0", "lrp_epsilon", "lrp_alpha0beta1eps5"}
@@ -28,11 +29,13 @@ LRP = {"lrp_alpha1beta0", "lrp_epsilon", "lrp_alpha0beta1eps5"}
 UNAVAILABLE = {
     "resnet18": LRP | {"readout"},
     "swin_t": LRP | {"readout", "guided_backprop", "guided_grad_cam"},
-    "vit_b_16": LRP | {"readout", "guided_backprop", "guided_grad_cam", "grad_cam"},
+    "vit_b_16": LRP | {"readout", "guided_backprop", "guided_grad_cam", "grad_cam", "grad_cam_pp", "score_cam",
+                       "layer_cam", "eigen_cam"},
 }
 #: A word the reason names, per method (any of them).
 REASON_WORDS = {"lrp_alpha1beta0": ("canonizers",), "readout": ("readout checkpoint",), "guided_backprop": ("ReLU",),
-                "guided_grad_cam": ("ReLU", "Grad-CAM layer"), "grad_cam": ("Grad-CAM layer",)}
+                "guided_grad_cam": ("ReLU", "Grad-CAM layer"), "grad_cam": ("Grad-CAM layer",),
+                **{key: ("Grad-CAM layer",) for key in ("grad_cam_pp", "score_cam", "layer_cam", "eigen_cam")}}
 
 
 def _state(model) -> tuple:
