@@ -280,7 +280,8 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
                                         key="ev_yard_button")
     if pressed:
         with shown_errors():  # previous results stay
-            protocol, points = protocol_from(key, step=None if step is None else int(step)), check_removed(sorted(removed))
+            protocol = protocol_from(key, step=None if step is None else int(step))
+            points = check_removed(sorted(removed))
             mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from page_helpers import assert_clean, timed_run
-from test_evaluate_page import assert_no_clipped_column
+from test_evaluate_page import assert_no_clipped_column, small_crop_card  # noqa: F401 - a fixture
 
 from iba_core.app.evaluation import YardstickRun
 from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
@@ -88,3 +90,18 @@ def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> N
     assert len(at.error) == 1 and "at least one percentage" in at.error[0].value
     assert at.session_state["ev_yardsticks"] is run
     assert "ev_id_chart" in specs(at)
+
+
+def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  # noqa: F811 - the fixture imported above
+    """A card network with a 192 crop: the maps, curves, box and picture are all in its crop."""
+    at = open_page("evaluate")
+    at.selectbox(key="network").set_value(small_crop_card).run()
+    assert_clean(at)
+    at.text_input(key="ev_box").set_value("20, 30, 120, 190")  # in the 192 crop
+    at, _ = measure(at, step=192 * 24, removed=(50,))
+    assert not at.error, [e.value for e in at.error]
+    run = at.session_state["ev_yardsticks"]
+    assert run.picture.size == (192, 192) and run.box_share == pytest.approx(100 * 160 / 192**2)
+    for r in run.methods.values():
+        assert r.pixels.fraction[-1] == 1.0 and len(r.pixels.fraction) == 9  # 8 steps of 4,608 of 192² pixels
+        assert all(0 <= v < 192 for v in r.peak)
