@@ -92,7 +92,7 @@ def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> N
     assert "ev_id_chart" in specs(at)
 
 
-def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  # noqa: F811 - the fixture imported above
+def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  # noqa: F811 - a fixture
     """A card network with a 192 crop: the maps, curves, box and picture are all in its crop."""
     at = open_page("evaluate")
     at.selectbox(key="network").set_value(small_crop_card).run()
