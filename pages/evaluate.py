@@ -1,5 +1,8 @@
-"""Evaluate page: how good are the maps for this image? Degradation, sanity check and bounding box (paper §4)."""
+"""Evaluate page: how good are the maps for this image? Degradation, sanity check and bounding box (paper §4),
+and the field's yardsticks: insertion / deletion, ROAD, the pointing game and energy pointing (issue #29)."""
 from __future__ import annotations
+
+import time
 
 import streamlit as st
 
@@ -15,21 +18,34 @@ from iba_core.app.evaluation import (
     BoxRun,
     DegradationRun,
     SanityRun,
+    YardstickRun,
     box_run,
     degradation_for,
     degradation_rows,
+    pointing_box,
+    pointing_rows,
+    progress_text,
     sanity_levels,
     sanity_strip,
     table_columns,
+    yardstick_csv,
+    yardstick_rows,
+    yardstick_run,
+    yardsticks_for,
 )
 from iba_core.app.inputs import box_input
 from iba_core.app.state import Subject
 from iba_core.methods import display_names
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
+from iba_core.metrics.common import stable_seed
 from iba_core.metrics.degradation import DEGRADATION_TILES
+from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
+from iba_core.metrics.pointing import POINTING_TOLERANCE
+from iba_core.metrics.road import ROAD_REMOVED, check_removed
 from iba_core.metrics.sanity import normalise_heatmap
 from iba_core.progress import ProgressFn
-from iba_core.render.figures import PRESENTATION_ZOOM, degradation_figure, ssim_figure
+from iba_core.render.figures import (PRESENTATION_ZOOM, degradation_figure, insertion_deletion_figure, road_figure,
+                                     ssim_figure)
 from iba_core.render.sanity import sanity_strip_png, sanity_strip_width
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
@@ -37,8 +53,10 @@ from pages.widgets.inputs import Inputs, input_section, subject_caption
 from pages.widgets.page import map_cache, presentation, through_app
 from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
-DEG_KEY, SAN_KEY, BOX_KEY = "ev_degradation", "ev_sanity", "ev_bbox"
+DEG_KEY, SAN_KEY, BOX_KEY, YARD_KEY = "ev_degradation", "ev_sanity", "ev_bbox", "ev_yardsticks"
 PLOT_CONFIG = {"displayModeBar": False}
+#: The insertion / deletion protocols as their papers spell them (RISE: Petsiuk et al. 2018; CoIBA).
+PROTOCOL_TITLES = {"rise": "RISE", "coiba": "CoIBA"}
 
 
 def table(rows: list[dict], key: str) -> None:
@@ -55,7 +73,8 @@ st.markdown(
     "fall fast under MoRF and slowly under LeRF, so a large area between the curves is better. **Sanity check:** "
     "randomise the network's weights from the logits down; a map that explains the network should change (SSIM "
     "falls). **Bounding box:** the share of the map's top pixels that lie inside an object box you give. "
-    "Each section runs on its own button."
+    "**The field's yardsticks:** insertion and deletion curves, ROAD and the pointing game, as later papers "
+    "report them. Each section runs on its own button."
 )
 
 
@@ -77,6 +96,16 @@ def reporting(bar, what: str) -> ProgressFn:
 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / max(total, 1), text=f"{what} {done} / {total} · {label}")
+
+    return progress
+
+
+def timed_reporting(bar) -> ProgressFn:
+    """A progress callback that shows what is measured, the share done and the time left on `bar`."""
+    started = time.monotonic()
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar.progress(min(done / max(total, 1), 1.0), text=progress_text(done, total, label, time.monotonic() - started))
 
     return progress
 
@@ -176,23 +205,31 @@ def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> 
 # ---- bounding box ------------------------------------------------------------------------------
 
 
-def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> None:
+def box_inputs(inputs: Inputs) -> tuple[str, bytes | None]:
+    """The object box, typed in the crop or from a Pascal-VOC XML: one input for the bounding-box ratio and the
+    pointing game (outside the sections' forms, so both read what is shown)."""
+    resize, crop = preprocess_sizes(inputs.network.preprocess)  # the network's own preprocessing, as the CLI's
+    c1, c2 = st.columns(2)
+    text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, default_box(crop))),
+                         key="ev_box", help="Used by the bounding-box ratio and the pointing game below.")
+    xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
+                           help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
+                           f"crop as the network's preprocessing maps the image (resize {resize}, centre-crop "
+                           f"{crop}). It overrides the typed box.")
+    return text, None if xml is None else xml.getvalue()
+
+
+def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple[str, bytes | None]:
+    """The bounding-box ratio; returns the object box as given (the yardsticks' pointing game reads it too)."""
     st.subheader("Bounding box")
     preprocess = inputs.network.preprocess
-    resize, crop = preprocess_sizes(preprocess)  # this network's own preprocessing, as the CLI maps boxes
+    box = box_inputs(inputs)
     with st.form("ev_box_form", border=False):
-        c1, c2, c3 = st.columns([1, 1, 1])
-        text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, default_box(crop))),
-                             key="ev_box")
-        xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
-                               help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
-                               f"crop as the network's preprocessing maps the image (resize {resize}, centre-crop "
-                               f"{crop}). It overrides the typed box.")
-        pressed = c3.form_submit_button("Score maps", type="primary", icon=":material/crop_free:",
+        pressed = st.form_submit_button("Score maps", type="primary", icon=":material/crop_free:",
                                         key="ev_box_button")
     if pressed:
         with shown_errors():
-            mask, boxes = box_input(text, None if xml is None else xml.getvalue(), preprocess)
+            mask, boxes = box_input(*box, preprocess)
             target_idx = resolve_target(inputs, target)
             bar = st.progress(0.0, text="Starting…")
             maps = maps_for(inputs, methods, target_idx, bar)
@@ -213,6 +250,77 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> None:
             if run.large:
                 st.warning(f"The box covers more than {LARGEST_BOX_SHARE:.0%} of the crop; the ratio says little.",
                            icon=":material/warning:")
+    return box
+
+
+# ---- the field's yardsticks ----------------------------------------------------------------------
+
+
+def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, names: dict[str, str],
+                       box: tuple[str, bytes | None]) -> None:
+    st.subheader("The field's yardsticks (insertion / deletion, ROAD, pointing game)")
+    crop = preprocess_sizes(inputs.network.preprocess)[1]
+    with st.form("ev_yard_form", border=False):
+        c1, c2, c3 = st.columns([1, 1, 1])
+        key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
+                       format_func=lambda k: PROTOCOL_TITLES.get(k, k),
+                       help=" ".join(p.describe() for p in PROTOCOLS.values()))
+        step = c2.number_input(
+            "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
+            help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
+            f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+        removed = c3.multiselect(
+            "ROAD: % of pixels removed", ROAD_REMOVED, list(ROAD_REMOVED), key="ev_removed",
+            format_func=str,
+            help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
+        c4, c5 = st.columns([2, 1])
+        pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
+                               f"(a hit within {POINTING_TOLERANCE} px)", True, key="ev_pointing")
+        pressed = c5.form_submit_button("Measure yardsticks", type="primary", icon=":material/straighten:",
+                                        key="ev_yard_button")
+    if pressed:
+        with shown_errors():  # previous results stay
+            protocol = protocol_from(key, step=None if step is None else int(step))
+            points = check_removed(sorted(removed))
+            mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
+            target_idx = resolve_target(inputs, target)
+            bar = st.progress(0.0, text="Starting…")
+            maps = maps_for(inputs, methods, target_idx, bar)
+            with network_turn(inputs.shared) as network:
+                results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
+                                         mask=mask, seed=stable_seed(inputs.image.digest),
+                                         progress=timed_reporting(bar))
+            bar.empty()
+            st.session_state[YARD_KEY] = yardstick_run(subject(inputs, target_idx), results, protocol,
+                                                       POINTING_TOLERANCE, mask, boxes, inputs.cropped)
+    run: YardstickRun | None = st.session_state.get(YARD_KEY)
+    if run is not None:
+        st.caption(subject_caption(run.subject))
+        st.caption(run.protocol.describe())
+        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names),
+                        key="ev_id_chart", theme=None, config=PLOT_CONFIG)
+        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names), key="ev_road_chart",
+                        theme=None, config=PLOT_CONFIG)
+        table(yardstick_rows(run, names), "ev_yard_table")
+        st.caption(
+            "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
+            "the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation (at "
+            f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves."
+        )
+        if run.picture is not None:
+            left, right = st.columns([1, 2])
+            left.image(run.picture, width=run.picture.width,
+                       caption=f"The box and each map's maximum (its method's colour), circled at "
+                       f"{run.tolerance} px")
+            with right:
+                table(pointing_rows(run, names), "ev_point_table")
+                st.caption(
+                    f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
+                    f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
+                    "map spread evenly scores); EHR: InputIBA's effective heat ratio."
+                )
+        st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
+                           on_click="ignore", icon=":material/download:", key="ev_yard_csv")
 
 
 names = display_names()
@@ -227,4 +335,6 @@ if inputs is not None:
     st.divider()
     sanity_section(inputs, target, names)
     st.divider()
-    bbox_section(inputs, methods, target)
+    box = bbox_section(inputs, methods, target)
+    st.divider()
+    yardsticks_section(inputs, methods, target, names, box)

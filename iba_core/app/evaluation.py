@@ -1,13 +1,16 @@
-"""The Evaluate page's checks of the maps for one image (paper §4): degradation curves, the sanity check
-(cascading randomisation) and the bounding-box ratio, as the `iba_core.metrics` functions compute them."""
+"""The Evaluate page's checks of the maps for one image: the paper's (§4) degradation curves, sanity check
+(cascading randomisation) and bounding-box ratio, and the field's yardsticks (issue #29: insertion and deletion,
+ROAD, the pointing game and energy pointing), as the `iba_core.metrics` functions compute them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
@@ -15,6 +18,10 @@ from ..progress import ProgressFn
 from ..methods import AttributionMap, get_method
 from ..networks import Network
 from .state import Subject
+
+if TYPE_CHECKING:  # type hints only: the yardsticks' modules load when the section runs
+    from ..metrics.insertion_deletion import InsertionDeletionCurves, PixelProtocol
+    from ..metrics.road import RoadCurves
 
 #: What each table column means (the tables' tooltips).
 COLUMN_HELP = {
@@ -25,6 +32,21 @@ COLUMN_HELP = {
     "points": "Measurements per curve.",
     "bbox ratio": "Share of the map's n highest pixels inside the box (n = the box's size); higher is better.",
     "random ≈": "What a random map scores: the box's share of the crop.",
+    "insertion AUC": "Area under p(target) as the map's top pixels are put back into the blurred image, "
+                     "normalised to [0, 1]; higher is better.",
+    "deletion AUC": "Area under p(target) as the map's top pixels are removed, normalised to [0, 1]; "
+                    "lower is better.",
+    "ROAD MoRF": "Mean p(target) over the ROAD points, most relevant pixels removed (imputed) first; "
+                 "lower is better.",
+    "ROAD LeRF": "Mean p(target) over the ROAD points, least relevant pixels removed (imputed) first; "
+                 "higher is better.",
+    "ROAD combined": "ROAD's combined score of LeRF against MoRF (as the ROAD paper and pytorch-grad-cam define "
+                     "it); higher is better.",
+    "pointing hit": "Whether the map's maximum lies within the tolerance of a box (TorchRay's pointing game).",
+    "energy pointing": "Share of the map's positive mass inside the boxes; higher is better (a map spread "
+                       "evenly scores the boxes' share of the crop).",
+    "EHR": "InputIBA's effective heat ratio: the heat inside the boxes per selected pixel, over thresholds of "
+           "the map; higher is better.",
 }
 #: Pixels per character of the table font (Source Sans at 14 px: at most ~6.4 in Chromium), and per column the
 #: room for padding and the sort arrow; generous, so that no header or value is cut off.
@@ -176,3 +198,161 @@ def box_run(subject: Subject, maps: dict[str, AttributionMap], mask: np.ndarray,
 def large_box(mask: np.ndarray) -> bool:
     """Whether the box covers more of the crop than the paper allows (`LARGEST_BOX_SHARE`)."""
     return float(np.asarray(mask, bool).mean()) > LARGEST_BOX_SHARE
+
+
+# ---- the field's yardsticks (issue #29) --------------------------------------------------------
+
+#: Progress units per measurement (insertion and deletion; ROAD) of one method: the library's own
+#: (done, total) is spread over these, so one bar with one time estimate covers every method.
+PHASE_UNITS = 100
+
+
+@dataclass
+class MethodYardsticks:
+    """One method's yardsticks on the image: its insertion and deletion curves, its ROAD curves, its pointing
+    scores (`pointing_scores`; None without a box) and the point the pointing game reads, the map's maximum,
+    (row, column) on the crop."""
+
+    pixels: "InsertionDeletionCurves"
+    road: "RoadCurves"
+    pointing: dict[str, float] | None
+    peak: tuple[int, int]
+
+
+def pointing_box(text: str, xml: str | bytes | None, preprocess) -> tuple[np.ndarray, list]:
+    """(mask on the crop, boxes) for the pointing game from the page's one box input (`inputs.box_input`),
+    refused before any slow work when no box reaches the crop (an annotation's boxes may all lie outside it)."""
+    from .inputs import box_input
+
+    mask, boxes = box_input(text, xml, preprocess)
+    if not np.asarray(mask, bool).any():
+        raise UserError("No box of the annotation lies on the network's crop; the pointing game needs one there.")
+    return mask, boxes
+
+
+def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int,
+                   protocol: "PixelProtocol", *, removed: Sequence[int] | None = None,
+                   mask: np.ndarray | None = None, tolerance: int | None = None, batch_size: int = 64,
+                   seed: int = 0, progress: ProgressFn | None = None) -> dict[str, MethodYardsticks]:
+    """{method key: MethodYardsticks} for maps already computed, each as the library measures it: insertion and
+    deletion under `protocol`, ROAD at `removed` percent (default: the paper's points), and, when a box `mask`
+    (the crop's shape) is given, the pointing game within `tolerance` px and energy pointing.
+
+    progress gets (done, total, "<method> · <measurement>") in `PHASE_UNITS` per measurement of each method.
+    """
+    from ..metrics.common import scoring_model
+    from ..metrics.insertion_deletion import insertion_deletion
+    from ..metrics.pointing import POINTING_TOLERANCE, pointing_point, pointing_scores
+    from ..metrics.road import ROAD_REMOVED, check_removed, road_curves
+
+    removed = ROAD_REMOVED if removed is None else check_removed(removed)
+    tolerance = POINTING_TOLERANCE if tolerance is None else tolerance
+    model, head = scoring_model(network), head_of(network)
+    total = 2 * PHASE_UNITS * len(maps)
+
+    def phase(index: int, label: str) -> ProgressFn | None:
+        if progress is None:
+            return None
+        progress(index * PHASE_UNITS, total, label)
+
+        def report(done: int, of: int, _: str = "") -> None:
+            progress(index * PHASE_UNITS + round(PHASE_UNITS * min(done / max(of, 1), 1.0)), total, label)
+
+        return report
+
+    out: dict[str, MethodYardsticks] = {}
+    for i, (key, amap) in enumerate(maps.items()):
+        values = amap.values
+        pixels = insertion_deletion(model, x, values, target, protocol, head=head, batch_size=batch_size, seed=seed,
+                                    progress=phase(2 * i, f"{amap.name} · insertion and deletion"))
+        road = road_curves(model, x, values, target, removed, head=head, batch_size=batch_size, seed=seed,
+                           progress=phase(2 * i + 1, f"{amap.name} · ROAD"))
+        pointing = None if mask is None else pointing_scores(values, mask, tolerance)
+        out[key] = MethodYardsticks(pixels, road, pointing, pointing_point(values))
+    if progress is not None:
+        progress(total, total, "done")
+    return out
+
+
+def progress_text(done: int, total: int, label: str, elapsed: float) -> str:
+    """A progress bar's line: what is measured, the share done and, once known, the time left at the pace so
+    far ("Saliency · ROAD · 40 % · about 12.0 s left")."""
+    from ..render.text import format_seconds
+    from .stats_source import seconds_left
+
+    text = f"{label} · {done / max(total, 1):.0%}"
+    left = seconds_left(done, total, elapsed)
+    if left is not None and done < total:
+        text += f" · about {format_seconds(left)} left"
+    return text
+
+
+@dataclass
+class YardstickRun:
+    """The Evaluate page's last yardsticks: per method key, under `protocol`; with a box, the pointing game's
+    `tolerance`, the boxes' share of the crop and the picture of the boxes and each map's maximum."""
+
+    subject: Subject
+    protocol: "PixelProtocol"
+    methods: dict[str, MethodYardsticks]
+    tolerance: int
+    box_share: float | None = None
+    picture: Image.Image | None = None
+
+    @property
+    def removed(self) -> list[float]:
+        """The percents of pixels ROAD removed (the same for every method)."""
+        first = next(iter(self.methods.values()), None)
+        return [] if first is None else [float(v) for v in first.road.removed]
+
+
+def yardstick_run(subject: Subject, results: dict[str, MethodYardsticks], protocol: "PixelProtocol",
+                  tolerance: int, mask: np.ndarray | None = None,
+                  boxes: list[tuple[float, float, float, float]] | None = None,
+                  cropped: Image.Image | None = None) -> YardstickRun:
+    """The run to keep; with a box, the crop with the boxes and each method's maximum drawn (chart colours)."""
+    if mask is None or boxes is None or cropped is None:
+        return YardstickRun(subject, protocol, results, tolerance)
+    from ..render.overlays import pointing_picture
+
+    picture = pointing_picture(cropped, boxes, [r.peak for r in results.values()], tolerance)
+    return YardstickRun(subject, protocol, results, tolerance, float(np.asarray(mask, bool).mean()), picture)
+
+
+def yardstick_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
+    """One table row per method: the insertion and deletion areas and ROAD's scores (4 decimals)."""
+    return [{"Method": names.get(key, key), "insertion AUC": round(r.pixels.insertion_auc, 4),
+             "deletion AUC": round(r.pixels.deletion_auc, 4), "ROAD MoRF": round(r.road.morf_score, 4),
+             "ROAD LeRF": round(r.road.lerf_score, 4), "ROAD combined": round(r.road.combined, 4)}
+            for key, r in run.methods.items()]
+
+
+def pointing_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
+    """One table row per method with the pointing scores (4 decimals); none when the run had no box. A table of
+    its own, beside the picture of the box and the maxima (one table of every column is wider than the page)."""
+    return [{"Method": names.get(key, key), "pointing hit": "hit" if r.pointing["pointing_hit"] >= 0.5 else "miss",
+             "energy pointing": round(float(r.pointing["energy_pointing"]), 4),
+             "EHR": round(float(r.pointing["ehr"]), 4)}
+            for key, r in run.methods.items() if r.pointing is not None]
+
+
+def yardstick_csv(run: YardstickRun, names: dict[str, str]) -> bytes:
+    """The per-method numbers as CSV (full precision, the pointing hit as 1/0), each row saying what it measured:
+    image, network, class, protocol, ROAD's points, the pointing tolerance."""
+    import pandas as pd
+
+    from .dataset import table_csv
+
+    records = []
+    for key, r in run.methods.items():
+        record = {"image": run.subject.image, "network": run.subject.model, "target": run.subject.target,
+                  "class": run.subject.class_name, "method": key, "method_name": names.get(key, key),
+                  "insertion_auc": r.pixels.insertion_auc, "deletion_auc": r.pixels.deletion_auc,
+                  "road_morf": r.road.morf_score, "road_lerf": r.road.lerf_score, "road_combined": r.road.combined,
+                  "protocol": run.protocol.name, "protocol_settings": run.protocol.identity(),
+                  "road_removed": " ".join(f"{v:g}" for v in run.removed)}
+        if r.pointing is not None:
+            record.update(pointing_hit=r.pointing["pointing_hit"], energy_pointing=r.pointing["energy_pointing"],
+                          ehr=r.pointing["ehr"], pointing_tolerance=run.tolerance)
+        records.append(record)
+    return table_csv(pd.DataFrame(records))

@@ -37,6 +37,22 @@ WHITE_RGB = (255, 255, 255)
 
 
 # ---- colour scale ------------------------------------------------------------------------------
+#: One colour per method in every chart and picture of the same methods (Plotly's default qualitative palette),
+#: so a method's curve, its legend entry and its mark on a picture agree.
+METHOD_COLOURS = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A",
+                  "#19D3F3", "#FF6692", "#B6E880", "#FF97FF", "#FECB52")
+
+
+def method_colour(i: int) -> str:
+    """The colour of the `i`-th method of a chart (hex), repeating after ten."""
+    return METHOD_COLOURS[i % len(METHOD_COLOURS)]
+
+
+def hex_rgb(colour: str) -> tuple[int, int, int]:
+    """'#EF553B' → (239, 85, 59), for drawing a chart's colour on a PIL picture."""
+    text = colour.lstrip("#")
+    return int(text[0:2], 16), int(text[2:4], 16), int(text[4:6], 16)
+
 
 #: Below this a scale's top is treated as this (a map of zeros still gets a scale of non-zero width).
 _MIN_TOP = 1e-6

@@ -1,22 +1,25 @@
 """Plotly figures for the interactive views, with no Streamlit.
 
-Heatmaps in bits per pixel with a colour bar, the β × layer grid, the degradation curves and the sanity
-check's SSIM. Colours match the PNG overlays (`overlays`).
+Heatmaps in bits per pixel with a colour bar, the β × layer grid, the degradation curves, the sanity
+check's SSIM, and the field's insertion / deletion and ROAD curves (one colour per method, `colours.method_colour`;
+the curves are read by their attributes only, so drawing runs no metric). Colours match the PNG overlays (`overlays`).
 """
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .colours import BITS_CMAP, BITS_LABEL, plotly_colorscale, scale_labels
+from .colours import BITS_CMAP, BITS_LABEL, method_colour, plotly_colorscale, scale_labels
 from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
     from ..beta_layer import GridCell
+    from ..metrics.insertion_deletion import InsertionDeletionCurves
+    from ..metrics.road import RoadCurves
 
 
 #: Sequential colour scale for information maps; dark = few bits, bright = many.
@@ -345,13 +348,10 @@ def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380
 
     curves: {method key: DegradationCurves}; names: method key → display name.
     """
-    import plotly.colors
-
-    palette = plotly.colors.qualitative.Plotly
     fig = go.Figure()
     for i, (key, c) in enumerate(curves.items()):
         morf, lerf = c.scaled()
-        colour = palette[i % len(palette)]
+        colour = method_colour(i)
         name = names.get(key, key)
         fig.add_scatter(x=c.fraction, y=morf, mode="lines", name=f"{name} · MoRF", line=dict(color=colour),
                         legendgroup=key)
@@ -375,4 +375,58 @@ def ssim_figure(strip, *, height: int = 300) -> go.Figure:
                       font=dict(_FONT, size=FIGURE_FONT_PX),  # tick labels and titles ≥ 13 px on screen
                       yaxis=dict(title="SSIM to the original map", range=[-0.1, 1.05]),
                       xaxis_title="randomised from the logits down to …")
+    return fig
+
+
+# ---- the field's yardsticks (issue #29): insertion / deletion and ROAD curves ------------------------
+
+
+def _curves_layout(fig: go.Figure, height: int) -> None:
+    """The layout the metric curves share: template, margins, fonts ≥ 13 px on screen."""
+    fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=40, b=50),
+                      font=dict(_FONT, size=FIGURE_FONT_PX), legend=dict(font=dict(size=FIGURE_FONT_PX - 1)))
+
+
+def insertion_deletion_figure(curves: Mapping[str, "InsertionDeletionCurves"], names: Mapping[str, str], *,
+                              height: int = 400) -> go.Figure:
+    """p(target) against the share of pixels inserted (left) and deleted (right), one colour per method; each
+    curve's legend entry carries its area under the curve (insertion: higher is better; deletion: lower).
+
+    curves: {method key: InsertionDeletionCurves}; names: method key → display name (the key if missing).
+    A curve not measured (None) is left out.
+    """
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
+                        subplot_titles=("Insertion (higher is better)", "Deletion (lower is better)"))
+    for i, (key, c) in enumerate(curves.items()):
+        colour, name = method_colour(i), names.get(key, key)
+        for col, (kind, values, area) in enumerate(
+                (("insertion", c.insertion, c.insertion_auc), ("deletion", c.deletion, c.deletion_auc)), start=1):
+            if values is None:
+                continue
+            fig.add_scatter(x=list(map(float, c.fraction)), y=list(map(float, values)), mode="lines",
+                            name=f"{name} · {kind} AUC {area:.3f}", line=dict(color=colour), legendgroup=key,
+                            row=1, col=col)
+    _curves_layout(fig, height)
+    fig.update_xaxes(title_text="share of pixels inserted", range=[0, 1], row=1, col=1)
+    fig.update_xaxes(title_text="share of pixels deleted", range=[0, 1], row=1, col=2)
+    fig.update_yaxes(title_text="p(target)", row=1, col=1)
+    return fig
+
+
+def road_figure(curves: Mapping[str, "RoadCurves"], names: Mapping[str, str], *, height: int = 360) -> go.Figure:
+    """ROAD: p(target) against the percent of pixels removed by noisy linear imputation, most relevant first
+    (MoRF, solid; lower is better) and least relevant first (LeRF, dashed; higher is better), one colour per
+    method; each legend entry carries its curve's mean."""
+    fig = go.Figure()
+    for i, (key, c) in enumerate(curves.items()):
+        colour, name = method_colour(i), names.get(key, key)
+        x = list(map(float, c.removed))
+        fig.add_scatter(x=x, y=list(map(float, c.morf)), mode="lines+markers", line=dict(color=colour),
+                        name=f"{name} · MoRF {c.morf_score:.3f}", legendgroup=key)
+        fig.add_scatter(x=x, y=list(map(float, c.lerf)), mode="lines+markers", line=dict(color=colour, dash="dash"),
+                        name=f"{name} · LeRF {c.lerf_score:.3f}", legendgroup=key)
+    _curves_layout(fig, height)
+    fig.update_layout(title=dict(text="ROAD: MoRF (lower is better), LeRF (higher is better)", x=0.5,
+                                 xanchor="center", font=dict(size=FIGURE_FONT_PX + 2)),
+                      xaxis_title="% of pixels removed (imputed)", yaxis_title="p(target)")
     return fig

@@ -2,8 +2,8 @@
 
 The heatmap blended over the image (the network's 224 × 224 crop, or the whole photo at its own
 resolution) on a given colour scale, with a legend that states it; the "few bits" view (regions below a
-threshold greyed and outlined, with the bits they still pass), object boxes drawn on the crop, and PNG
-bytes of any of them.
+threshold greyed and outlined, with the bits they still pass), object boxes drawn on the crop (with each
+method's map maximum for the pointing game), and PNG bytes of any of them.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance
 
-from .colours import BITS_LABEL, colour_legend, colour_lut
+from .colours import BITS_LABEL, colour_legend, colour_lut, hex_rgb, method_colour
 from .arrays import as_map
 
 #: Colour of the outline drawn around "not needed" regions and boxes (cyan reads well on inferno and photos).
@@ -247,4 +247,25 @@ def draw_boxes(image: Image.Image, boxes: Sequence[tuple[float, float, float, fl
     draw = ImageDraw.Draw(out)
     for x0, y0, x1, y1 in boxes:
         draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=colour, width=width)
+    return out
+
+
+#: Radius of the mark at a map's maximum, in pixels of the crop (the pointing game's tolerance is drawn apart).
+PEAK_MARK_PX = 4
+
+
+def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, float, float]],
+                     peaks: Sequence[tuple[float, float]], tolerance: float) -> Image.Image:
+    """The crop with the object boxes outlined and, per method in chart order, its map's maximum marked in the
+    method's colour: a dot, and a circle of radius `tolerance` (a hit when the circle reaches a box).
+
+    peaks: (row, column) of each method's maximum, pixel indices of the crop (marked at the pixel's centre).
+    """
+    out = draw_boxes(cropped, boxes)
+    draw = ImageDraw.Draw(out)
+    for i, (row, col) in enumerate(peaks):
+        colour = hex_rgb(method_colour(i))
+        x, y, r = col + 0.5, row + 0.5, PEAK_MARK_PX
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))
+        draw.ellipse([x - tolerance, y - tolerance, x + tolerance, y + tolerance], outline=colour, width=1)
     return out

@@ -1,0 +1,107 @@
+"""Evaluate page: the field's yardsticks section (insertion / deletion, ROAD, pointing), driven through AppTest."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from page_helpers import assert_clean, timed_run
+from test_evaluate_page import assert_no_clipped_column, small_crop_card  # noqa: F401 - a fixture
+
+from iba_core.app.evaluation import YardstickRun
+from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
+
+CHEAP = ["saliency", "grad_cam"]
+#: A coarse step for a quick test: 8 steps of 6,272 pixels on the 224 crop (9 points a curve).
+STEP = 224 * 28
+
+
+def specs(at) -> dict[str, dict]:
+    return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key}
+
+
+def measure(at, *, step: int = STEP, removed=(30, 60, 90), protocol: str = "rise"):
+    at.multiselect(key="ev_methods").set_value(CHEAP)
+    at.radio(key="ev_protocol").set_value(protocol)
+    at.number_input(key="ev_step").set_value(step)
+    at.multiselect(key="ev_removed").set_value(list(removed))
+    at, seconds = timed_run(at.button(key="ev_yard_button").click())
+    assert_clean(at)
+    return at, seconds
+
+
+def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -> None:
+    at = open_page("evaluate")
+    assert at.radio(key="ev_protocol").value == "rise"  # RISE by default, CoIBA offered
+    assert at.radio(key="ev_protocol").options == ["RISE", "CoIBA"]
+    assert at.multiselect(key="ev_removed").value == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    at.text_input(key="ev_box").set_value("60, 40, 170, 200")  # the one box input, shared with the bbox ratio
+    at, seconds = measure(at)
+    assert not at.error, [e.value for e in at.error]
+
+    run = at.session_state["ev_yardsticks"]
+    assert isinstance(run, YardstickRun) and lock_waits and all(lock_waits)
+    assert list(run.methods) == CHEAP and run.protocol.step == STEP
+    assert run.protocol.name == "rise, modified"  # RISE's blur and baseline with a step of the user's: said so
+    assert run.removed == [30.0, 60.0, 90.0]
+    for r in run.methods.values():
+        assert len(r.pixels.fraction) == 9 and len(r.road.morf) == 3 and r.pointing is not None
+    captions = " ".join(c.value for c in at.caption)
+    assert run.protocol.describe() in captions  # the protocol is part of the result
+
+    charts = specs(at)
+    curves = charts["ev_id_chart"]["data"]
+    assert len(curves) == 2 * len(CHEAP)  # insertion and deletion per method
+    assert [t["name"].split(" · ")[0] for t in curves] == ["Saliency", "Saliency", "Grad-CAM", "Grad-CAM"]
+    assert all("AUC" in t["name"] for t in curves) and len(curves[0]["x"]) == 9
+    assert len(charts["ev_road_chart"]["data"]) == 2 * len(CHEAP)
+
+    (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
+    (points,) = [t for t in at.dataframe if "pointing hit" in t.value.columns]
+    frame = table.value
+    assert list(frame["Method"]) == ["Saliency", "Grad-CAM"] == list(points.value["Method"])
+    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"):
+        assert frame[column].notna().all() and frame[column].between(-1, 1).all(), column
+    for column in ("energy pointing", "EHR"):
+        assert points.value[column].between(0, 1).all(), column
+    assert set(points.value["pointing hit"]) <= {"hit", "miss"}
+    for t in (table, points):  # a tooltip for every column, none clipped
+        assert_no_clipped_column(t)
+    assert len(at.dataframe) == 2
+    assert any("maximum" in c for im in at.image for c in im.captions)  # the box and each map's maximum
+    assert at.get("download_button")  # the numbers as CSV
+    assert "ev_degradation" not in at.session_state and "ev_bbox" not in at.session_state  # sections run apart
+    assert seconds < 120, f"the yardsticks took {seconds:.0f} s"
+
+
+def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> None:
+    at = open_page("evaluate")
+    at.checkbox(key="ev_pointing").uncheck()
+    at, _ = measure(at, step=224 * 56, removed=(50,), protocol="coiba")
+    assert not at.error, [e.value for e in at.error]
+    run = at.session_state["ev_yardsticks"]
+    assert run.protocol == protocol_from("coiba", step=224 * 56)  # CoIBA's blur and baseline, a coarse step
+    assert run.protocol.blur_kernel == PROTOCOLS["coiba"].blur_kernel == 51
+    assert run.picture is None and all(r.pointing is None for r in run.methods.values())
+    assert [list(t.value.columns) for t in at.dataframe] == [
+        ["Method", "insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"]]  # no pointing
+
+    at, _ = measure(at, removed=())  # no ROAD point: one sentence, the last result still shown
+    assert len(at.error) == 1 and "at least one percentage" in at.error[0].value
+    assert at.session_state["ev_yardsticks"] is run
+    assert "ev_id_chart" in specs(at)
+
+
+def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  # noqa: F811 - a fixture
+    """A card network with a 192 crop: the maps, curves, box and picture are all in its crop."""
+    at = open_page("evaluate")
+    at.selectbox(key="network").set_value(small_crop_card).run()
+    assert_clean(at)
+    at.text_input(key="ev_box").set_value("20, 30, 120, 190")  # in the 192 crop
+    at, _ = measure(at, step=192 * 24, removed=(50,))
+    assert not at.error, [e.value for e in at.error]
+    run = at.session_state["ev_yardsticks"]
+    assert run.picture.size == (192, 192) and run.box_share == pytest.approx(100 * 160 / 192**2)
+    for r in run.methods.values():
+        assert r.pixels.fraction[-1] == 1.0 and len(r.pixels.fraction) == 9  # 8 steps of 4,608 of 192² pixels
+        assert all(0 <= v < 192 for v in r.peak)
