@@ -324,7 +324,9 @@ def table_section(run, rows) -> None:
     # as a column of "None"
     optional = {"box_share", *ds.YARDSTICK_COLUMNS}
     shown = [c for c in TABLE_COLUMNS if c in rows and not (c in optional and len(rows) and rows[c].isna().all())]
+    metric_help = ds.metric_help([c for c in shown if c in ds.YARDSTICK_COLUMNS])
     st.dataframe(rows[shown], hide_index=True, key="ds_table", column_config={
+        **{c: st.column_config.NumberColumn(c, format="%.3f", help=text) for c, text in metric_help.items()},
         "seconds": st.column_config.NumberColumn(
             "seconds", format="%.2f", help="Seconds per image: images run in batches, and a batch's time is "
                                            "split evenly over its images."),

@@ -213,6 +213,15 @@ def metric_columns(table: "pd.DataFrame") -> list[str]:
     return [c for c in YARDSTICK_COLUMNS if c in rows and rows[c].notna().any()]
 
 
+def metric_help(columns: Sequence[str]) -> dict[str, str]:
+    """column → its sentence (what it measures, which way is better) for the metric columns among `columns`."""
+    if not columns:
+        return {}
+    from ..metrics.yardsticks import COLUMN_TEXT
+
+    return {c: COLUMN_TEXT[c] for c in columns if c in COLUMN_TEXT}
+
+
 def metric_means(run: Run) -> MetricMeans | None:
     """The run's metric means per method and per class and method (`MetricMeans`); None when it measured none.
     A mean is over the rows with a value (the pointing scores only where the image has a box: `maps` counts the
@@ -654,6 +663,6 @@ __all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "Folder
            "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
            "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
            "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "metric_columns",
-           "metric_means", "metric_report", "MetricMeans", "open_run_folder",
+           "metric_help", "metric_means", "metric_report", "MetricMeans", "open_run_folder",
            "page_scale", "per_sample_link", "report_html", "result_rows", "run_line", "start_folder_job", "table_csv",
            "table_parquet", "thumbnails_on_one_scale", "time_one_image", "value_range", "with_flags"]
