@@ -14,6 +14,7 @@ from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
+from ..metrics.yardsticks import COLUMN_TEXT
 from ..progress import ProgressFn
 from ..methods import AttributionMap, get_method
 from ..networks import Network
@@ -32,22 +33,14 @@ COLUMN_HELP = {
     "points": "Measurements per curve.",
     "bbox ratio": "Share of the map's n highest pixels inside the box (n = the box's size); higher is better.",
     "random ≈": "What a random map scores: the box's share of the crop.",
-    "insertion AUC": "Area under p(target) as the map's top pixels are put back into the blurred image, "
-                     "normalised to [0, 1]; higher is better.",
-    "deletion AUC": "Area under p(target) as the map's top pixels are removed, normalised to [0, 1]; "
-                    "lower is better.",
-    "ROAD MoRF": "Mean p(target) over the ROAD points, most relevant pixels removed (imputed) first; "
-                 "lower is better.",
-    "ROAD LeRF": "Mean p(target) over the ROAD points, least relevant pixels removed (imputed) first; "
-                 "higher is better.",
-    "ROAD combined": "ROAD's combined score of LeRF against MoRF (as the ROAD paper and pytorch-grad-cam define "
-                     "it); higher is better.",
-    "pointing hit": "Whether the map's maximum lies within the tolerance of a box (TorchRay's pointing game).",
-    "energy pointing": "Share of the map's positive mass inside the boxes; higher is better (a map spread "
-                       "evenly scores the boxes' share of the crop).",
-    "EHR": "InputIBA's effective heat ratio: the heat inside the boxes per selected pixel, over thresholds of "
-           "the map; higher is better.",
 }
+#: The yardsticks' table headers → their columns: their help is the one text the folder runs and the report use.
+YARDSTICK_HEADERS = {
+    "insertion AUC": "insertion_auc", "deletion AUC": "deletion_auc", "ROAD MoRF": "road_morf",
+    "ROAD LeRF": "road_lerf", "ROAD combined": "road_combined", "pointing hit": "pointing_hit",
+    "energy pointing": "energy_pointing", "EHR": "ehr",
+}
+COLUMN_HELP.update({header: COLUMN_TEXT[column] for header, column in YARDSTICK_HEADERS.items()})
 #: Pixels per character of the table font (Source Sans at 14 px: at most ~6.4 in Chromium), and per column the
 #: room for padding and the sort arrow; generous, so that no header or value is cut off.
 TABLE_CHAR_PX, TABLE_PAD_PX = 7.0, 32
