@@ -21,8 +21,8 @@ network still recognises the class. What passes is measured in **bits**.
 
 **What bits compare.** Bits compare between images and regions explained by **one network at one layer, with
 one β and one set of feature statistics** (μ and σ of the layer, which shape the noise). Change any of these
-and the scale changes: in one check on the offline network, statistics from another image set scaled the
-total bits ×0.80–1.11. Within one setting, a fit with another seed moves the total by a few per cent (the
+and the scale changes: in an independent check, statistics from another image set scaled the total bits
+×0.80–1.11. Within one setting, a fit with another seed moves the total by a few per cent (the
 example below gives its spread), so differences of that size between two images say nothing.
 
 The bits that pass the bottleneck are an upper bound on what the network can use from a region when it

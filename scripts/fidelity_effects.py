@@ -1,7 +1,10 @@
 """Measure the effect of each deviation from the paper's code that this project makes (README, "Fidelity").
 
-    python scripts/fidelity_effects.py                # all measurements, offline network, ~12 minutes on 2 cores
+    python scripts/fidelity_effects.py                # all measurements, offline network
     python scripts/fidelity_effects.py --only smoothing seeds read_point
+
+About 70 Per-Sample fits of ~2 s each on 2 idle cores, plus the SmoothGrad and Occlusion parts (~10 minutes);
+on a shared machine far longer (`--only seeds read_point`, 45 fits: 26 minutes at load average 8).
 
 Prints one line per measurement (README, "Fidelity to the paper", and Home's note on what bits compare).
 Everything runs in fp32 on the offline EfficientNet-Lite0 at its default layer and β with the shipped statistics
