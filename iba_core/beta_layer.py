@@ -213,7 +213,7 @@ MAX_CACHED_GRIDS = 24
 #: The cache folder's sub-folder for grids (`cache.cache_file`).
 GRID_CACHE_KIND = "grids"
 #: Bump when what a grid holds changes: files of another version are then not found (their names differ).
-GRID_CACHE_VERSION = 1
+GRID_CACHE_VERSION = 2  # 2: the mask smoothing became the authors' (5 × 5, reflect; issue #29.7)
 _CELL_NUMBERS = ("beta_k", "p_with", "total_bits", "p_without", "p_predicted")  # one float array each
 _CELL_INTS = ("target", "predicted")
 _CELL_TEXTS = ("row", "label", "layer")

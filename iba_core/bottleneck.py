@@ -27,7 +27,7 @@ DEFAULT_BETA_K = 10.0
 BETA_K_RANGE = (1e-6, 1e6)
 #: σ_s of the mask smoothing, in feature-map cells (paper: 1; searched 0.5…2); 0 is no smoothing. A blur wider
 #: than the feature map is meaningless, so σ_s is also at most the map's longer side (`check_sigma`); the fixed
-#: top keeps the kernel (radius 3σ_s) small before the map is known.
+#: top keeps the kernel (radius round(2σ_s), `kernel_radius`) small before the map is known.
 SIGMA_RANGE = (0.0, 100.0)
 
 
@@ -47,29 +47,56 @@ def check_sigma(sigma: object, map_size: tuple[int, int] | None = None) -> float
     return sigma
 
 
+def kernel_radius(sigma: float) -> int:
+    """Radius of the mask smoothing's kernel: round(2σ_s) cells, the authors' rule (IBA/pytorch.py,
+    `kernel_size = int(round(2 * sigma)) * 2 + 1`, "cover 2.5 stds"): 5 × 5 at σ_s = 1. Python's round, as
+    theirs, so σ_s = 1.25 gives radius 2, and σ_s ≤ 0.25 gives radius 0 (no smoothing)."""
+    return int(round(2.0 * sigma))
+
+
 def gaussian_kernel_1d(sigma: float, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """Normalised 1-D Gaussian of radius ceil(3σ); it sums to 1 so a constant mask stays constant."""
-    radius = max(1, int(math.ceil(3.0 * sigma)))
+    """Normalised 1-D Gaussian of radius `kernel_radius(σ)`; it sums to 1 so a constant mask stays constant.
+
+    Its outer product with itself is the authors' normalised 2-D kernel exactly (a Gaussian is separable), so
+    two 1-D passes give their 2-D convolution in 2·(2r+1) instead of (2r+1)² multiplications per cell.
+    """
+    radius = kernel_radius(sigma)
     x = torch.arange(-radius, radius + 1, dtype=torch.float64)
     k = torch.exp(-0.5 * (x / sigma) ** 2)
     return (k / k.sum()).to(dtype=dtype, device=device)
 
 
-def blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur over the spatial axes of an (N, C, H, W) tensor (paper §3.2, σ_s).
+def reflect_indices(n: int, radius: int, device=None) -> torch.Tensor:
+    """Indices 0…n-1 of the cells −radius … n-1+radius under reflection about the edge cells (torch's
+    ReflectionPad2d: …, 2, 1, | 0, 1, 2, …), repeated as often as needed, so a pad wider than the map (which
+    ReflectionPad2d refuses) still works; a map of one cell reflects onto itself."""
+    i = torch.arange(-radius, n + radius, device=device)
+    if n == 1:
+        return torch.zeros_like(i)
+    period = 2 * (n - 1)
+    i = i.remainder(period)
+    return torch.where(i >= n, period - i, i)
 
-    Replicate padding (not zeros) keeps blur(1 - s) == 1 - blur(s), so 1-λ can be blurred directly,
-    which is what makes log(1-λ) stable when λ is close to 1.
+
+def blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Gaussian blur over the spatial axes of an (N, C, H, W) tensor (paper §3.2, σ_s), as the authors' code
+    does it: kernel radius round(2σ_s) (5 × 5 at σ_s = 1) and reflection padding (`SpatialGaussianKernel`),
+    computed as two 1-D passes (the same numbers up to rounding).
+
+    Reflection (like any padding that copies cells, unlike zeros) keeps blur(1 - s) == 1 - blur(s), so 1-λ can
+    be blurred directly, which is what makes log(1-λ) stable when λ is close to 1.
     """
     if sigma <= 0:
         return x
     k = gaussian_kernel_1d(sigma, x.dtype, x.device)
     r = k.numel() // 2
+    if r == 0:
+        return x
     c = x.shape[1]
     kh = k.view(1, 1, -1, 1).expand(c, 1, -1, 1)
     kw = k.view(1, 1, 1, -1).expand(c, 1, 1, -1)
-    y = F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), kh, groups=c)
-    return F.conv2d(F.pad(y, (r, r, 0, 0), mode="replicate"), kw, groups=c)
+    y = F.conv2d(x.index_select(2, reflect_indices(x.shape[2], r, x.device)), kh, groups=c)
+    return F.conv2d(y.index_select(3, reflect_indices(x.shape[3], r, x.device)), kw, groups=c)
 
 
 def lambda_from_alpha(alpha: torch.Tensor, sigma: float) -> tuple[torch.Tensor, torch.Tensor]:

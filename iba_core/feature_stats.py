@@ -80,6 +80,22 @@ class FeatureStats:
         distinct photos, back the estimate (crops of one photo are far from independent samples)."""
         return self.n < RECOMMENDED_SAMPLES or (bool(self.photos) and len(self.photos) < RECOMMENDED_PHOTOS)
 
+    @property
+    def requested(self) -> int | None:
+        """Samples asked for (the count in `source_key`), or None where not recorded. `n` is what was used: a
+        folder with fewer usable images than asked for gives fewer (all of them)."""
+        count = self.source_key.rpartition(":")[2]
+        return int(count) if count.isdigit() else None
+
+    @property
+    def shortfall(self) -> str | None:
+        """A sentence when fewer samples were used than asked for (a folder with fewer usable images), else None."""
+        asked = self.requested
+        if asked is None or self.n >= asked:
+            return None
+        return (f"{asked} samples were asked for, but the folder gave only {self.n} usable images, so all "
+                f"{self.n} were used")
+
     def includes(self, photo: str) -> bool:
         """Whether crops of the offline photo `photo` are among the samples (μ, σ then know that image)."""
         return photo in self.photos
@@ -92,6 +108,8 @@ class FeatureStats:
             text = f"{self.n} samples from {self.source or 'unknown source'}"
         if self.skipped:
             text += f" ({self.skipped} unreadable or unusable files skipped: another channel count, or under {MIN_SIDE} px)"
+        if self.shortfall:
+            text += f" — {self.shortfall}"
         if self.is_rough:
             few = (f"fewer than {RECOMMENDED_SAMPLES} samples" if self.n < RECOMMENDED_SAMPLES
                    else f"only {len(self.photos)} distinct photos")

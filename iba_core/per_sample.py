@@ -16,10 +16,13 @@ leak everything the bottleneck holds back. Its bits count in the loss and in `to
 place on the image: the heatmap leaves them out and `AttributionResult.unlocated_bits` reports them
 (heatmap.sum() == total_bits − unlocated_bits).
 
-Fidelity to the authors' code (README, "Fidelity to the paper"): the heatmap reads the final λ, after the
-last Adam update (the authors read the last step's forward pass: `read_point="last_step"`; +8.9 % total
-bits with the final λ on chelsea); inactive units are not masked unless `inactive_threshold` is set (the
-authors: 0.01; no effect at the default layer). The steps' maps (`StepInfo`: live view, replay, GIF) are read
+Fidelity to the authors' code (README, "Fidelity to the paper"): the mask smoothing is theirs (5 × 5 at
+σ_s = 1, reflection padding; `bottleneck.blur`). The heatmap reads the final λ, after the last Adam update
+(the authors read the last step's forward pass: `read_point="last_step"`); on the offline network the final
+λ gave −0.4 to +20.8 % total bits over five photos (chelsea +9.0, coffee +11.0, astronaut +1.1, rocket +20.8,
+motorcycle −0.4 %; mean of seeds 0–3, `scripts/fidelity_effects.py`), so totals compare only at one read
+point. Inactive units are not masked unless `inactive_threshold` is set (the authors: 0.01; no effect at the
+default layer). The steps' maps (`StepInfo`: live view, replay, GIF) are read
 at the same point, so the last step's map is the heatmap and its bits are `total_bits`; a step's losses and
 p(target) are those of its forward pass.
 """

@@ -17,8 +17,13 @@ st.markdown(
 IBA (*Information Bottleneck Attribution*, Schulz et al., ICLR 2020) answers this by inserting a
 bottleneck into an ImageNet network: at one layer, every feature is partly replaced by noise. The
 bottleneck is trained, for a single image, to let through as little information as possible while the
-network still recognises the class. What passes is measured in **bits**, an absolute unit you can
-compare across images, regions and networks.
+network still recognises the class. What passes is measured in **bits**.
+
+**What bits compare.** Bits compare between images and regions explained by **one network at one layer, with
+one β and one set of feature statistics** (μ and σ of the layer, which shape the noise). Change any of these
+and the scale changes: in an independent check, statistics from another image set scaled the total bits
+×0.80–1.11. Within one setting, a fit with another seed moves the total by a few per cent (the
+example below gives its spread), so differences of that size between two images say nothing.
 
 The bits that pass the bottleneck are an upper bound on what the network can use from a region when it
 predicts through the noisy bottleneck. So **a region with zero bits is guaranteed not to be needed for the
@@ -50,6 +55,13 @@ def example() -> None:
     c1.metric("Information used", f"{res['total_bits']:,.0f} bits")
     c2.metric("p(target) without bottleneck", format_probability(res["p_target_without_bottleneck"]))
     c3.metric("p(target) with bottleneck", format_probability(res["p_target_with_bottleneck"]))
+    spread = report.get("seed_spread")
+    if spread:
+        st.caption(
+            f"Seeds {spread['seeds'][0]}–{spread['seeds'][-1]} give {spread['mean']:,.0f} ± {spread['sd']:,.0f} "
+            f"bits (mean ± sd, ±{100 * spread['sd'] / spread['mean']:.1f} %): the same photo and settings, another "
+            "draw of the noise."
+        )
     st.caption(
         f"{report['model']} at layer {report['layer']}, β·k = {report['settings']['beta_k']:g}, "
         f"{report['settings']['steps']} steps; statistics from {report['statistics']}."

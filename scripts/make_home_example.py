@@ -19,6 +19,7 @@ choices), so a rerun matches the shipped numbers closely, not bit for bit. From 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -53,6 +54,8 @@ CLI_ARGS = ("--precision", "fp32")
 SETTINGS = BottleneckSettings(precision="fp32")
 #: The heatmap kept in home_example.json, mean-pooled over POOL × POOL pixels.
 POOL = 4
+#: Seeds of the example's spread (Home: total bits vary with the seed; the example itself is seed 0).
+SPREAD_SEEDS = range(5)
 README_START, README_END = "<!-- cli-example -->", "<!-- /cli-example -->"
 
 
@@ -74,11 +77,17 @@ def home_run(samples: int = RECOMMENDED_SAMPLES, progress=None) -> tuple[dict, A
     layer = network.spec.default_layer
     cropped = network.preprocess.crop(load_sample(SAMPLE))
     stats = choose_stats(network, layer, n=samples, progress=progress)
-    result = PerSampleBottleneck.for_network(network, layer, stats, SETTINGS).attribute(
-        network.preprocess.normalise(cropped))
+    x = network.preprocess.normalise(cropped)
+    result = PerSampleBottleneck.for_network(network, layer, stats, SETTINGS).attribute(x)
+    totals = [result.total_bits if seed == SETTINGS.seed else PerSampleBottleneck.for_network(
+        network, layer, stats, dataclasses.replace(SETTINGS, seed=seed)).attribute(x, result.target).total_bits
+        for seed in SPREAD_SEEDS]
     report = run_report(SETTINGS, result, network.key, layer, SAMPLE, network.categories[result.target],
                         stats_description=stats.describe())
     report["threshold_bits"] = DEFAULT_THRESHOLD
+    # what one refit with another seed moves the total by: the precision a reader can give the number
+    report["seed_spread"] = {"seeds": list(SPREAD_SEEDS), "total_bits": [round(float(t), 1) for t in totals],
+                             "mean": round(float(np.mean(totals)), 1), "sd": round(float(np.std(totals, ddof=1)), 1)}
     report["not_needed_fraction"] = overlays.not_needed_fraction(result.heatmap, DEFAULT_THRESHOLD)
     pooled = downsample(np.asarray(result.heatmap, dtype=np.float32), POOL)
     report["heatmap_pooled"] = {

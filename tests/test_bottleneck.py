@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.distributions import Normal, kl_divergence
 
 from iba_core.bottleneck import (
@@ -133,6 +134,53 @@ def test_blur_keeps_constants_and_complements():
 
 def test_blur_works_on_tiny_maps():
     assert blur(torch.rand(1, 2, 1, 1), 2.0).shape == (1, 2, 1, 1)
+
+
+def test_lambda_at_a_border_cell_computed_by_hand():
+    """σ_s = 1: the 1-D weights are e^(−x²/2)/Z for x = −2 … 2 (the authors' 5 × 5 kernel,
+    Z = 1 + 2e^−½ + 2e^−2).
+    sigmoid(α) = 1 at cell (1, 1) and 0 elsewhere: reflection about the edge puts row 1 at offsets −1 and +1 of
+    row 0 (…, 2, 1, | 0, 1, 2), and the same for column 1, so λ at the corner (0, 0) is (2e^−½/Z)² = 4e^−1/Z².
+    (Replicate padding would count cell (1, 1) once: e^−1/Z².)"""
+    alpha = torch.full((1, 1, 5, 5), -100.0)
+    alpha[0, 0, 1, 1] = 100.0
+    lam, one_minus = lambda_from_alpha(alpha, 1.0)
+    z = 1 + 2 * math.exp(-0.5) + 2 * math.exp(-2)
+    assert lam[0, 0, 0, 0].item() == pytest.approx(4 * math.exp(-1) / z**2, rel=1e-5)  # 0.23854
+    assert one_minus[0, 0, 0, 0].item() == pytest.approx(1 - 4 * math.exp(-1) / z**2, rel=1e-5)
+    # the edge cell (0, 1): rows as above (2e^−½/Z); column 1 at offset 0 (1/Z) and, reflected, at −2 (e^−2/Z)
+    assert lam[0, 0, 0, 1].item() == pytest.approx(2 * math.exp(-0.5) * (1 + math.exp(-2)) / z**2, rel=1e-5)
+    # three cells away from (1, 1), outside the 5 × 5 kernel: nothing arrives
+    assert lam[0, 0, 4, 4].item() < 1e-30
+
+
+def _authors_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The authors' smoothing re-derived from its description (IBA/pytorch.py, SpatialGaussianKernel): a 2-D
+    Gaussian of size 2·round(2σ)+1, normalised to sum 1, after reflection padding."""
+    size = int(round(2 * sigma)) * 2 + 1
+    g = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
+    k2 = torch.exp(-(g[:, None] ** 2 + g[None, :] ** 2) / (2 * sigma**2))
+    k2 = (k2 / k2.sum()).to(x.dtype)
+    c, r = x.shape[1], size // 2
+    return F.conv2d(F.pad(x, (r, r, r, r), mode="reflect"), k2.expand(c, 1, size, size), groups=c)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 1.25, 2.0])
+def test_blur_equals_the_authors_2d_kernel_with_reflection(sigma):
+    """Two 1-D passes give the authors' 2-D convolution (a Gaussian kernel is separable), same padding."""
+    x = torch.rand(2, 3, 9, 11, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(blur(x, sigma), _authors_blur(x, sigma), atol=1e-6)
+
+
+def test_blur_reflects_again_when_the_kernel_is_wider_than_the_map():
+    """A pad wider than the map (σ_s = 2: radius 4 on 3 cells) reflects back and forth, as numpy's 'reflect'."""
+    x = torch.rand(1, 1, 3, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    k = np.exp(-0.5 * (np.arange(-4, 5) / 2.0) ** 2)
+    k /= k.sum()
+    padded = np.pad(x[0, 0].numpy(), 4, mode="reflect")
+    rows = np.stack([np.convolve(padded[:, j], k, mode="valid") for j in range(padded.shape[1])], axis=1)
+    expected = np.stack([np.convolve(rows[i], k, mode="valid") for i in range(rows.shape[0])])
+    assert np.allclose(blur(x, 2.0)[0, 0].numpy(), expected, atol=1e-12)
 
 
 def test_lambda_and_complement_sum_to_one():

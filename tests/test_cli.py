@@ -83,6 +83,17 @@ def test_stats_command(capsys):
     assert row["samples"] == 24 and row["rough"] and row["shape"] == [24, 56, 56]
 
 
+def test_stats_command_says_when_a_folder_gave_fewer_samples_than_asked_for(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    assert main(["stats", "--layer", "block2_2", "--images", str(tmp_path), "--n", "200"]) == 0
+    out = capsys.readouterr()
+    row = json.loads(out.out.strip().splitlines()[-1])
+    assert row["samples"] == 3 and row["samples_asked"] == 200
+    assert "200 samples were asked for, but the folder gave only 3 usable images, so all 3 were used" in out.err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["attribute", "missing.jpg"], "not found"),
     (["attribute", "{bad}", "--layer", "conv3_4"], "no layer"),

@@ -45,6 +45,23 @@ def test_folder_source_skips_and_counts_unreadable(offline_model, tmp_path):
     assert s.mean.shape == (40, 28, 28) and (s.std >= 0).all()
 
 
+def test_a_folder_with_fewer_images_than_asked_for_says_how_many_were_used(offline_model, tmp_path):
+    """200 samples asked of a folder of 5 readable images: all 5 are used, `n` says 5, and the note says that 200
+    were asked for (a note, not an error: the statistics are usable, only rougher)."""
+    folder = _folder(tmp_path)
+    s = get_stats(offline_model, "block3_2", images=folder, n=200)
+    assert s.n == 5 and s.requested == 200
+    assert "200 samples were asked for, but the folder gave only 5 usable images" in s.describe()
+    reloaded = get_stats(offline_model, "block3_2", images=folder, n=200)  # from the cache
+    assert reloaded.n == 5 and reloaded.shortfall == s.shortfall
+
+
+def test_no_shortfall_note_when_the_samples_asked_for_were_used():
+    crops = FeatureStats(torch.zeros(1), torch.ones(1), 1000, photos=("a",) * 13, source_key="offline-photos-13:1000")
+    assert crops.requested == 1000 and crops.shortfall is None and "asked for" not in crops.describe()
+    assert FeatureStats(torch.zeros(1), torch.ones(1), 7).requested is None  # made by hand: nothing recorded
+
+
 def test_only_the_prefix_runs(offline_model, tmp_path):
     def fail(*_):
         raise AssertionError("the classifier head must not run while estimating statistics")

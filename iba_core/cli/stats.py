@@ -58,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
         close()
     print_json({
         "model": network.key, "weights": network.weights_id, "layer": layer, "samples": stats.n,
+        "samples_asked": stats.requested,
         "skipped": stats.skipped, "source": stats.source, "rough": stats.is_rough, "shape": list(stats.mean.shape),
         **({"layers": sorted(every)} if every else {}),
     })
-    if stats.is_rough:
+    if stats.is_rough or stats.shortfall:
         print(f"note: {stats.describe()}", file=sys.stderr)
     return 0

@@ -476,6 +476,8 @@ def test_statistics_from_an_image_folder(open_page, tmp_path, monkeypatch) -> No
     record = at.session_state["ps_run"]
     assert record.stats_description.startswith("4 samples from folder")
     assert any("4 samples from folder" in c.value for c in at.caption)
+    # the app asked for more samples than the folder holds: the note says so (issue #29.7)
+    assert "samples were asked for, but the folder gave only 4 usable images" in record.stats_description
 
 
 def test_the_drain_chart_has_one_point_per_step_live_and_in_the_replay(open_page, monkeypatch) -> None:
