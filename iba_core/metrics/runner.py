@@ -132,6 +132,18 @@ def _timed_map(method, network, x: torch.Tensor, target: int, ctx: "_Context | N
     return np.asarray(amap.values, dtype=np.float64), amap.seconds
 
 
+def _pending_maps(ctx: _Context, item, methods: dict, setting: str):
+    """(key, method, x, target, map, seconds) for each method without a result for (image, setting); the image is
+    prepared once, and only when some method is pending."""
+    pending = [k for k in methods if not ctx.is_done(item, k, setting)]
+    if not pending:
+        return
+    x, target = ctx.prepare(item)
+    for key in pending:
+        values, seconds = _timed_map(methods[key], ctx.network, x, target, ctx)
+        yield key, methods[key], x, target, values, seconds
+
+
 def _run_degradation(ctx: _Context, item, methods: dict) -> None:
     from .degradation import degradation_curves
 
@@ -311,13 +323,7 @@ def _run_road(ctx: _Context, item, methods: dict) -> None:
     removed = check_removed(o.road_removed or ROAD_REMOVED)
     noise = check_noise(o.road_noise)
     setting = f"{ctx.model_id}|removed={','.join(f'{p:g}' for p in removed)}|noise={noise:g}|seed={o.seed}"
-    pending = [k for k in methods if not ctx.is_done(item, k, setting)]
-    if not pending:
-        return
-    x, target = ctx.prepare(item)
-    for key in pending:
-        method = methods[key]
-        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+    for key, method, x, target, values, seconds in _pending_maps(ctx, item, methods, setting):
         name = getattr(method, "name", key)
 
         def progress(done: int, total: int, label: str, name: str = name) -> None:
@@ -351,13 +357,7 @@ def _run_insertion_deletion(ctx: _Context, item, methods: dict) -> None:
 
     o = ctx.options
     setting = f"{ctx.model_id}|{o.protocol.identity()}|seed={o.seed}"
-    pending = [k for k in methods if not ctx.is_done(item, k, setting)]
-    if not pending:
-        return
-    x, target = ctx.prepare(item)
-    for key in pending:
-        method = methods[key]
-        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+    for key, method, x, target, values, seconds in _pending_maps(ctx, item, methods, setting):
         name = getattr(method, "name", key)
         curves = insertion_deletion(
             ctx.scoring, x, values, target, o.protocol, head=head_of(ctx.network), which=(ctx.metric,),
