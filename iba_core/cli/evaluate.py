@@ -44,7 +44,10 @@ def add_parser(sub) -> None:
         "evaluate",
         help="run an evaluation metric (the paper's and the field's: see the choices) over an image folder",
         description=(
-            "Evaluate attribution methods with the metrics of Schulz et al. (ICLR 2020). Results are appended "
+            "Evaluate attribution methods with the metrics of Schulz et al. (ICLR 2020: degradation, bbox, "
+            "sensitivity-n, sanity, beta-table) or the field's yardsticks (insertion and deletion as in RISE, "
+            "Petsiuk et al. 2018; road, Rong et al. 2022; pointing: the pointing game, energy-based pointing and "
+            "InputIBA's effective heat ratio). Options name the metrics they serve. Results are appended "
             "to --out as JSON lines (one per image, method and setting); rerunning with the same --out resumes. "
             "A paper-style table is printed and saved next to --out (NAME.table.md)."
         ),

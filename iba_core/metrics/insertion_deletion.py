@@ -47,6 +47,8 @@ from .common import batched_logits, group_records, method_label, pixel_order, re
 
 INSERTION, DELETION = "insertion", "deletion"  # metric names (CLI, records, columns)
 DELETION_BASELINES = ("zeros", "blur")
+#: The protocols' names as their papers write them (keys stay lower case in the CLI and in results).
+PROTOCOL_NAMES = {"rise": "RISE", "coiba": "CoIBA"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,10 @@ class PixelProtocol:
         """One sentence for tables, pages and reports."""
         baseline = ("zeros of the normalised input" if self.deletion_baseline == "zeros"
                     else "the blurred image")
-        return (f"Protocol {self.name}: {self.step} pixels a step, deletion to {baseline}, insertion from a "
+        name = self.name
+        for key, shown in PROTOCOL_NAMES.items():  # as the papers write them: RISE, CoIBA
+            name = name.replace(key, shown)
+        return (f"Protocol {name}: {self.step:,} pixels a step, deletion to {baseline}, insertion from a "
                 f"Gaussian blur of the normalised input ({self.blur_kernel} × {self.blur_kernel}, "
                 f"σ {self.blur_sigma:g}); score p(target), area by the normalised trapezoid.")
 

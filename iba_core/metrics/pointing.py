@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
+from .bbox import LARGEST_BOX_SHARE
 from .common import group_records, method_label
 
 POINTING = "pointing"
@@ -119,13 +120,17 @@ def format_table(records: Sequence[dict]) -> str:
             return float(np.mean(vals)) if vals else None
 
         rows.append([method_label(records, method), *([labels[setting]] if several else []),
-                     mean("pointing_hit"), mean("energy_pointing"), mean("ehr"), len(rs)])
+                     mean("pointing_hit"), mean("energy_pointing"), mean("ehr"), mean("box_share"), len(rs)])
     header = ["Method", *(["setting"] if several else []), "pointing hit rate", "energy pointing", "EHR",
-              "images"]
+              "box share of the crop", "images"]
     tolerances = sorted({r.get("tolerance") for r in records if r.get("tolerance") is not None})
     note = (f"A hit: a box pixel closer than {', '.join(map(str, tolerances)) or POINTING_TOLERANCE} px to the "
             "map's maximum (TorchRay's rule); energy: the share of the map's positive mass inside the boxes; "
             "EHR: InputIBA's effective heat ratio. Higher is better for all three.")
+    large = {r["image"] for r in records if (r.get("box_share") or 0) > LARGEST_BOX_SHARE}
+    if large:
+        note += (f"\n\n{len(large)} image(s) with boxes covering more than {LARGEST_BOX_SHARE:.0%} of the crop: a random "
+                 "map hits often there, so their pointing scores say little.")
     if skipped:
         note += f"\n\n{len(skipped)} image(s) skipped (no box, or no box on the crop)."
     return ("### Pointing game and energy-based pointing (higher is better)\n\n"

@@ -393,6 +393,7 @@ def _run_pointing(ctx: _Context, item, methods: dict) -> None:
             continue
         values, seconds = _timed_map(method, ctx.network, x, target, ctx)
         ctx.write(item, key, method, setting, target, tolerance=o.tolerance, box_pixels=int(mask.sum()),
+                  box_share=float(mask.mean()),
                   attribution_seconds=seconds, **pointing_scores(values, mask, o.tolerance))
 
 

@@ -2,6 +2,7 @@
 import collections
 import json
 
+import numpy as np
 import pytest
 
 from iba_core.cli import main
@@ -248,6 +249,9 @@ def test_insertion_deletion_and_pointing_run_through_the_loop_and_resume(tmp_pat
     values = x[0].abs().sum(0).numpy()
     assert pointing[("img01.png", "flaky")]["energy_pointing"] == pytest.approx(
         values[8:, 8:].sum() / values.sum(), rel=1e-6)
+    box = np.zeros(values.shape, dtype=bool)
+    box[8:, 8:] = True  # the image's box on the crop, as the energy above counts it
+    assert pointing[("img01.png", "flaky")]["box_share"] == pytest.approx(box.mean())
 
     # Resumed: nothing new, no forward pass; another protocol is another key.
     model.images = 0
@@ -282,7 +286,7 @@ def test_cli_insertion_deletion_and_pointing_on_the_offline_model(tmp_path, caps
     assert dele["fraction"] == [0, 0.25, 0.5, 0.75, 1] and dele["protocol"]["name"] == "coiba, modified"
     assert dele["protocol"]["blur_kernel"] == 51 and "step=12544|del=blur|blur=51/50" in dele["setting"]
     table = capsys.readouterr().out
-    assert "Pointing game" in table and "Protocol coiba, modified: 12544 pixels a step" in table
+    assert "Pointing game" in table and "Protocol CoIBA, modified: 12,544 pixels a step" in table
     lines = len(out.read_text().splitlines())
     assert main(["evaluate", "deletion", *common, *pixel]) == 0  # resumed: nothing new
     assert len(out.read_text().splitlines()) == lines

@@ -178,7 +178,7 @@ def test_protocols_are_named_and_checked():
     assert PROTOCOLS["rise"] == PixelProtocol() and PROTOCOLS["rise"].identity() == "step=224|del=zeros|blur=11/5"
     coiba = PROTOCOLS["coiba"]
     assert (coiba.step, coiba.deletion_baseline, coiba.blur_kernel, coiba.blur_sigma) == (1792, "blur", 51, 50.0)
-    assert "1792 pixels a step" in coiba.describe() and "51 × 51" in coiba.describe()
+    assert "Protocol CoIBA: 1,792 pixels a step" in coiba.describe() and "51 × 51" in coiba.describe()
     assert protocol_from("rise") == PROTOCOLS["rise"]
     changed = protocol_from("rise", step=500)
     assert changed.name == "rise, modified" and changed.identity().startswith("step=500|")

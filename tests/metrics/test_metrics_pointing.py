@@ -130,9 +130,12 @@ def test_table_gives_hit_rate_energy_and_images_per_method():
                 "method_name": method.title(), "model": "m", "tolerance": 15, "pointing_hit": hit,
                 "energy_pointing": energy, "ehr": ehr, **extra}
 
-    records = [record("iba", "a", 1.0, 0.8, 0.6), record("iba", "b", 0.0, 0.4, 0.2),
-               record("random", "a", 0.0, 0.1), record("*", "c", None, None, skipped="no annotation")]
+    records = [record("iba", "a", 1.0, 0.8, 0.6, box_share=0.1), record("iba", "b", 0.0, 0.4, 0.2, box_share=0.3),
+               record("random", "a", 0.0, 0.1, box_share=0.1), record("*", "c", None, None, skipped="no annotation")]
     text = format_table(records)
     iba = next(line for line in text.splitlines() if line.startswith("| Iba"))
-    assert [c.strip() for c in iba.strip("|").split("|")] == ["Iba", "0.500", "0.600", "0.400", "2"]
+    assert [c.strip() for c in iba.strip("|").split("|")] == ["Iba", "0.500", "0.600", "0.400", "0.200", "2"]
     assert "closer than 15 px" in text and "1 image(s) skipped" in text
+    assert "random map hits often" not in text  # no box covers more than a third of its crop
+    large = format_table(records + [record("iba", "d", 1.0, 0.9, 0.9, box_share=0.8)])
+    assert "1 image(s) with boxes covering more than 33% of the crop" in large
