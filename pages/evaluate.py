@@ -20,8 +20,11 @@ from iba_core.app.evaluation import (
     SanityRun,
     YardstickRun,
     box_run,
+    box_text,
+    chart_colours,
     degradation_for,
     degradation_rows,
+    large_box_warning,
     pointing_box,
     pointing_rows,
     progress_text,
@@ -61,15 +64,16 @@ PROTOCOL_TITLES = {"rise": "RISE", "coiba": "CoIBA"}
 
 def table(rows: list[dict], key: str) -> None:
     """A results table whose columns are wide enough for their headers and values (none clipped)."""
-    config = {name: st.column_config.Column(name, width=c["width"], help=c["help"])
+    config = {name: (st.column_config.NumberColumn(name, width=c["width"], help=c["help"], format="%.4f")
+                     if c["decimals"] else st.column_config.Column(name, width=c["width"], help=c["help"]))
               for name, c in table_columns(rows).items()}
     st.dataframe(rows, hide_index=True, key=key, column_config=config, width="content")
 
 through_app()
 st.title("Evaluate")
 st.markdown(
-    "Three checks of the attribution maps for your image (paper §4). **Degradation:** remove tiles in the order "
-    "a map ranks them — most relevant first (MoRF) or least relevant first (LeRF); a good map makes p(target) "
+    "Four checks of the attribution maps for your image: three from the paper (§4) and the field's yardsticks. "
+    "**Degradation:** remove tiles in the order a map ranks them — most relevant first (MoRF) or least relevant first (LeRF); a good map makes p(target) "
     "fall fast under MoRF and slowly under LeRF, so a large area between the curves is better. **Sanity check:** "
     "randomise the network's weights from the logits down; a map that explains the network should change (SSIM "
     "falls). **Bounding box:** the share of the map's top pixels that lie inside an object box you give. "
@@ -79,7 +83,7 @@ st.markdown(
 
 
 def choices(inputs: Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
-    """Methods and class for all three sections (no form: each section has its own button)."""
+    """Methods and class for every section (no form: each section has its own button)."""
     c1, c2 = st.columns(2)
     with c1:
         methods = method_picker(
@@ -156,8 +160,8 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
-        st.plotly_chart(degradation_figure(run.curves, names), key="ev_deg_chart", theme=None,
-                        config=PLOT_CONFIG)
+        st.plotly_chart(degradation_figure(run.curves, names, colours=chart_colours(list(run.curves))),
+                        key="ev_deg_chart", theme=None, config=PLOT_CONFIG)
         table(degradation_rows(run.curves, names), "ev_deg_table")
         st.caption(
             f"{run.tile} × {run.tile} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
@@ -247,9 +251,9 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple
                 f"({run.share:.0%} of the crop, which is also what a random map scores). Higher is better. "
                 f"The paper skips boxes larger than {LARGEST_BOX_SHARE:.0%} of the crop."
             )
-            if run.large:
-                st.warning(f"The box covers more than {LARGEST_BOX_SHARE:.0%} of the crop; the ratio says little.",
-                           icon=":material/warning:")
+            warning = large_box_warning(run.share, "a random map scores about as high; the ratio says little here.")
+            if warning:
+                st.warning(warning, icon=":material/warning:")
     return box
 
 
@@ -275,7 +279,8 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
             help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
         c4, c5 = st.columns([2, 1])
         pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
-                               f"(a hit within {POINTING_TOLERANCE} px)", True, key="ev_pointing")
+                               f"(a hit within {POINTING_TOLERANCE} px)", False, key="ev_pointing",
+                               help="Off until you give the object's box: the box shown above is only an example.")
         pressed = c5.form_submit_button("Measure yardsticks", type="primary", icon=":material/straighten:",
                                         key="ev_yard_button")
     if pressed:
@@ -297,10 +302,11 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     if run is not None:
         st.caption(subject_caption(run.subject))
         st.caption(run.protocol.describe())
-        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names),
-                        key="ev_id_chart", theme=None, config=PLOT_CONFIG)
-        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names), key="ev_road_chart",
-                        theme=None, config=PLOT_CONFIG)
+        colours = chart_colours(list(run.methods))  # one colour per method, whichever others are chosen
+        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names,
+                                                  colours=colours), key="ev_id_chart", theme=None, config=PLOT_CONFIG)
+        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names, colours=colours),
+                        key="ev_road_chart", theme=None, config=PLOT_CONFIG)
         table(yardstick_rows(run, names), "ev_yard_table")
         st.caption(
             "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
@@ -315,10 +321,15 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
             with right:
                 table(pointing_rows(run, names), "ev_point_table")
                 st.caption(
+                    f"Scored against the box {box_text(run.boxes or [])} (pixels of the crop). "
                     f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
                     f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
                     "map spread evenly scores); EHR: InputIBA's effective heat ratio."
                 )
+                warning = large_box_warning(run.box_share or 0.0,
+                                            "a random map hits often; the pointing game says little here.")
+                if warning:
+                    st.warning(warning, icon=":material/warning:")
         st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
                            on_click="ignore", icon=":material/download:", key="ev_yard_csv")
 
