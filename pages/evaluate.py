@@ -24,7 +24,9 @@ from iba_core.app.evaluation import (
     chart_colours,
     degradation_for,
     degradation_rows,
+    forward_passes,
     large_box_warning,
+    MANY_PASSES,
     pointing_box,
     pointing_rows,
     progress_text,
@@ -53,7 +55,7 @@ from iba_core.render.sanity import sanity_strip_png, sanity_strip_width
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import map_cache, presentation, through_app
+from pages.widgets.page import map_cache, presentation, remember_choice, restore_choice, through_app
 from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY, YARD_KEY = "ev_degradation", "ev_sanity", "ev_bbox", "ev_yardsticks"
@@ -88,11 +90,18 @@ def choices(inputs: Inputs, names: dict[str, str]) -> tuple[list[str], int | str
     with c1:
         methods = method_picker(
             "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
-            help="Maps are shared with the Compare page: one computed there is not computed again.",
+            help="Maps are shared with the Compare page: one computed there is not computed again.", remember=True,
         )
     with c2:
         target = target_picker(inputs, "ev")
     return methods, target
+
+
+def remember_choices(*keys: str) -> None:
+    """Keep the choices of a form's widgets for every page (its submit button's on_click: a widget in a form
+    has no on_change of its own)."""
+    for key in keys:
+        remember_choice(key)
 
 
 def reporting(bar, what: str) -> ProgressFn:
@@ -214,8 +223,11 @@ def box_inputs(inputs: Inputs) -> tuple[str, bytes | None]:
     pointing game (outside the sections' forms, so both read what is shown)."""
     resize, crop = preprocess_sizes(inputs.network.preprocess)  # the network's own preprocessing, as the CLI's
     c1, c2 = st.columns(2)
-    text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, default_box(crop))),
-                         key="ev_box", help="Used by the bounding-box ratio and the pointing game below.")
+    # kept across pages; the widget is given no value of its own (both ways, Streamlit inserts a warning)
+    restore_choice("ev_box", ", ".join(map(str, default_box(crop))))
+    text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", key="ev_box",
+                         on_change=remember_choice, args=("ev_box",),
+                         help="Used by the bounding-box ratio and the pointing game below.")
     xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
                            help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
                            f"crop as the network's preprocessing maps the image (resize {resize}, centre-crop "
@@ -264,25 +276,36 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
                        box: tuple[str, bytes | None]) -> None:
     st.subheader("The field's yardsticks (insertion / deletion, ROAD, pointing game)")
     crop = preprocess_sizes(inputs.network.preprocess)[1]
+    # The protocol and step lie outside the form, so the step's cost is said as it is typed; every choice here
+    # is kept across pages (the form's on its button), each widget given no value of its own when restored.
+    c1, c2 = st.columns([1, 2])
+    restore_choice("ev_protocol", next(iter(PROTOCOLS)))
+    key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
+                   format_func=lambda k: PROTOCOL_TITLES.get(k, k), on_change=remember_choice, args=("ev_protocol",),
+                   help=" ".join(p.describe() for p in PROTOCOLS.values()))
+    restore_choice("ev_step", None)
+    step = c2.number_input(
+        "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
+        on_change=remember_choice, args=("ev_step",),
+        help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
+        f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+    passes = forward_passes(crop, PROTOCOLS[key].step if step is None else int(step))
+    if passes > MANY_PASSES:
+        c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 a "
+                   "curve): a long run on a CPU; a larger step is faster.")
     with st.form("ev_yard_form", border=False):
-        c1, c2, c3 = st.columns([1, 1, 1])
-        key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
-                       format_func=lambda k: PROTOCOL_TITLES.get(k, k),
-                       help=" ".join(p.describe() for p in PROTOCOLS.values()))
-        step = c2.number_input(
-            "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
-            help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
-            f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+        c3, c4, c5 = st.columns([1, 1, 1])
+        restore_choice("ev_removed", list(ROAD_REMOVED))
         removed = c3.multiselect(
-            "ROAD: % of pixels removed", ROAD_REMOVED, list(ROAD_REMOVED), key="ev_removed",
-            format_func=str,
+            "ROAD: % of pixels removed", ROAD_REMOVED, key="ev_removed", format_func=str,
             help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
-        c4, c5 = st.columns([2, 1])
+        restore_choice("ev_pointing", False)
         pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
-                               f"(a hit within {POINTING_TOLERANCE} px)", False, key="ev_pointing",
+                               f"(a hit within {POINTING_TOLERANCE} px)", key="ev_pointing",
                                help="Off until you give the object's box: the box shown above is only an example.")
         pressed = c5.form_submit_button("Measure yardsticks", type="primary", icon=":material/straighten:",
-                                        key="ev_yard_button")
+                                        key="ev_yard_button", on_click=remember_choices,
+                                        args=("ev_removed", "ev_pointing"))
     if pressed:
         with shown_errors():  # previous results stay
             protocol = protocol_from(key, step=None if step is None else int(step))

@@ -291,6 +291,19 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     return out
 
 
+#: Forward passes per method above which the page says how many a step gives, before anything runs (a step of a
+#: few pixels on a CPU takes many minutes).
+MANY_PASSES = 1000
+
+
+def forward_passes(crop: int, step: int) -> int:
+    """Forward passes of insertion and deletion for one method on a `crop` × `crop` image, `step` pixels a step:
+    ⌈crop²/step⌉ + 1 points on each of the two curves."""
+    from ..metrics.insertion_deletion import step_counts
+
+    return 2 * len(step_counts(crop * crop, step))
+
+
 def progress_text(done: int, total: int, label: str, elapsed: float) -> str:
     """A progress bar's line: what is measured, the share done and, once known, the time left at the pace so
     far ("Saliency · ROAD · 40 % · about 12.0 s left")."""

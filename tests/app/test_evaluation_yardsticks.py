@@ -179,3 +179,9 @@ def test_each_registered_method_has_its_own_fixed_chart_colour() -> None:
     assert len(set(every.values())) == len(method_keys())  # no two registered methods share a colour
     assert evaluation.chart_colours(["grad_cam"]) == {"grad_cam": every["grad_cam"]}
     assert evaluation.chart_colours(["iba_10", "grad_cam", "saliency"])["grad_cam"] == every["grad_cam"]
+
+
+def test_forward_passes_of_insertion_and_deletion_by_hand() -> None:
+    assert evaluation.forward_passes(224, 224) == 2 * (224 + 1)  # RISE: 224 steps, 225 points a curve
+    assert evaluation.forward_passes(224, 100) == 2 * (502 + 1)  # ⌈50,176 / 100⌉ = 502 steps, the last shorter
+    assert evaluation.forward_passes(4, 16) == 2 * 2 and evaluation.forward_passes(4, 1) == 2 * 17

@@ -118,3 +118,35 @@ def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  
     for r in run.methods.values():
         assert r.pixels.fraction[-1] == 1.0 and len(r.pixels.fraction) == 9  # 8 steps of 4,608 of 192² pixels
         assert all(0 <= v < 192 for v in r.peak)
+
+
+def test_the_choices_stay_after_another_page(open_page) -> None:
+    """Methods, protocol, step, ROAD's points, the pointing tick and the box survive a visit to another page."""
+    at = open_page("evaluate")
+    at.text_input(key="ev_box").set_value("10, 20, 100, 120")
+    at.checkbox(key="ev_pointing").check()
+    at, _ = measure(at, step=224 * 56, removed=(40, 80), protocol="coiba")
+    assert not at.error, [e.value for e in at.error]
+    at = open_page("compare")
+    at = open_page("evaluate")
+    assert at.multiselect(key="ev_methods").value == CHEAP
+    assert at.radio(key="ev_protocol").value == "coiba" and at.number_input(key="ev_step").value == 224 * 56
+    assert at.multiselect(key="ev_removed").value == [40, 80] and at.checkbox(key="ev_pointing").value is True
+    assert at.text_input(key="ev_box").value == "10, 20, 100, 120"
+    assert not at.warning  # restored without a value given both ways (Streamlit would insert a warning)
+
+
+def test_a_small_step_says_its_forward_passes_before_running(open_page) -> None:
+    """⌈224² / 100⌉ + 1 = 503 points a curve: 1,006 passes per method, said under the step; the default 450 not."""
+    at = open_page("evaluate")
+
+    def passes_said() -> list[str]:
+        return [c.value for c in at.caption if "forward passes" in c.value]
+
+    assert passes_said() == []  # RISE's 224 pixels a step: 2 × 225 passes
+    at.number_input(key="ev_step").set_value(100).run()
+    (said,) = passes_said()
+    assert said.startswith("1,006 forward passes per method")
+    assert "ev_yardsticks" not in at.session_state  # said before anything runs
+    at.number_input(key="ev_step").set_value(None).run()
+    assert passes_said() == []
