@@ -75,12 +75,12 @@ through_app()
 st.title("Evaluate")
 st.markdown(
     "Four checks of the attribution maps for your image: three from the paper (§4) and the field's yardsticks. "
-    "**Degradation:** remove tiles in the order a map ranks them — most relevant first (MoRF) or least relevant first (LeRF); a good map makes p(target) "
-    "fall fast under MoRF and slowly under LeRF, so a large area between the curves is better. **Sanity check:** "
-    "randomise the network's weights from the logits down; a map that explains the network should change (SSIM "
-    "falls). **Bounding box:** the share of the map's top pixels that lie inside an object box you give. "
-    "**The field's yardsticks:** insertion and deletion curves, ROAD and the pointing game, as later papers "
-    "report them. Each section runs on its own button."
+    "**Degradation:** remove tiles in the order a map ranks them — most relevant first (MoRF) or least relevant "
+    "first (LeRF); a good map makes p(target) fall fast under MoRF and slowly under LeRF, so a large area between "
+    "the curves is better. **Sanity check:** randomise the network's weights from the logits down; a map that "
+    "explains the network should change (SSIM falls). **Bounding box:** the share of the map's top pixels that lie "
+    "inside an object box you give. **The field's yardsticks:** insertion and deletion curves, ROAD, the pointing "
+    "game and energy pointing, as later papers report them. Each section runs on its own button."
 )
 
 
@@ -291,8 +291,8 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
         f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
     passes = forward_passes(crop, PROTOCOLS[key].step if step is None else int(step))
     if passes > MANY_PASSES:
-        c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 a "
-                   "curve): a long run on a CPU; a larger step is faster.")
+        c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
+                   "a curve): a long run on a CPU; a larger step is faster.")
     with st.form("ev_yard_form", border=False):
         c3, c4, c5 = st.columns([1, 1, 1])
         restore_choice("ev_removed", list(ROAD_REMOVED))

@@ -143,6 +143,8 @@ def test_a_small_step_says_its_forward_passes_before_running(open_page) -> None:
     def passes_said() -> list[str]:
         return [c.value for c in at.caption if "forward passes" in c.value]
 
+    intro = next(m.value for m in at.markdown if "checks of the attribution maps" in m.value)
+    assert intro.startswith("Four checks") and intro.count("**") == 2 * 4  # it names the four sections below
     assert passes_said() == []  # RISE's 224 pixels a step: 2 × 225 passes
     at.number_input(key="ev_step").set_value(100).run()
     (said,) = passes_said()
