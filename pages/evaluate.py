@@ -20,8 +20,13 @@ from iba_core.app.evaluation import (
     SanityRun,
     YardstickRun,
     box_run,
+    box_text,
+    chart_colours,
     degradation_for,
     degradation_rows,
+    forward_passes,
+    large_box_warning,
+    MANY_PASSES,
     pointing_box,
     pointing_rows,
     progress_text,
@@ -50,7 +55,7 @@ from iba_core.render.sanity import sanity_strip_png, sanity_strip_width
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import map_cache, presentation, through_app
+from pages.widgets.page import map_cache, presentation, remember_choice, restore_choice, through_app
 from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY, YARD_KEY = "ev_degradation", "ev_sanity", "ev_bbox", "ev_yardsticks"
@@ -61,34 +66,42 @@ PROTOCOL_TITLES = {"rise": "RISE", "coiba": "CoIBA"}
 
 def table(rows: list[dict], key: str) -> None:
     """A results table whose columns are wide enough for their headers and values (none clipped)."""
-    config = {name: st.column_config.Column(name, width=c["width"], help=c["help"])
+    config = {name: (st.column_config.NumberColumn(name, width=c["width"], help=c["help"], format="%.4f")
+                     if c["decimals"] else st.column_config.Column(name, width=c["width"], help=c["help"]))
               for name, c in table_columns(rows).items()}
     st.dataframe(rows, hide_index=True, key=key, column_config=config, width="content")
 
 through_app()
 st.title("Evaluate")
 st.markdown(
-    "Three checks of the attribution maps for your image (paper §4). **Degradation:** remove tiles in the order "
-    "a map ranks them — most relevant first (MoRF) or least relevant first (LeRF); a good map makes p(target) "
-    "fall fast under MoRF and slowly under LeRF, so a large area between the curves is better. **Sanity check:** "
-    "randomise the network's weights from the logits down; a map that explains the network should change (SSIM "
-    "falls). **Bounding box:** the share of the map's top pixels that lie inside an object box you give. "
-    "**The field's yardsticks:** insertion and deletion curves, ROAD and the pointing game, as later papers "
-    "report them. Each section runs on its own button."
+    "Four checks of the attribution maps for your image: three from the paper (§4) and the field's yardsticks. "
+    "**Degradation:** remove tiles in the order a map ranks them — most relevant first (MoRF) or least relevant "
+    "first (LeRF); a good map makes p(target) fall fast under MoRF and slowly under LeRF, so a large area between "
+    "the curves is better. **Sanity check:** randomise the network's weights from the logits down; a map that "
+    "explains the network should change (SSIM falls). **Bounding box:** the share of the map's top pixels that lie "
+    "inside an object box you give. **The field's yardsticks:** insertion and deletion curves, ROAD, the pointing "
+    "game and energy pointing, as later papers report them. Each section runs on its own button."
 )
 
 
 def choices(inputs: Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
-    """Methods and class for all three sections (no form: each section has its own button)."""
+    """Methods and class for every section (no form: each section has its own button)."""
     c1, c2 = st.columns(2)
     with c1:
         methods = method_picker(
             "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
-            help="Maps are shared with the Compare page: one computed there is not computed again.",
+            help="Maps are shared with the Compare page: one computed there is not computed again.", remember=True,
         )
     with c2:
         target = target_picker(inputs, "ev")
     return methods, target
+
+
+def remember_choices(*keys: str) -> None:
+    """Keep the choices of a form's widgets for every page (its submit button's on_click: a widget in a form
+    has no on_change of its own)."""
+    for key in keys:
+        remember_choice(key)
 
 
 def reporting(bar, what: str) -> ProgressFn:
@@ -156,8 +169,8 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
-        st.plotly_chart(degradation_figure(run.curves, names), key="ev_deg_chart", theme=None,
-                        config=PLOT_CONFIG)
+        st.plotly_chart(degradation_figure(run.curves, names, colours=chart_colours(list(run.curves))),
+                        key="ev_deg_chart", theme=None, config=PLOT_CONFIG)
         table(degradation_rows(run.curves, names), "ev_deg_table")
         st.caption(
             f"{run.tile} × {run.tile} tiles. Curves scaled as s = (p − b)/(t₁ − b) with this image's "
@@ -210,8 +223,11 @@ def box_inputs(inputs: Inputs) -> tuple[str, bytes | None]:
     pointing game (outside the sections' forms, so both read what is shown)."""
     resize, crop = preprocess_sizes(inputs.network.preprocess)  # the network's own preprocessing, as the CLI's
     c1, c2 = st.columns(2)
-    text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", ", ".join(map(str, default_box(crop))),
-                         key="ev_box", help="Used by the bounding-box ratio and the pointing game below.")
+    # kept across pages; the widget is given no value of its own (both ways, Streamlit inserts a warning)
+    restore_choice("ev_box", ", ".join(map(str, default_box(crop))))
+    text = c1.text_input(f"Box x0, y0, x1, y1 (pixels of the {crop} crop)", key="ev_box",
+                         on_change=remember_choice, args=("ev_box",),
+                         help="Used by the bounding-box ratio and the pointing game below.")
     xml = c2.file_uploader("…or a Pascal-VOC XML for the original image", type=["xml"], key="ev_box_xml",
                            help="ImageNet's validation boxes use this format; the boxes are mapped onto the "
                            f"crop as the network's preprocessing maps the image (resize {resize}, centre-crop "
@@ -247,9 +263,9 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple
                 f"({run.share:.0%} of the crop, which is also what a random map scores). Higher is better. "
                 f"The paper skips boxes larger than {LARGEST_BOX_SHARE:.0%} of the crop."
             )
-            if run.large:
-                st.warning(f"The box covers more than {LARGEST_BOX_SHARE:.0%} of the crop; the ratio says little.",
-                           icon=":material/warning:")
+            warning = large_box_warning(run.share, "a random map scores about as high; the ratio says little here.")
+            if warning:
+                st.warning(warning, icon=":material/warning:")
     return box
 
 
@@ -260,24 +276,36 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
                        box: tuple[str, bytes | None]) -> None:
     st.subheader("The field's yardsticks (insertion / deletion, ROAD, pointing game)")
     crop = preprocess_sizes(inputs.network.preprocess)[1]
+    # The protocol and step lie outside the form, so the step's cost is said as it is typed; every choice here
+    # is kept across pages (the form's on its button), each widget given no value of its own when restored.
+    c1, c2 = st.columns([1, 2])
+    restore_choice("ev_protocol", next(iter(PROTOCOLS)))
+    key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
+                   format_func=lambda k: PROTOCOL_TITLES.get(k, k), on_change=remember_choice, args=("ev_protocol",),
+                   help=" ".join(p.describe() for p in PROTOCOLS.values()))
+    restore_choice("ev_step", None)
+    step = c2.number_input(
+        "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
+        on_change=remember_choice, args=("ev_step",),
+        help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
+        f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+    passes = forward_passes(crop, PROTOCOLS[key].step if step is None else int(step))
+    if passes > MANY_PASSES:
+        c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
+                   "a curve): a long run on a CPU; a larger step is faster.")
     with st.form("ev_yard_form", border=False):
-        c1, c2, c3 = st.columns([1, 1, 1])
-        key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
-                       format_func=lambda k: PROTOCOL_TITLES.get(k, k),
-                       help=" ".join(p.describe() for p in PROTOCOLS.values()))
-        step = c2.number_input(
-            "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
-            help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
-            f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+        c3, c4, c5 = st.columns([1, 1, 1])
+        restore_choice("ev_removed", list(ROAD_REMOVED))
         removed = c3.multiselect(
-            "ROAD: % of pixels removed", ROAD_REMOVED, list(ROAD_REMOVED), key="ev_removed",
-            format_func=str,
+            "ROAD: % of pixels removed", ROAD_REMOVED, key="ev_removed", format_func=str,
             help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
-        c4, c5 = st.columns([2, 1])
+        restore_choice("ev_pointing", False)
         pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
-                               f"(a hit within {POINTING_TOLERANCE} px)", True, key="ev_pointing")
+                               f"(a hit within {POINTING_TOLERANCE} px)", key="ev_pointing",
+                               help="Off until you give the object's box: the box shown above is only an example.")
         pressed = c5.form_submit_button("Measure yardsticks", type="primary", icon=":material/straighten:",
-                                        key="ev_yard_button")
+                                        key="ev_yard_button", on_click=remember_choices,
+                                        args=("ev_removed", "ev_pointing"))
     if pressed:
         with shown_errors():  # previous results stay
             protocol = protocol_from(key, step=None if step is None else int(step))
@@ -297,10 +325,11 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     if run is not None:
         st.caption(subject_caption(run.subject))
         st.caption(run.protocol.describe())
-        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names),
-                        key="ev_id_chart", theme=None, config=PLOT_CONFIG)
-        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names), key="ev_road_chart",
-                        theme=None, config=PLOT_CONFIG)
+        colours = chart_colours(list(run.methods))  # one colour per method, whichever others are chosen
+        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names,
+                                                  colours=colours), key="ev_id_chart", theme=None, config=PLOT_CONFIG)
+        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names, colours=colours),
+                        key="ev_road_chart", theme=None, config=PLOT_CONFIG)
         table(yardstick_rows(run, names), "ev_yard_table")
         st.caption(
             "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
@@ -315,10 +344,15 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
             with right:
                 table(pointing_rows(run, names), "ev_point_table")
                 st.caption(
+                    f"Scored against the box {box_text(run.boxes or [])} (pixels of the crop). "
                     f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
                     f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
                     "map spread evenly scores); EHR: InputIBA's effective heat ratio."
                 )
+                warning = large_box_warning(run.box_share or 0.0,
+                                            "a random map hits often; the pointing game says little here.")
+                if warning:
+                    st.warning(warning, icon=":material/warning:")
         st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
                            on_click="ignore", icon=":material/download:", key="ev_yard_csv")
 

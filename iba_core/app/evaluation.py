@@ -16,7 +16,7 @@ from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
 from ..metrics.yardsticks import COLUMN_TEXT
 from ..progress import ProgressFn
-from ..methods import AttributionMap, get_method
+from ..methods import AttributionMap, get_method, method_keys
 from ..networks import Network
 from .state import Subject
 
@@ -47,18 +47,29 @@ TABLE_CHAR_PX, TABLE_PAD_PX = 7.0, 32
 
 
 def table_columns(rows: list[dict]) -> dict[str, dict]:
-    """{column: {"width": pixels, "help": text}} for a table of `rows`: each column wide enough for its
-    header and every value, so nothing is clipped (st.dataframe's column_config takes these)."""
+    """{column: {"width": pixels, "help": text, "decimals": bool}} for a table of `rows`: each column wide enough
+    for its header and every value, so nothing is clipped (st.dataframe's column_config takes these); "decimals":
+    a column of floats, shown with 4 decimals (1.0 as 1.0000, not 1, like its neighbours)."""
     out: dict[str, dict] = {}
     for name in (rows[0] if rows else {}):
         chars = max([len(name)] + [len(_cell_text(r.get(name))) for r in rows])
-        out[name] = {"width": int(round(chars * TABLE_CHAR_PX + TABLE_PAD_PX)), "help": COLUMN_HELP.get(name)}
+        floats = all(isinstance(r.get(name), float) for r in rows)
+        out[name] = {"width": int(round(chars * TABLE_CHAR_PX + TABLE_PAD_PX)), "help": COLUMN_HELP.get(name),
+                     "decimals": floats}
     return out
 
 
 def _cell_text(value) -> str:
     """A value as the table shows it (floats with up to 4 decimals)."""
     return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def chart_colours(keys: Sequence[str]) -> dict[str, str]:
+    """{method key: colour} for the Evaluate page's charts and pictures: each method's colour fixed by its place in
+    the method registry, so it is the same whichever methods are chosen with it and in whichever order."""
+    from ..render.colours import method_colours
+
+    return method_colours(keys, method_keys())
 
 
 # ---- degradation -------------------------------------------------------------------------------
@@ -193,6 +204,19 @@ def large_box(mask: np.ndarray) -> bool:
     return float(np.asarray(mask, bool).mean()) > LARGEST_BOX_SHARE
 
 
+def large_box_warning(share: float, consequence: str) -> str | None:
+    """The warning beside scores against a box larger than `LARGEST_BOX_SHARE` of the crop (None for a smaller
+    one): one sentence for the bounding-box ratio and the pointing game, ending in what it means for the score."""
+    if share <= LARGEST_BOX_SHARE:
+        return None
+    return f"The box covers {share:.0%} of the crop (more than {LARGEST_BOX_SHARE:.0%}): {consequence}"
+
+
+def box_text(boxes: Sequence[tuple[float, float, float, float]]) -> str:
+    """The boxes a score was measured against, in pixels of the crop ("x0, y0, x1, y1"; several joined by ";")."""
+    return "; ".join(", ".join(f"{round(v, 1):g}" for v in box) for box in boxes)
+
+
 # ---- the field's yardsticks (issue #29) --------------------------------------------------------
 
 #: Progress units per measurement (insertion and deletion; ROAD) of one method: the library's own
@@ -267,6 +291,19 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     return out
 
 
+#: Forward passes per method above which the page says how many a step gives, before anything runs (a step of a
+#: few pixels on a CPU takes many minutes).
+MANY_PASSES = 1000
+
+
+def forward_passes(crop: int, step: int) -> int:
+    """Forward passes of insertion and deletion for one method on a `crop` × `crop` image, `step` pixels a step:
+    ⌈crop²/step⌉ + 1 points on each of the two curves."""
+    from ..metrics.insertion_deletion import step_counts
+
+    return 2 * len(step_counts(crop * crop, step))
+
+
 def progress_text(done: int, total: int, label: str, elapsed: float) -> str:
     """A progress bar's line: what is measured, the share done and, once known, the time left at the pace so
     far ("Saliency · ROAD · 40 % · about 12.0 s left")."""
@@ -283,7 +320,8 @@ def progress_text(done: int, total: int, label: str, elapsed: float) -> str:
 @dataclass
 class YardstickRun:
     """The Evaluate page's last yardsticks: per method key, under `protocol`; with a box, the pointing game's
-    `tolerance`, the boxes' share of the crop and the picture of the boxes and each map's maximum."""
+    `tolerance`, the boxes' share of the crop, the picture of the boxes and each map's maximum, and the boxes
+    (x0, y0, x1, y1 on the crop) the pointing game was scored against."""
 
     subject: Subject
     protocol: "PixelProtocol"
@@ -291,6 +329,7 @@ class YardstickRun:
     tolerance: int
     box_share: float | None = None
     picture: Image.Image | None = None
+    boxes: list[tuple[float, float, float, float]] | None = None
 
     @property
     def removed(self) -> list[float]:
@@ -308,8 +347,10 @@ def yardstick_run(subject: Subject, results: dict[str, MethodYardsticks], protoc
         return YardstickRun(subject, protocol, results, tolerance)
     from ..render.overlays import pointing_picture
 
-    picture = pointing_picture(cropped, boxes, [r.peak for r in results.values()], tolerance)
-    return YardstickRun(subject, protocol, results, tolerance, float(np.asarray(mask, bool).mean()), picture)
+    picture = pointing_picture(cropped, boxes, [r.peak for r in results.values()], tolerance,
+                               list(chart_colours(list(results)).values()))
+    return YardstickRun(subject, protocol, results, tolerance, float(np.asarray(mask, bool).mean()), picture,
+                        [tuple(map(float, b)) for b in boxes])
 
 
 def yardstick_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:

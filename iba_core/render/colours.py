@@ -37,15 +37,33 @@ WHITE_RGB = (255, 255, 255)
 
 
 # ---- colour scale ------------------------------------------------------------------------------
-#: One colour per method in every chart and picture of the same methods (Plotly's default qualitative palette),
-#: so a method's curve, its legend entry and its mark on a picture agree.
+#: One colour per method in every chart and picture of the same methods, so a method's curve, its legend entry and
+#: its mark on a picture agree: Plotly's default qualitative palette, then D3's, then four of Google's (G10), so
+#: each of the registered methods (22) has a colour of its own.
 METHOD_COLOURS = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A",
-                  "#19D3F3", "#FF6692", "#B6E880", "#FF97FF", "#FECB52")
+                  "#19D3F3", "#FF6692", "#B6E880", "#FF97FF", "#FECB52",
+                  "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD",
+                  "#8C564B", "#E377C2", "#7F7F7F", "#BCBD22", "#17BECF",
+                  "#990099", "#316395", "#B82E2E", "#66AA00")
 
 
 def method_colour(i: int) -> str:
-    """The colour of the `i`-th method of a chart (hex), repeating after ten."""
+    """The `i`-th colour of the method palette (hex), repeating after its last."""
     return METHOD_COLOURS[i % len(METHOD_COLOURS)]
+
+
+def method_colours(keys: Iterable[str], registered: Sequence[str]) -> dict[str, str]:
+    """{method key: colour}, each key's colour fixed by its place in `registered` (the method registry's order,
+    `iba_core.methods.method_keys()`), not by its place among `keys`: a method keeps its colour whichever others
+    are chosen with it. Keys not registered take the colours after the registered ones, in their order."""
+    place = {key: i for i, key in enumerate(registered)}
+    out: dict[str, str] = {}
+    extra = len(place)
+    for key in keys:
+        if key not in place:
+            place[key], extra = extra, extra + 1
+        out[key] = method_colour(place[key])
+    return out
 
 
 def hex_rgb(colour: str) -> tuple[int, int, int]:

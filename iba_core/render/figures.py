@@ -343,15 +343,25 @@ def _row_title(row_cells: Sequence["GridCell"]) -> str:
 FIGURE_FONT_PX = 14
 
 
-def degradation_figure(curves: dict, names: dict[str, str], *, height: int = 380) -> go.Figure:
+def _colours(keys: Sequence[str], colours: Mapping[str, str] | None) -> dict[str, str]:
+    """Each method's colour: from `colours` (method key → colour; the app's `evaluation.chart_colours`, fixed per
+    method), else by its place in the chart; keys missing from `colours` take the palette's colours by place."""
+    given = dict(colours or {})
+    return {key: given.get(key) or method_colour(i) for i, key in enumerate(keys)}
+
+
+def degradation_figure(curves: dict, names: dict[str, str], *, colours: Mapping[str, str] | None = None,
+                       height: int = 380) -> go.Figure:
     """Scaled MoRF (solid) and LeRF (dashed) per method, one colour per method.
 
-    curves: {method key: DegradationCurves}; names: method key → display name.
+    curves: {method key: DegradationCurves}; names: method key → display name; colours: method key → colour
+    (by default by the method's place in `curves`).
     """
     fig = go.Figure()
-    for i, (key, c) in enumerate(curves.items()):
+    colour_of = _colours(list(curves), colours)
+    for key, c in curves.items():
         morf, lerf = c.scaled()
-        colour = method_colour(i)
+        colour = colour_of[key]
         name = names.get(key, key)
         fig.add_scatter(x=c.fraction, y=morf, mode="lines", name=f"{name} · MoRF", line=dict(color=colour),
                         legendgroup=key)
@@ -388,17 +398,18 @@ def _curves_layout(fig: go.Figure, height: int) -> None:
 
 
 def insertion_deletion_figure(curves: Mapping[str, "InsertionDeletionCurves"], names: Mapping[str, str], *,
-                              height: int = 400) -> go.Figure:
+                              colours: Mapping[str, str] | None = None, height: int = 400) -> go.Figure:
     """p(target) against the share of pixels inserted (left) and deleted (right), one colour per method; each
     curve's legend entry carries its area under the curve (insertion: higher is better; deletion: lower).
 
-    curves: {method key: InsertionDeletionCurves}; names: method key → display name (the key if missing).
-    A curve not measured (None) is left out.
+    curves: {method key: InsertionDeletionCurves}; names: method key → display name (the key if missing);
+    colours: method key → colour (by default by place). A curve not measured (None) is left out.
     """
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
                         subplot_titles=("Insertion (higher is better)", "Deletion (lower is better)"))
-    for i, (key, c) in enumerate(curves.items()):
-        colour, name = method_colour(i), names.get(key, key)
+    colour_of = _colours(list(curves), colours)
+    for key, c in curves.items():
+        colour, name = colour_of[key], names.get(key, key)
         for col, (kind, values, area) in enumerate(
                 (("insertion", c.insertion, c.insertion_auc), ("deletion", c.deletion, c.deletion_auc)), start=1):
             if values is None:
@@ -413,13 +424,15 @@ def insertion_deletion_figure(curves: Mapping[str, "InsertionDeletionCurves"], n
     return fig
 
 
-def road_figure(curves: Mapping[str, "RoadCurves"], names: Mapping[str, str], *, height: int = 360) -> go.Figure:
+def road_figure(curves: Mapping[str, "RoadCurves"], names: Mapping[str, str], *,
+                colours: Mapping[str, str] | None = None, height: int = 360) -> go.Figure:
     """ROAD: p(target) against the percent of pixels removed by noisy linear imputation, most relevant first
     (MoRF, solid; lower is better) and least relevant first (LeRF, dashed; higher is better), one colour per
-    method; each legend entry carries its curve's mean."""
+    method (`colours`: method key → colour; by default by place); each legend entry carries its curve's mean."""
     fig = go.Figure()
-    for i, (key, c) in enumerate(curves.items()):
-        colour, name = method_colour(i), names.get(key, key)
+    colour_of = _colours(list(curves), colours)
+    for key, c in curves.items():
+        colour, name = colour_of[key], names.get(key, key)
         x = list(map(float, c.removed))
         fig.add_scatter(x=x, y=list(map(float, c.morf)), mode="lines+markers", line=dict(color=colour),
                         name=f"{name} · MoRF {c.morf_score:.3f}", legendgroup=key)

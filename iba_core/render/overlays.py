@@ -255,16 +255,18 @@ PEAK_MARK_PX = 4
 
 
 def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, float, float]],
-                     peaks: Sequence[tuple[float, float]], tolerance: float) -> Image.Image:
+                     peaks: Sequence[tuple[float, float]], tolerance: float,
+                     colours: Sequence[str] | None = None) -> Image.Image:
     """The crop with the object boxes outlined and, per method in chart order, its map's maximum marked in the
     method's colour: a dot, and a circle of radius `tolerance` (a hit when the circle reaches a box).
 
-    peaks: (row, column) of each method's maximum, pixel indices of the crop (marked at the pixel's centre).
+    peaks: (row, column) of each method's maximum, pixel indices of the crop (marked at the pixel's centre);
+    colours: each method's chart colour (hex), as the charts beside it draw it; by default by place.
     """
     out = draw_boxes(cropped, boxes)
     draw = ImageDraw.Draw(out)
     for i, (row, col) in enumerate(peaks):
-        colour = hex_rgb(method_colour(i))
+        colour = hex_rgb(colours[i] if colours is not None else method_colour(i))
         x, y, r = col + 0.5, row + 0.5, PEAK_MARK_PX
         draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))
         draw.ellipse([x - tolerance, y - tolerance, x + tolerance, y + tolerance], outline=colour, width=1)

@@ -17,6 +17,7 @@ from iba_core.feature_stats import app_samples
 
 from pages.widgets.inputs import Inputs, show_domain_warning
 from pages.widgets.links import set_link, take_from_link
+from pages.widgets.page import remember_choice, restore_choice
 from pages.widgets.text import plain
 
 
@@ -144,13 +145,17 @@ def resolve_target(inputs: Inputs, target: int | str) -> int:
 
 
 def method_picker(label: str, key: str, choices: MethodChoices, names: dict[str, str], defaults: Iterable[str],
-                  help: str) -> list[str]:
+                  help: str, remember: bool = False) -> list[str]:
     """A multiselect of the methods that can run on this network; the others are listed with their reason.
 
-    A selection kept from another network drops the methods this one cannot run.
+    A selection kept from another network drops the methods this one cannot run. `remember`: the choice
+    survives going to another page and back (`page.remember_choice`).
     """
+    if remember:
+        restore_choice(key, list(defaults))
     st.session_state[key] = choices.defaults(st.session_state.get(key, defaults))
-    methods = st.multiselect(label, choices.keys, key=key, format_func=lambda k: names[k], help=help)
+    methods = st.multiselect(label, choices.keys, key=key, format_func=lambda k: names[k], help=help,
+                             on_change=remember_choice if remember else None, args=(key,) if remember else None)
     note = unavailable_text(choices, names)
     if note:
         st.caption(plain(note))  # the reasons name the network by its title

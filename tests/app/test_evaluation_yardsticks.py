@@ -149,3 +149,39 @@ def test_a_box_off_the_crop_is_refused_before_any_measurement() -> None:
         evaluation.pointing_box("ignored", voc, preprocess)
     mask, boxes = evaluation.pointing_box("60, 40, 170, 200", None, preprocess)
     assert mask.sum() == 110 * 160 and boxes == [BOX]
+
+
+def test_one_large_box_warning_for_the_ratio_and_the_pointing_game(monkeypatch) -> None:
+    """A box above metrics.bbox.LARGEST_BOX_SHARE gets one sentence with its share; a smaller one none."""
+    assert evaluation.large_box_warning(0.30, "x.") is None
+    text = evaluation.large_box_warning(0.5, "a random map hits often; the pointing game says little here.")
+    assert text == ("The box covers 50% of the crop (more than 33%): a random map hits often; the pointing game "
+                    "says little here.")
+    monkeypatch.setattr(evaluation, "LARGEST_BOX_SHARE", 0.2)
+    assert evaluation.large_box_warning(0.30, "x.") == "The box covers 30% of the crop (more than 20%): x."
+
+
+def test_box_text_names_the_boxes_in_crop_pixels() -> None:
+    assert evaluation.box_text([(60, 40, 170, 200)]) == "60, 40, 170, 200"
+    assert evaluation.box_text([(1.25, 2.0, 30.04, 40.0), (0, 0, 5, 5)]) == "1.2, 2, 30, 40; 0, 0, 5, 5"
+
+
+def test_float_columns_are_shown_with_four_decimals() -> None:
+    columns = evaluation.table_columns([{"Method": "a", "energy pointing": 1.0, "pointing hit": "hit"}])
+    assert columns["energy pointing"]["decimals"] and not columns["Method"]["decimals"]
+    assert not columns["pointing hit"]["decimals"]
+
+
+def test_each_registered_method_has_its_own_fixed_chart_colour() -> None:
+    from iba_core.methods import method_keys
+
+    every = evaluation.chart_colours(method_keys())
+    assert len(set(every.values())) == len(method_keys())  # no two registered methods share a colour
+    assert evaluation.chart_colours(["grad_cam"]) == {"grad_cam": every["grad_cam"]}
+    assert evaluation.chart_colours(["iba_10", "grad_cam", "saliency"])["grad_cam"] == every["grad_cam"]
+
+
+def test_forward_passes_of_insertion_and_deletion_by_hand() -> None:
+    assert evaluation.forward_passes(224, 224) == 2 * (224 + 1)  # RISE: 224 steps, 225 points a curve
+    assert evaluation.forward_passes(224, 100) == 2 * (502 + 1)  # ⌈50,176 / 100⌉ = 502 steps, the last shorter
+    assert evaluation.forward_passes(4, 16) == 2 * 2 and evaluation.forward_passes(4, 1) == 2 * 17

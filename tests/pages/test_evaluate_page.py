@@ -109,7 +109,7 @@ def test_the_box_limit_in_the_text_is_the_metrics_constant(open_page, monkeypatc
     monkeypatch.setattr(evaluation, "LARGEST_BOX_SHARE", 0.2)
     captions, warnings, entry = scored(small)
     assert "larger than 20% of the crop" in captions and "33%" not in captions
-    assert entry.large and any("more than 20% of the crop" in w for w in warnings)
+    assert entry.large and any("covers 24% of the crop (more than 20%)" in w for w in warnings)
 
 
 def test_bad_box_is_a_readable_error(open_page) -> None:

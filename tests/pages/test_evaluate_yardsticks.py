@@ -8,7 +8,7 @@ import pytest
 from page_helpers import assert_clean, timed_run
 from test_evaluate_page import assert_no_clipped_column, small_crop_card  # noqa: F401 - a fixture
 
-from iba_core.app.evaluation import YardstickRun
+from iba_core.app.evaluation import YardstickRun, chart_colours
 from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
 
 CHEAP = ["saliency", "grad_cam"]
@@ -35,7 +35,9 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     assert at.radio(key="ev_protocol").value == "rise"  # RISE by default, CoIBA offered
     assert at.radio(key="ev_protocol").options == ["RISE", "CoIBA"]
     assert at.multiselect(key="ev_removed").value == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert at.checkbox(key="ev_pointing").value is False  # no score against an example box nobody gave
     at.text_input(key="ev_box").set_value("60, 40, 170, 200")  # the one box input, shared with the bbox ratio
+    at.checkbox(key="ev_pointing").check()
     at, seconds = measure(at)
     assert not at.error, [e.value for e in at.error]
 
@@ -48,12 +50,18 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
         assert len(r.pixels.fraction) == 9 and len(r.road.morf) == 3 and r.pointing is not None
     captions = " ".join(c.value for c in at.caption)
     assert run.protocol.describe() in captions  # the protocol is part of the result
+    assert "Scored against the box 60, 40, 170, 200" in captions  # which box the pointing game used
+    (warning,) = at.warning  # a box of 110 × 160 px covers 35 % of the crop, more than the paper's limit
+    assert warning.value.startswith("The box covers 35% of the crop (more than 33%)") \
+        and "the pointing game says little here" in warning.value
 
     charts = specs(at)
     curves = charts["ev_id_chart"]["data"]
     assert len(curves) == 2 * len(CHEAP)  # insertion and deletion per method
     assert [t["name"].split(" · ")[0] for t in curves] == ["Saliency", "Saliency", "Grad-CAM", "Grad-CAM"]
     assert all("AUC" in t["name"] for t in curves) and len(curves[0]["x"]) == 9
+    colours = chart_colours(["grad_cam"]) | chart_colours(["saliency"])  # each method's own, chosen alone
+    assert [t["line"]["color"] for t in curves] == [colours[k] for k in CHEAP for _ in range(2)]
     assert len(charts["ev_road_chart"]["data"]) == 2 * len(CHEAP)
 
     (table,) = [t for t in at.dataframe if "insertion AUC" in t.value.columns]
@@ -67,6 +75,9 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     assert set(points.value["pointing hit"]) <= {"hit", "miss"}
     for t in (table, points):  # a tooltip for every column, none clipped
         assert_no_clipped_column(t)
+        config = json.loads(t.proto.columns)  # floats with 4 decimals, so energy pointing 1.0 reads 1.0000
+        assert all(config[name]["type_config"]["format"] == "%.4f" for name in t.value.columns
+                   if name not in ("Method", "pointing hit")), config
     assert len(at.dataframe) == 2
     assert any("maximum" in c for im in at.image for c in im.captions)  # the box and each map's maximum
     assert at.get("download_button")  # the numbers as CSV
@@ -98,10 +109,46 @@ def test_a_network_with_a_crop_of_its_own(open_page, small_crop_card) -> None:  
     at.selectbox(key="network").set_value(small_crop_card).run()
     assert_clean(at)
     at.text_input(key="ev_box").set_value("20, 30, 120, 190")  # in the 192 crop
+    at.checkbox(key="ev_pointing").check()
     at, _ = measure(at, step=192 * 24, removed=(50,))
     assert not at.error, [e.value for e in at.error]
     run = at.session_state["ev_yardsticks"]
     assert run.picture.size == (192, 192) and run.box_share == pytest.approx(100 * 160 / 192**2)
+    assert run.boxes == [(20.0, 30.0, 120.0, 190.0)]
     for r in run.methods.values():
         assert r.pixels.fraction[-1] == 1.0 and len(r.pixels.fraction) == 9  # 8 steps of 4,608 of 192² pixels
         assert all(0 <= v < 192 for v in r.peak)
+
+
+def test_the_choices_stay_after_another_page(open_page) -> None:
+    """Methods, protocol, step, ROAD's points, the pointing tick and the box survive a visit to another page."""
+    at = open_page("evaluate")
+    at.text_input(key="ev_box").set_value("10, 20, 100, 120")
+    at.checkbox(key="ev_pointing").check()
+    at, _ = measure(at, step=224 * 56, removed=(40, 80), protocol="coiba")
+    assert not at.error, [e.value for e in at.error]
+    at = open_page("compare")
+    at = open_page("evaluate")
+    assert at.multiselect(key="ev_methods").value == CHEAP
+    assert at.radio(key="ev_protocol").value == "coiba" and at.number_input(key="ev_step").value == 224 * 56
+    assert at.multiselect(key="ev_removed").value == [40, 80] and at.checkbox(key="ev_pointing").value is True
+    assert at.text_input(key="ev_box").value == "10, 20, 100, 120"
+    assert not at.warning  # restored without a value given both ways (Streamlit would insert a warning)
+
+
+def test_a_small_step_says_its_forward_passes_before_running(open_page) -> None:
+    """⌈224² / 100⌉ + 1 = 503 points a curve: 1,006 passes per method, said under the step; the default 450 not."""
+    at = open_page("evaluate")
+
+    def passes_said() -> list[str]:
+        return [c.value for c in at.caption if "forward passes" in c.value]
+
+    intro = next(m.value for m in at.markdown if "checks of the attribution maps" in m.value)
+    assert intro.startswith("Four checks") and intro.count("**") == 2 * 4  # it names the four sections below
+    assert passes_said() == []  # RISE's 224 pixels a step: 2 × 225 passes
+    at.number_input(key="ev_step").set_value(100).run()
+    (said,) = passes_said()
+    assert said.startswith("1,006 forward passes per method")
+    assert "ev_yardsticks" not in at.session_state  # said before anything runs
+    at.number_input(key="ev_step").set_value(None).run()
+    assert passes_said() == []

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from iba_core.render import figures, overlays
-from iba_core.render.colours import METHOD_COLOURS, hex_rgb, method_colour
+from iba_core.render.colours import METHOD_COLOURS, hex_rgb, method_colour, method_colours
 
 
 def pixel_curves(ins, dele, ins_auc: float, del_auc: float) -> SimpleNamespace:
@@ -70,3 +70,33 @@ def test_pointing_picture_marks_each_maximum_in_its_methods_colour() -> None:
     ring = np.asarray(out)[20, 70 + 15 - 2:70 + 15 + 3]  # the tolerance circle crosses row 20 near x = 85.5
     assert any(tuple(p) == hex_rgb(method_colour(0)) for p in ring)
     assert out.getpixel((55, 50)) == (0, 0, 0)  # nothing drawn elsewhere
+
+
+def test_a_methods_colour_is_fixed_by_its_place_in_the_registry_not_in_the_selection() -> None:
+    registered = ["random", "saliency", "grad_cam", "iba_10"]
+    alone = method_colours(["grad_cam"], registered)
+    mixed = method_colours(["iba_10", "saliency", "grad_cam"], registered)
+    assert alone["grad_cam"] == mixed["grad_cam"] == METHOD_COLOURS[2]
+    assert mixed["iba_10"] == METHOD_COLOURS[3] and mixed["saliency"] == METHOD_COLOURS[1]
+    assert method_colours(["mine", "grad_cam"], registered)["mine"] == METHOD_COLOURS[4]  # after the registered
+
+
+def road_curves_of(morf, lerf) -> SimpleNamespace:
+    return SimpleNamespace(removed=np.array([30.0, 60.0]), morf=np.asarray(morf), lerf=np.asarray(lerf),
+                           morf_score=float(np.mean(morf)), lerf_score=float(np.mean(lerf)))
+
+
+def test_the_charts_and_the_picture_draw_the_colours_given() -> None:
+    colours = {"a": "#123456", "b": "#ABCDEF"}
+    curves = {"b": pixel_curves([0.1, 0.9], [0.9, 0.1], 0.5, 0.5), "a": pixel_curves([0.2, 0.8], [0.8, 0.2], 0.5, 0.5)}
+    fig = figures.insertion_deletion_figure(curves, {}, colours=colours)
+    assert [t.line.color for t in fig.data] == ["#ABCDEF", "#ABCDEF", "#123456", "#123456"]
+    road = {"b": road_curves_of([0.5, 0.2], [0.9, 0.8]), "a": road_curves_of([0.4, 0.1], [0.9, 0.9])}
+    assert [t.line.color for t in figures.road_figure(road, {}, colours=colours).data] == \
+        ["#ABCDEF", "#ABCDEF", "#123456", "#123456"]
+    tiles = SimpleNamespace(fraction=np.linspace(0, 1, 3), scaled=lambda: (np.linspace(1, 0, 3), np.ones(3)))
+    degradation = figures.degradation_figure({"b": tiles, "a": tiles}, {}, colours=colours)
+    assert [t.line.color for t in degradation.data] == ["#ABCDEF", "#ABCDEF", "#123456", "#123456"]
+    crop = Image.new("RGB", (100, 100), (0, 0, 0))
+    out = overlays.pointing_picture(crop, [(10, 10, 40, 40)], [(20, 70)], tolerance=15, colours=["#ABCDEF"])
+    assert out.getpixel((70, 20)) == hex_rgb("#ABCDEF")
