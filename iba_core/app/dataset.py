@@ -659,7 +659,7 @@ def label_note(table) -> str:
             "class names, indices or WordNet ids; folder names the network does not know are not read as labels.")
 
 
-__all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE",
+__all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE", "PAGE_METRICS", "metric_cost_text",
            "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
            "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
            "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "metric_columns",
