@@ -168,14 +168,19 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
             ctx.write(item, key, method, setting(t), target, points=o.points, attribution_seconds=seconds, **curves)
 
 
+def _require_boxes(options: EvalOptions, what: str) -> None:
+    """A UserError naming `what` when no boxes folder was given."""
+    if options.boxes is None:
+        raise UserError(f"{what} needs object boxes (Pascal-VOC XML files named like the images).",
+                        cli_hint="Name their folder with --boxes DIR.",
+                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
+
+
 def _run_bbox(ctx: _Context, item, methods: dict) -> None:
     from .bbox import bbox_ratio
 
     o = ctx.options
-    if o.boxes is None:
-        raise UserError("The bbox metric needs object boxes (Pascal-VOC XML files named like the images).",
-                        cli_hint="Name their folder with --boxes DIR.",
-                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
+    _require_boxes(o, "The bbox metric")
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
     if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
         return
@@ -374,10 +379,7 @@ def _run_pointing(ctx: _Context, item, methods: dict) -> None:
     from .pointing import pointing_scores
 
     o = ctx.options
-    if o.boxes is None:
-        raise UserError("The pointing game needs object boxes (Pascal-VOC XML files named like the images).",
-                        cli_hint="Name their folder with --boxes DIR.",
-                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
+    _require_boxes(o, "The pointing game")
     if isinstance(o.tolerance, bool) or not isinstance(o.tolerance, int) or o.tolerance < 0:
         raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 (not {o.tolerance!r}).")
     setting = f"{ctx.model_id}|tolerance={o.tolerance}"
