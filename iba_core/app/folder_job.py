@@ -184,7 +184,8 @@ def _checked_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
     metrics = check_metrics(metrics)
     if set(metrics) - set(PAGE_METRICS):
         raise UserError("The pointing game needs the objects' boxes, which a run started here does not take.",
-                        app_hint="Leave out pointing, or run it from the command line with --boxes.")
+                        app_hint="Leave out pointing here; the command line's folder run takes a boxes folder "
+                                 "(README, \"Look through a whole folder\").")
     return metrics
 
 
