@@ -176,23 +176,29 @@ def _require_boxes(options: EvalOptions, what: str) -> None:
                         app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
 
 
+def _boxed_maps(ctx: _Context, item, methods: dict, setting: str, max_share: float | None = None):
+    """(key, method, target, map, seconds, box mask) for each method without a result for (image, setting), when the
+    image has boxes on the crop (within `max_share`); else one "*" record says why the image is skipped."""
+    if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
+        return
+    mask, reason = _box_mask(ctx, item, max_share)
+    if reason is not None:
+        ctx.write(item, "*", None, setting, -1, skipped=reason)
+        return
+    x, target = ctx.prepare(item)
+    for key, method in methods.items():
+        if not ctx.is_done(item, key, setting):
+            values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+            yield key, method, target, values, seconds, mask
+
+
 def _run_bbox(ctx: _Context, item, methods: dict) -> None:
     from .bbox import bbox_ratio
 
     o = ctx.options
     _require_boxes(o, "The bbox metric")
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
-    if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
-        return
-    mask, reason = _box_mask(ctx, item, o.max_box_fraction)
-    if reason is not None:
-        ctx.write(item, "*", None, setting, -1, skipped=reason)
-        return
-    x, target = ctx.prepare(item)
-    for key, method in methods.items():
-        if ctx.is_done(item, key, setting):
-            continue
-        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+    for key, method, target, values, seconds, mask in _boxed_maps(ctx, item, methods, setting, o.max_box_fraction):
         ratio = bbox_ratio(values, mask, seed=stable_seed(item.key))
         ctx.write(item, key, method, setting, target, ratio=ratio, box_pixels=int(mask.sum()),
                   attribution_seconds=seconds)
@@ -383,17 +389,7 @@ def _run_pointing(ctx: _Context, item, methods: dict) -> None:
     if isinstance(o.tolerance, bool) or not isinstance(o.tolerance, int) or o.tolerance < 0:
         raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 (not {o.tolerance!r}).")
     setting = f"{ctx.model_id}|tolerance={o.tolerance}"
-    if ctx.is_done(item, "*", setting) or all(ctx.is_done(item, k, setting) for k in methods):
-        return
-    mask, reason = _box_mask(ctx, item)
-    if reason is not None:
-        ctx.write(item, "*", None, setting, -1, skipped=reason)
-        return
-    x, target = ctx.prepare(item)
-    for key, method in methods.items():
-        if ctx.is_done(item, key, setting):
-            continue
-        values, seconds = _timed_map(method, ctx.network, x, target, ctx)
+    for key, method, target, values, seconds, mask in _boxed_maps(ctx, item, methods, setting):
         ctx.write(item, key, method, setting, target, tolerance=o.tolerance, box_pixels=int(mask.sum()),
                   box_share=float(mask.mean()),
                   attribution_seconds=seconds, **pointing_scores(values, mask, o.tolerance))
