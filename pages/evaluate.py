@@ -44,7 +44,7 @@ from iba_core.methods import display_names
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.common import stable_seed
 from iba_core.metrics.degradation import DEGRADATION_TILES
-from iba_core.metrics.insertion_deletion import PROTOCOLS, protocol_from
+from iba_core.metrics.insertion_deletion import PROTOCOL_NAMES, PROTOCOLS, protocol_from
 from iba_core.metrics.pointing import POINTING_TOLERANCE
 from iba_core.metrics.road import ROAD_REMOVED, check_removed
 from iba_core.metrics.sanity import normalise_heatmap
@@ -60,8 +60,6 @@ from pages.widgets.progress import network_turn, stats_for_methods_with_progress
 
 DEG_KEY, SAN_KEY, BOX_KEY, YARD_KEY = "ev_degradation", "ev_sanity", "ev_bbox", "ev_yardsticks"
 PLOT_CONFIG = {"displayModeBar": False}
-#: The insertion / deletion protocols as their papers spell them (RISE: Petsiuk et al. 2018; CoIBA).
-PROTOCOL_TITLES = {"rise": "RISE", "coiba": "CoIBA"}
 
 
 def table(rows: list[dict], key: str) -> None:
@@ -281,14 +279,14 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     c1, c2 = st.columns([1, 2])
     restore_choice("ev_protocol", next(iter(PROTOCOLS)))
     key = c1.radio("Insertion / deletion protocol", list(PROTOCOLS), key="ev_protocol", horizontal=True,
-                   format_func=lambda k: PROTOCOL_TITLES.get(k, k), on_change=remember_choice, args=("ev_protocol",),
+                   format_func=lambda k: PROTOCOL_NAMES.get(k, k), on_change=remember_choice, args=("ev_protocol",),
                    help=" ".join(p.describe() for p in PROTOCOLS.values()))
     restore_choice("ev_step", None)
     step = c2.number_input(
         "Pixels per step", 1, crop * crop, None, key="ev_step", placeholder="the protocol's",
         on_change=remember_choice, args=("ev_step",),
         help="Pixels inserted or deleted between two measurements; empty: the protocol's own "
-        f"({', '.join(f'{p.name}: {p.step:,}' for p in PROTOCOLS.values())}). More is faster and coarser.")
+        f"({', '.join(f'{PROTOCOL_NAMES.get(k, k)}: {p.step:,}' for k, p in PROTOCOLS.items())}). More is faster and coarser.")
     passes = forward_passes(crop, PROTOCOLS[key].step if step is None else int(step))
     if passes > MANY_PASSES:
         c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
