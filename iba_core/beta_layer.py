@@ -1,7 +1,9 @@
 """The β × layer grid (paper Fig. 3) for one image: how β and the bottleneck's depth shape the map.
 
 Row "beta": β·k over a log range at one layer. Row "layer": a handful of layers across the network's
-depth at β·k = 10. Every cell is one Per-Sample Bottleneck run with otherwise equal settings.
+depth at β·k = 10. Every cell is one Per-Sample Bottleneck run with otherwise equal settings. With the
+"range" axis the second row holds CoIBA runs instead (issue #30): one range from each of those layers to the
+last layer of CoIBA's default range, so the row shows what spanning more of the network does to the map.
 
 A finished grid is kept on disk (`cached_grid`, keyed by a `GridKey`), so another session asking for the
 same image, network, class and settings gets it at once instead of ten runs again.
@@ -33,6 +35,9 @@ from .render.text import format_seconds
 DEFAULT_BETAS: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: β·k used along the layer row (the paper's default β = 10/k).
 LAYER_ROW_BETA = DEFAULT_BETA_K
+#: What the second row varies: "layer" (one Per-Sample Bottleneck per layer, the paper's Fig. 3) or "range"
+#: (one CoIBA run per layer range, each from one of those layers to the same last layer).
+AXES = ("layer", "range")
 
 
 @dataclass
@@ -55,20 +60,41 @@ class GridCell:
     target: int = -1
     predicted: int = -1
     p_predicted: float = float("nan")
+    #: A CoIBA cell's last layer (its range runs from `layer` to here); "" for a one-layer bottleneck.
+    last: str = ""
+
+    @property
+    def where(self) -> str:
+        """Where its bottleneck sat (`bottleneck_place`): "block3_2", or CoIBA's "block3_2 … block7_1"."""
+        return bottleneck_place(self.layer, self.last)
 
     @property
     def name(self) -> str:
-        """Both settings of the cell: "β·k = 1000 at block3_2"."""
-        return f"β·k = {self.beta_k:g} at {self.layer}"
+        """Both settings of the cell: "β·k = 1000 at block3_2" (CoIBA's: "… at CoIBA block3_2 … block7_1")."""
+        return cell_name(self.beta_k, self.layer, self.last)
+
+
+def bottleneck_place(layer: str, last: str = "") -> str:
+    """A one-layer bottleneck's layer, or CoIBA's range from `layer` to `last` ("block3_2 … block7_1")."""
+    if not last:
+        return layer
+    from .coiba import range_label
+
+    return range_label(layer, last)
+
+
+def cell_name(beta_k: float, layer: str, last: str = "") -> str:
+    """A cell's settings in words: "β·k = 1000 at block3_2", CoIBA's "β·k = 10 at CoIBA block3_2 … block7_1"."""
+    return f"β·k = {beta_k:g} at {'CoIBA ' if last else ''}{bottleneck_place(layer, last)}"
 
 
 def lost_class_cells(cells: Sequence[GridCell]) -> list[GridCell]:
     """The cells whose bottleneck discarded the class, each (β·k, layer) once, in grid order."""
-    seen: set[tuple[float, str]] = set()
+    seen: set[tuple[float, str, str]] = set()
     out = []
     for c in cells:
-        if c.lost_class and (c.beta_k, c.layer) not in seen:
-            seen.add((c.beta_k, c.layer))
+        if c.lost_class and (c.beta_k, c.layer, c.last) not in seen:
+            seen.add((c.beta_k, c.layer, c.last))
             out.append(c)
     return out
 
@@ -136,6 +162,28 @@ def depth_layers(spec: NetworkSpec, count: int = 5, include: str | None = None) 
     return sorted(chosen, key=layers.index)
 
 
+def range_row(network: Network, include: str | None = None, count: int = 5) -> tuple[list[str], str]:
+    """The "range" axis' row: (first layers, last) — each cell CoIBA from one first layer to `last`, the last layer
+    of CoIBA's default range (`coiba.default_range`). The first layers are `depth_layers` (with `include`) up to
+    `last`, so the ranges shrink from the whole network's depth to its end."""
+    from .coiba import default_range
+
+    last = default_range(network)[1]
+    order = list(network.spec.layers)
+    firsts = [name for name in depth_layers(network.spec, count, include)
+              if order.index(name) <= order.index(last)]
+    return firsts, last
+
+
+def coiba_settings(base: BottleneckSettings, beta_k: float):
+    """A CoIBA cell's settings: the grid's (steps, batch, lr, seed, …) at `beta_k`, with CoIBA's own mask
+    smoothing (its authors', `coiba.CoIBASettings`' default: none) rather than the one-layer bottleneck's σ_s."""
+    from .coiba import CoIBASettings
+
+    values = {f.name: getattr(base, f.name) for f in fields(BottleneckSettings)}
+    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": CoIBASettings().sigma})
+
+
 def beta_layer_grid(
     network: Network,
     x: torch.Tensor,
@@ -147,37 +195,64 @@ def beta_layer_grid(
     settings: BottleneckSettings | None = None,
     progress: ProgressFn | None = None,
     on_cell: Callable[[GridCell], None] | None = None,
+    *,
+    last: str = "",
+    range_stats_for: Callable[[list[str]], dict[str, FeatureStats]] | None = None,
 ) -> list[GridCell]:
-    """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10.
+    """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10; with
+    `last` (the "range" axis, see `range_row`), the second row's cells are CoIBA runs from each of `layers` to
+    `last` instead (`coiba_settings`).
 
-    stats_for(layer) supplies the feature statistics for each layer (the caller decides on caching).
+    stats_for(layer) supplies the feature statistics for each layer (the caller decides on caching);
+    range_stats_for(layers) those of every layer of a range (default: stats_for for each).
     progress(done, total, label) is called before each cell (done = cells finished, label = the cell about to
     run, "β·k = 10 at block3_2") and once at the end (total, total, "done"); on_cell(cell) with each finished
-    cell. Identical (β·k, layer) pairs are computed once (`grid_runs`).
+    cell. Identical (β·k, layer, last) cells are computed once (`grid_runs`).
     """
     network.spec.check_layer(layer)
     base = settings or BottleneckSettings()
     layers = list(layers) if layers is not None else depth_layers(network.spec, include=layer)
-    plan = [("beta", f"β·k = {b:g}", float(b), layer) for b in betas]
-    plan += [("layer", name, LAYER_ROW_BETA, network.spec.check_layer(name)) for name in layers]
+    plan = [("beta", f"β·k = {b:g}", float(b), layer, "") for b in betas]
+    if last:
+        from .coiba import layer_range, range_label
+
+        ranges = {name: layer_range(network, name, last) for name in layers}  # all checked before any run
+        plan += [("layer", range_label(name, last), LAYER_ROW_BETA, name, last) for name in layers]
+    else:
+        plan += [("layer", name, LAYER_ROW_BETA, network.spec.check_layer(name), "") for name in layers]
     if target is None:
         target = network.top_k(x, 1)[0][0]  # one class for every cell, so the maps are comparable
 
-    done: dict[tuple[float, str], GridCell] = {}
+    done: dict[tuple[float, str, str], GridCell] = {}
     cells: list[GridCell] = []
     stats_cache: dict[str, FeatureStats] = {}
-    for i, (row, label, beta_k, name) in enumerate(plan):
-        key = (beta_k, name)
-        if progress is not None:
-            progress(i, len(plan), f"β·k = {beta_k:g} at {name}")
-        if key not in done:
+
+    def stats_of(names: list[str]) -> dict[str, FeatureStats]:
+        missing = [name for name in names if name not in stats_cache]
+        if len(missing) > 1 and range_stats_for is not None:
+            stats_cache.update(range_stats_for(missing))  # one pass for the range's missing layers
+        for name in missing:
             if name not in stats_cache:
                 stats_cache[name] = stats_for(name)
-            iba = PerSampleBottleneck.for_network(network, name, stats_cache[name], replace(base, beta_k=beta_k))
+        return {name: stats_cache[name] for name in names}
+
+    for i, (row, label, beta_k, name, end) in enumerate(plan):
+        key = (beta_k, name, end)
+        if progress is not None:
+            progress(i, len(plan), cell_name(beta_k, name, end))
+        if key not in done:
+            if end:
+                from .coiba import CoIBABottleneck
+
+                iba = CoIBABottleneck.for_network(network, ranges[name], stats_of(ranges[name]),
+                                                  coiba_settings(base, beta_k))
+            else:
+                iba = PerSampleBottleneck.for_network(network, name, stats_of([name])[name],
+                                                      replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
                                  result.p_without, bottleneck_lost_class(result.p_without, result.p_with),
-                                 int(target), result.predicted, result.p_predicted)
+                                 int(target), result.predicted, result.p_predicted, end)
         cell = replace(done[key], row=row, label=label)
         cells.append(cell)
         if on_cell is not None:
@@ -187,10 +262,11 @@ def beta_layer_grid(
     return cells
 
 
-def grid_runs(betas: Sequence[float], layer: str, layers: Sequence[str]) -> list[tuple[float, str]]:
-    """The distinct (β·k, layer) pairs a grid computes, in order: the β row's at `layer`, then the layer row's at
-    β·k = LAYER_ROW_BETA (the β row's layer at that β·k is in both rows and computed once)."""
-    pairs = [(float(b), layer) for b in betas] + [(LAYER_ROW_BETA, name) for name in layers]
+def grid_runs(betas: Sequence[float], layer: str, layers: Sequence[str], last: str = "") -> list[tuple[float, str]]:
+    """The distinct (β·k, where: `GridCell.where`) cells a grid computes, in order: the β row's at `layer`, then
+    the layer row's at β·k = LAYER_ROW_BETA (the β row's layer at that β·k is in both rows and computed once); with
+    `last`, the second row's are CoIBA's ranges from each of `layers` to `last` (never a β row's cell)."""
+    pairs = [(float(b), layer) for b in betas] + [(LAYER_ROW_BETA, bottleneck_place(name, last)) for name in layers]
     return list(dict.fromkeys(pairs))
 
 
@@ -213,10 +289,10 @@ MAX_CACHED_GRIDS = 24
 #: The cache folder's sub-folder for grids (`cache.cache_file`).
 GRID_CACHE_KIND = "grids"
 #: Bump when what a grid holds changes: files of another version are then not found (their names differ).
-GRID_CACHE_VERSION = 2  # 2: the mask smoothing became the authors' (5 × 5, reflect; issue #29.7)
+GRID_CACHE_VERSION = 3  # 2: the mask smoothing became the authors' (5 × 5, reflect; issue #29.7); 3: CoIBA rows
 _CELL_NUMBERS = ("beta_k", "p_with", "total_bits", "p_without", "p_predicted")  # one float array each
 _CELL_INTS = ("target", "predicted")
-_CELL_TEXTS = ("row", "label", "layer")
+_CELL_TEXTS = ("row", "label", "layer", "last")
 
 
 @dataclass(frozen=True)
@@ -234,17 +310,25 @@ class GridKey:
     settings: tuple  # sorted (name, value) pairs of the BottleneckSettings
     stats: str  # where the statistics come from and how many samples (`feature_stats.stats_source_key`)
     betas: tuple[float, ...] = DEFAULT_BETAS
-    layers: tuple[str, ...] = ()  # the layer row
+    layers: tuple[str, ...] = ()  # the layer row (the "range" axis: the ranges' first layers)
+    last: str = ""  # the "range" axis: the ranges' last layer ("" for the paper's layer row)
 
     @classmethod
     def of(cls, image_digest: str, network: Network, layer: str, target: int, settings: BottleneckSettings,
            stats_source: str, layers: Sequence[str] | None = None,
-           betas: Sequence[float] = DEFAULT_BETAS) -> "GridKey":
-        """The key of a grid for `network` (layers: default `depth_layers(network.spec, include=layer)`)."""
+           betas: Sequence[float] = DEFAULT_BETAS, axis: str = "layer") -> "GridKey":
+        """The key of a grid for `network` (layers: default `depth_layers(network.spec, include=layer)`; the
+        "range" axis: default `range_row(network, layer)`, whose last layer the key holds too)."""
+        last = ""
+        if axis == "range":
+            firsts, last = range_row(network, layer)
+            layers = layers if layers is not None else firsts
+        elif axis != "layer":
+            raise ValueError(f"axis is one of {AXES}, not {axis!r}")
         layers = layers if layers is not None else depth_layers(network.spec, include=layer)
         return cls(str(image_digest), str(network.key), str(network.weights_id), str(layer), int(target),
                    tuple(sorted(asdict(settings).items())), str(stats_source), tuple(float(b) for b in betas),
-                   tuple(str(name) for name in layers))
+                   tuple(str(name) for name in layers), str(last))
 
     @property
     def identity(self) -> dict:

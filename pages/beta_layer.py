@@ -11,15 +11,15 @@ from iba_core.app.state import GridRun, Subject
 from iba_core.app.stats_source import seconds_left
 from iba_core.beta_layer import (
     DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, GridKey, beta_layer_grid, cached_grid, depth_layers, grid_progress_text,
-    grid_runs, grid_target_note, lost_class_warning,
+    grid_runs, grid_target_note, lost_class_warning, range_row,
 )
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import LOST_CLASS_MARK, PRESENTATION_ZOOM, grid_figure
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import layer_picker, resolve_target, settings_row, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import bring_into_view, presentation, through_app
-from pages.widgets.progress import network_turn, stats_with_progress
+from pages.widgets.page import bring_into_view, presentation, remember_choice, restore_choice, through_app
+from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
 PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)
@@ -112,7 +112,7 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
     cell, under a progress bar: which cell of how many, its β·k and layer, and the time left."""
     layers = list(key.layers)
     total = len(key.betas) + len(layers)
-    runs = grid_runs(key.betas, key.layer, layers)
+    runs = grid_runs(key.betas, key.layer, layers, key.last)
     with grid_box:
         bring_into_view(GRID_BOX_KEY)
         bar = st.progress(0.0, text=grid_progress_text(0, total, f"β·k = {key.betas[0]:g} at {key.layer}", None))
@@ -127,7 +127,7 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
 
     def progress(done: int, total: int, label: str) -> None:
         # The time left counts the distinct runs: the cell repeated in both rows takes no time.
-        computed = len({(c.beta_k, c.layer) for c in cells})
+        computed = len({(c.beta_k, c.where) for c in cells})
         left = seconds_left(computed, len(runs), time.monotonic() - started)
         bar.progress(done / total, text=grid_progress_text(done, total, label, left))
 
@@ -135,40 +135,66 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
         result = beta_layer_grid(
             network, inputs.x, key.target, key.layer, betas=key.betas,
             stats_for=lambda name: stats_with_progress(inputs, name, folder, n),
-            layers=layers, settings=settings, progress=progress, on_cell=on_cell,
+            layers=layers, settings=settings, progress=progress, on_cell=on_cell, last=key.last,
+            range_stats_for=lambda names: range_stats_with_progress(inputs, names, f"{len(names)} layers", folder, n),
         )
     bar.empty()
     live.empty()
     return result
 
 
+#: The second row's axis (outside the form, so its caption follows the choice): the paper's layers, or CoIBA's
+#: layer ranges (issue #30).
+AXIS_KEY = "bl_axis"
+AXIS_NAMES = {"layer": "Layers (a Per-Sample Bottleneck each)", "range": "Layer ranges (CoIBA)"}
+
+
+def axis_choice() -> str:
+    """"layer" or "range": what the grid's second row varies (kept for the session)."""
+    restore_choice(AXIS_KEY, "layer")
+    return st.radio(
+        "Bottom row", list(AXIS_NAMES), format_func=AXIS_NAMES.get, key=AXIS_KEY, horizontal=True,
+        on_change=remember_choice, args=(AXIS_KEY,),
+        help="Layers: the paper's Figure 3, one bottleneck at each layer. Layer ranges: CoIBA (Hong et al., CVPR "
+        "2025), one mask shared by bottlenecks at every layer of a range; each cell's range starts at one of the "
+        "layers and ends at the same last layer, so the row shows what spanning more of the network does.")
+
+
+def row_caption(inputs: Inputs, layer: str, axis: str) -> str:
+    """Which cells the second row will hold, in words."""
+    if axis == "range":
+        firsts, last = range_row(inputs.network, layer)
+        return (f"Range row (CoIBA, β·k = {LAYER_ROW_BETA:g}, no mask smoothing as its authors): from each of "
+                f"{', '.join(firsts)} to {last}; each cell's bits are counted at its first layer.")
+    return (f"Layer row: {', '.join(depth_layers(inputs.network.spec, include=layer))} — the last layer of each "
+            "stage, spread over the depth, always including the chosen layer.")
+
+
 def form(inputs: Inputs) -> tuple | None:
-    """The settings form; returns (layer, settings, target, folder, n) when it was submitted."""
-    spec = inputs.network.spec
+    """The settings form; returns (layer, settings, target, folder, n, axis) when it was submitted."""
+    axis = axis_choice()
     with st.form("bl_form"):
         c1, c2 = st.columns(2)
         with c1:
             layer = layer_picker(inputs, "bl", label="Layer for the β row")
-            st.caption(
-                f"Layer row: {', '.join(depth_layers(spec, include=layer))} — the last layer of each stage, "
-                "spread over the depth, always including the chosen layer."
-            )
+            with shown_errors():  # e.g. a network CoIBA cannot span: said where the row is described
+                st.caption(row_caption(inputs, layer, axis))
         with c2:
             target = target_picker(inputs, "bl")
         settings, folder, n = settings_row(inputs, "bl", layer)
         submitted = st.form_submit_button("Compute grid", type="primary", icon=":material/grid_view:",
                                           key="bl_run_button")
-    return (layer, settings, target, folder, n) if submitted else None
+    return (layer, settings, target, folder, n, axis) if submitted else None
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str, folder: str | None,
-            n: int, grid_box: DeltaGenerator) -> str | None:
+            n: int, axis: str, grid_box: DeltaGenerator) -> str | None:
     """Compute the grid (or reuse an identical one: this session's, or any session's from the disk cache) and
     make it the one shown; returns the line that says it is ready (None when it failed: the error is shown)."""
     with shown_errors():  # previous results stay
         settings = settings.validate()
         target_idx = resolve_target(inputs, target)
-        key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n)
+        key = grid_key(inputs.image.digest, inputs.network, layer, target_idx, settings, folder, n, axis=axis)
         grids: dict = st.session_state.setdefault(GRIDS_KEY, {})
         cached = key in grids
         if not cached:  # same image and settings: reuse, the result would be identical
@@ -222,6 +248,10 @@ def show(entry: GridRun) -> None:
         if lost:
             st.warning(f"**Class lost** — {lost} (Paper §4.1: β ≥ 1000/k discards all information.)",
                        icon=":material/warning:")
+    if any(c.last for c in entry.cells):
+        st.caption("Bottom row: CoIBA, one mask shared by the bottlenecks at every layer of each cell's range (its "
+                   "title), each layer adding noise with its own statistics; the map and the bits are its first "
+                   "layer's. CoIBA's cells use no mask smoothing (its authors' setting).")
     if per_map:
         scale = ("Each map has its own linear colour scale (dark = 0 bits / pixel, bright = that map's maximum, "
                  "given in its title): shapes compare, brightness does not.")

@@ -31,11 +31,13 @@ from iba_core.render.overlays import (
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_probability, format_seconds
 from pages.widgets.errors import shown_errors
-from pages.widgets.form_widgets import beta_picker, layer_picker, resolve_target, settings_row, target_picker
+from pages.widgets.form_widgets import (
+    beta_picker, layer_picker, range_picker, resolve_target, settings_row, target_picker,
+)
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import replay_step_key, result_note, result_note_line
 from pages.widgets.page import bring_into_view, remember_choice, restore_choice, through_app
-from pages.widgets.progress import network_turn, stats_with_progress
+from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
 from pages.widgets.text import plain
 
 RESULT_KEY = "ps_run"
@@ -104,17 +106,66 @@ def scale_controls() -> None:
 
 
 def form(inputs: Inputs) -> tuple | None:
-    """The settings form; returns (layer, settings, target, folder, n) when Run was pressed."""
+    """The settings form; returns (layer, settings, target, folder, n, layer_range) when Run was pressed
+    (layer_range: CoIBA's (first, last), else None)."""
+    coiba = bottleneck_choice() == "coiba"  # outside the form: the form then shows the layer or the range picker
     with st.form("ps_form"):
         c1, c2 = st.columns(2)
         with c1:
-            layer = layer_picker(inputs, "ps")
+            layer_range = range_picker(inputs, "ps") if coiba else None
+            layer = layer_range[0] if coiba else layer_picker(inputs, "ps")
             beta_k = beta_picker("ps")
         with c2:
             target = target_picker(inputs, "ps")
-        settings, folder, n = settings_row(inputs, "ps", layer)
+        settings, folder, n = (settings_row(inputs, "psc", layer, coiba_defaults()) if coiba
+                               else settings_row(inputs, "ps", layer))
         submitted = st.form_submit_button("Run", type="primary", icon=":material/play_arrow:", key="ps_run_button")
-    return (layer, replace(settings, beta_k=float(beta_k)), target, folder, n) if submitted else None
+    return (layer, replace(settings, beta_k=float(beta_k)), target, folder, n, layer_range) if submitted else None
+
+
+# ---- CoIBA: one mask shared by the bottlenecks of a layer range (issue #30) ----------------------
+
+#: The "Bottleneck" choice above the form: the paper's one-layer bottleneck, or CoIBA over a range of layers.
+BOTTLENECK_KEY = "ps_bottleneck"
+BOTTLENECKS = {"per_sample": "Per-Sample (one layer)", "coiba": "CoIBA (a layer range)"}
+
+
+def bottleneck_choice() -> str:
+    """The chosen bottleneck's key in BOTTLENECKS (kept for the session, as the colour scale's basis)."""
+    restore_choice(BOTTLENECK_KEY, "per_sample")
+    return st.radio(
+        "Bottleneck", list(BOTTLENECKS), format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,
+        on_change=remember_choice, args=(BOTTLENECK_KEY,),
+        help="Per-Sample: the paper's bottleneck at one layer. CoIBA (Hong et al., CVPR 2025): one mask, shared by "
+        "bottlenecks at every layer from the first to the last of a range, each adding noise with its own layer's "
+        "statistics; its information is counted at the first layer, so the bits map is that layer's.")
+
+
+def coiba_defaults():
+    """CoIBA's settings as its authors run it (`coiba.CoIBASettings`: no smoothing of the mask)."""
+    from iba_core.coiba import CoIBASettings
+
+    return CoIBASettings()
+
+
+def coiba_caption(layers: tuple[str, ...]) -> str:
+    """What a CoIBA run's pictures show, for the live view and the replay."""
+    return (f"CoIBA at {len(layers)} layers, {' → '.join(layers) if len(layers) <= 4 else f'{layers[0]} … {layers[-1]}'}: "
+            f"one λ, shared by the bottlenecks of every one of them (each adds noise with its own layer's "
+            f"statistics), drawn on {layers[0]}'s grid; the bits are counted at {layers[0]}, an upper bound for "
+            "the deeper layers.")
+
+
+def coiba_parts(inputs: Inputs, layer_range: tuple[str, str], folder: str | None, n: int, timing: dict):
+    """(layers, statistics' description, build) of a CoIBA run: the range checked (a bad one is refused in words
+    before any statistics), every layer's statistics with a bar, build(network, settings) its bottleneck."""
+    from iba_core.app.stats_source import range_stats_description
+    from iba_core.coiba import CoIBABottleneck, layer_range as checked_range, range_label
+
+    layers = checked_range(inputs.network, *layer_range)
+    stats = range_stats_with_progress(inputs, layers, range_label(layers[0], layers[-1]), folder, n, timing=timing)
+    return layers, range_stats_description(stats), \
+        lambda network, settings: CoIBABottleneck.for_network(network, layers, stats, settings)
 
 
 def _blank_like(picture: Image.Image) -> Image.Image:
@@ -123,8 +174,10 @@ def _blank_like(picture: Image.Image) -> Image.Image:
 
 
 def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int,
-             folder: str | None, n: int, panel: DeltaGenerator) -> RunRecord:
-    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`.
+             folder: str | None, n: int, panel: DeltaGenerator,
+             layer_range: tuple[str, str] | None = None) -> RunRecord:
+    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`; with
+    `layer_range`, CoIBA's over that range (its shared mask drawn as λ, its first layer's bits map).
 
     Every picture has its own placeholder and is replaced in place each step (an image swaps without a
     blank frame; a chart would be mounted anew), on the largest value so far (`live_scale`).
@@ -133,7 +186,17 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
     timing: dict = {}
     with panel.container(border=True, key="ps_live"):
         bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
-        stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
+        layers: tuple[str, ...] = ()
+        if layer_range is None:
+            stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
+            stats_description = stats.describe()
+
+            def build(network, settings):
+                return PerSampleBottleneck.for_network(network, layer, stats, settings)
+        else:
+            layers, stats_description, build = coiba_parts(inputs, layer_range, folder, n, timing)
+            layers, layer = tuple(layers), layers[0]
+            st.caption(coiba_caption(layers))
         bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
         heat, drain, lam, curves = step_slots()
         blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
@@ -159,8 +222,8 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with network_turn(inputs.shared, timing) as network:
-            iba = PerSampleBottleneck.for_network(network, layer, stats, settings)
-            if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
+            iba = build(network, settings)
+            if getattr(iba, "measures_precision", lambda: False)():  # asked in the turn: the remembered choice depends on its thread count
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
                                        "this layer also measures which precision is fastest here (once)…")
             result = iba.attribute(inputs.x, target=target, callback=on_step)
@@ -168,9 +231,9 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
     return RunRecord(
         image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
         class_name=inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
-        stats_description=stats.describe(), original=inputs.image.image,
+        stats_description=stats_description, original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
-        stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0),
+        stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0), layers=layers,
     )
 
 
@@ -205,10 +268,12 @@ def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps:
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
-            folder: str | None, n: int, panel: DeltaGenerator) -> None:
+            folder: str | None, n: int, layer_range: tuple[str, str] | None = None, *,
+            panel: DeltaGenerator) -> None:
     """The live run; its record replaces the previous one only if it succeeds."""
     with shown_errors() as outcome:  # previous results stay
-        record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel)
+        record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel,
+                          layer_range)
     if outcome.failed:
         panel.empty()
         return
@@ -247,6 +312,8 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
         f"**Last run:** {r.bits_text()} · p(target) {format_probability(r.p_without)} → "
         f"{format_probability(r.p_with)} · [details below](#result)"
     )
+    if record.layers:
+        st.caption(coiba_caption(record.layers))
     lost_class_warning(record)
     target_warning(record)
     if not history:
@@ -282,7 +349,7 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     st.divider()
     st.subheader("Result", anchor="result")
     st.caption(
-        f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · layer {record.layer} · "
+        f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · {record.where} · "
         f"explaining **{plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
         + result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)

@@ -215,3 +215,146 @@ def test_compare_all_counts_the_methods_it_runs(chelsea_jpg, tmp_path, capsys):
     last = captured.err.replace("\n", "\r").split("\r")
     last = [line for line in last if line.startswith("compare")][-1]
     assert f"{len(kept)}/{len(kept)} " in last and "100%" in last, last
+
+
+# ---- CoIBA: --method coiba / --methods … coiba with --layer-range FIRST:LAST (issue #30) ----------------------
+#: Two 7 × 7 layers of the offline network: a short range keeps each CoIBA fit quick on a CPU.
+SHORT_RANGE = "block6_4:block7_1"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("block3_2:block7_1", ("block3_2", "block7_1")),
+    (" stem : head ", ("stem", "head")),
+    ("vision_model.encoder.layers.3:vision_model.encoder.layers.11",
+     ("vision_model.encoder.layers.3", "vision_model.encoder.layers.11")),
+])
+def test_layer_range_parses_first_and_last(text, expected):
+    from iba_core.cli.common import layer_range_arg
+
+    assert layer_range_arg(text) == expected
+
+
+@pytest.mark.parametrize("text", ["block3_2", "block3_2:", ":block7_1", "a:b:c", ""])
+def test_a_layer_range_not_first_colon_last_is_refused_with_an_example(text, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["attribute", "x.jpg", "--method", "coiba", "--layer-range", text])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "FIRST:LAST" in err and "block3_2:block7_1" in err and "Traceback" not in err
+
+
+def test_help_says_in_one_line_what_coiba_is(capsys):
+    for command in ("attribute", "compare", "evaluate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+        assert "coiba: CoIBA (Hong et al., CVPR 2025), one mask shared by bottlenecks at every layer" in text
+        assert "--layer-range FIRST:LAST" in text
+
+
+def test_attribute_coiba_over_a_range(chelsea_jpg, tmp_path, capsys):
+    out = tmp_path / "coiba.npy"
+    assert main(["attribute", str(chelsea_jpg), "--method", "coiba", "--layer-range", SHORT_RANGE, "--steps", "2",
+                 "--batch", "2", "--n", "96", "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert summary["method"] == "coiba"
+    assert summary["layers"] == ["block6_4", "block7_1"] and summary["layer"] == "block6_4"
+    assert summary["target"] == 285 and summary["beta_k"] == 10
+    heatmap = np.load(out)
+    assert heatmap.shape == (224, 224) and (heatmap >= 0).all()
+    assert summary["total_bits"] == pytest.approx(float(heatmap.sum()), rel=1e-3)
+    assert 0 < summary["p_without"] <= 1 and 0 <= summary["p_with"] <= 1
+
+
+def test_attribute_coiba_default_range_names_every_layer(chelsea_jpg, capsys):
+    from iba_core.coiba import default_range, layer_range
+    from iba_core.networks import load_network
+
+    assert main(["attribute", str(chelsea_jpg), "--method", "coiba", "--steps", "1", "--batch", "1",
+                 "--n", "96"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    network = load_network("efficientnet_lite0")
+    assert summary["layers"] == layer_range(network, *default_range(network))
+    assert len(summary["layers"]) > 2 and summary["layer"] == summary["layers"][0]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--method", "coiba", "--layer", "block3_2"], "CoIBA spans a range of layers"),
+    (["--layer-range", SHORT_RANGE], "--layer-range sets CoIBA's layers, but --method is per-sample"),
+    (["--method", "coiba", "--layer-range", "block7_1:block6_4"], "block7_1"),
+    (["--method", "coiba", "--layer-range", "block6_4:no_such_layer"], "no layer 'no_such_layer'"),
+])
+def test_coiba_layer_mistakes_are_one_sentence(argv, words, chelsea_jpg, capsys):
+    assert main(["attribute", str(chelsea_jpg), "--n", "24", "--steps", "1", *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and words in err and "Traceback" not in err
+
+
+def test_compare_runs_coiba_over_the_given_range(chelsea_jpg, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(chelsea_jpg), "--methods", "saliency,coiba", "--layer-range", SHORT_RANGE,
+                 "--layer", "block4_1", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"] == ["saliency", "coiba"]
+    summary = json.loads((out / "summary.json").read_text())
+    coiba = next(m for m in summary["methods"] if m["key"] == "coiba")
+    assert coiba["extra"]["layers"] == ["block6_4", "block7_1"] and coiba["unit"] == "bits/pixel"
+    assert np.load(out / coiba["file"]).sum() == pytest.approx(coiba["extra"]["total_bits"], rel=1e-3)
+
+
+def test_compare_refuses_a_range_no_chosen_method_takes(chelsea_jpg, tmp_path, capsys):
+    assert main(["compare", str(chelsea_jpg), "--methods", "saliency,iba_10", "--layer-range", SHORT_RANGE,
+                 "--out", str(tmp_path / "cmp")]) == 1
+    err = capsys.readouterr().err
+    assert "none of the chosen methods is CoIBA" in err and not (tmp_path / "cmp").exists()
+
+
+def test_evaluate_insertion_with_coiba(chelsea_jpg, tmp_path, capsys):
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "chelsea.jpg").write_bytes(chelsea_jpg.read_bytes())
+    out = tmp_path / "ev.jsonl"
+    assert main(["evaluate", "insertion", "--images", str(images), "--methods", "coiba", "--layer-range",
+                 SHORT_RANGE, "--out", str(out), "--no-progress", "--step", "3136"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and {r["method"] for r in rows} == {"coiba"}
+    assert main(["evaluate", "insertion", "--images", str(images), "--methods", "saliency", "--layer-range",
+                 SHORT_RANGE, "--out", str(tmp_path / "ev2.jsonl")]) == 1
+    assert "none of the chosen methods is CoIBA" in capsys.readouterr().err
+
+
+def test_folder_run_with_coiba(chelsea_jpg, tmp_path, capsys):
+    from iba_core.runs import open_run
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (images / name).write_bytes(chelsea_jpg.read_bytes())
+    run_dir = tmp_path / "run"
+    assert main(["attribute", str(images), "--out", str(run_dir), "--methods", "iba_10", "coiba", "--layer-range",
+                 SHORT_RANGE, "--steps", "2", "--batch", "2", "--n", "96", "--no-progress"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert record["methods"] == ["iba_10", "coiba"] and record["rows"] == 4 and record["errors"] == 0
+    run = open_run(run_dir)
+    coiba = run.table[run.table["method"] == "coiba"]
+    assert len(coiba) == 2 and (coiba["total_bits"] > 0).all()
+    assert run.info["methods"]["coiba"]["settings"]["layers"] == ["block6_4", "block7_1"]
+    assert run.info["layer"] == "block3_2"  # iba_10's, the first bottleneck method
+    heatmap = run.heatmap(coiba.iloc[0])
+    assert float(heatmap.sum()) == pytest.approx(float(coiba.iloc[0]["total_bits"]), rel=1e-2)  # float16 maps
+
+
+def test_folder_run_with_method_coiba(chelsea_jpg, tmp_path, capsys):
+    from iba_core.runs import open_run
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(chelsea_jpg.read_bytes())
+    run_dir = tmp_path / "run"
+    assert main(["attribute", str(images), "--out", str(run_dir), "--method", "coiba", "--layer-range",
+                 SHORT_RANGE, "--steps", "1", "--batch", "1", "--beta-k", "100", "--no-progress"]) == 0
+    methods = json.loads(capsys.readouterr().out.strip())["methods"]
+    run = open_run(run_dir)
+    (key,) = run.info["methods"]
+    assert methods == [key] and key.startswith("coiba") and key != "coiba"  # its key names the settings
+    assert run.info["methods"][key]["settings"]["beta_k"] == 100
+    assert run.info["layer"] == "block6_4"  # CoIBA's first layer, where its information is counted

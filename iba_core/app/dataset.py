@@ -171,12 +171,22 @@ def highlight_rows(run: Run, images: Sequence[str], method: str) -> "pd.DataFram
 
 
 def layer_text(run: Run) -> str:
-    """The run's bottleneck layer(s) in words: their names, or 'none (…)' for a run of methods that read the whole
-    network (run.json's layer is then null: never shown as "None")."""
+    """The run's bottleneck layer(s) in words: their names (CoIBA's range as "CoIBA first … last"), or 'none (…)'
+    for a run of methods that read the whole network (run.json's layer is then null: never shown as "None")."""
     info = run.info
-    layers = sorted({str(m.get("settings", {}).get("layer")) for m in info.get("methods", {}).values()
-                     if m.get("settings", {}).get("layer")} | ({str(info["layer"])} if info.get("layer") else set()))
-    return ", ".join(layers) if layers else "none (its methods read the whole network)"
+    settings = [m.get("settings", {}) for m in info.get("methods", {}).values()]
+    ranges = sorted({_range_text(s["layers"]) for s in settings if s.get("layers")})
+    layers = sorted({str(s.get("layer")) for s in settings if s.get("layer")}
+                    | ({str(info["layer"])} if info.get("layer") and not ranges else set()))
+    return ", ".join(layers + ranges) if layers or ranges else "none (its methods read the whole network)"
+
+
+def _range_text(layers) -> str:
+    """CoIBA's layers as run.json records them (a list, first to last): "CoIBA block3_2 … block7_1"."""
+    from ..coiba import range_label
+
+    names = [str(name) for name in layers] if not isinstance(layers, str) else layers.split(":")
+    return f"CoIBA {range_label(names[0], names[-1])}"
 
 
 def run_line(run: Run) -> str:

@@ -162,7 +162,7 @@ def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: s
     methods = []
     for key in method_keys:
         method = get_method(key)
-        if method.needs_stats and layer:
+        if "layer" in method.default_settings() and layer:  # a one-layer bottleneck (CoIBA keeps its range)
             method = get_method(key, layer=layer)
         reason = method.available_for(shared.network)
         if reason:
@@ -296,14 +296,16 @@ def _first_usable(network, items: Sequence) -> "torch.Tensor | None":
 
 
 def _stats_ready(network, method: "Method") -> bool:
-    """Whether the statistics `method` reads (its layer, images and samples, by the one policy) are on disk."""
+    """Whether the statistics `method` reads (its layer, or each of CoIBA's, images and samples, by the one policy)
+    are on disk."""
     from ..feature_stats import find_run_stats
+    from .stats_source import method_stats_layers
 
     s = method.settings
     if s.get("stats") is not None:
         return True
-    layer = s.get("layer") or network.spec.default_layer
-    return find_run_stats(network, layer, images=s.get("stats_images"), n=s.get("stats_samples")) is not None
+    return all(find_run_stats(network, layer, images=s.get("stats_images"), n=s.get("stats_samples")) is not None
+               for layer in method_stats_layers(network, method))
 
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,

@@ -154,7 +154,9 @@ class MapCache:
 
 
 def grid_key(image_digest: str, network, layer: str, target: int, settings, folder: str | None, n: int,
-             layers: Sequence[str] | None = None) -> GridKey:
-    """Key of one β × layer grid: same image, network, weights, layer, class, settings and statistics (folder
-    and n) → same grid. The session's dict of grids and the disk cache (`beta_layer.cached_grid`) both use it."""
-    return GridKey.of(image_digest, network, layer, target, settings, stats_source_key(folder, n), layers)
+             layers: Sequence[str] | None = None, axis: str = "layer") -> GridKey:
+    """Key of one β × layer grid: same image, network, weights, layer, class, settings, statistics (folder
+    and n) and second row (axis: "layer" or CoIBA's "range") → same grid. The session's dict of grids and the
+    disk cache (`beta_layer.cached_grid`) both use it."""
+    return GridKey.of(image_digest, network, layer, target, settings, stats_source_key(folder, n), layers,
+                      axis=axis)

@@ -121,6 +121,10 @@ def load_shared(key: str, trust: Trust | None = None) -> SharedModel:
     return SharedModel(load_network(key, weights="pretrained", device=device, trust=trust), source=str(key))
 
 
+#: A CoIBA run's method, as its JSON report names it (the Per-Sample Bottleneck's: `render.report.METHOD`).
+COIBA_METHOD = "CoIBA, one mask shared by bottlenecks at several layers (Hong et al., CVPR 2025)"
+
+
 @dataclass
 class RunRecord:
     """One finished Per-Sample run, kept so that reruns can redraw it (and its downloads)."""
@@ -146,20 +150,38 @@ class RunRecord:
     image_digest: str = ""
     #: Tells runs apart (e.g. widgets that belong to one run, such as its replay slider).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    #: CoIBA's layers, first to last (`layer` is then the first, where the map and its information lie); () for
+    #: the one-layer Per-Sample Bottleneck.
+    layers: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        """Where the bottleneck sat, for captions: "layer block3_2", or "CoIBA at 9 layers, block3_2 … block7_1"."""
+        if not self.layers:
+            return f"layer {self.layer}"
+        from ..coiba import range_label
+
+        return f"CoIBA at {len(self.layers)} layers, {range_label(self.layers[0], self.layers[-1])}"
 
     @property
     def file_stem(self) -> str:
-        """Stem of the download files: iba_<image>_<network>_<layer> (a card's "card:name" as card_name)."""
-        stem = f"iba_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{self.layer}"
+        """Stem of the download files: iba_<image>_<network>_<layer> (a card's "card:name" as card_name); CoIBA's:
+        coiba_<image>_<network>_<first>-<last>."""
+        where = f"{self.layers[0]}-{self.layers[-1]}" if self.layers else self.layer
+        stem = f"{'coiba' if self.layers else 'iba'}_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{where}"
         return re.sub(r"[^\w.+-]", "_", stem)
 
     def report(self) -> dict:
-        """The run's JSON report (`iba_core.render.report.run_report`)."""
+        """The run's JSON report (`iba_core.render.report.run_report`); a CoIBA run's names its method and layers."""
         from ..render.report import run_report
 
         r = self.result
-        return run_report(r.settings, r, self.model_key, self.layer, self.image_name, self.class_name,
-                          stats_description=self.stats_description, stats_seconds=self.stats_seconds)
+        report = run_report(r.settings, r, self.model_key, self.layer, self.image_name, self.class_name,
+                            stats_description=self.stats_description, stats_seconds=self.stats_seconds)
+        if self.layers:
+            report["method"] = COIBA_METHOD
+            report["layers"] = list(self.layers)
+        return report
 
 
 @dataclass(frozen=True)

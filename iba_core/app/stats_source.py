@@ -80,6 +80,43 @@ def choose_stats(
     return stats_for_run(network, layer, images=folder, n=samples, progress=progress)
 
 
+def choose_range_stats(
+    network: Network,
+    layers: list[str],
+    *,
+    folder: str | os.PathLike | None = None,
+    n: int | None = None,
+    progress: ProgressFn | None = None,
+) -> dict[str, FeatureStats]:
+    """Statistics for every layer of CoIBA's range by the same policy and limits as `choose_stats`; the missing
+    ones estimated in one pass over the images (`coiba.stats_for_range`)."""
+    from ..coiba import stats_for_range
+
+    folder, samples = run_stats_source(network, folder, n)
+    check_samples(samples)
+    return stats_for_range(network, list(layers), images=folder, n=samples, progress=progress)
+
+
+def range_stats_description(stats: dict[str, FeatureStats]) -> str:
+    """What a CoIBA run's statistics are, in one line: one description for all layers when they agree, else one
+    per layer (e.g. shipped for some, estimated for others)."""
+    described = {layer: s.describe() for layer, s in stats.items()}
+    if len(set(described.values())) == 1:
+        return f"{next(iter(described.values()))}, for each of the {len(described)} layers of the range"
+    return "; ".join(f"{layer}: {text}" for layer, text in described.items())
+
+
+def method_stats_layers(network: Network, method) -> list[str]:
+    """The layers whose statistics `method` reads on `network`: its one layer (default: the network's), or every
+    layer of CoIBA's range (its `layers` setting, resolved by `settings_identity`)."""
+    identity = method.settings_identity(network)
+    if identity.get("layers"):
+        from ..coiba import layer_range
+
+        return layer_range(network, identity["layers"][0], identity["layers"][-1])
+    return [identity.get("layer") or network.spec.default_layer]
+
+
 def stats_status(network: Network, layer: str) -> str:
     """One line on the statistics a run at `layer` would use now."""
     folder, n = run_stats_source(network, stats_folder(network))
@@ -100,12 +137,20 @@ def stats_status(network: Network, layer: str) -> str:
 def stats_for_methods(network: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
     """The statistics that the methods in `methods` read with their default settings (the network's default
-    layer, by `feature_stats.stats_for_run`), estimated now if any of them needs statistics; else None.
+    layer, by `feature_stats.stats_for_run`; CoIBA's every layer of its default range, in one pass), estimated now
+    if any of them needs statistics; the default layer's returned, else None.
 
     Estimating here, before the maps, lets a page show the estimate's own progress.
     """
-    if not any(get_method(key).needs_stats for key in methods):
+    methods = [get_method(key) for key in methods]
+    if not any(method.needs_stats for method in methods):
         return None
+    layers = list(dict.fromkeys(layer for method in methods if method.needs_stats
+                                for layer in method_stats_layers(network, method)))
+    if layers != [network.spec.default_layer]:  # e.g. CoIBA's range: every layer in one pass
+        from ..coiba import stats_for_range
+
+        stats_for_range(network, layers, progress=progress)
     return stats_for_run(network, network.spec.default_layer, progress=progress)
 
 

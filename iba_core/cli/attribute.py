@@ -1,4 +1,4 @@
-"""`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample or Readout) as one JSON line.
+"""`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample, CoIBA or Readout) as one JSON line.
 
 `attribute FOLDER --out RUN_DIR` (a folder, or a .txt list of images) runs every image instead: `attribute_folder`.
 """
@@ -10,27 +10,34 @@ from pathlib import Path
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
-from .common import add_network_args
+from .common import COIBA_HELP, add_layer_range_arg, add_network_args
 from .stats import STATS_N_HELP, sample_count
+
+
+#: --method's choices: the one-layer bottleneck, CoIBA over a range of layers, a trained readout.
+METHODS = ("per-sample", "coiba", "readout")
 
 
 def add_parser(sub) -> None:
     d = BottleneckSettings()
-    p = sub.add_parser("attribute", help="Per-Sample (or Readout) Bottleneck heatmap for one image, or for every "
-                       "image of a folder (--out RUN_DIR)")
+    p = sub.add_parser("attribute", help="Per-Sample (CoIBA, or Readout) Bottleneck heatmap for one image, or for "
+                       "every image of a folder (--out RUN_DIR)")
     p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff; for a network of more than 3 "
                    "bands a .npy of height × width × bands or a multi-band tiff), or a folder of images or a .txt "
                    "list of them (one path a line): a folder run into --out RUN_DIR")
     add_network_args(p)
-    p.add_argument("--method", choices=("per-sample", "readout"), default="per-sample",
-                   help="Per-Sample Bottleneck (default) or a trained Readout Bottleneck")
+    p.add_argument("--method", choices=METHODS, default="per-sample",
+                   help=f"per-sample: the Per-Sample Bottleneck at one layer (default); {COIBA_HELP} "
+                   "(--layer-range); readout: a trained Readout Bottleneck")
+    add_layer_range_arg(p)
     p.add_argument("--readout", default=None, help="readout checkpoint (default: the one shipped for the network)")
     p.add_argument("--beta-k", type=float, default=d.beta_k, help="β·k, paper default 10 (β = 10/k)")
     p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--batch", type=int, default=d.batch)
     p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--sigma", type=float, default=d.sigma, help="σ_s of the mask smoothing")
+    p.add_argument("--sigma", type=float, default=None,
+                   help=f"σ_s of the mask smoothing (default: {d.sigma:g}; coiba: 0, as its authors)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
                    help="network passes in fp32, bf16 or fp16; auto (default): a lower precision only where the "
@@ -61,16 +68,42 @@ def check_files(args: argparse.Namespace) -> None:
         files.output_file(args.png, "--png")
 
 
+def check_layer_options(args: argparse.Namespace) -> None:
+    """--layer places the one-layer bottleneck, --layer-range CoIBA's: the other one given is a mistake said in
+    words (it would be ignored), and a registered network's layer names are checked before it loads."""
+    from ..errors import UserError
+    from .common import check_layer_range
+
+    if args.method == "coiba" and args.layer is not None:
+        raise UserError("--layer places the one-layer bottleneck; CoIBA spans a range of layers.",
+                        cli_hint="Give --layer-range FIRST:LAST instead (e.g. block3_2:block7_1).")
+    if args.method != "coiba" and args.layer_range is not None and getattr(args, "methods", None) is None:
+        raise UserError(f"--layer-range sets CoIBA's layers, but --method is {args.method}.",
+                        cli_hint="Add --method coiba (or, for a folder run, --methods … coiba).")
+    check_layer_range(args)
+
+
+def bottleneck_settings(args: argparse.Namespace) -> BottleneckSettings:
+    """The bottleneck's settings from the options, checked (with their ranges) before the network loads: CoIBA's
+    (`coiba.CoIBASettings`, its own σ_s default) for --method coiba, else the Per-Sample Bottleneck's."""
+    values = dict(beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+                  read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision)
+    if args.sigma is not None:
+        values["sigma"] = args.sigma
+    if args.method == "coiba":
+        from ..coiba import CoIBASettings
+
+        return CoIBASettings(**values)
+    return BottleneckSettings(**values)
+
+
 def run(args: argparse.Namespace) -> int:
+    check_layer_options(args)
     if attribute_folder.is_folder_source(args.image):
         return attribute_folder.run(args)
     attribute_folder.refuse_folder_options(args)
     check_files(args)
-    # the settings are checked (with their ranges) before the network loads
-    settings = BottleneckSettings(
-        beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
-        read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
-    )
+    settings = bottleneck_settings(args)
     from ..feature_stats import stats_for_run
     from ..images import photo_or_path
     from ..per_sample import PerSampleBottleneck
@@ -79,7 +112,14 @@ def run(args: argparse.Namespace) -> int:
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
-    layer = network.spec.check_layer(args.layer or network.spec.default_layer)
+    layers = None  # CoIBA's range
+    if args.method == "coiba":
+        from ..coiba import default_range, layer_range
+
+        layers = layer_range(network, *(args.layer_range or default_range(network)))
+        layer = layers[0]
+    else:
+        layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
@@ -89,6 +129,16 @@ def run(args: argparse.Namespace) -> int:
         # The readout's bottleneck layer and statistics come from its checkpoint.
         result = readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)
         layer, stats_samples = result.readout["layer"], None
+    elif layers is not None:
+        from ..coiba import CoIBABottleneck, range_label, stats_for_range
+
+        progress, close = progress_bar(f"statistics {network.key}/{range_label(layers[0], layers[-1])}")
+        try:  # every layer of the range by the one policy, the missing ones in one pass
+            stats = stats_for_range(network, layers, images=args.stats_images, n=args.n, progress=progress)
+        finally:
+            close()
+        result = CoIBABottleneck.for_network(network, layers, stats, settings).attribute(x, target)
+        stats_samples = min(s.n for s in stats.values())
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
         try:
@@ -111,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         "method": args.method,
         "model": network.key,
         "layer": layer,
+        **({"layers": layers} if layers is not None else {}),  # CoIBA's range; "layer" is its first
         "target": result.target,
         "class_name": network.class_name(result.target),
         # what p means (iba_core.heads): softmax over classes, σ per label (multi-label), or binary

@@ -26,7 +26,8 @@ def add_folder_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a folder of images (IMAGE is a folder or a .txt list of images; --out RUN_DIR)")
     g.add_argument("--methods", nargs="+", default=None, metavar="KEY",
                    help="attribution method keys, or 'all' (default: the Per-Sample Bottleneck, iba_10 at --beta-k "
-                   "10; --method readout: the Readout)")
+                   "10; --method readout: the Readout; --method coiba: CoIBA over --layer-range); coiba takes "
+                   "--layer-range")
     g.add_argument("--labels", type=Path, default=None,
                    help="label file as `evaluate` reads it: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a "
                    "synset list (default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in the "
@@ -97,20 +98,27 @@ def method_list(args: argparse.Namespace) -> list:
     from ..methods import get_method, method_keys, resolve_methods
     from ..methods.bottlenecks import PerSampleIBA
 
-    # the bottleneck's options go to the methods that place a bottleneck on a layer, --readout to the Readout
-    bottleneck = {"layer": args.layer, "steps": args.steps, "batch": args.batch, "lr": args.lr, "sigma": args.sigma,
+    from .common import layer_settings, refuse_unused_range
+
+    # the bottleneck's options go to the methods that place a bottleneck on a layer (--layer to a one-layer one,
+    # --layer-range to CoIBA), --readout to the Readout; an option not given leaves the method's own default
+    bottleneck = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "sigma": args.sigma,
                   "seed": args.seed, "read_point": args.read_point, "inactive_threshold": args.inactive_threshold,
                   "precision": args.precision, "stats_samples": args.n}
 
     def settings_for(method) -> dict:
         defaults = method.default_settings()
         if method.needs_stats:
-            return {k: v for k, v in bottleneck.items() if k in defaults}
+            return {**{k: v for k, v in bottleneck.items() if k in defaults and v is not None},
+                    **layer_settings(method, args.layer, args.layer_range)}
         return {"checkpoint": args.readout} if "checkpoint" in defaults and args.readout else {}
 
     if args.methods is None:
         if args.method == "readout":
             keys = ["readout"]
+        elif args.method == "coiba":  # CoIBA, β·k from --beta-k
+            coiba = get_method("coiba")
+            keys = [coiba.with_settings(beta_k=args.beta_k, **settings_for(coiba))]
         else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
             keys = [PerSampleIBA(args.beta_k, **settings_for(PerSampleIBA()))]
     else:
@@ -119,6 +127,7 @@ def method_list(args: argparse.Namespace) -> list:
             keys = method_keys()
     settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in method_keys()}
     methods = resolve_methods(keys, settings)
+    refuse_unused_range(args.layer_range, methods)
     for method in methods:
         if isinstance(method, PerSampleIBA):
             method.bottleneck_settings()  # the ranges, checked now

@@ -60,6 +60,63 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: One line on CoIBA for every command's --help (the method itself: iba_core.coiba).
+COIBA_HELP = ("coiba: CoIBA (Hong et al., CVPR 2025), one mask shared by bottlenecks at every layer from FIRST to "
+              "LAST, its information counted at FIRST")
+
+
+def layer_range_arg(text: str) -> tuple[str, str]:
+    """argparse type of --layer-range: "FIRST:LAST" → (first, last), two layer names as `models` lists them (the
+    network checks that they exist and run in that order once it is loaded: `coiba.layer_range`)."""
+    first, sep, last = str(text).partition(":")
+    first, last = first.strip(), last.strip()
+    if not sep or not first or not last or ":" in last:
+        raise argparse.ArgumentTypeError(
+            f"expected two layer names as FIRST:LAST (e.g. block3_2:block7_1), got {str(text)[:60]!r}")
+    return first, last
+
+
+def add_layer_range_arg(p: argparse.ArgumentParser) -> None:
+    """--layer-range FIRST:LAST, CoIBA's layers: one parser for `attribute`, `compare`, `evaluate` and folder
+    runs (`layer_range_settings` hands it to the methods that take a range)."""
+    p.add_argument("--layer-range", type=layer_range_arg, default=None, metavar="FIRST:LAST",
+                   help=f"{COIBA_HELP}: its first and last layer, names as `models` lists them (default: the "
+                   "network's default layer to the last layer before the head)")
+
+
+def check_layer_range(args: argparse.Namespace) -> None:
+    """A --layer-range with a layer name the network (a registered one, known before it loads) does not have: a
+    UserError naming it; reversed or unsuitable ranges are refused by `coiba.layer_range` once it is loaded."""
+    from ..networks import get_spec
+
+    layer_range = getattr(args, "layer_range", None)
+    if layer_range is None or getattr(args, "model", None) not in REGISTRY:
+        return
+    spec = get_spec(args.model)
+    for name in layer_range:
+        spec.check_layer(name)  # names the closest layers
+
+
+def layer_settings(method, layer: str | None, layer_range: tuple[str, str] | None) -> dict:
+    """The layer options a method takes: --layer for a one-layer bottleneck (its "layer" setting), --layer-range
+    for CoIBA ("layers"); nothing for the others."""
+    defaults = method.default_settings()
+    out: dict = {}
+    if layer is not None and "layer" in defaults:
+        out["layer"] = layer
+    if layer_range is not None and "layers" in defaults:
+        out["layers"] = tuple(layer_range)
+    return out
+
+
+def refuse_unused_range(layer_range: tuple[str, str] | None, methods: list) -> None:
+    """A UserError when --layer-range is given but no chosen method spans a range of layers (it would be
+    ignored): for `attribute FOLDER`, `compare` and `evaluate`."""
+    if layer_range is not None and not any("layers" in m.default_settings() for m in methods):
+        raise UserError("--layer-range sets CoIBA's layers, but none of the chosen methods is CoIBA.",
+                        cli_hint="Add coiba to --methods, or leave out --layer-range.")
+
+
 def add_yardstick_args(p: argparse.ArgumentParser) -> None:
     """How the field's metrics are measured, one set of options for every command that measures them (`evaluate`,
     a folder run's `--metrics`): --protocol and its numbers (insertion, deletion), --removed and --noise (ROAD),

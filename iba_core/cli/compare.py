@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import files
-from .common import EXIT_FAILED, EXIT_OK, add_network_args
+from .common import COIBA_HELP, EXIT_FAILED, EXIT_OK, add_layer_range_arg, add_network_args
 
 
 def add_parser(sub) -> None:
@@ -28,8 +28,10 @@ def add_parser(sub) -> None:
     add_network_args(p)
     p.add_argument(
         "--methods", default="all",
-        help="'all' or comma-separated keys, from: " + ", ".join(method_keys()) + " (default: %(default)s)",
+        help="'all' or comma-separated keys, from: " + ", ".join(method_keys()) + " (default: %(default)s; "
+        + COIBA_HELP + ", set by --layer-range)",
     )
+    add_layer_range_arg(p)
     p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
     p.set_defaults(func=run)
@@ -57,17 +59,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def method_settings(args: argparse.Namespace) -> dict[str, dict]:
-    """Per-method settings from --layer; a layer typo or an unknown method key fails before any slow work."""
+    """Per-method settings from --layer and --layer-range; a layer typo or an unknown method key fails before any
+    slow work."""
     from ..methods import get_method, method_keys, resolve_methods
     from ..networks import REGISTRY, get_spec
+    from .common import check_layer_range, layer_settings, refuse_unused_range
 
-    settings: dict[str, dict] = {}
-    if args.layer is not None:
-        if args.model in REGISTRY:  # derived specs (torchvision:NAME, cards) are checked once loaded
-            get_spec(args.model).check_layer(args.layer)
-        # the layer setting goes to every method that places a bottleneck on a layer
-        settings = {key: {"layer": args.layer} for key in method_keys() if get_method(key).needs_stats}
-    resolve_methods(args.methods, settings)
+    if args.layer is not None and args.model in REGISTRY:  # derived specs (torchvision:NAME, cards): once loaded
+        get_spec(args.model).check_layer(args.layer)
+    check_layer_range(args)
+    # --layer goes to every method that places a bottleneck on one layer, --layer-range to CoIBA
+    settings = {key: layer_settings(get_method(key), args.layer, args.layer_range) for key in method_keys()}
+    settings = {key: value for key, value in settings.items() if value}
+    refuse_unused_range(args.layer_range, resolve_methods(args.methods, settings))
     return settings
 
 

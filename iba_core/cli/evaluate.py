@@ -32,7 +32,7 @@ from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 from ..metrics.insertion_deletion import protocol_from
 from ..precision import PRECISIONS
 from . import files
-from .common import add_network_args, add_yardstick_args, positive_int as _positive_int
+from .common import COIBA_HELP, add_layer_range_arg, add_network_args, add_yardstick_args, positive_int as _positive_int
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +60,9 @@ def add_parser(sub) -> None:
                         "(default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in --images)")
     p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox and pointing)")
     p.add_argument("--methods", nargs="+", default=None,
-                   help="attribution method keys (default: all registered methods)")
+                   help=f"attribution method keys (default: all registered methods; {COIBA_HELP}, set by "
+                   "--layer-range)")
+    add_layer_range_arg(p)
     p.add_argument("--tile", type=_positive_int, nargs="+", default=None,
                    help="tile size(s): degradation default 8 14, sensitivity-n default 8 (1 = pixels)")
     p.add_argument("--out", type=Path, required=True, help="results file (.jsonl), appended to and resumed")
@@ -104,6 +106,19 @@ def check_files(args: argparse.Namespace) -> None:
     files.output_file(args.out)
 
 
+def method_list(args: argparse.Namespace) -> list:
+    """The methods --methods names (None: all), CoIBA's with --layer-range; a --layer-range no method takes, or
+    one naming a layer the (registered) network lacks, fails here in words, before the network loads."""
+    from ..methods import get_method, method_keys, resolve_methods
+    from .common import check_layer_range, layer_settings, refuse_unused_range
+
+    check_layer_range(args)
+    settings = {key: layer_settings(get_method(key), None, args.layer_range) for key in method_keys()}
+    methods = resolve_methods(args.methods, {key: value for key, value in settings.items() if value})
+    refuse_unused_range(args.layer_range, methods)
+    return methods
+
+
 def run(args: argparse.Namespace) -> int:
     rank, world = ranks.rank_and_world()
     if args.merge_only:
@@ -130,10 +145,9 @@ def run(args: argparse.Namespace) -> int:
                              blur_kernel=args.blur_kernel, blur_sigma=args.blur_sigma)
     check_files(args)
     from ..image_folders import list_items
-    from ..methods import resolve_methods
     from .common import load_from_args
 
-    methods = {} if args.metric == "beta-table" else {m.key: m for m in resolve_methods(args.methods)}
+    methods = {} if args.metric == "beta-table" else {m.key: m for m in method_list(args)}
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is None:  # the default: every registered method that can run on this network
         methods = {k: m for k, m in methods.items() if m.available_for(network) is None}

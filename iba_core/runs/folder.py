@@ -139,7 +139,9 @@ def method_identity(network, method: Method) -> dict:
 
 def run_identity(network, methods: Sequence[Method], settings: FolderSettings, root: str | os.PathLike) -> dict:
     """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
-    layers = [m.settings_identity(network)["layer"] for m in methods if m.needs_stats]
+    # a one-layer bottleneck's layer, or the first of CoIBA's range (its information is counted there)
+    layers = [identity.get("layer") or identity["layers"][0] for identity in
+              (m.settings_identity(network) for m in methods if m.needs_stats)]
     return {
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),

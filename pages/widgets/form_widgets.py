@@ -1,6 +1,7 @@
 """The settings widgets of a page's form: layer, β·k, class, optimisation, statistics and methods."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 import streamlit as st
@@ -40,6 +41,27 @@ def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
     )
     set_link(layer=layer)
     return layer
+
+
+def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
+    """CoIBA's first and last layer, by the names the layer picker shows (default: `coiba.default_range`); keys
+    hold the network's, so another network's layers are never offered. A range CoIBA cannot take is refused on
+    Run, in words (`coiba.layer_range`)."""
+    from iba_core.coiba import default_range
+
+    spec, network = inputs.network.spec, inputs.network
+    defaults = default_range(network)
+    picked = []
+    for column, label, default, what in zip(
+            st.columns(2), ("First layer", "Last layer"), defaults,
+            ("where the shared mask is drawn and its information counted", "the deepest layer the mask damps")):
+        key = f"{prefix}_range_{label.split()[0].lower()}_{spec.key}"
+        with column:  # a value kept from an earlier visit goes without an index (Streamlit warns about both)
+            picked.append(st.selectbox(
+                label, spec.layers, index=None if key in st.session_state else spec.layers.index(default),
+                key=key, format_func=network.layer_label,
+                help=f"CoIBA's {label.lower()}: {what}. Default: {defaults[0]} to {defaults[1]}."))
+    return picked[0], picked[1]
 
 
 def beta_picker(prefix: str) -> float:
@@ -89,9 +111,10 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     return other.strip() or chosen
 
 
-def advanced_settings(prefix: str) -> BottleneckSettings:
-    """Steps, batch, learning rate, σ_s and seed (paper defaults) inside an expander."""
-    d = BottleneckSettings()
+def advanced_settings(prefix: str, defaults: BottleneckSettings | None = None) -> BottleneckSettings:
+    """Steps, batch, learning rate, σ_s and seed inside an expander; `defaults` (the paper's
+    BottleneckSettings unless given, e.g. CoIBA's) set the widgets' first values and the kind returned."""
+    d = defaults or BottleneckSettings()
     with st.expander("Advanced", icon=":material/tune:"):
         c1, c2 = st.columns(2)
         steps = c1.number_input("Steps T", 1, 200, d.steps, key=f"{prefix}_steps", help="Adam iterations.")
@@ -100,7 +123,7 @@ def advanced_settings(prefix: str) -> BottleneckSettings:
         sigma = c2.number_input("Smoothing σ_s", 0.0, 10.0, d.sigma, step=0.5, key=f"{prefix}_sigma",
                                 help="Gaussian smoothing of the mask, in feature-map cells.")
         seed = c1.number_input("Seed", 0, 2**31 - 1, d.seed or 0, key=f"{prefix}_seed")
-    return BottleneckSettings(steps=int(steps), batch=int(batch), lr=float(lr), sigma=float(sigma), seed=int(seed))
+    return replace(d, steps=int(steps), batch=int(batch), lr=float(lr), sigma=float(sigma), seed=int(seed))
 
 
 def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None, int]:
@@ -129,11 +152,13 @@ def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None,
     return folder, int(n)
 
 
-def settings_row(inputs: Inputs, prefix: str, layer: str) -> tuple[BottleneckSettings, str | None, int]:
-    """The two expanders side by side: optimisation settings and feature statistics."""
+def settings_row(inputs: Inputs, prefix: str, layer: str,
+                 defaults: BottleneckSettings | None = None) -> tuple[BottleneckSettings, str | None, int]:
+    """The two expanders side by side: optimisation settings (from `defaults`, see `advanced_settings`) and
+    feature statistics."""
     left, right = st.columns(2)
     with left:
-        settings = advanced_settings(prefix)
+        settings = advanced_settings(prefix, defaults)
     with right:
         folder, n = stats_settings(inputs, prefix, layer)
     return settings, folder, n

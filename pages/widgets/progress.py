@@ -4,12 +4,12 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 import streamlit as st
 
 from iba_core.app.state import SharedModel
-from iba_core.app.stats_source import choose_stats, stats_for_methods, stats_progress_text
+from iba_core.app.stats_source import choose_range_stats, choose_stats, stats_for_methods, stats_progress_text
 from iba_core.networks import Network
 from iba_core.trust import check_server_path
 from iba_core.feature_stats import FeatureStats
@@ -18,6 +18,8 @@ from pages.widgets.page import app_trust
 
 if TYPE_CHECKING:
     from pages.widgets.inputs import Inputs
+
+T = TypeVar("T")
 
 # ---- waiting for the network -------------------------------------------------------------------
 
@@ -55,18 +57,34 @@ def stats_with_progress(inputs: Inputs, layer: str, folder: str | None, n: int,
     timing, if given, gets timing["stats"] (seconds, without waiting for another session) and the
     seconds waited added to timing["wait"].
     """
+    return _with_stats_bar(inputs, layer, folder, timing, lambda progress: choose_stats(
+        inputs.network, layer, folder=folder, n=n, progress=progress))
+
+
+def range_stats_with_progress(inputs: Inputs, layers: list[str], label: str, folder: str | None, n: int,
+                              timing: dict | None = None) -> dict[str, FeatureStats]:
+    """Statistics for every layer of CoIBA's range (the missing ones in one pass: `choose_range_stats`), with
+    the bar `stats_with_progress` shows, naming the range by `label`; timing as there."""
+    return _with_stats_bar(inputs, label, folder, timing, lambda progress: choose_range_stats(
+        inputs.network, layers, folder=folder, n=n, progress=progress))
+
+
+def _with_stats_bar(inputs: Inputs, label: str, folder: str | None, timing: dict | None,
+                    compute: Callable[[Callable[..., None]], T]) -> T:
+    """compute(progress) in the network's turn, under a bar that names `label` (a layer or a range) and the time
+    left; a typed folder is checked against what the app allows first."""
     if folder:  # a visitor's path on the server: only inside the owner's folders (checked before any scan)
         check_server_path(Path(folder).expanduser(), app_trust(), what="image folder")
     holder = st.empty()
     started = time.perf_counter()
 
-    def progress(done: int, total: int, label: str = "") -> None:
-        text = stats_progress_text(layer, done, total, time.perf_counter() - started)
+    def progress(done: int, total: int, _label: str = "") -> None:
+        text = stats_progress_text(label, done, total, time.perf_counter() - started)
         holder.progress(min(done / max(total, 1), 1.0), text=text)
 
     with network_turn(inputs.shared, timing):
         start = time.perf_counter()
-        stats = choose_stats(inputs.network, layer, folder=folder, n=n, progress=progress)
+        stats = compute(progress)
         if timing is not None:
             timing["stats"] = time.perf_counter() - start
     holder.empty()
