@@ -96,7 +96,7 @@ def method_list(args: argparse.Namespace) -> list:
     """The methods to run, with the command's Per-Sample settings (--layer, --steps, …) and --readout; unknown keys
     and out-of-range settings fail here, before the network loads."""
     from ..methods import get_method, method_keys, resolve_methods
-    from ..methods.bottlenecks import PerSampleIBA
+    from ..methods.bottlenecks import CoIBAMethod, PerSampleIBA
 
     from .common import layer_settings, refuse_unused_range
 
@@ -131,6 +131,8 @@ def method_list(args: argparse.Namespace) -> list:
     for method in methods:
         if isinstance(method, PerSampleIBA):
             method.bottleneck_settings()  # the ranges, checked now
+        elif isinstance(method, CoIBAMethod):
+            method.coiba_settings()
     return methods
 
 
