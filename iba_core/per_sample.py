@@ -468,6 +468,9 @@ class PerSampleBottleneck:
     #: Where an "auto" precision choice is kept in memory: the network's cache (`for_network`), else nowhere —
     #: a bottleneck built without a Network keeps it on disk only (`_module_key`), like every choice.
     _memo: Recent | None = None
+    #: The class that runs one batched fit (`_BatchFit`); a bottleneck family that fits λ the same way with
+    #: another mask or noise (CoIBA, `coiba.py`) names its subclass here.
+    _fit_class: type["_BatchFit"]
     layout: FeatureLayout = MAP
     path: str = ""
     head: str = "softmax"
@@ -596,7 +599,7 @@ class PerSampleBottleneck:
         with ExitStack() as stack:
             stack.enter_context(frozen_eval(*runner.modules))
             stack.callback(runner.close)
-            fit = _BatchFit(self, runner, x)
+            fit = self._fit_class(self, runner, x)
             fit.choose_targets(targets)
             fit.start_optimiser()
             for step in range(1, self.settings.steps + 1):
@@ -681,7 +684,7 @@ class _BatchFit:
         """The class of each image (None: the network's top-1) and p(target) without the bottleneck."""
         with torch.no_grad(), self.network_pass():
             # clone: the suffix may start with an in-place ReLU
-            logits = self.runner.logits(self.bottleneck._raw([p.clone() for p in self.r])).float()
+            logits = self.logits([p.clone() for p in self.r]).float()
             probs = probabilities(logits, self.bottleneck.head)
         top = probs.max(dim=1)
         self.predicted = [int(i) for i in top.indices]
@@ -715,6 +718,12 @@ class _BatchFit:
             out.append(parts[0] if self.n_images == 1 else torch.cat(parts))
         return out
 
+    def logits(self, z: list[torch.Tensor], lams: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+               ) -> torch.Tensor:
+        """The network's outputs from the layer's map-view parts z; `lams`: the pass's (λ, 1 − λ), None for the
+        pass without the bottleneck (a subclass that injects noise further on reads them)."""
+        return self.runner.logits(self.bottleneck._raw(z))
+
     def information(self, lams: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
         """The KL per element (nats) per part."""
         return [kl_per_element(r_std_p, lam, one_minus) for r_std_p, (lam, one_minus) in zip(self.r_std, lams)]
@@ -733,7 +742,7 @@ class _BatchFit:
         lams = self.lambdas()
         z, kl = self.masked(self.noisy(lams)), self.masked(self.information(lams))
         with self.network_pass():
-            logits = self.runner.logits(self.bottleneck._raw(z)).float()
+            logits = self.logits(z, lams).float()
         per_image = logits.view(n, s.batch, -1)
         head = self.bottleneck.head
         ce = [target_nll(per_image[i], self.labels[i], head) for i in range(n)]
@@ -789,7 +798,7 @@ class _BatchFit:
             z, kl = self.masked(self.noisy(lams)), self.masked(self.information(lams))
             lam = [lam_p for lam_p, _ in lams]
             with self.network_pass():
-                logits = self.runner.logits(self.bottleneck._raw(z)).float()
+                logits = self.logits(z, lams).float()
                 probs_with = probabilities(logits, self.bottleneck.head).view(n, s.batch, -1)
             if s.read_point == "last_step" and self.last_step is not None:
                 lam, kl = self.last_step  # the authors' read point: the last forward pass, before its update
@@ -819,3 +828,6 @@ class _BatchFit:
             p_predicted=self.p_predicted[i],
             head=self.bottleneck.head,
         )
+
+
+PerSampleBottleneck._fit_class = _BatchFit  # defined after the bottleneck it serves

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import UserError
 from .base import AttributionMap, Method
-from .bottlenecks import PerSampleIBA, ReadoutMethod
+from .bottlenecks import CoIBAMethod, PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
 from .cam_variants import EigenCam, GradCamPlusPlus, LayerCam, ScoreCam
 from .gradients import GuidedBackprop, Gradient, IntegratedGradients, Saliency, SmoothGrad
@@ -75,6 +75,7 @@ for _key, _factory in (
     ("iba_1", partial(PerSampleIBA, beta_k=1.0)),
     ("iba_10", partial(PerSampleIBA, beta_k=10.0)),
     ("iba_100", partial(PerSampleIBA, beta_k=100.0)),
+    ("coiba", CoIBAMethod),
     ("readout", ReadoutMethod),
 ):
     register_method(_key, _factory)

@@ -1,4 +1,5 @@
-"""The two bottlenecks behind the method interface: Per-Sample (`iba_1`, `iba_10`, `iba_100`) and Readout.
+"""The bottlenecks behind the method interface: Per-Sample (`iba_1`, `iba_10`, `iba_100`), CoIBA (`coiba`) and
+Readout.
 
 Per-Sample (paper §3.2): β = β·k / k with k = h·w·c of the layer (paper §4.1: β = 1/k, 10/k, 100/k). The
 layer defaults to the network's default layer; statistics follow the one policy of every front end
@@ -18,6 +19,8 @@ import numpy as np
 import torch
 
 from ..bottleneck import DEFAULT_BETA_K
+from ..coiba import CoIBABottleneck, CoIBASettings, default_range, range_label, stats_for_range
+from ..coiba import layer_range as coiba_layer_range
 from ..per_sample import BottleneckSettings, PerSampleBottleneck
 from .base import Method, key_number, spec_of
 
@@ -196,3 +199,143 @@ class ReadoutMethod(Method):
         # p_with would need a second, noisy pass: not measured here (the folder table shows NaN)
         return [(m, {"total_bits": float(m.sum(dtype=np.float64)), "unlocated_bits": 0.0, "precision": "fp32"})
                 for m in maps]
+
+
+class CoIBAMethod(Method):
+    """CoIBA (Hong et al., CVPR 2025): one mask shared by bottlenecks at every layer of a range (`coiba.py`);
+    bits per pixel of the range's first layer."""
+
+    signed = False
+    unit = "bits/pixel"
+    cost = "slow"
+    needs_stats = True
+    explains_logit = False  # its loss and p(target) follow the network's head (`heads.py`)
+    batched = True  # one mask per image, fitted together (`CoIBABottleneck.attribute_batch`)
+    takes_label_sets = False  # its loss reads the head for one class
+
+    def __init__(self, beta_k: float = DEFAULT_BETA_K, **settings):
+        super().__init__(beta_k=beta_k, **settings)
+        s = self.coiba_settings()  # checked now: a bad value fails before any network loads
+        self._range = self._given_range()
+        label = f"{s.beta_k:g}"
+        span = "" if self._range is None else ", " + range_label(*self._range)
+        self.name = f"CoIBA β={label}/k{span}"
+        # The key names β and a range given (as `iba_10` names β): "coiba" for the paper's β and the default range
+        self.key = "coiba"
+        if s.beta_k != DEFAULT_BETA_K or self._range is not None:
+            self.key = f"coiba_{key_number(s.beta_k)}"
+            if self._range is not None:
+                self.key += f"__{self._range[0]}-{self._range[1]}"
+        self.description = (f"Bits per pixel that pass one mask shared by bottlenecks at every layer of a range, "
+                            f"fitted with β = {label}/k (CoIBA, Hong et al. 2025).")
+
+    @classmethod
+    def default_settings(cls) -> dict:
+        defaults = CoIBASettings()
+        return {
+            "beta_k": DEFAULT_BETA_K,
+            "layers": None,  # None: `coiba.default_range`; a (first, last) pair, or "first:last"
+            "steps": defaults.steps,
+            "batch": defaults.batch,
+            "lr": defaults.lr,
+            "sigma": defaults.sigma,
+            "mask": defaults.mask,
+            "seed": defaults.seed,
+            "precision": defaults.precision,
+            #: {layer: FeatureStats}, or one FeatureStats (for its layer, else the range's first); the layers
+            #: without by the one policy (`coiba.stats_for_range`)
+            "stats": None,
+            "stats_images": None,  # the statistics' image folder; None: the model card's, else the offline photos
+            "stats_samples": None,  # None: feature_stats.app_samples (IBA_STATS_SAMPLES, else a default)
+        }
+
+    def coiba_settings(self) -> CoIBASettings:
+        """CoIBA's settings from this method's; a UserError naming the range of a bad one."""
+        s = self.settings
+        names = ("beta_k", "steps", "batch", "lr", "sigma")
+        try:  # plain numbers (settings may come from JSON or numpy)
+            numbers = dict(zip(names, (float(s["beta_k"]), int(s["steps"]), int(s["batch"]), float(s["lr"]),
+                                       float(s["sigma"]))))
+        except (TypeError, ValueError, OverflowError):  # NaN steps, a word: the settings name which
+            numbers = {k: s[k] for k in names}
+        return CoIBASettings(**numbers, mask=s["mask"], seed=s["seed"], precision=s["precision"])
+
+    def _given_range(self) -> tuple[str, str] | None:
+        """The `layers` setting as (first, last); None for the default range."""
+        given = self.settings["layers"]
+        if given is None:
+            return None
+        if isinstance(given, str):
+            parts = [p.strip() for p in given.split(":")]
+            if len(parts) == 1:
+                parts = parts * 2
+        else:
+            parts = [str(p) for p in given]
+        if len(parts) != 2 or not all(parts):
+            raise UserError(f"Give CoIBA's layer range as FIRST:LAST (e.g. block3_2:block7_1), not "
+                            f"{str(given)[:80]!r}.")
+        return parts[0], parts[1]
+
+    def layer_range(self, network) -> list[str]:
+        """The layers of the range on `network` (the default range unless `layers` names one)."""
+        first, last = self._range or default_range(network)
+        return coiba_layer_range(network, first, last)
+
+    def available_for(self, network) -> str | None:
+        if spec_of(network) is None:
+            return "CoIBA needs a network with named layers (iba_core.networks)."
+        return None
+
+    def settings_identity(self, network) -> dict:
+        """The settings with the range resolved to its layers, and statistics given as objects described."""
+        layers = self.layer_range(network)
+        given = self._given_stats(layers)
+        stats = None if not given else {layer: {"n": getattr(st, "n", None), "source": getattr(st, "source", None)}
+                                        for layer, st in given.items()}
+        return {**self.settings, "layers": layers, "stats": stats}
+
+    def _given_stats(self, layers: list[str]) -> dict:
+        """The statistics the `stats` setting gives, by layer of the range."""
+        given = self.settings["stats"]
+        if given is None:
+            return {}
+        if not isinstance(given, dict):
+            layer = getattr(given, "layer", None)
+            given = {layer if layer in layers else layers[0]: given}
+        return {layer: st for layer, st in given.items() if layer in layers}
+
+    def prepare(self, network) -> None:
+        """Every layer's statistics, by the one policy (`coiba.stats_for_range`, missing ones in one pass): a
+        problem there stops a folder run before any image. Kept for the next call on the same network."""
+        self._bottleneck(network)
+
+    def _bottleneck(self, network) -> CoIBABottleneck:
+        s = self.settings
+        layers = self.layer_range(network)
+        kept = getattr(self, "_kept", None)
+        if kept is not None and kept[0] is network and kept[1] == layers:
+            return kept[2]
+        stats = self._given_stats(layers)
+        missing = [layer for layer in layers if layer not in stats]
+        if missing:
+            stats.update(stats_for_range(network, missing, images=s["stats_images"], n=s["stats_samples"]))
+        stats = {layer: stats[layer].to(network.device) for layer in layers}
+        bottleneck = CoIBABottleneck.for_network(network, layers, stats, self.coiba_settings())
+        self._kept = (network, layers, bottleneck)
+        return bottleneck
+
+    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
+        bottleneck = self._bottleneck(network)
+        layers = list(bottleneck.layers)
+        results = bottleneck.attribute_batch(x, targets)
+        return [(r.heatmap, {
+            "layer": layers[0],
+            "layers": layers,
+            "total_bits": r.total_bits,
+            "p_without": r.p_without,
+            "p_with": r.p_with,
+            "stats_samples": bottleneck.stats.n,
+            "precision": r.precision,
+            "path": r.path,
+            "unlocated_bits": r.unlocated_bits,
+        }) for r in results]

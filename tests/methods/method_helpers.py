@@ -18,6 +18,7 @@ FAST_SETTINGS = {
     "iba_1": {"steps": 2, "batch": 2},
     "iba_10": {"steps": 2, "batch": 2},
     "iba_100": {"steps": 2, "batch": 2},
+    "coiba": {"steps": 2, "batch": 2},
     # Patterns from 2 offline photos when a test does not pass precomputed ones (`vgg_patterns`).
     "pattern_attribution": {"samples": 2},
     # One forward pass per channel: 8 of them, not 512 (VGG-16) or 2,048 (ResNet-50). test_cam_variants.py checks
@@ -32,11 +33,28 @@ def fast_method(key: str, **extra):
     return get_method(key, **{**FAST_SETTINGS.get(key, {}), **extra})
 
 
-def small_stats(network, x_size: int = SMALL):
-    """Feature statistics at the default layer for small random inputs (IBA needs matching shapes)."""
+def stats_settings(key: str, network, stats, x_size: int = SMALL) -> dict:
+    """The statistics settings of a method that needs them (else {}): the default layer's `stats` for the
+    Per-Sample Bottleneck; for CoIBA a two-layer range from the default layer, with small statistics of both."""
+    from iba_core.methods import get_method
+
+    if not get_method(key).needs_stats:
+        return {}
+    if key != "coiba":
+        return {"stats": stats}
+    layers = list(network.spec.layers)
+    i = layers.index(network.spec.default_layer)
+    pair = layers[i:i + 2]
+    return {"layers": (pair[0], pair[-1]),
+            "stats": {layer: stats if layer == pair[0] else small_stats(network, x_size, layer) for layer in pair}}
+
+
+def small_stats(network, x_size: int = SMALL, layer: str | None = None):
+    """Feature statistics at a layer (default: the default layer) for small random inputs (IBA needs matching
+    shapes)."""
     from iba_core.feature_stats import FeatureStats, estimate_stats
 
-    layer = network.spec.default_layer
+    layer = layer or network.spec.default_layer
     g = torch.Generator().manual_seed(1)
     mean, std, n = estimate_stats(network.prefix(layer), [torch.randn(8, 3, x_size, x_size, generator=g)])
     return FeatureStats(mean, std, n, network.key, network.weights_id, layer, "random noise")

@@ -9,7 +9,7 @@ import torch
 from iba_core.errors import UserError
 from iba_core.methods import ClassTarget, LabelSetTarget, as_target, get_method, method_keys
 
-from method_helpers import SMALL, fast_method
+from method_helpers import SMALL, fast_method, stats_settings
 
 #: Three random images: enough to tell a batch from a repeated single image.
 BATCH = 3
@@ -29,8 +29,7 @@ def _setup(key, random_networks, vgg_patterns, offline_model, chelsea_x):
     network, stats = random_networks["vgg16" if "cam" in key else "resnet50"]
     if key == "eigen_cam":  # a principal component needs ≥ 2 positions: VGG-16's pool5 is 1 × 1 at 32 px
         x = torch.randn(BATCH, 3, 2 * SMALL, 2 * SMALL, generator=g)
-    extra = {"stats": stats} if get_method(key).needs_stats else {}
-    return fast_method(key, **extra), network, x
+    return fast_method(key, **stats_settings(key, network, stats)), network, x
 
 
 @pytest.mark.parametrize("key", method_keys())

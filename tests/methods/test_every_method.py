@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from iba_core.methods import get_method, method_keys
 from reference_impl import hook_count
 
-from method_helpers import fast_method, fingerprint
+from method_helpers import fast_method, fingerprint, stats_settings
 
 ALL = method_keys()
 OCCLUSION = {"occlusion_8", "occlusion_14"}
@@ -52,7 +52,7 @@ def test_offline_model(key, offline_model, chelsea_x, offline_stats):
 @pytest.mark.parametrize("key", ALL)
 def test_random_networks(key, name, random_networks, small_x, request):
     network, stats = random_networks[name]
-    extra = {"stats": stats} if get_method(key).needs_stats else {}
+    extra = stats_settings(key, network, stats)
     before = fingerprint(network.model)
     if key == "readout":  # no readout is trained for these networks: the method says so, and why
         assert "readout checkpoint" in get_method(key).available_for(network)
@@ -66,5 +66,5 @@ def test_random_networks(key, name, random_networks, small_x, request):
 def test_signed_and_unsigned_flags():
     unsigned = {k for k in ALL if not get_method(k).signed}
     assert unsigned == {"random", "saliency", "smoothgrad", "grad_cam", "grad_cam_pp", "score_cam", "layer_cam",
-                        "eigen_cam", "iba_1", "iba_10", "iba_100", "readout"}
+                        "eigen_cam", "iba_1", "iba_10", "iba_100", "coiba", "readout"}
     assert {"lrp_alpha0beta1eps5", "pattern_attribution"} <= set(ALL)

@@ -28,6 +28,7 @@ EXPECTED = {
     "iba_1": "Per-Sample IBA β=1/k",
     "iba_10": "Per-Sample IBA β=10/k",
     "iba_100": "Per-Sample IBA β=100/k",
+    "coiba": "CoIBA β=10/k",
     "readout": "Readout Bottleneck",
 }
 
@@ -45,7 +46,7 @@ def test_every_method_follows_the_interface(key):
     assert callable(method.attribute)
     assert method.key == key
     assert isinstance(method.signed, bool) and isinstance(method.unit, str) and method.description
-    assert method.unit == ("bits/pixel" if key.startswith("iba_") or key == "readout" else "")
+    assert method.unit == ("bits/pixel" if key.startswith("iba_") or key in ("coiba", "readout") else "")
     assert method.cost in ("fast", "slow") and isinstance(method.needs_stats, bool)
     assert get_method(key) is not method  # fresh instances
 
@@ -72,9 +73,9 @@ def test_settings():
 def test_attributes_pages_read_instead_of_key_prefixes():
     slow = {k for k in method_keys() if get_method(k).cost == "slow"}
     assert slow == {"occlusion_8", "occlusion_14", "integrated_gradients", "smoothgrad", "iba_1", "iba_10", "iba_100",
-                    "pattern_attribution",  # patterns are estimated on first use
+                    "coiba", "pattern_attribution",  # patterns are estimated on first use
                     "score_cam"}  # one forward pass per channel of the CAM layer
-    assert {k for k in method_keys() if get_method(k).needs_stats} == {"iba_1", "iba_10", "iba_100"}
+    assert {k for k in method_keys() if get_method(k).needs_stats} == {"iba_1", "iba_10", "iba_100", "coiba"}
 
 
 def test_methods_say_why_they_cannot_run(offline_model):

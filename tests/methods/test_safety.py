@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from method_helpers import TinyConvNet, fast_method, fingerprint, wrap
+from method_helpers import TinyConvNet, fast_method, fingerprint, stats_settings, wrap
 from iba_core.methods import get_method, method_keys
 from reference_impl import hook_count
 
@@ -16,7 +16,7 @@ ALL = [k for k in method_keys() if k not in ("readout", "pattern_attribution")]
 RUNS_THE_NETWORK = [k for k in ALL if k != "random"]
 #: Methods with more than one forward pass: the second call fails mid-way through them.
 MULTI_PASS = ["occlusion_8", "occlusion_14", "integrated_gradients", "smoothgrad", "guided_grad_cam",
-              "iba_1", "iba_10", "iba_100", "score_cam"]
+              "iba_1", "iba_10", "iba_100", "coiba", "score_cam"]
 FAILURES = [(k, 1) for k in RUNS_THE_NETWORK] + [(k, 2) for k in MULTI_PASS]
 
 
@@ -36,8 +36,8 @@ def raise_on_call(n: int):
 
 
 def _method(key, random_networks, network="resnet50"):
-    _, stats = random_networks[network]
-    extra = {"stats": stats} if get_method(key).needs_stats else {}
+    net, stats = random_networks[network]
+    extra = stats_settings(key, net, stats)
     if key in ("integrated_gradients", "smoothgrad"):
         extra["batch"] = 2  # several passes
     return fast_method(key, **extra)

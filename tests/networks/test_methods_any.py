@@ -20,6 +20,7 @@ CHEAP = {
     "iba_1": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
     "iba_10": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
     "iba_100": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
+    "coiba": {"steps": 1, "batch": 1, "precision": "fp32"},  # fp32: no speed measurement
     "pattern_attribution": {"samples": 2},
     "score_cam": {"channels": 8},  # one forward pass per channel: 8, not 512 (ResNet-18) or 768 (Swin-T)
 }
@@ -68,6 +69,11 @@ def test_method_works_or_says_why(any_network, noise_stats, name, key):
     settings = dict(CHEAP.get(key, {}))
     if method.needs_stats:
         settings["stats"] = noise_stats(net, net.spec.default_layer, size)
+    if key == "coiba":  # a two-layer range from the default layer (a ViT's next block, a CNN's next stage)
+        layers = list(net.spec.layers)
+        pair = layers[layers.index(net.spec.default_layer):][:2]
+        settings["layers"] = (pair[0], pair[-1])
+        settings["stats"] = {layer: noise_stats(net, layer, size) for layer in pair}
     method = get_method(key, **settings)
     if key.startswith("occlusion") and name == "vit_b_16" and not os.environ.get("IBA_SLOW_TESTS"):
         # ViT-B takes only 224 px: 784 (8×8) or 256 (14×14) forward passes. The same code with 112 px tiles:

@@ -1,0 +1,440 @@
+"""CoIBA, the comprehensive information bottleneck (Hong et al., CVPR 2025): one damping mask λ shared by
+bottlenecks at every layer of a range.
+
+Each layer l of the range replaces its output R_l by Z_l = λ_l·R_l + (1 − λ_l)·ε_l with ε_l ~ N(μ_l, σ_l²), its
+OWN feature statistics, and the same λ (paper §3, eq. 6). The information term is the KL at the FIRST layer
+only: by the data-processing inequality I(R_1; Z_1) bounds the information that reaches any later layer, so
+it bounds the whole range (paper §3.2). Loss = the head's target term (`heads.target_nll`) + β·Σ KL with
+β = β·k / k, k the elements of the first layer (the authors' β = 10 on the MEAN capacity is β·k = 10).
+
+The mask ("location", the paper's): one λ per location of the first layer's grid, shared by all channels; the
+tokens off the grid (a ViT's class token) get one λ each, no blur; their bits count in `total_bits` and
+`unlocated_bits`, not on the map, as the Per-Sample Bottleneck handles them (`per_sample.py`). "element": one λ
+per unit, as the Per-Sample Bottleneck; only where every layer of the range has the first layer's shape (with a
+one-layer range it IS the Per-Sample Bottleneck). A later layer on another grid (a CNN's next stage) gets λ
+resized to its grid (`resize_mask`: the area average where the grid shrinks, bilinear where it grows); token
+layers with the first layer's tokens use λ as it is.
+
+How the network runs: where it has a stage list, the prefix up to the first layer runs once and the rest in
+segments cut at the later layers, with Z_l injected between them ("stages"); else the first layer by a
+`torch.fx` cut ("fx") or a forward hook ("hook"), and the later layers by forward hooks on their modules that
+replace the output, removed after each pass (also on errors). An fx suffix may have traced through a later
+layer's module (its hook would never fire): `for_network` checks that every later hook fires exactly once in
+one pass through the cut, else it runs the whole network on the hook path.
+
+Deviations from the authors' code (README, "CoIBA: one bottleneck across layers"): σ_s defaults to 0 as theirs
+(a σ_s > 0 blurs λ on the first layer's grid); the heatmap reads the final λ (`read_point`, as the Per-Sample
+Bottleneck); the authors' code keeps λ on one grid, so their CNN ranges stay within one stage, here λ is
+resized.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, fields
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bottleneck import inject_noise
+from .errors import UserError
+from .feature_stats import FeatureStats
+from .model_state import frozen_eval, replaced_output
+from .network_cache import cache_of
+from .networks.tokens import FeatureLayout
+from .per_sample import BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key
+from .progress import ProgressFn
+
+#: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
+MASKS = ("location", "element")
+#: Registered networks whose last stage is the classifier's own convolution (EfficientNet's 1×1 "head" to 1280
+#: channels): the default range ends before it, on the last block (the paper inserts bottlenecks in blocks).
+HEAD_STAGES = ("head",)
+
+
+@dataclass
+class CoIBASettings(BottleneckSettings):
+    """The Per-Sample Bottleneck's settings and checks, with CoIBA's defaults: β·k 10 (the authors' β = 10 on
+    the mean capacity), 10 steps, lr 1, 10 noisy copies, α 5, and no smoothing (the authors do not blur CoIBA's
+    mask)."""
+
+    sigma: float = 0.0
+    mask: str = "location"
+
+    def validate(self) -> "CoIBASettings":
+        super().validate()
+        if self.mask not in MASKS:
+            raise UserError(f"Unknown CoIBA mask {str(self.mask)[:40]!r}; choose one of: {', '.join(MASKS)}.")
+        return self
+
+
+def range_label(first: str, last: str) -> str:
+    """"block3_2 … block7_1" (one name for a one-layer range): how pages, keys and tables name a range."""
+    return first if first == last else f"{first} … {last}"
+
+
+def layer_range(network, first: str, last: str) -> list[str]:
+    """The spec's layers from `first` to `last` inclusive, in network.spec.layers order; a UserError naming the
+    layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask."""
+    spec = network.spec
+    spec.check_layer(first)
+    spec.check_layer(last)
+    order = list(spec.layers)
+    i, j = order.index(first), order.index(last)
+    if j < i:
+        raise UserError(f"The layer range runs backwards: {first} comes after {last} in {spec.title}; give the "
+                        f"range as {last} … {first}.")
+    layers = order[i : j + 1]
+    check_shared(network, layers)
+    return layers
+
+
+def check_shared(network, layers: Sequence[str]) -> None:
+    """A UserError unless every layer can take the first layer's mask: layers in the network's order, each once,
+    with the first layer's tokens off the grid (a class token that the first layer lacks would have no λ)."""
+    if not layers:
+        raise UserError("A CoIBA range needs at least one layer.")
+    order = list(network.spec.layers)
+    for layer in layers:
+        network.spec.check_layer(layer)
+    index = [order.index(layer) for layer in layers]
+    if any(b <= a for a, b in zip(index, index[1:])):
+        raise UserError(f"The layers of a CoIBA range must be distinct and in the network's order "
+                        f"({', '.join(layers)}).")
+    first = layers[0]
+    extra = _extra_tokens(network.layout(first))
+    for layer in layers[1:]:
+        other = _extra_tokens(network.layout(layer))
+        if other != extra:
+            raise UserError(
+                f"{layer} cannot share {first}'s mask: it has {other} token(s) off the patch grid (a class token) "
+                f"and {first} has {extra}; start the range at a layer with the same tokens.")
+
+
+def _extra_tokens(layout: FeatureLayout) -> int:
+    return layout.extra_tokens if layout.form == "nlc" else 0
+
+
+def default_range(network) -> tuple[str, str]:
+    """(first, last): from the network's default layer to the last layer on the grid before the head — the
+    last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a registered
+    network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's mask."""
+    from .networks.spec import transformer_blocks
+
+    spec = network.spec
+    first = spec.default_layer
+    table = {info.name: info for info in network.layer_table()}
+    later = list(spec.layers[spec.layers.index(first):])
+    extra = _extra_tokens(network.layout(first))
+    blocks = set(transformer_blocks(network.model, list(table.values())))
+
+    def fits(layer: str) -> bool:
+        info = table.get(layer)
+        on_grid = info is None or info.kind == "tokens" or max(info.shape[-2:]) > 1
+        return on_grid and layer not in HEAD_STAGES and _extra_tokens(network.layout(layer)) == extra
+
+    candidates = [layer for layer in later if fits(layer)]
+    if first in blocks:
+        candidates = [layer for layer in candidates if layer in blocks] or candidates
+    return first, (candidates[-1] if candidates else first)
+
+
+def stats_for_range(network, layers: Sequence[str], *, images=None, n: int | None = None,
+                    progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
+    """Every layer's statistics by the one policy (`feature_stats.stats_for_run`: cached or shipped first), the
+    missing ones estimated in ONE pass over the images (`feature_stats.compute_all_stats` with those layers)."""
+    from pathlib import Path
+
+    from .errors import MissingFileError, check_range
+    from .feature_stats import _keep, compute_all_stats, find_run_stats, run_stats_source
+    from .settings import MAX_SAMPLES
+
+    folder, n = run_stats_source(network, images, n)
+    check_range("The number of samples", n, 1, MAX_SAMPLES, integer=True)
+    if folder and not Path(folder).expanduser().is_dir():
+        raise MissingFileError(f"Image folder not found: {Path(folder).expanduser()}. Enter a folder that holds "
+                               "images.")
+    found = {layer: find_run_stats(network, layer, images=folder, n=n) for layer in layers}
+    missing = [layer for layer in layers if found[layer] is None]
+    if missing:
+        fresh = compute_all_stats(network, missing, images=Path(folder).expanduser() if folder else None, n=n,
+                                  progress=progress)
+        for layer, stats in fresh.items():
+            _keep(stats, layer)  # cached as `get_stats` keeps them, so a single-layer run finds them too
+            found[layer] = stats
+    return {layer: found[layer] for layer in layers}
+
+
+def resize_mask(lam: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """λ (N, 1 or C, h, w) on another grid: the area average of the cells each new cell covers where the grid
+    shrinks (a coarse location keeps the mean damping of what it summarises), bilinear where it grows. Both are
+    averages, so the resized λ and the resized 1 − λ still sum to 1."""
+    size = (int(size[0]), int(size[1]))
+    if tuple(lam.shape[-2:]) == size:
+        return lam
+    if size[0] <= lam.shape[-2] and size[1] <= lam.shape[-1]:
+        return F.adaptive_avg_pool2d(lam, size)
+    return F.interpolate(lam, size=size, mode="bilinear", align_corners=False)
+
+
+# ---- how the network runs -------------------------------------------------------------------------------
+
+
+class _SegmentsRunner:
+    """The stages path: the prefix once; per pass the rest in segments cut at the later layers, with the pass's
+    noise (`noise`, set by the fit for a pass with the bottleneck) injected between them."""
+
+    def __init__(self, prefix: nn.Module, segments: list[nn.Module], later: list[str]):
+        self.prefix, self.segments, self.later = prefix, segments, later
+        self.modules = (prefix, *segments)
+        self.noise: "_LaterNoise | None" = None
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.prefix(x)
+
+    def logits(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.segments[0](_fast_format(z))
+        for layer, segment in zip(self.later, self.segments[1:]):
+            if self.noise is not None:
+                h = self.noise(layer, h)
+            h = segment(h)
+        return h
+
+    def close(self) -> None:
+        self.noise = None
+
+
+class _HookedRunner:
+    """The fx or hook path: the first layer's runner as the Per-Sample Bottleneck has it; the later layers' noise
+    by forward hooks on their modules, registered for one pass and removed after it (also on errors)."""
+
+    def __init__(self, base, later: dict[str, nn.Module]):
+        self.base, self.later = base, later
+        self.modules = base.modules
+        self.noise: "_LaterNoise | None" = None
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base.features(x)
+
+    def logits(self, z: torch.Tensor) -> torch.Tensor:
+        if self.noise is None:
+            return self.base.logits(z)
+        noise = self.noise
+        with ExitStack() as stack:
+            for layer, module in self.later.items():
+                stack.enter_context(replaced_output(module, lambda out, layer=layer: noise(layer, out)))
+            return self.base.logits(z)
+
+    def close(self) -> None:
+        self.noise = None
+        self.base.close()
+
+
+def _fires_once(run, modules: dict[str, nn.Module]) -> bool:
+    """Whether each module's forward hook fires exactly once while `run()` runs (hooks removed afterwards)."""
+    counts = dict.fromkeys(modules, 0)
+    with ExitStack() as stack:
+        for layer, module in modules.items():
+            def count(_m, _inp, _out, layer=layer) -> None:
+                counts[layer] += 1
+            stack.callback(module.register_forward_hook(count).remove)
+        with torch.no_grad():
+            run()
+    return all(c == 1 for c in counts.values())
+
+
+# ---- the fit ---------------------------------------------------------------------------------------------
+
+
+class _LaterNoise:
+    """Z_l for the later layers during one pass: λ_l from the pass's first-layer λ (resized to the layer's
+    grid), ε_l from each image's own generator (after the first layer's draws, layer by layer, so every image
+    draws what it would draw alone). Counts how often each layer ran."""
+
+    def __init__(self, fit: "_CoIBAFit", lams: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.fit, self.lams = fit, lams
+        self.counts = dict.fromkeys(fit.later, 0)
+
+    def __call__(self, layer: str, out: torch.Tensor) -> torch.Tensor:
+        fit = self.fit
+        self.counts[layer] += 1
+        layout, mean, std, shape = fit.later[layer]
+        if tuple(out.shape[1:]) != shape:
+            raise UserError(f"Statistics for {layer} are for a layer shaped {shape}, but the layer's output is "
+                            f"{tuple(out.shape[1:])}.")
+        grid, extra = layout.to_map(out.float())
+        parts = [grid] if extra is None else [grid, extra]
+        batch = fit.settings.batch
+        noisy = []
+        for p, (lam, one_minus), mean_p, std_p in zip(parts, fit.later_lambdas(self.lams, layer), mean, std):
+            rows = [inject_noise(p[i * batch:(i + 1) * batch], lam[i:i + 1], one_minus[i:i + 1], mean_p, std_p,
+                                 batch, g) for i, g in enumerate(fit.generators)]
+            noisy.append(rows[0] if len(rows) == 1 else torch.cat(rows))
+        return layout.from_map(noisy[0], noisy[1] if len(noisy) > 1 else None).to(out.dtype)
+
+    def check(self) -> None:
+        wrong = {layer: c for layer, c in self.counts.items() if c != 1}
+        if wrong:
+            raise RuntimeError(f"CoIBA's later layers must run once per pass; they ran {wrong} times.")
+
+
+class _CoIBAFit(_BatchFit):
+    """The Per-Sample Bottleneck's batched fit (`per_sample._BatchFit`) with CoIBA's mask (one λ per location
+    unless mask="element") and noise at every later layer of the range; the KL stays the first layer's."""
+
+    def __init__(self, bottleneck: "CoIBABottleneck", runner, x: torch.Tensor):
+        super().__init__(bottleneck, runner, x)
+        min_std = self.settings.min_std
+        #: layer → (layout, μ parts, σ parts (floored), the statistics' shape), map view as `_parts` has it
+        self.later: dict[str, tuple] = {}
+        for layer, (layout, stats) in bottleneck.later.items():
+            mean = stats.mean.to(self.device, torch.float32)[None]
+            std = stats.std.to(self.device, torch.float32).clamp_min(min_std)[None]
+            mean_parts = [p for p in layout.to_map(mean) if p is not None]
+            std_parts = [p for p in layout.to_map(std) if p is not None]
+            self.later[layer] = (layout, mean_parts, std_parts, tuple(stats.mean.shape))
+
+    def start_optimiser(self) -> None:
+        super().start_optimiser()
+        s = self.settings
+        if s.mask == "location":  # one α per location (and per token off the grid), shared by the channels
+            self.alphas = [torch.full((r_p.shape[0], 1, *r_p.shape[2:]), s.init_alpha, device=self.device,
+                                      requires_grad=True) for r_p in self.r]
+            self.optimiser = torch.optim.Adam(self.alphas, lr=s.lr)
+
+    def later_lambdas(self, lams: list[tuple[torch.Tensor, torch.Tensor]], layer: str
+                      ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(λ_l, 1 − λ_l) per map-view part of a later layer: the grid's resized to its grid, the tokens off the
+        grid as they are."""
+        mean_parts = self.later[layer][1]
+        size = tuple(mean_parts[0].shape[-2:])
+        (lam, one_minus), rest = lams[0], lams[1:]
+        return [(resize_mask(lam, size), resize_mask(one_minus, size)), *rest]
+
+    def logits(self, z: list[torch.Tensor], lams: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+               ) -> torch.Tensor:
+        if lams is None or not self.later:
+            return super().logits(z)
+        noise = _LaterNoise(self, lams)
+        self.runner.noise = noise
+        try:
+            out = super().logits(z)
+        finally:
+            self.runner.noise = None
+        noise.check()
+        return out
+
+
+class CoIBABottleneck(PerSampleBottleneck):
+    """CoIBA attribution: one mask for a range of layers. One call: `attribute(x, target)`; results are the
+    Per-Sample Bottleneck's `AttributionResult` (heatmap and bits of the FIRST layer, λ on its grid).
+
+    Example:
+        >>> network = load_network("efficientnet_lite0")
+        >>> layers = layer_range(network, *default_range(network))
+        >>> coiba = CoIBABottleneck.for_network(network, layers, stats_for_range(network, layers))
+        >>> result = coiba.attribute(network.preprocess(image), target=285)
+    """
+
+    _fit_class = _CoIBAFit
+    layers: tuple[str, ...] = ()
+    later: dict[str, tuple[FeatureLayout, FeatureStats]] = {}
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Build a CoIBABottleneck with CoIBABottleneck.for_network(network, layers, stats).")
+
+    @classmethod
+    def from_split(cls, *args, **kwargs):
+        raise TypeError("Build a CoIBABottleneck with CoIBABottleneck.for_network(network, layers, stats).")
+
+    @classmethod
+    def for_network(cls, network, layers: Sequence[str], stats: dict[str, FeatureStats],
+                    settings: CoIBASettings | None = None) -> "CoIBABottleneck":
+        """For an `iba_core.networks.Network` and the layers of a range (`layer_range`), with every layer's
+        statistics. `path` says how it runs ("stages", "fx", "hook"; see the module docstring)."""
+        layers = list(layers)
+        check_shared(network, layers)
+        missing = [layer for layer in layers if layer not in stats]
+        if missing:
+            raise UserError(f"No feature statistics for {', '.join(missing)}.")
+        if settings is None:
+            settings = CoIBASettings()
+        elif not isinstance(settings, CoIBASettings):  # the Per-Sample Bottleneck's settings, taken as they are
+            names = {f.name for f in fields(BottleneckSettings)}
+            settings = CoIBASettings(**{k: v for k, v in asdict(settings).items() if k in names})
+        first, later = layers[0], layers[1:]
+        if settings.mask == "element":
+            shape = tuple(stats[first].mean.shape)
+            other = [layer for layer in later if tuple(stats[layer].mean.shape) != shape]
+            if other:
+                raise UserError(f"One λ per unit needs every layer of the range shaped like {first} {shape}; "
+                                f"{', '.join(other)} differ: use the mask per location.")
+        self = cls.__new__(cls)
+        self._setup(stats[first], settings, network.layout(first), "", network.spec.head)
+        self.layers = tuple(layers)
+        self.later = {layer: (network.layout(layer), stats[layer]) for layer in later}
+        self.path = network.split_path(first)
+        if self.path == "stages":
+            prefix, segments = _stage_segments(network, layers)
+            self._make_runner = lambda: _SegmentsRunner(prefix, segments, later)
+        elif self.path == "fx":
+            prefix, suffix = network.fx_split(first)
+            modules = _fx_later_modules(network, prefix, suffix, later)
+            if modules is None:  # the cut traced through a later layer: the whole network on the hook path
+                self.path = "hook"
+            else:
+                self._make_runner = lambda: _HookedRunner(_split_runner(prefix, suffix, self.layout), modules)
+        if self.path == "hook":
+            first_module = network.hook_module(first)
+            modules = {layer: network.hook_module(layer) for layer in later}
+            self._make_runner = lambda: _HookedRunner(_HookRunner(network.model, first_module), modules)
+        cache = cache_of(network)
+        key = "coiba:" + ",".join(layers)
+        if cache is not None:
+            self._memo, self._memo_key = cache.precision, (network.key, network.weights_id, key)
+        else:
+            self._memo_key = _module_key(key, network.model)
+        return self
+
+
+def _split_runner(prefix: nn.Module, suffix: nn.Module, layout: FeatureLayout):
+    """The Per-Sample Bottleneck's split runner for a cut at a layer of `layout`."""
+    from .per_sample import _SplitRunner
+
+    return _SplitRunner(prefix, suffix, layout.kind == "map")
+
+
+def _stage_segments(network, layers: list[str]) -> tuple[nn.Module, list[nn.Module]]:
+    """(prefix up to the first layer, [suffix segments from each layer of the range to the next, the last to
+    the logits]), BatchNorms folded; built once per range and kept with the network."""
+    if len(layers) == 1:
+        prefix, suffix = network.fast_split(layers[0])
+        return prefix, [suffix]
+
+    def make() -> tuple[nn.Module, list[nn.Module]]:
+        from .fast import fold_batchnorms
+
+        stages = network.stages()
+        names = [name for name, _ in stages]
+        cuts = [names.index(layer) for layer in layers] + [len(stages) - 1]
+        prefix = nn.Sequential(*(m for _, m in stages[: cuts[0] + 1]))
+        segments = [nn.Sequential(*(m for _, m in stages[a + 1 : b + 1])) for a, b in zip(cuts, cuts[1:])]
+        return fold_batchnorms(prefix), [fold_batchnorms(s) for s in segments]
+
+    return network.memo.splits.get_or_make(("coiba", tuple(layers)), make)
+
+
+def _fx_later_modules(network, prefix: nn.Module, suffix: nn.Module, later: list[str]
+                      ) -> dict[str, nn.Module] | None:
+    """The later layers' modules inside an fx suffix, where each one's hook fires exactly once in a pass through
+    the cut; None where the trace went through one of them (it is no module of the suffix, or runs otherwise)."""
+    try:
+        modules = {layer: suffix.get_submodule(network.spec.hook_modules.get(layer, layer)) for layer in later}
+    except AttributeError:
+        return None
+    spec = network.spec
+    x = torch.zeros(1, spec.channels, spec.crop, spec.crop, device=network.device)
+    with frozen_eval(prefix, suffix):
+        return modules if _fires_once(lambda: suffix(prefix(x)), modules) else None
