@@ -220,6 +220,8 @@ def test_compare_all_counts_the_methods_it_runs(chelsea_jpg, tmp_path, capsys):
 # ---- CoIBA: --method coiba / --methods … coiba with --layer-range FIRST:LAST (issue #30) ----------------------
 #: Two 7 × 7 layers of the offline network: a short range keeps each CoIBA fit quick on a CPU.
 SHORT_RANGE = "block6_4:block7_1"
+#: CoIBA's key at that range (the method's key names settings other than its defaults: the range here).
+SHORT_KEY = "coiba_10__block6_4-block7_1"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -294,9 +296,9 @@ def test_compare_runs_coiba_over_the_given_range(chelsea_jpg, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(chelsea_jpg), "--methods", "saliency,coiba", "--layer-range", SHORT_RANGE,
                  "--layer", "block4_1", "--out", str(out)]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"] == ["saliency", "coiba"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"] == ["saliency", SHORT_KEY]
     summary = json.loads((out / "summary.json").read_text())
-    coiba = next(m for m in summary["methods"] if m["key"] == "coiba")
+    coiba = next(m for m in summary["methods"] if m["key"] == SHORT_KEY)
     assert coiba["extra"]["layers"] == ["block6_4", "block7_1"] and coiba["unit"] == "bits/pixel"
     assert np.load(out / coiba["file"]).sum() == pytest.approx(coiba["extra"]["total_bits"], rel=1e-3)
 
@@ -316,7 +318,7 @@ def test_evaluate_insertion_with_coiba(chelsea_jpg, tmp_path, capsys):
     assert main(["evaluate", "insertion", "--images", str(images), "--methods", "coiba", "--layer-range",
                  SHORT_RANGE, "--out", str(out), "--no-progress", "--step", "3136"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rows and {r["method"] for r in rows} == {"coiba"}
+    assert rows and {r["method"] for r in rows} == {SHORT_KEY}
     assert main(["evaluate", "insertion", "--images", str(images), "--methods", "saliency", "--layer-range",
                  SHORT_RANGE, "--out", str(tmp_path / "ev2.jsonl")]) == 1
     assert "none of the chosen methods is CoIBA" in capsys.readouterr().err
@@ -333,11 +335,11 @@ def test_folder_run_with_coiba(chelsea_jpg, tmp_path, capsys):
     assert main(["attribute", str(images), "--out", str(run_dir), "--methods", "iba_10", "coiba", "--layer-range",
                  SHORT_RANGE, "--steps", "2", "--batch", "2", "--n", "96", "--no-progress"]) == 0
     record = json.loads(capsys.readouterr().out.strip())
-    assert record["methods"] == ["iba_10", "coiba"] and record["rows"] == 4 and record["errors"] == 0
+    assert record["methods"] == ["iba_10", SHORT_KEY] and record["rows"] == 4 and record["errors"] == 0
     run = open_run(run_dir)
-    coiba = run.table[run.table["method"] == "coiba"]
+    coiba = run.table[run.table["method"] == SHORT_KEY]
     assert len(coiba) == 2 and (coiba["total_bits"] > 0).all()
-    assert run.info["methods"]["coiba"]["settings"]["layers"] == ["block6_4", "block7_1"]
+    assert run.info["methods"][SHORT_KEY]["settings"]["layers"] == ["block6_4", "block7_1"]
     assert run.info["layer"] == "block3_2"  # iba_10's, the first bottleneck method
     heatmap = run.heatmap(coiba.iloc[0])
     assert float(heatmap.sum()) == pytest.approx(float(coiba.iloc[0]["total_bits"]), rel=1e-2)  # float16 maps
