@@ -52,15 +52,16 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
     spec, network = inputs.network.spec, inputs.network
     defaults = default_range(network)
     picked = []
-    for column, label, default, what in zip(
-            st.columns(2), ("First layer", "Last layer"), defaults,
+    # one above the other, each as wide as the layer picker: side by side, "block7_1 · 192×7×7 map" was cut off
+    for label, default, what in zip(
+            ("First layer", "Last layer"), defaults,
             ("where the shared mask is drawn and its information counted", "the deepest layer the mask damps")):
         key = f"{prefix}_range_{label.split()[0].lower()}_{spec.key}"
-        with column:  # a value kept from an earlier visit goes without an index (Streamlit warns about both)
-            picked.append(st.selectbox(
-                label, spec.layers, index=None if key in st.session_state else spec.layers.index(default),
-                key=key, format_func=network.layer_label,
-                help=f"CoIBA's {label.lower()}: {what}. Default: {defaults[0]} to {defaults[1]}."))
+        # a value kept from an earlier visit goes without an index (Streamlit warns about both)
+        picked.append(st.selectbox(
+            label, spec.layers, index=None if key in st.session_state else spec.layers.index(default),
+            key=key, format_func=network.layer_label,
+            help=f"CoIBA's {label.lower()}: {what}. Default: {defaults[0]} to {defaults[1]}."))
     return picked[0], picked[1]
 
 
