@@ -150,10 +150,10 @@ def coiba_defaults():
 
 def coiba_caption(layers: tuple[str, ...]) -> str:
     """What a CoIBA run's pictures show, for the live view and the replay."""
-    return (f"CoIBA at {len(layers)} layers, {' → '.join(layers) if len(layers) <= 4 else f'{layers[0]} … {layers[-1]}'}: "
-            f"one λ, shared by the bottlenecks of every one of them (each adds noise with its own layer's "
-            f"statistics), drawn on {layers[0]}'s grid; the bits are counted at {layers[0]}, an upper bound for "
-            "the deeper layers.")
+    named = " → ".join(layers) if len(layers) <= 4 else f"{layers[0]} … {layers[-1]}"
+    return (f"CoIBA at {len(layers)} layers, {named}: one λ, shared by the bottlenecks of every one of them (each "
+            f"adds noise with its own layer's statistics), drawn on {layers[0]}'s grid; the bits are counted at "
+            f"{layers[0]}, an upper bound for the deeper layers.")
 
 
 def coiba_parts(inputs: Inputs, layer_range: tuple[str, str], folder: str | None, n: int, timing: dict):
@@ -223,7 +223,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with network_turn(inputs.shared, timing) as network:
             iba = build(network, settings)
-            if getattr(iba, "measures_precision", lambda: False)():  # asked in the turn: the remembered choice depends on its thread count
+            if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
                                        "this layer also measures which precision is fastest here (once)…")
             result = iba.attribute(inputs.x, target=target, callback=on_step)

@@ -32,7 +32,8 @@ from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
 from ..metrics.insertion_deletion import protocol_from
 from ..precision import PRECISIONS
 from . import files
-from .common import COIBA_HELP, add_layer_range_arg, add_network_args, add_yardstick_args, positive_int as _positive_int
+from .common import COIBA_HELP, add_layer_range_arg, add_network_args, add_yardstick_args
+from .common import positive_int as _positive_int
 
 
 # --------------------------------------------------------------------------------------------

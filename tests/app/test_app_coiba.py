@@ -62,7 +62,8 @@ def test_the_statistics_a_method_reads(network):
 def test_range_statistics_are_described_once_when_they_agree():
     same = SimpleNamespace(describe=lambda: "32 crops of 13 photos")
     other = SimpleNamespace(describe=lambda: "1000 samples from /data")
-    assert range_stats_description({"a": same, "b": same}) == "32 crops of 13 photos, for each of the 2 layers of the range"
+    assert range_stats_description({"a": same, "b": same}) == (
+        "32 crops of 13 photos, for each of the 2 layers of the range")
     assert range_stats_description({"a": same, "b": other}) == "a: 32 crops of 13 photos; b: 1000 samples from /data"
 
 
