@@ -156,6 +156,12 @@ def coiba_caption(layers: tuple[str, ...]) -> str:
             f"{layers[0]}, an upper bound for the deeper layers.")
 
 
+def shared_lambda_title(layers: tuple[str, ...]) -> str | None:
+    """The λ picture's title for a CoIBA run: its one mask serves every layer of the range (not "mean over
+    channels": a location's λ is the same in every channel); None for the one-layer bottleneck's own title."""
+    return f"λ (shared by {len(layers)} layers)" if layers else None
+
+
 def coiba_parts(inputs: Inputs, layer_range: tuple[str, str], folder: str | None, n: int, timing: dict):
     """(layers, statistics' description, build) of a CoIBA run: the range checked (a bad one is refused in words
     before any statistics), every layer's statistics with a bar, build(network, settings) its bottleneck."""
@@ -215,7 +221,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 f"{format_probability(info.p_target)} · L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
             top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
-            draw_step((heat, drain, lam, curves), history, info.steps, top)
+            draw_step((heat, drain, lam, curves), history, info.steps, top, lambda_title=shared_lambda_title(layers))
 
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
@@ -246,7 +252,7 @@ def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaG
 
 
 def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
-              all_steps: list[StepInfo] | None = None) -> None:
+              all_steps: list[StepInfo] | None = None, lambda_title: str | None = None) -> None:
     """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain (total bits per
     step), its λ and the curves so far. all_steps: the whole run's, in the drain with the step ringed (the
     replay); else the drain ends at this step (the live view). All pictures: each swaps in place, with no blank
@@ -260,7 +266,8 @@ def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps:
                             width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
                 width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
                 f"Total bits per step, step {info.step} ringed")
-    lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT), bits.width),
+    titled = {"title": lambda_title} if lambda_title else {}  # CoIBA's shared mask says so (`shared_lambda_title`)
+    lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT, **titled), bits.width),
               width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
     curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
                               width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2),
@@ -333,7 +340,8 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     # The pictures' hover toolbar (44 px) rises above their top edge: a gap keeps it off the step line, whose
     # end (p(target)) it covered.
     st.space(20)
-    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history)
+    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history,
+              lambda_title=shared_lambda_title(record.layers))
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
     st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "

@@ -91,10 +91,12 @@ def test_coiba_run_shows_the_shared_mask_live_and_its_layers(open_page, download
     from iba_core.render import animation
 
     lambdas: list[np.ndarray] = []
+    titles: list[str | None] = []
     real = animation.lambda_panel
 
     def recording(lam, **kw):
         lambdas.append(np.array(lam))
+        titles.append(kw.get("title"))
         return real(lam, **kw)
 
     monkeypatch.setattr(animation, "lambda_panel", recording)  # the page imports it at each run
@@ -114,6 +116,7 @@ def test_coiba_run_shows_the_shared_mask_live_and_its_layers(open_page, download
         np.testing.assert_allclose(drawn, info.lambda_mean, rtol=1e-5)
         assert drawn.shape == (7, 7)
     assert lambdas[2].mean() < lambdas[0].mean()
+    assert titles == ["λ (shared by 2 layers)"] * 4  # one mask for both layers, not a mean over channels
     # Captions say which layers; the numbers are the result's.
     assert any(f"CoIBA at 2 layers, {FIRST} → {LAST}" in c.value for c in at.caption)
     assert any(f"CoIBA at 2 layers, {FIRST} … {LAST}" in c.value for c in at.caption)  # the Result's
