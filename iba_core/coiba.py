@@ -76,7 +76,10 @@ def range_label(first: str, last: str) -> str:
 
 def layer_range(network, first: str, last: str) -> list[str]:
     """The spec's layers from `first` to `last` inclusive, in network.spec.layers order; a UserError naming the
-    layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask."""
+    layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask.
+
+    A later layer inside another layer of the range (a block's own sub-modules, where a network lists every
+    module) is left out: the block's output carries the bottleneck, as the paper puts one per block."""
     spec = network.spec
     spec.check_layer(first)
     spec.check_layer(last)
@@ -85,7 +88,10 @@ def layer_range(network, first: str, last: str) -> list[str]:
     if j < i:
         raise UserError(f"The layer range runs backwards: {first} comes after {last} in {spec.title}; give the "
                         f"range as {last} … {first}.")
-    layers = order[i : j + 1]
+    span = order[i : j + 1]
+    paths = {layer: spec.hook_modules.get(layer, layer) for layer in span}
+    layers = [first] + [layer for layer in span[1:]
+                        if not any(paths[layer].startswith(paths[other] + ".") for other in span if other != layer)]
     check_shared(network, layers)
     return layers
 
