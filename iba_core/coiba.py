@@ -43,7 +43,8 @@ from .feature_stats import FeatureStats
 from .model_state import frozen_eval, replaced_output
 from .network_cache import cache_of
 from .networks.tokens import FeatureLayout
-from .per_sample import BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key
+from .per_sample import (BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key,
+                         _SplitRunner)
 from .progress import ProgressFn
 
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
@@ -76,7 +77,10 @@ def range_label(first: str, last: str) -> str:
 
 def layer_range(network, first: str, last: str) -> list[str]:
     """The spec's layers from `first` to `last` inclusive, in network.spec.layers order; a UserError naming the
-    layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask."""
+    layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask.
+
+    A later layer inside another layer of the range (a block's own sub-modules, where a network lists every
+    module) is left out: the block's output carries the bottleneck, as the paper puts one per block."""
     spec = network.spec
     spec.check_layer(first)
     spec.check_layer(last)
@@ -85,7 +89,10 @@ def layer_range(network, first: str, last: str) -> list[str]:
     if j < i:
         raise UserError(f"The layer range runs backwards: {first} comes after {last} in {spec.title}; give the "
                         f"range as {last} … {first}.")
-    layers = order[i : j + 1]
+    span = order[i : j + 1]
+    paths = {layer: spec.hook_modules.get(layer, layer) for layer in span}
+    layers = [first] + [layer for layer in span[1:]
+                        if not any(paths[layer].startswith(paths[other] + ".") for other in span if other != layer)]
     check_shared(network, layers)
     return layers
 
@@ -381,11 +388,12 @@ class CoIBABottleneck(PerSampleBottleneck):
             self._make_runner = lambda: _SegmentsRunner(prefix, segments, later)
         elif self.path == "fx":
             prefix, suffix = network.fx_split(first)
+            channels_last = self.layout.kind == "map"
             modules = _fx_later_modules(network, prefix, suffix, later)
             if modules is None:  # the cut traced through a later layer: the whole network on the hook path
                 self.path = "hook"
             else:
-                self._make_runner = lambda: _HookedRunner(_split_runner(prefix, suffix, self.layout), modules)
+                self._make_runner = lambda: _HookedRunner(_SplitRunner(prefix, suffix, channels_last), modules)
         if self.path == "hook":
             first_module = network.hook_module(first)
             modules = {layer: network.hook_module(layer) for layer in later}
@@ -397,13 +405,6 @@ class CoIBABottleneck(PerSampleBottleneck):
         else:
             self._memo_key = _module_key(key, network.model)
         return self
-
-
-def _split_runner(prefix: nn.Module, suffix: nn.Module, layout: FeatureLayout):
-    """The Per-Sample Bottleneck's split runner for a cut at a layer of `layout`."""
-    from .per_sample import _SplitRunner
-
-    return _SplitRunner(prefix, suffix, layout.kind == "map")
 
 
 def _stage_segments(network, layers: list[str]) -> tuple[nn.Module, list[nn.Module]]:

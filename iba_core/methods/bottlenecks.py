@@ -21,6 +21,7 @@ import torch
 from ..bottleneck import DEFAULT_BETA_K
 from ..coiba import CoIBABottleneck, CoIBASettings, default_range, range_label, stats_for_range
 from ..coiba import layer_range as coiba_layer_range
+from ..errors import UserError
 from ..per_sample import BottleneckSettings, PerSampleBottleneck
 from .base import Method, key_number, spec_of
 

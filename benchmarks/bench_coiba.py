@@ -1,0 +1,112 @@
+"""Time per image and peak memory of CoIBA (the default range) against the single-layer Per-Sample Bottleneck.
+
+Both at the paper's settings (10 steps, 10 noisy copies; CoIBA's σ_s 0, the Per-Sample Bottleneck's 1), on the
+offline network (efficientnet_lite0) and the chelsea photo, in fp32 unless --precision says otherwise, with the
+shipped statistics (the default range's 12 layers). Runs alternate in one process so both see the same machine
+state; medians are printed, and the ratios CoIBA / Per-Sample from the same run. Memory: the peak resident set
+above the level before the run (sampled every 2 ms, `bench_per_sample.PeakRSS`), or CUDA's peak allocation.
+
+    python benchmarks/bench_coiba.py                        # 1 and 4 images per run, 3 repeats
+    python benchmarks/bench_coiba.py --device cuda --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_per_sample import PeakRSS  # noqa: E402  (one copy of the memory sampler)
+
+from iba_core.coiba import CoIBABottleneck, CoIBASettings, default_range, layer_range, range_label, stats_for_range  # noqa: E402
+from iba_core.images import load_sample  # noqa: E402
+from iba_core.networks import load_network  # noqa: E402
+from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
+from iba_core.precision import machine_id  # noqa: E402
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return f"load average {os.getloadavg()}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return machine_id("cpu").split(" | ")[0]
+
+
+def measure(bottleneck, x: torch.Tensor, targets: list[int], device: torch.device) -> tuple[float, float, float]:
+    """(seconds per image, peak MiB above the start, total bits of the first image) of one run."""
+    with PeakRSS(device) as mem:
+        start = time.perf_counter()
+        results = bottleneck.attribute_batch(x, targets)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    return seconds / x.shape[0], mem.mb, results[0].total_bits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--images", default="1,4", help="images per run, comma-separated (default: %(default)s)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", help="fp32 (default), auto, bf16 or fp16")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print(f"CPU: {cpu_model()}; {machine_id(device.type)}; torch threads {torch.get_num_threads()}")
+    if device.type == "cuda":
+        print(f"GPU: {torch.cuda.get_device_name(device)}")
+    print(f"before: {uptime()}", flush=True)
+
+    network = load_network("efficientnet_lite0", device=device)
+    layers = layer_range(network, *default_range(network))
+    stats = {k: v.to(device) for k, v in stats_for_range(network, layers).items()}
+    first = layers[0]
+    photo = network.preprocess(load_sample("chelsea")).to(device)
+    coiba = CoIBABottleneck.for_network(network, layers, stats, CoIBASettings(precision=args.precision))
+    iba = PerSampleBottleneck.for_network(network, first, stats[first], BottleneckSettings(precision=args.precision))
+    print(f"CoIBA: {range_label(layers[0], layers[-1])} ({len(layers)} layers, path {coiba.path}); "
+          f"Per-Sample: {first} (path {iba.path}); statistics of {stats[first].n} samples; "
+          f"precision {args.precision}", flush=True)
+
+    for n in (int(v) for v in args.images.split(",")):
+        x = photo.expand(n, -1, -1, -1).contiguous()
+        targets = [285] * n
+        for b in (coiba, iba):  # warm-up: kernels chosen, splits built, "auto" precision measured
+            measure(b, x, targets, device)
+        runs: dict[str, list[tuple[float, float, float]]] = {"CoIBA": [], "Per-Sample": []}
+        for _ in range(args.repeats):
+            runs["CoIBA"].append(measure(coiba, x, targets, device))
+            runs["Per-Sample"].append(measure(iba, x, targets, device))
+        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v), v[-1][2])
+               for k, v in runs.items()}
+        print(f"\n{n} image(s) per run, median of {args.repeats}:")
+        for k, (sec, mb, bits) in med.items():
+            print(f"  {k:<11} {sec:7.3f} s per image   peak +{mb:7.1f} MiB   total bits {bits:,.0f}")
+        c, p = med["CoIBA"], med["Per-Sample"]
+        print(f"  ratio CoIBA / Per-Sample: time {c[0] / p[0]:.2f}×, peak memory "
+              f"{c[1] / p[1] if p[1] > 0 else float('nan'):.2f}×", flush=True)
+    print(f"\nafter: {uptime()}")
+
+
+if __name__ == "__main__":
+    main()
