@@ -102,7 +102,9 @@ def test_one_step_of_the_bottleneck_by_hand_is_m2ibs_loss(clip_net, clip_folder,
     after = clip_net.model.vision_model.encoder.layers[index + 1]
 
     def grab(_module, args, kwargs):
-        captured.append((args[0] if args else kwargs["hidden_states"]).detach().clone())
+        tokens = args[0] if args else kwargs["hidden_states"]
+        if not isinstance(tokens, torch.fx.Proxy):  # (the suffix is traced once, for BatchNorms to fold)
+            captured.append(tokens.detach().clone())
 
     handle = after.register_forward_pre_hook(grab, with_kwargs=True)
     steps = []

@@ -171,3 +171,28 @@ def test_statistics_do_not_depend_on_the_prompts(clip_net, tmp_path, monkeypatch
     mean_b, std_b, _ = estimate_stats(clip_net.prefix(layer), batches)
     torch.testing.assert_close(mean_a, mean_b, rtol=0, atol=0)
     torch.testing.assert_close(std_a, std_b, rtol=0, atol=0)
+
+
+def test_the_stage_list_is_the_model_and_reads_new_prompts(clip_net):
+    """The Per-Sample Bottleneck runs the blocks after its layer only (stages); prompts added after the split was
+    built count at once."""
+    from iba_core.feature_stats import FeatureStats
+    from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+
+    clip_net.set_prompts(["a cat", "a dog"])
+    layer = clip_net.spec.default_layer
+    assert clip_net.split_path(layer) == "stages"
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    prefix, suffix = clip_net.fast_split(layer)
+    with torch.no_grad():
+        torch.testing.assert_close(suffix(prefix(x)), clip_net.model(x), rtol=1e-4, atol=1e-6)
+    shape = tuple(prefix(x).shape[1:])
+    stats = FeatureStats(torch.zeros(shape), torch.ones(shape), 1, clip_net.key, clip_net.weights_id, layer, "N(0,1)")
+    bottleneck = PerSampleBottleneck.for_network(clip_net, layer, stats, BottleneckSettings(beta_k=0.1, steps=1,
+                                                                                             precision="fp32"))
+    index = clip_net.prompt_index("a watermark")  # after the split was built
+    result = bottleneck.attribute(x[:1], index)
+    assert result.path == "stages"
+    with torch.no_grad():
+        assert result.p_without == pytest.approx(float(clip_net.model(x[:1])[0, index]), rel=1e-4)
+        assert suffix(prefix(x)).shape == (2, 3)
