@@ -91,6 +91,20 @@ def default_layer_index(blocks: int) -> int:
     return max(0, min(round(M2IB_DEPTH * blocks), blocks - 2))
 
 
+#: What a CLIP network without prompts says when asked for its outputs.
+NO_PROMPTS = ("A CLIP model answers with its similarity to text prompts, and none is given yet; type a prompt (what "
+              "to look for, e.g. \"a dog\").")
+
+
+def _cosines(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
+    """(N, P): the image embeddings (normalised here) against the model's current prompts' text embeddings."""
+    table = model.prompt_embeddings
+    if table.shape[0] == 0:
+        raise UserError(NO_PROMPTS)
+    image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return image @ table.to(image.dtype).T
+
+
 class PromptAnswers(nn.Module):
     """Mixed into transformers' CLIPModel (`as_prompt_model`): `model(x)` answers (N, P) cosines of the image
     embeddings with the current prompts' text embeddings.
@@ -99,9 +113,7 @@ class PromptAnswers(nn.Module):
     row per prompt, normalised; each prompt's embedding is computed once and kept in `_text_cache`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        image = self.get_image_features(pixel_values=x).pooler_output
-        image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        return image @ self.prompt_embeddings.to(image.dtype).T
+        return _cosines(self, self.get_image_features(pixel_values=x).pooler_output)
 
     @property
     def prompts(self) -> tuple[str, ...]:
@@ -173,9 +185,7 @@ class _PromptHead(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         model = self.model
-        image = model.visual_projection(model.vision_model.post_layernorm(tokens[:, 0]))
-        image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        return image @ model.prompt_embeddings.to(image.dtype).T
+        return _cosines(model, model.visual_projection(model.vision_model.post_layernorm(tokens[:, 0])))
 
 
 def vision_stages(model: nn.Module) -> list[tuple[str | None, nn.Module]]:
@@ -339,10 +349,15 @@ def load_clip_folder(folder: Path, config: dict, key: str, weights, weights_id: 
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     model = as_prompt_model(model.float().eval(), tokenizer)
     blocks = vision_blocks(model.config)
-    spec = derive_spec(model, key, title, input_size=prep["crop"], layer_names=blocks,
-                       default_layer=blocks[default_layer_index(len(blocks))], head="similarity", stages=vision_stages,
-                       note="A CLIP model (Hugging Face): its outputs are the cosine similarities of the image with "
-                            "the text prompts; preprocessing from its own configuration.", **prep)
+    model.set_prompts(["a photo"])  # the dry pass that finds the layers runs the whole model; no prompt stays
+    try:
+        spec = derive_spec(model, key, title, input_size=prep["crop"], layer_names=blocks,
+                           default_layer=blocks[default_layer_index(len(blocks))], head="similarity",
+                           stages=vision_stages, note="A CLIP model (Hugging Face): its outputs are the cosine "
+                           "similarities of the image with the text prompts; preprocessing from its own "
+                           "configuration.", **prep)
+    finally:
+        model.set_prompts([])
     return spec, model, weights_id, []
 
 

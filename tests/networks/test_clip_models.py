@@ -196,3 +196,16 @@ def test_the_stage_list_is_the_model_and_reads_new_prompts(clip_net):
     with torch.no_grad():
         assert result.p_without == pytest.approx(float(clip_net.model(x[:1])[0, index]), rel=1e-4)
         assert suffix(prefix(x)).shape == (2, 3)
+
+
+def test_a_clip_network_without_prompts_asks_for_one(clip_folder):
+    from iba_core.networks.clip_models import NO_PROMPTS
+
+    net = load_network(clip_folder)
+    assert net.prompts == () and net.categories == []
+    x = torch.zeros(1, 3, 32, 32)
+    with pytest.raises(UserError) as err:
+        net.top_k(x)
+    assert str(err.value) == NO_PROMPTS and "type a prompt" in NO_PROMPTS
+    net.set_prompts(["a cat"])
+    assert [name for _, name, _ in net.top_k(x)] == ["a cat"]
