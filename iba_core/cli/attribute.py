@@ -14,6 +14,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from ..bottleneck import DEFAULT_BETA_K
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                         "readout.")
     # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = BottleneckSettings(
-        beta_k=10.0 if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr,
+        beta_k=DEFAULT_BETA_K if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr,
         sigma=args.sigma, seed=args.seed, read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
     )
     from ..feature_stats import stats_for_run
