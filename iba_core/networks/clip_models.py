@@ -52,6 +52,10 @@ DEFAULT_RESAMPLE = 3
 M2IB_DEPTH = 9 / 12
 #: The longest prompt kept, in characters (CLIP reads at most 77 tokens; longer text is truncated there).
 MAX_PROMPT_CHARS = 300
+#: The most prompts a network answers for at once (a server's users add prompts; each is one output).
+MAX_PROMPTS = 1024
+#: Text embeddings kept beyond the current prompts (oldest dropped first): 4,096 × 512 floats ≈ 8 MB for ViT-B.
+MAX_KEPT_TEXTS = 4096
 #: Files of a CLIP tokenizer (either the tokenizers JSON, or the BPE vocabulary and merges).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")
 
@@ -123,10 +127,17 @@ class PromptAnswers(nn.Module):
         """The prompts the model answers for, in order (duplicates after cleaning dropped); the text embeddings
         of new ones computed now."""
         cleaned = list(dict.fromkeys(clean_prompt(t) for t in texts))
+        if len(cleaned) > MAX_PROMPTS:
+            raise UserError(f"{len(cleaned):,} text prompts are more than the {MAX_PROMPTS:,} a CLIP model here "
+                            "answers for at once; use fewer.")
         new = [t for t in cleaned if t not in self._text_cache]
         if new:
             for text, row in zip(new, self.text_embeddings(new)):
                 self._text_cache[text] = row
+        current = set(cleaned)
+        stale = [t for t in self._text_cache if t not in current]  # oldest first (dicts keep insertion order)
+        for text in stale[:max(0, len(stale) - MAX_KEPT_TEXTS)]:
+            del self._text_cache[text]
         param = next(self.parameters())
         rows = [self._text_cache[t] for t in cleaned]
         table = (torch.stack(rows) if rows else torch.zeros(0, self.config.projection_dim)).to(param.device)
@@ -217,11 +228,12 @@ def as_prompt_model(model: nn.Module, tokenizer) -> nn.Module:
     return model
 
 
-@dataclass(eq=False)
+@dataclass
 class ClipNetwork(Network):
     """A Network whose categories are its text prompts (`PromptAnswers`): `prompts`, `set_prompts`,
     `prompt_index`. The categories list is updated in place, so a holder of `network.categories` sees new
-    prompts."""
+    prompts. Changing the prompts changes the network's outputs: callers sharing the network (the app's
+    sessions) change them under the network's lock, like any other use of it."""
 
     @property
     def prompts(self) -> tuple[str, ...]:

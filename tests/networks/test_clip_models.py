@@ -209,3 +209,19 @@ def test_a_clip_network_without_prompts_asks_for_one(clip_folder):
     assert str(err.value) == NO_PROMPTS and "type a prompt" in NO_PROMPTS
     net.set_prompts(["a cat"])
     assert [name for _, name, _ in net.top_k(x)] == ["a cat"]
+
+
+def test_prompts_and_kept_embeddings_are_bounded(clip_folder, monkeypatch):
+    from iba_core.networks import clip_models
+
+    net = load_network(clip_folder)
+    monkeypatch.setattr(clip_models, "MAX_PROMPTS", 3)
+    monkeypatch.setattr(clip_models, "MAX_KEPT_TEXTS", 2)
+    with pytest.raises(UserError, match="4 text prompts are more than the 3"):
+        net.set_prompts(["a", "b", "c", "d"])
+    for prompts in (["a", "b"], ["c"], ["d"], ["e"]):
+        net.set_prompts(prompts)
+    assert list(net.model._text_cache) == ["c", "d", "e"]  # the current one and the 2 most recent others
+    first = net.model(torch.zeros(1, 3, 32, 32))
+    net.set_prompts(["a", "e"])  # dropped ones are encoded again, to the same embedding
+    torch.testing.assert_close(net.model(torch.zeros(1, 3, 32, 32))[:, 1], first[:, 0])
