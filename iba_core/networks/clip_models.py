@@ -95,16 +95,17 @@ def default_layer_index(blocks: int) -> int:
     return max(0, min(round(M2IB_DEPTH * blocks), blocks - 2))
 
 
-#: What a CLIP network without prompts says when asked for its outputs.
-NO_PROMPTS = ("A CLIP model answers with its similarity to text prompts, and none is given yet; type a prompt (what "
-              "to look for, e.g. \"a dog\").")
+#: What a CLIP network without prompts says when asked for its outputs, and how each front end gives one.
+NO_PROMPTS = "A CLIP model answers with its similarity to text prompts, and none is given yet."
+NO_PROMPTS_CLI = "Give one: --prompt TEXT (attribute) or --target TEXT."
+NO_PROMPTS_APP = "Type a prompt: what to look for, e.g. \"a dog\"."
 
 
 def _cosines(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
     """(N, P): the image embeddings (normalised here) against the model's current prompts' text embeddings."""
     table = model.prompt_embeddings
     if table.shape[0] == 0:
-        raise UserError(NO_PROMPTS)
+        raise UserError(NO_PROMPTS, cli_hint=NO_PROMPTS_CLI, app_hint=NO_PROMPTS_APP)
     image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return image @ table.to(image.dtype).T
 

@@ -206,7 +206,8 @@ def test_a_clip_network_without_prompts_asks_for_one(clip_folder):
     x = torch.zeros(1, 3, 32, 32)
     with pytest.raises(UserError) as err:
         net.top_k(x)
-    assert str(err.value) == NO_PROMPTS and "type a prompt" in NO_PROMPTS
+    assert str(err.value) == NO_PROMPTS and "--prompt TEXT" in err.value.cli_hint and "Type a prompt" in \
+        err.value.app_hint
     net.set_prompts(["a cat"])
     assert [name for _, name, _ in net.top_k(x)] == ["a cat"]
 
