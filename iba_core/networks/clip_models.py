@@ -205,7 +205,8 @@ def vision_stages(model: nn.Module) -> list[tuple[str | None, nn.Module]]:
     order is `model(x)`; the Per-Sample Bottleneck then runs the blocks before its layer once and only those after
     it per step (transformers' CLIP cannot be cut with torch.fx)."""
     vision = model.vision_model
-    blocks = [(f"vision_model.encoder.layers.{i}", _VisionBlock(block)) for i, block in enumerate(vision.encoder.layers)]
+    blocks = [(f"vision_model.encoder.layers.{i}", _VisionBlock(block))
+              for i, block in enumerate(vision.encoder.layers)]
     return [(None, _VisionStem(vision)), *blocks, (None, _PromptHead(model))]
 
 
