@@ -77,7 +77,7 @@ def test_binary_both_targets():
 
 
 def test_unknown_heads_and_misfits_are_one_sentence():
-    with pytest.raises(UserError, match=r"Unknown head 'tanh'; choose one of: softmax, sigmoid, binary\."):
+    with pytest.raises(UserError, match=r"Unknown head 'tanh'; choose one of: softmax, sigmoid, binary, similarity\."):
         check_head("tanh")
     with pytest.raises(UserError, match="needs a class list of two names"):
         check_fits("binary", 1, 3, "Net")

@@ -1,12 +1,20 @@
 """`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample, CoIBA or Readout) as one JSON line.
 
+With a CLIP model (`--model clip:FOLDER`), `--prompt TEXT` (repeatable, exclusive with --target) explains the
+image's similarity to each text prompt (M2IB): one Per-Sample fit per prompt, done together, one JSON line and one
+map per prompt (`--out map.npy` → map_0_a-cat.npy, map_1_a-dog.npy, … where there are several). β·k defaults to
+the head's (`heads.default_beta_k`: 10 for classifiers, M2IB's 0.1 for CLIP).
+
 `attribute FOLDER --out RUN_DIR` (a folder, or a .txt list of images) runs every image instead: `attribute_folder`.
 """
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import replace
 from pathlib import Path
 
+from ..bottleneck import DEFAULT_BETA_K
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
@@ -31,8 +39,13 @@ def add_parser(sub) -> None:
                    "(--layer-range); readout: a trained Readout Bottleneck")
     add_layer_range_arg(p)
     p.add_argument("--readout", default=None, help="readout checkpoint (default: the one shipped for the network)")
-    p.add_argument("--beta-k", type=float, default=d.beta_k, help="β·k, paper default 10 (β = 10/k)")
-    p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
+    p.add_argument("--beta-k", type=float, default=None,
+                   help="β·k (default: the network's: the paper's 10, β = 10/k; for a CLIP model M2IB's 0.1)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--target", default=None, help="class index or class name (default: top-1)")
+    which.add_argument("--prompt", action="append", default=None, metavar="TEXT",
+                       help="a text prompt to explain, for a CLIP model (--model clip:FOLDER); repeat it for several "
+                       "(one map each)")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--batch", type=int, default=d.batch)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -86,7 +99,9 @@ def check_layer_options(args: argparse.Namespace) -> None:
 def bottleneck_settings(args: argparse.Namespace) -> BottleneckSettings:
     """The bottleneck's settings from the options, checked (with their ranges) before the network loads: CoIBA's
     (`coiba.CoIBASettings`, its own σ_s default) for --method coiba, else the Per-Sample Bottleneck's."""
-    values = dict(beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+    # β·k left out: the paper's 10 for now, the network's head's default once it is loaded (`run`)
+    values = dict(beta_k=DEFAULT_BETA_K if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch,
+                  lr=args.lr, seed=args.seed,
                   read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision)
     if args.sigma is not None:
         values["sigma"] = args.sigma
@@ -97,20 +112,42 @@ def bottleneck_settings(args: argparse.Namespace) -> BottleneckSettings:
     return BottleneckSettings(**values)
 
 
+def prompt_path(path: Path, index: int, prompt: str) -> Path:
+    """The file of the `index`-th of several prompts' maps: NAME_<index>_<prompt in safe characters>.SUFFIX
+    (map.npy → map_0_a-cat.npy); the index keeps prompts that differ only in punctuation apart."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", prompt).strip("-")[:40] or "prompt"
+    path = Path(path)
+    return path.with_name(f"{path.stem}_{index}_{slug}{path.suffix}")
+
+
 def run(args: argparse.Namespace) -> int:
     check_layer_options(args)
     if attribute_folder.is_folder_source(args.image):
         return attribute_folder.run(args)
     attribute_folder.refuse_folder_options(args)
     check_files(args)
+    prompts = getattr(args, "prompt", None)
+    if prompts:
+        from ..errors import UserError
+        from ..methods.targets import PromptTarget
+
+        if args.method == "readout":
+            raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method "
+                            "readout.")
+        prompts = [PromptTarget(text) for text in prompts]  # an empty prompt is refused before the network loads
+    # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = bottleneck_settings(args)
     from ..feature_stats import stats_for_run
     from ..images import photo_or_path
     from ..per_sample import PerSampleBottleneck
-    from .common import load_from_args, print_json, progress_bar
+    from .common import load_from_args, progress_bar
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
+    if args.beta_k is None:
+        from ..heads import default_beta_k
+
+        settings = replace(settings, beta_k=default_beta_k(network))
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     layers = None  # CoIBA's range
     if args.method == "coiba":
@@ -121,14 +158,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
+    if prompts:
+        from ..methods.base import check_target
+
+        # each prompt's index (new ones added to the network's prompts); a classifier refuses them in one sentence
+        targets = list(dict.fromkeys(check_target(network, prompt).index for prompt in prompts))
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     if args.method == "readout":
         from ..readout import readout_attribute
 
         # The readout's bottleneck layer and statistics come from its checkpoint.
-        result = readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)
-        layer, stats_samples = result.readout["layer"], None
+        results = [readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)]
+        layer, stats_samples = results[0].readout["layer"], None
     elif layers is not None:
         from ..coiba import CoIBABottleneck, range_label, stats_for_range
 
@@ -137,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             stats = stats_for_range(network, layers, images=args.stats_images, n=args.n, progress=progress)
         finally:
             close()
-        result = CoIBABottleneck.for_network(network, layers, stats, settings).attribute(x, target)
+        bottleneck = CoIBABottleneck.for_network(network, layers, stats, settings)
         stats_samples = min(s.n for s in stats.values())
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
@@ -146,16 +188,35 @@ def run(args: argparse.Namespace) -> int:
             stats = stats_for_run(network, layer, images=args.stats_images, n=args.n, progress=progress)
         finally:
             close()
-        result = PerSampleBottleneck.for_network(network, layer, stats, settings).attribute(x, target)
+        bottleneck = PerSampleBottleneck.for_network(network, layer, stats, settings)
         stats_samples = stats.n
-    if args.out:
-        files.save_npy(args.out, result.heatmap)
-    if args.png:
+    if args.method != "readout":
+        if prompts:  # one fit per prompt, together (each as it would be alone)
+            results = bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets)
+        else:
+            results = [bottleneck.attribute(x, target)]
+    several = len(results) > 1
+    for i, result in enumerate(results):
+        name = network.class_name(result.target)
+        out = args.out and (prompt_path(files.npy_path(args.out), i, name) if several else args.out)
+        png = args.png and (prompt_path(args.png, i, name) if several else args.png)
+        _write(args, network, cropped, result, layer, layers, stats_samples, out, png, prompt=bool(prompts))
+    return 0
+
+
+def _write(args: argparse.Namespace, network, cropped, result, layer: str, layers: list[str] | None, stats_samples,
+           out, png, *, prompt: bool) -> None:
+    """One map's files (.npy, .png) and its JSON line."""
+    from .common import print_json
+
+    if out:
+        files.save_npy(out, result.heatmap)
+    if png:
         from ..render import overlay_image
         from ..render.colours import run_scale
 
         # the run's one scale (as the app's views), with its legend in bits per pixel
-        files.save_image(args.png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
+        files.save_image(png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
     print_json({
         "image": str(args.image),
         "method": args.method,
@@ -164,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
         **({"layers": layers} if layers is not None else {}),  # CoIBA's range; "layer" is its first
         "target": result.target,
         "class_name": network.class_name(result.target),
+        **({"prompt": network.class_name(result.target), "out": str(files.npy_path(out)) if out else None}
+           if prompt else {}),
         # what p means (iba_core.heads): softmax over classes, σ per label (multi-label), or binary
         "head": network.head,
         "p_without": round(result.p_without, 6),
@@ -182,4 +245,3 @@ def run(args: argparse.Namespace) -> int:
         **({"path": result.path} if getattr(result, "path", "stages") != "stages" else {}),
         **({"unlocated_bits": round(result.unlocated_bits, 3)} if getattr(result, "unlocated_bits", 0) else {}),
     })
-    return 0

@@ -120,7 +120,11 @@ def method_list(args: argparse.Namespace) -> list:
             coiba = get_method("coiba")
             keys = [coiba.with_settings(beta_k=args.beta_k, **settings_for(coiba))]
         else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
-            keys = [PerSampleIBA(args.beta_k, **settings_for(PerSampleIBA()))]
+            # --beta-k left out (None): the paper's 10 (the head's default, `heads.default_beta_k`, needs the network)
+            from ..bottleneck import DEFAULT_BETA_K
+
+            beta_k = DEFAULT_BETA_K if getattr(args, "beta_k", None) is None else args.beta_k
+            keys = [PerSampleIBA(beta_k, **settings_for(PerSampleIBA()))]
     else:
         keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
         if "all" in keys:

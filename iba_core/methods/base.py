@@ -39,7 +39,7 @@ from torch import nn
 from ..errors import UserError
 from ..heads import class_logits, head_of
 from ..model_state import frozen_eval, replaced_output
-from .targets import LabelSetTarget, Target, as_target
+from .targets import ClassTarget, LabelSetTarget, PromptTarget, Target, as_target
 
 Cost = Literal["fast", "slow"]
 
@@ -239,9 +239,22 @@ def prepare_batch(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return x.detach().to(device=device, dtype=torch.float32).clone()
 
 
+#: What a prompt target on a network without prompts says.
+PROMPTS_NEED_CLIP = ("Text prompts need a CLIP model (clip:FOLDER, a CLIPModel saved with save_pretrained, or "
+                     "clip:ORG/NAME); this network is a classifier: explain a class instead.")
+
+
 def check_target(network, target) -> Target:
-    """The target as an object, its class indices within the network's outputs (a UserError saying the range)."""
+    """The target as an object, its class indices within the network's outputs (a UserError saying the range).
+
+    A PromptTarget becomes the ClassTarget of the prompt's index on a CLIP network (`network.prompt_index`, the
+    prompt added when new); on any other network it is a UserError (PROMPTS_NEED_CLIP)."""
     target = as_target(target)
+    if isinstance(target, PromptTarget):
+        prompt_index = getattr(network, "prompt_index", None)
+        if prompt_index is None:
+            raise UserError(PROMPTS_NEED_CLIP)
+        return ClassTarget(prompt_index(target.text))
     n = num_classes(network)
     for index in target.indices:
         if index < 0 or (n is not None and index >= n):

@@ -2,11 +2,13 @@
 
     ClassTarget(281)                 one class: its logit (a softmax head), its label (a sigmoid head)
     LabelSetTarget((3, 17, 40))      several labels of a sigmoid (multi-label) head at once: the sum of their logits
+    PromptTarget("a watermark")      a text prompt of a CLIP model (`networks.clip_models`): its cosine with the image
 
 A plain int is a ClassTarget (`as_target`), so `method.attribute(network, x, 281)` keeps working. A target
 knows the class indices it names (`indices`, checked against the network's outputs) and, for methods that
-explain a logit, the one score it stands for (`score(logits)`: (N, classes) → (N, 1)). Later kinds (a text
-prompt, a set of layers) add a class here with the same two answers.
+explain a logit, the one score it stands for (`score(logits)`: (N, classes) → (N, 1)). A PromptTarget names
+no index by itself: `methods.base.check_target` resolves it on the network to the ClassTarget of that prompt's
+index (`network.prompt_index`, which adds a new prompt), so every method then explains that output.
 """
 from __future__ import annotations
 
@@ -55,6 +57,20 @@ class LabelSetTarget:
         return logits[..., list(self.labels)].sum(dim=-1, keepdim=True)
 
 
+@dataclass(frozen=True)
+class PromptTarget:
+    """A text prompt of a CLIP model (M2IB): the image's cosine with the prompt's text embedding is explained.
+    The text is cleaned as the network keeps prompts (`clip_models.clean_prompt`: stripped, inner runs of spaces
+    made one); an empty or overlong prompt is a UserError."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        from ..networks.clip_models import clean_prompt
+
+        object.__setattr__(self, "text", clean_prompt(self.text))
+
+
 Target = Union[ClassTarget, LabelSetTarget]
 
 
@@ -70,9 +86,9 @@ def _index(value: object) -> int:
 
 def as_target(target: object) -> Target:
     """A target object from a target or a class index (int, numpy integer, one-element integer tensor)."""
-    if isinstance(target, (ClassTarget, LabelSetTarget)):
+    if isinstance(target, (ClassTarget, LabelSetTarget, PromptTarget)):
         return target
     return ClassTarget(_index(target))
 
 
-__all__ = ["ClassTarget", "LabelSetTarget", "Target", "as_target"]
+__all__ = ["ClassTarget", "LabelSetTarget", "PromptTarget", "Target", "as_target"]

@@ -8,7 +8,8 @@ Adding a network is one module in this folder that defines `SPEC` (see `spec.Net
 line in `_FAMILIES` below; adding a model source is one entry in `sources.SOURCES`, the one registry every key goes
 through. Without code: `load_network("torchvision:NAME")` (any torchvision
 classifier, `torchvision_any.py`), `load_network("timm:NAME")` (any timm model, `timm_models.py`),
-`load_network("hf:ORG/NAME")` (a Hugging Face image classifier, `hf_models.py`), `load_network("path/to/folder")`
+`load_network("hf:ORG/NAME")` (a Hugging Face image classifier, `hf_models.py`), `load_network("clip:FOLDER")`
+(a CLIP model answering with its similarity to text prompts, `clip_models.py`), `load_network("path/to/folder")`
 (a model folder timm's save_for_hf or transformers' save_pretrained wrote, `model_folders.py`) or
 `load_network("path/to/card.toml")` (a model card: your architecture, weights and class list, `cards.py`; weights
 are read safely, `state_files.py`). timm and transformers are imported only for their models.
@@ -84,6 +85,7 @@ def load_network(
     - "torchvision:NAME": any torchvision classifier (`torchvision_any`);
     - "timm:NAME": any timm model (`timm_models`);
     - "hf:ORG/NAME": a Hugging Face image classifier (`hf_models`);
+    - "clip:FOLDER" or "clip:ORG/NAME": a CLIP model, its outputs the cosines with text prompts (`clip_models`);
     - a folder: a model folder in timm's or transformers' layout (`model_folders`): its key is "folder:<name>";
     - a model card, a path ending in .toml (`cards`): its network's key is "card:<name>".
 
@@ -103,7 +105,10 @@ def load_network(
         raise unknown_key_error(key)
     spec, model, weights_id, categories = source.load(key, weights, trust_pickle=trust_pickle, trust=trust)
     device = torch.device(device)
-    return Network(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
+    kind = Network
+    if spec.head == "similarity":  # a CLIP model: its categories are text prompts (`clip_models`)
+        from .clip_models import ClipNetwork as kind
+    return kind(spec, _ready(model, device), weights_id, device, Preprocess.of(spec), categories)
 
 
 def check_network_key(key: str) -> str:

@@ -8,7 +8,10 @@ The folder's config.json says which layout it is:
   (`timm_models.load_timm_folder`);
 - transformers' (`model.save_pretrained`): config.json with "model_type" (and id2label; problem_type
   "multi_label_classification" gives a sigmoid head, `hf_models.head_of_config`), model.safetensors, optionally
-  preprocessor_config.json (`hf_models.load_hf_folder`).
+  preprocessor_config.json (`hf_models.load_hf_folder`);
+- a CLIP model's (`CLIPModel.save_pretrained` and its processor's or tokenizer's): config.json with model_type
+  "clip" (text_config, vision_config), model.safetensors, the tokenizer's files, optionally
+  preprocessor_config.json (`clip_models.load_clip_folder`: text prompts as targets).
 
 A folder that is neither is one sentence saying what each layout holds. The network's key is `folder:<name>`; its
 weights id is a hash of the weights file, so statistics are cached per weights. The sizes in the config are
@@ -35,6 +38,7 @@ HF_SIZE_ENTRIES = ("image_size", "patch_size", "num_channels", "hidden_size", "h
 #: The weights file of each layout, in the order they are looked for (a .bin is read with weights_only).
 WEIGHTS_FILES = {"timm": ("model.safetensors", "pytorch_model.bin"),
                  "transformers": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")}
+WEIGHTS_FILES["clip"] = WEIGHTS_FILES["transformers"]
 #: The largest weights index read: transformers' index of a 1,000-tensor model is about 100 kB.
 MAX_INDEX_BYTES = 16 * 2**20
 LAYOUTS = ("timm's (save_for_hf: config.json with \"architecture\", model.safetensors) or transformers' "
@@ -60,7 +64,8 @@ def weights_in(folder: Path, names: tuple[str, ...]) -> Path | None:
     return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
-def read_folder(key: str | os.PathLike, trust: Trust = LOCAL) -> tuple[Path, Literal["timm", "transformers"], dict]:
+def read_folder(key: str | os.PathLike, trust: Trust = LOCAL) -> tuple[Path, Literal["timm", "transformers", "clip"],
+                                                                         dict]:
     """(folder, layout, config.json) of a model folder, its sizes checked; else one sentence saying what is wrong."""
     from .hf_models import read_json
 
@@ -70,7 +75,14 @@ def read_folder(key: str | os.PathLike, trust: Trust = LOCAL) -> tuple[Path, Lit
         raise FolderError(f"The folder {shown(key)} holds no config.json, so it is no model folder; a model folder is "
                           f"{LAYOUTS}.")
     config = read_json(config_file, "the model folder's config")
-    if "model_type" in config:
+    if config.get("model_type") == "clip":  # a CLIPModel: its sizes are in its vision and text configs
+        layout = "clip"
+        for part in ("vision_config", "text_config"):
+            sizes = config.get(part) or {}
+            if not isinstance(sizes, dict):
+                raise FolderError(f"In the model folder {shown(key)}, config.json's {part} is not an object.")
+            _check_sizes(folder, {k: sizes[k] for k in HF_SIZE_ENTRIES if k in sizes}, key)
+    elif "model_type" in config:
         layout = "transformers"
         labels = config.get("id2label") or {}
         if len(labels) > MAX_CLASSES:
@@ -132,13 +144,20 @@ def check_weights_files(folder: Path, found: Path, *, trust_pickle: bool = False
 
 
 def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pretrained", *, trust_pickle: bool = False,
-                trust: Trust = LOCAL, name: str | None = None) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
+                trust: Trust = LOCAL, name: str | None = None,
+                layout: str | None = None) -> tuple[NetworkSpec, nn.Module, str, list[str]]:
     """(spec, model with its weights, weights id, class names) of a model folder (see the module docstring).
 
     weights: "pretrained" (the folder's own file), "random", or a state-dict file instead of the folder's.
     name: how messages (e.g. a model too large) name it: what the user typed or chose, such as the model card's
-    name for its folder (default: the folder's name)."""
+    name for its folder (default: the folder's name). layout: the layout the caller expects ("clip" for
+    `clip:FOLDER`), one sentence when the folder holds another; None: any."""
+    expected = layout
     folder, layout, config = read_folder(key, trust)
+    if expected is not None and layout != expected:
+        raise FolderError(f"The folder {shown(key)} holds a {layout} model, not a {expected} one (its config.json's "
+                          f"model_type is {shown(config.get('model_type'), 40)!r}); give it without the "
+                          f"{expected}: prefix.")
     weights_id = "random"
     if weights in (None, "pretrained"):
         found = weights_in(folder, WEIGHTS_FILES[layout])
@@ -152,6 +171,11 @@ def load_folder(key: str | os.PathLike, weights: str | os.PathLike | None = "pre
             weights = found
         else:  # transformers reads them itself: checked first, so a bad file gets the sentence a --weights file gets
             check_weights_files(folder, found, trust_pickle=trust_pickle)
+    if layout == "clip":
+        from .clip_models import load_clip_folder
+
+        return load_clip_folder(folder, config, folder_key(folder), weights, weights_id, trust=trust,
+                                trust_pickle=trust_pickle, name=name)
     if layout == "timm":
         from .timm_models import load_timm_folder
 

@@ -6,6 +6,7 @@
 | torchvision | torchvision:NAME                      | `torchvision_any`    |
 | timm        | timm:NAME                             | `timm_models`        |
 | hf          | hf:ORG/NAME                           | `hf_models`          |
+| clip        | clip:FOLDER or clip:ORG/NAME          | `clip_models`        |
 | folder      | the path of a model folder            | `model_folders`      |
 | card        | the path of a model card (.toml)      | `cards`              |
 
@@ -104,6 +105,17 @@ def _load_hf(key: str, weights, *, trust_pickle: bool = False, trust: Trust = LO
     return Loaded(*load_hf(key, weights, trust=trust, trust_pickle=trust_pickle))
 
 
+def _load_clip(key: str, weights, *, trust_pickle: bool = False, trust: Trust = LOCAL) -> Loaded:
+    """clip:FOLDER through the folder source (which checks it holds a CLIP model), clip:ORG/NAME from the hub."""
+    from .clip_models import folder_of, load_clip_hub
+    from .model_folders import load_folder
+
+    folder = folder_of(key)
+    if folder is not None:
+        return Loaded(*load_folder(folder, weights, trust_pickle=trust_pickle, trust=trust, layout="clip"))
+    return Loaded(*load_clip_hub(key, weights, trust=trust, trust_pickle=trust_pickle))
+
+
 def _load_folder(key, weights, *, trust_pickle: bool = False, trust: Trust = LOCAL) -> Loaded:
     from .model_folders import load_folder
 
@@ -124,7 +136,7 @@ def _check_card(key) -> None:
 
 
 def _sources() -> tuple[Source, ...]:
-    from . import hf_models, timm_models, torchvision_any
+    from . import clip_models, hf_models, timm_models, torchvision_any
     from .cards import is_card_key
     from .model_folders import is_folder_key, read_folder
 
@@ -135,6 +147,7 @@ def _sources() -> tuple[Source, ...]:
         Source("timm", timm_models.is_timm_key, timm_models.timm_name, _load_timm,  # imports timm to check names
                timm_models.card_arch),
         Source("hf", hf_models.is_hf_key, hf_models.repo_id, _load_hf, hf_models.card_arch),
+        Source("clip", clip_models.is_clip_key, clip_models.check_key, _load_clip),  # text prompts as targets
         Source("folder", is_folder_key, read_folder, _load_folder),
         Source("card", is_card_key, _check_card, _load_card),
     )
@@ -165,5 +178,6 @@ def unknown_key_error(key) -> UnknownModelError:
     return UnknownModelError(
         f"Unknown network {key!r}; give a registered key ({', '.join(REGISTRY)}), torchvision:NAME "
         "(any torchvision classifier, e.g. torchvision:resnet18), timm:NAME (any timm model), hf:ORG/NAME (a Hugging "
-        "Face image classifier), a model folder (timm's save_for_hf or transformers' save_pretrained) or a model "
+        "Face image classifier), clip:FOLDER or clip:ORG/NAME (a CLIP model, text prompts as targets), a model "
+        "folder (timm's save_for_hf or transformers' save_pretrained) or a model "
         "card file (.toml).")
