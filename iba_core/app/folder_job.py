@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -60,8 +60,10 @@ class FolderJob:
     running. `owner` names the browser session that started it (None: nobody in particular)."""
 
     def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
-                 batch: int, owner: str | None = None, metrics: tuple[str, ...] = ()):
+                 batch: int, owner: str | None = None, metrics: tuple[str, ...] = (),
+                 prompts: tuple[str, ...] = ()):
         self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.prompts = prompts  # a CLIP network's text prompts (`FolderSettings.prompts`); () explains classes
         self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
         self.metrics = metrics  # the field's metrics per map (`metrics.yardsticks`), with their default protocol
         self.done, self.total, self.label = 0, 0, "listing the images…"
@@ -101,10 +103,14 @@ class FolderJob:
 
         try:
             network = self.shared.network
-            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
-                                       categories=network.categories)
+            if self.prompts:  # folder labels name classes, not prompts
+                root, items = list_images(self.source, limit=self.limit)
+                items = [replace(item, label=None) for item in items]
+            else:
+                root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
+                                          categories=network.categories)
             self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics)
+            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts)
             for start in range(0, len(items), self.batch):
                 if self._cancel.is_set():
                     self.label = "stopped"
@@ -214,11 +220,13 @@ def _image_folder(source: str, trust: Trust) -> Path:
 
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
-                     batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = ()) -> FolderJob:
+                     batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
+                     prompts: Sequence[str] = ()) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
-    (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default)."""
+    (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
+    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`)."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -237,7 +245,8 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         if mine is not None:
             return mine
         out.mkdir(parents=True, exist_ok=True)
-        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics,
+                         tuple(prompts))
         _JOB._thread.start()
         return _JOB
 
