@@ -274,10 +274,18 @@ def target_note(p_without: float, p_with: float, is_top1: bool, head: str = "sof
     (RISE_FACTOR, RISE_POINTS), the note says why: the bottleneck removed the evidence for the other classes, so
     the rise does not mean the image shows the class.
 
+    A similarity head (CLIP: cosines with text prompts) has neither: only a prompt that is not the most similar
+    one is named as such.
+
     A sigmoid (multi-label) head's labels are independent: a label with p ≥ PRESENT_P (50 %) is recognised
     whether or not it is the top-1, one below it is not, and a rise comes from removing what speaks against
     the label (the other labels do not compete with it).
     """
+    if head == "similarity":  # a CLIP model: cosines with prompts, no probability and no recognition threshold
+        if is_top1:
+            return ""
+        return (f"Another prompt is more similar to the image than this one (cosine {p_without:.3f}): the map shows "
+                "what the similarity to this prompt takes from the image.")
     if head == "sigmoid":
         if p_without >= PRESENT_P:
             return ""

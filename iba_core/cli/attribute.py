@@ -1,10 +1,17 @@
 """`python -m iba_core attribute IMAGE`: one bottleneck heatmap (Per-Sample or Readout) as one JSON line.
 
+With a CLIP model (`--model clip:FOLDER`), `--prompt TEXT` (repeatable, exclusive with --target) explains the
+image's similarity to each text prompt (M2IB): one Per-Sample fit per prompt, done together, one JSON line and one
+map per prompt (`--out map.npy` → map_0_a-cat.npy, map_1_a-dog.npy, … where there are several). β·k defaults to
+the head's (`heads.default_beta_k`: 10 for classifiers, M2IB's 0.1 for CLIP).
+
 `attribute FOLDER --out RUN_DIR` (a folder, or a .txt list of images) runs every image instead: `attribute_folder`.
 """
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from ..per_sample import BottleneckSettings
@@ -25,8 +32,13 @@ def add_parser(sub) -> None:
     p.add_argument("--method", choices=("per-sample", "readout"), default="per-sample",
                    help="Per-Sample Bottleneck (default) or a trained Readout Bottleneck")
     p.add_argument("--readout", default=None, help="readout checkpoint (default: the one shipped for the network)")
-    p.add_argument("--beta-k", type=float, default=d.beta_k, help="β·k, paper default 10 (β = 10/k)")
-    p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
+    p.add_argument("--beta-k", type=float, default=None,
+                   help="β·k (default: the network's: the paper's 10, β = 10/k; for a CLIP model M2IB's 0.1)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--target", default=None, help="class index or class name (default: top-1)")
+    which.add_argument("--prompt", action="append", default=None, metavar="TEXT",
+                       help="a text prompt to explain, for a CLIP model (--model clip:FOLDER); repeat it for several "
+                       "(one map each)")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--batch", type=int, default=d.batch)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -61,26 +73,49 @@ def check_files(args: argparse.Namespace) -> None:
         files.output_file(args.png, "--png")
 
 
+def prompt_path(path: Path, index: int, prompt: str) -> Path:
+    """The file of the `index`-th of several prompts' maps: NAME_<index>_<prompt in safe characters>.SUFFIX
+    (map.npy → map_0_a-cat.npy); the index keeps prompts that differ only in punctuation apart."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", prompt).strip("-")[:40] or "prompt"
+    path = Path(path)
+    return path.with_name(f"{path.stem}_{index}_{slug}{path.suffix}")
+
+
 def run(args: argparse.Namespace) -> int:
     if attribute_folder.is_folder_source(args.image):
         return attribute_folder.run(args)
     attribute_folder.refuse_folder_options(args)
     check_files(args)
-    # the settings are checked (with their ranges) before the network loads
+    prompts = getattr(args, "prompt", None)
+    if prompts and args.method == "readout":
+        from ..errors import UserError
+
+        raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method "
+                        "readout.")
+    # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = BottleneckSettings(
-        beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, sigma=args.sigma, seed=args.seed,
-        read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
+        beta_k=10.0 if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr,
+        sigma=args.sigma, seed=args.seed, read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
     )
     from ..feature_stats import stats_for_run
     from ..images import photo_or_path
     from ..per_sample import PerSampleBottleneck
-    from .common import load_from_args, print_json, progress_bar
+    from .common import load_from_args, progress_bar
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
+    if args.beta_k is None:
+        from ..heads import default_beta_k
+
+        settings = replace(settings, beta_k=default_beta_k(network))
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
+    if prompts:
+        from ..methods.base import check_target
+        from ..methods.targets import PromptTarget
+
+        targets = [check_target(network, PromptTarget(text)).index for text in prompts]  # new prompts added
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     if args.method == "readout":
@@ -96,16 +131,37 @@ def run(args: argparse.Namespace) -> int:
             stats = stats_for_run(network, layer, images=args.stats_images, n=args.n, progress=progress)
         finally:
             close()
-        result = PerSampleBottleneck.for_network(network, layer, stats, settings).attribute(x, target)
+        bottleneck = PerSampleBottleneck.for_network(network, layer, stats, settings)
+        if prompts:  # one fit per prompt, together (each as it would be alone)
+            targets = list(dict.fromkeys(targets))
+            results = bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets)
+        else:
+            results = [bottleneck.attribute(x, target)]
         stats_samples = stats.n
-    if args.out:
-        files.save_npy(args.out, result.heatmap)
-    if args.png:
+    if args.method == "readout":
+        results = [result]
+    for i, result in enumerate(results):
+        several = len(results) > 1
+        name = network.class_name(result.target)
+        out = args.out and (prompt_path(files.npy_path(args.out), i, name) if several else args.out)
+        png = args.png and (prompt_path(args.png, i, name) if several else args.png)
+        _write(args, network, cropped, result, layer, stats_samples, out, png, prompt=bool(prompts))
+    return 0
+
+
+def _write(args: argparse.Namespace, network, cropped, result, layer: str, stats_samples, out, png, *,
+           prompt: bool) -> None:
+    """One map's files (.npy, .png) and its JSON line."""
+    from .common import print_json
+
+    if out:
+        files.save_npy(out, result.heatmap)
+    if png:
         from ..render import overlay_image
         from ..render.colours import run_scale
 
         # the run's one scale (as the app's views), with its legend in bits per pixel
-        files.save_image(args.png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
+        files.save_image(png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
     print_json({
         "image": str(args.image),
         "method": args.method,
@@ -113,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         "layer": layer,
         "target": result.target,
         "class_name": network.class_name(result.target),
+        **({"prompt": network.class_name(result.target), "out": str(files.npy_path(out)) if out else None}
+           if prompt else {}),
         # what p means (iba_core.heads): softmax over classes, σ per label (multi-label), or binary
         "head": network.head,
         "p_without": round(result.p_without, 6),
@@ -131,4 +189,3 @@ def run(args: argparse.Namespace) -> int:
         **({"path": result.path} if getattr(result, "path", "stages") != "stages" else {}),
         **({"unlocated_bits": round(result.unlocated_bits, 3)} if getattr(result, "unlocated_bits", 0) else {}),
     })
-    return 0

@@ -140,6 +140,53 @@ class PromptAnswers(nn.Module):
         return (embeds / embeds.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu()
 
 
+class _VisionStem(nn.Module):
+    """Image → the tokens entering the first block: the patch and position embeddings, then CLIP's pre-norm."""
+
+    def __init__(self, vision: nn.Module):
+        super().__init__()
+        self.vision = vision
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.vision.pre_layrnorm(self.vision.embeddings(x))
+
+
+class _VisionBlock(nn.Module):
+    """One encoder block as a stage: tokens → tokens (the vision tower uses no attention mask)."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out = self.block(tokens, None)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class _PromptHead(nn.Module):
+    """The last block's tokens → cosines with the prompts: the class token, post-norm, projection, normalised,
+    against the model's current text embeddings (read at every call, so new prompts count at once)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        image = model.visual_projection(model.vision_model.post_layernorm(tokens[:, 0]))
+        image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        return image @ model.prompt_embeddings.to(image.dtype).T
+
+
+def vision_stages(model: nn.Module) -> list[tuple[str | None, nn.Module]]:
+    """The model as an ordered stage list (`spec.Stages`): stem, each named block, the prompt head. Running them in
+    order is `model(x)`; the Per-Sample Bottleneck then runs the blocks before its layer once and only those after
+    it per step (transformers' CLIP cannot be cut with torch.fx)."""
+    vision = model.vision_model
+    blocks = [(f"vision_model.encoder.layers.{i}", _VisionBlock(block)) for i, block in enumerate(vision.encoder.layers)]
+    return [(None, _VisionStem(vision)), *blocks, (None, _PromptHead(model))]
+
+
 @lru_cache(maxsize=None)
 def _prompt_class(cls: type) -> type:
     """A subclass of a transformers CLIP model class answering `model(x)` with the prompts' cosines."""
@@ -293,7 +340,7 @@ def load_clip_folder(folder: Path, config: dict, key: str, weights, weights_id: 
     model = as_prompt_model(model.float().eval(), tokenizer)
     blocks = vision_blocks(model.config)
     spec = derive_spec(model, key, title, input_size=prep["crop"], layer_names=blocks,
-                       default_layer=blocks[default_layer_index(len(blocks))], head="similarity",
+                       default_layer=blocks[default_layer_index(len(blocks))], head="similarity", stages=vision_stages,
                        note="A CLIP model (Hugging Face): its outputs are the cosine similarities of the image with "
                             "the text prompts; preprocessing from its own configuration.", **prep)
     return spec, model, weights_id, []

@@ -14,11 +14,13 @@ from iba_core.networks.sources import source_of
 def test_each_key_form_has_one_source_in_one_order(tmp_path: Path) -> None:
     (tmp_path / "folder").mkdir()
     (tmp_path / "card.toml").write_text('arch = "efficientnet_lite0"\n')
-    assert [s.name for s in SOURCES] == ["builtin", "torchvision", "timm", "hf", "folder", "card"]
+    assert [s.name for s in SOURCES] == ["builtin", "torchvision", "timm", "hf", "clip", "folder", "card"]
     named = {key: source_of(key).name for key in (
         "efficientnet_lite0", "torchvision:resnet18", "timm:resnet18", "hf:google/vit-base-patch16-224",
+        "clip:openai/clip-vit-base-patch32", f"clip:{tmp_path / 'folder'}",
         str(tmp_path / "folder"), tmp_path / "folder", str(tmp_path / "card.toml"), tmp_path / "card.toml")}
-    assert list(named.values()) == ["builtin", "torchvision", "timm", "hf", "folder", "folder", "card", "card"]
+    assert list(named.values()) == ["builtin", "torchvision", "timm", "hf", "clip", "clip", "folder", "folder", "card",
+                                    "card"]
     assert source_of("no such network") is None
     for source in SOURCES:
         assert callable(source.recognises) and callable(source.check) and callable(source.load)
