@@ -13,6 +13,7 @@ prints.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -95,6 +96,22 @@ def check_files(args: argparse.Namespace) -> None:
     files.output_folder(args.out, "--out")
 
 
+#: A Per-Sample key at a β·k no preset has, as `methods.base.key_number` writes it ("iba_0_1": β·k 0.1), e.g. a
+#: run.json's method that a rerun names (the Dataset page's command that adds a prompt to a run).
+PER_SAMPLE_KEY = re.compile(r"^iba_(\d+(?:_\d+)?(?:e[-+]?\d+)?)$")
+
+
+def per_sample_at(key: str, settings_for) -> object:
+    """The Per-Sample method a key like "iba_0_1" names (β·k 0.1, with the command's bottleneck settings), or the
+    key unchanged (an unknown key is refused by `resolve_methods` with the known ones listed)."""
+    from ..methods.bottlenecks import PerSampleIBA
+
+    match = PER_SAMPLE_KEY.match(key)
+    if match is None:
+        return key
+    return PerSampleIBA(float(match.group(1).replace("_", ".")), **settings_for(PerSampleIBA()))
+
+
 def method_list(args: argparse.Namespace) -> list:
     """The methods to run, with the command's Per-Sample settings (--layer, --steps, …) and --readout; unknown keys
     and out-of-range settings fail here, before the network loads."""
@@ -123,6 +140,7 @@ def method_list(args: argparse.Namespace) -> list:
         keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
         if "all" in keys:
             keys = method_keys()
+    keys = [per_sample_at(k, settings_for) if isinstance(k, str) and k not in method_keys() else k for k in keys]
     settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in method_keys()}
     methods = resolve_methods(keys, settings)
     for method in methods:
@@ -161,6 +179,11 @@ def run(args: argparse.Namespace) -> int:
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
         methods = [m for m in methods if m.available_for(network) is None]
+    if args.methods is None and args.method != "readout" and getattr(args, "beta_k", None) is None:
+        from ..heads import default_beta_k
+
+        # --beta-k left out: the network's head decides (M2IB's 0.1 for a CLIP model, else the paper's 10)
+        methods = [m.with_settings(beta_k=default_beta_k(network)) for m in methods]
     prompts = folder_prompts(args)
     target = None if args.target is None else network.class_index(args.target)
     if prompts:  # folder labels name classes, not prompts: the rows keep no label

@@ -117,3 +117,20 @@ def test_prompt_runs_refuse_what_cannot_work(clip_net, tiny_net, images, tmp_pat
     run_folder(clip_net, items[:1], gradient, tmp_path / "d", FolderSettings(prompts=("a cat",)), root=root)
     with pytest.raises(RunFolderError, match="targets"):  # a class run never mixes with a prompt run
         run_folder(clip_net, items[:1], gradient, tmp_path / "d", FolderSettings(target=0), root=root)
+def test_the_cli_runs_a_folder_with_prompts(clip_folder, images, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["attribute", str(images), "--model", f"clip:{clip_folder}", "--prompt", "a cat", "--prompt", "a dog",
+            "--out", str(out), "--methods", "gradient", *CLI_QUICK]
+    assert main(args) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["prompts"] == ["a cat", "a dog"] and line["rows"] == 8 and line["errors"] == 0
+    assert main(args) == 0  # resumed
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["new_rows"] == 0
+    (images / "labels.txt").write_text("a.png,0\n")
+    assert main([*args, "--labels", str(images / "labels.txt")]) != 0
+    assert "--labels names the images' classes" in capsys.readouterr().err
+    # without --methods and --beta-k: the Per-Sample Bottleneck at the head's β·k (M2IB's 0.1 for a CLIP model)
+    assert main(["attribute", str(images), "--model", f"clip:{clip_folder}", "--prompt", "a cat", "--limit", "1",
+                 "--out", str(tmp_path / "default"), *CLI_QUICK]) == 0
+    info = json.loads((tmp_path / "default" / "run.json").read_text())
+    assert list(info["methods"]) == ["iba_0_1"] and info["methods"]["iba_0_1"]["settings"]["beta_k"] == 0.1
