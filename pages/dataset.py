@@ -250,6 +250,54 @@ def highlight_pictures(run, h) -> None:
     st.caption(f"{note}Images: " + plain(named(h.images)) + more)
 
 
+def prompt_section(run) -> None:
+    """For a run with text prompts (a CLIP network): one of its prompts (or one typed) → the images ranked by the
+    bits their map needs for it (or by similarity), as thumbnails with their numbers; a prompt the run does not
+    hold says how to add it."""
+    prompts = ds.run_prompts(run)
+    if not prompts:
+        return
+    st.subheader("Search the run for a prompt")
+    names = ds.method_names(run)
+    c1, c2, c3 = st.columns([2, 2, 1.4])
+    chosen = c1.selectbox("One of the run's prompts", prompts, key="ds_prompt", format_func=plain)
+    typed = c2.text_input("…or type a prompt", key="ds_prompt_typed", placeholder="e.g. a watermark",
+                          help="Overrides the choice on the left. A prompt the run does not hold says how to add it.")
+    wanted = " ".join(typed.split()) or chosen
+    held = ds.held_prompt(run, wanted)
+    if held is None:
+        st.warning(plain(ds.missing_prompt_text(run, wanted, command=False)), icon=":material/manage_search:")
+        st.code(ds.add_prompt_command(run, wanted), language="bash")
+        return
+    methods = ds.prompt_methods(run, held)
+    method = c3.selectbox("Ranked by the maps of", methods, key="ds_prompt_method",
+                          format_func=lambda k: plain(names.get(k, k)))
+    with shown_errors() as outcome:
+        found = ds.search_prompt(run, held, method)
+        top = found.rows.head(ds.PROMPT_HITS)
+        scale = ds.page_scale(run, top)
+        pictures = [ds.image_thumbnail(run, row, trust, size=2 * ds.THUMB_PX, top=scale if scale > 0 else None)
+                    for _, row in top.iterrows()]
+    if outcome.failed:
+        return
+    order = ("the bits their map needs for it, most first (ties: the higher similarity)" if found.by == "total_bits"
+             else "their cosine similarity with it, highest first")
+    st.caption(f"The {count_of(len(found.rows), 'image')} of the run for “{plain(held)}”, ranked by {order}; the "
+               f"first {len(top)} shown. Similarity: the cosine of the image's and the prompt's embeddings (−1 … 1, "
+               "not a probability)."
+               + (f" Maps over the images on one scale, 0 – {scale:.3g} bits per pixel." if found.by == "total_bits"
+                  and scale > 0 else ""))
+    per_row = 4 if presentation() else 6
+    cols = st.container(key="ds_prompt_hits").columns(per_row)
+    for i, ((_, row), png) in enumerate(zip(top.iterrows(), pictures)):
+        with cols[i % per_row]:
+            if png is None:
+                st.info("The image cannot be read on this server.", icon=":material/image_not_supported:")
+            else:
+                st.image(png, width="stretch")
+            st.caption(plain(ds.prompt_caption(row, i + 1, found.by)))
+
+
 def metrics_section(run) -> None:
     """The means of the field's metrics the run measured, per method and per class (nothing for a run without)."""
     with shown_errors() as outcome:
@@ -474,6 +522,7 @@ if run is not None:
     found = None
     with shown_errors():
         found = run_highlights(run)
+    prompt_section(run)
     stands_out_section(run, found)
     metrics_section(run)
     st.divider()
