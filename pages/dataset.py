@@ -12,6 +12,8 @@ import streamlit as st
 
 from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
+from iba_core.app.inputs import prompts_from_text
+from iba_core.networks.clip_models import is_clip
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
 from iba_core.runs.highlights import named
@@ -106,6 +108,10 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
+            prompt_text = st.text_area(
+                "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
+                help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
+                "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
             metrics = st.multiselect(
                 "The field's metrics per map (optional)", ds.PAGE_METRICS, key="ds_metrics", placeholder="none",
                 help="Insertion and deletion (RISE's protocol) and ROAD, as columns of the table and means per "
@@ -117,10 +123,17 @@ def start_section() -> None:
                                              help="Time one image of the folder with these methods now.")
             pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
         limit = None if limit is None else int(limit)
+        prompts: list[str] = []
+        if (estimate or pressed) and is_clip(network):
+            with shown_errors() as outcome:
+                prompts = prompts_from_text(prompt_text)
+            if outcome.failed:
+                return
         if estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics).text()
+                                                                   trust=trust, metrics=metrics,
+                                                                   prompts=prompts).text()
         if metrics and not st.session_state.get(ESTIMATE_KEY):
             st.caption(plain(ds.metric_cost_text(network, metrics)))
         if st.session_state.get(ESTIMATE_KEY):
@@ -130,7 +143,7 @@ def start_section() -> None:
             with shown_errors():
                 try:
                     job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics)
+                                              owner=session_owner(), metrics=metrics, prompts=prompts)
                 except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return

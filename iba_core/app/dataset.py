@@ -551,9 +551,11 @@ def missing_prompt_text(run: Run, prompt: str, command: bool = True) -> str:
     the same run folder)."""
     held = run_prompts(run)
     how = f"with `{add_prompt_command(run, prompt)}`, or" if command else "with the command below, or"
+    methods = ", ".join(run.info.get("methods") or {}) or "none"
     return (f"The run holds no maps for the prompt “{prompt}” (its prompts: {', '.join(held) or 'none'}). Add it "
             f"{how} with *Start a run on a folder of the server* on the Dataset page: the run's image folder "
-            f"({run.source}), this run folder ({run.path}) and the prompt; only the new prompt's maps are made."
+            f"({run.source}), this run folder ({run.path}), its methods ({methods}) and the prompt; only the new "
+            "prompt's maps are made."
             + (f" In the command, {MODEL_PLACEHOLDER} stands for the run's model folder." if MODEL_PLACEHOLDER in
                add_prompt_command(run, prompt) else ""))
 

@@ -239,6 +239,7 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
     out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
     methods = _checked_methods(shared, method_keys, layer)
+    _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
@@ -249,6 +250,19 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
                          tuple(prompts))
         _JOB._thread.start()
         return _JOB
+
+
+def _check_prompts(network, prompts: Sequence[str]) -> None:
+    """A CLIP model explains text prompts, a classifier classes: one sentence before any work where they do not
+    fit (a classifier given prompts: `check_target`'s)."""
+    from ..networks.clip_models import is_clip
+
+    if is_clip(network) and not prompts:
+        raise UserError("A CLIP model explains text prompts: type at least one (one a line) for the run.")
+    if prompts and not is_clip(network):
+        from ..methods.base import PROMPTS_NEED_CLIP
+
+        raise UserError(PROMPTS_NEED_CLIP)
 
 
 # ---- how long it takes -----------------------------------------------------------------------------------
@@ -316,11 +330,12 @@ def _stats_ready(network, method: "Method") -> bool:
 
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
-                   limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = ()) -> RunEstimate:
+                   limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = (),
+                   prompts: Sequence[str] = ()) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
     starts. A method whose feature statistics are not yet on disk is left out (estimating them would take
-    minutes) and named."""
+    minutes) and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
     import torch
 
     from ..runs.folder import list_images
@@ -329,6 +344,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     methods = _checked_methods(shared, method_keys, layer)
     metrics = _checked_metrics(metrics)
     network = shared.network
+    _check_prompts(network, prompts)
     _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
     if not items:
         raise UserError(f"The image folder {folder} holds no images (jpg, png, …).")
@@ -348,8 +364,15 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
         device = next(network.model.parameters()).device
         with torch.no_grad():
             began = time.perf_counter()
-            target = int(network.model(x.to(device)).argmax())
+            outputs = network.model(x.to(device))
             forward = time.perf_counter() - began
+        if prompts:  # the first prompt's map (its index, added to the network if new)
+            from ..methods.base import check_target
+            from ..methods.targets import PromptTarget
+
+            target = check_target(network, PromptTarget(prompts[0])).index
+        else:
+            target = int(outputs.argmax())
         for method in methods:
             if method.needs_stats and not _stats_ready(network, method):
                 untimed.append(method.name)
@@ -368,8 +391,9 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                 began = time.perf_counter()
                 yardstick_columns(scoring, x.to(device), made[0].values, target, metrics, head=head_of(network))
                 metric_seconds += time.perf_counter() - began
-    return RunEstimate(seconds + metric_seconds, len(items), tuple(timed), tuple(untimed), samples, forward,
-                       metric_seconds, metrics)
+    maps = max(len(prompts), 1)  # a map per prompt and method
+    return RunEstimate((seconds + metric_seconds) * maps, len(items), tuple(timed), tuple(untimed), samples, forward,
+                       metric_seconds * maps, metrics)
 
 
 def job_text(job: FolderJob) -> str:

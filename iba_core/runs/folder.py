@@ -274,6 +274,12 @@ def _checked_prompts(network, settings: FolderSettings) -> tuple[str, ...]:
     """The run's prompts, stripped, each once; a UserError in the user's words for an empty one, for prompts and a
     fixed class together, and (`PromptTarget` resolution) for prompts on a network that has none."""
     if not settings.prompts:
+        from ..networks.clip_models import is_clip
+
+        if is_clip(network):  # its outputs are the prompts' cosines: without prompts there is nothing to explain
+            raise UserError("A CLIP model explains text prompts: give at least one.",
+                            cli_hint="Give --prompt TEXT (once per prompt).",
+                            app_hint="Type at least one prompt (one a line).")
         return ()
     from ..methods.base import check_target
     from ..methods.targets import PromptTarget

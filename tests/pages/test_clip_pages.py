@@ -156,3 +156,24 @@ def test_a_prompt_the_run_lacks_says_how_to_add_it(open_page, prompt_run) -> Non
     assert "holds no maps for the prompt “a watermark”" in warning and "a cat, a dog" in warning
     command = " ".join(c.value for c in at.code)
     assert "--prompt 'a watermark'" in command and f"--out {prompt_run}" in command
+
+
+def test_the_start_form_runs_a_clip_folder_with_prompts(open_page, models, prompt_run) -> None:
+    from iba_core.app.dataset import current_job
+    from iba_core.runs import open_run as read_run
+
+    at = added(open_page("dataset"), models)
+    at.text_input(key="ds_source").set_value(str(models / "data" / "images"))
+    at.text_input(key="ds_out").set_value(str(models / "data" / "page-run"))
+    at.multiselect(key="ds_methods").set_value(["gradient"])
+    at = at.button(key="ds_start_button").click().run()  # an empty prompt box: said, nothing starts
+    assert_clean(at)
+    assert "Type at least one text prompt" in " ".join(e.value for e in at.error)
+    assert current_job() is None or current_job().run_dir != models / "data" / "page-run"
+    at.text_area(key="ds_prompts").set_value("a cat\na ruler")
+    at = clean(at.button(key="ds_start_button").click().run())
+    job = current_job()
+    assert job is not None and job.wait(120) and job.error is None
+    run = read_run(models / "data" / "page-run")
+    assert run.info["prompts"] == ["a cat", "a ruler"] and len(run.table) == 5 * 2
+    assert set(run.table["prompt"]) == {"a cat", "a ruler"} and run.table["error"].isna().all()

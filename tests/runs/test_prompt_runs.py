@@ -13,7 +13,7 @@ from iba_core import open_run
 from iba_core.cli import main
 from iba_core.errors import UserError
 from iba_core.methods import get_method
-from iba_core.runs import FolderSettings, RunFolderError, finish_run, list_images, run_folder
+from iba_core.runs import FolderSettings, finish_run, list_images, run_folder
 
 #: Quick Per-Sample settings (2 steps, 2 noisy copies); statistics from 16 crops.
 QUICK = {"steps": 2, "batch": 2, "precision": "fp32", "stats_samples": 16}
@@ -114,9 +114,9 @@ def test_prompt_runs_refuse_what_cannot_work(clip_net, tiny_net, images, tmp_pat
     with pytest.raises(UserError, match="prompts or a class"):
         run_folder(clip_net, items, gradient, tmp_path / "c", FolderSettings(prompts=("a cat",), target=0),
                    root=root)
-    run_folder(clip_net, items[:1], gradient, tmp_path / "d", FolderSettings(prompts=("a cat",)), root=root)
-    with pytest.raises(RunFolderError, match="targets"):  # a class run never mixes with a prompt run
-        run_folder(clip_net, items[:1], gradient, tmp_path / "d", FolderSettings(target=0), root=root)
+    with pytest.raises(UserError, match="A CLIP model explains text prompts"):  # no prompt: nothing to explain
+        run_folder(clip_net, items, gradient, tmp_path / "d", FolderSettings(), root=root)
+    assert not (tmp_path / "d").exists()
 def test_the_cli_runs_a_folder_with_prompts(clip_folder, images, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["attribute", str(images), "--model", f"clip:{clip_folder}", "--prompt", "a cat", "--prompt", "a dog",
