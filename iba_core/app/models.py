@@ -58,7 +58,7 @@ NETWORK_SOURCES = {
     "timm": "timm model",
     "hf": "Hugging Face model",
     "builtin": "Built-in backbone with your head",
-    "folder": "Model folder (timm or transformers)",
+    "folder": "Model folder (timm or transformers, a CLIP model too)",
 }
 #: A CLIP model folder's tokenizer files (`networks.clip_models.read_tokenizer`: tokenizer.json, or vocab.json and
 #: merges.txt, with their settings): taken and copied with the folder, so its prompts can be read.
