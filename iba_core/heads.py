@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .bottleneck import DEFAULT_BETA_K as PAPER_BETA_K
 from .errors import UserError
 
 #: The classifier heads (a model card's or a folder's `head`).
@@ -34,9 +35,12 @@ HEADS = ("softmax", "sigmoid", "binary")
 #: A CLIP model's head: cosines with text prompts (not offered to model cards: it needs a text encoder).
 SIMILARITY = "similarity"
 ALL_HEADS = (*HEADS, SIMILARITY)
-#: The default β·k of the bottleneck by head: the paper's 10 (β = 10/k, §4.1) for classifiers; M2IB's β = 0.1 on
-#: the mean KL (Wang et al. 2023, their default) for the similarity head.
-DEFAULT_BETA_K = {"softmax": 10.0, "sigmoid": 10.0, "binary": 10.0, SIMILARITY: 0.1}
+#: M2IB's β (Wang et al., NeurIPS 2023, their default) on the MEAN KL over the layer's k elements: β·k = 0.1 in this
+#: project's units (β = β·k / k on the summed KL).
+M2IB_BETA_K = 0.1
+#: The default β·k of the bottleneck by head: the paper's 10 (β = 10/k, §4.1) for classifiers, M2IB's for the
+#: similarity head. (`bottleneck.DEFAULT_BETA_K` is the paper's number itself.)
+DEFAULT_BETA_K = {**{head: PAPER_BETA_K for head in HEADS}, SIMILARITY: M2IB_BETA_K}
 #: A sigmoid head's label counts as present above this probability (σ(z) > 0.5 ⇔ z > 0).
 PRESENT_P = 0.5
 #: What the probabilities of each head are, for the front ends ("" for softmax: nothing to explain).
@@ -60,7 +64,7 @@ def check_head(head: object) -> str:
 def default_beta_k(network_or_head: object) -> float:
     """The default β·k for a network (or a head name): `DEFAULT_BETA_K` of its head."""
     head = network_or_head if isinstance(network_or_head, str) else head_of(network_or_head)
-    return DEFAULT_BETA_K.get(head, DEFAULT_BETA_K["softmax"])
+    return DEFAULT_BETA_K.get(head, PAPER_BETA_K)
 
 
 def head_of(network) -> str:

@@ -85,8 +85,8 @@ def test_the_similarity_head_by_hand():
 
 def test_one_step_of_the_bottleneck_by_hand_is_m2ibs_loss(clip_net, clip_folder, image_x):
     """M2IB's loss, L = β·mean KL − mean cos, with its N(0, 1) prior (statistics μ = 0, σ = 1) and no smoothing:
-    this project's L = −cos + β·k/k·ΣKL with β·k = 0.1 is the same number, recomputed here from the noisy features
-    the bottleneck fed the rest of the network (captured on their way into the next block)."""
+    this project's L = −cos + β·k/k·ΣKL with β·k = 0.1 is the same number, recomputed here from the noisy
+    features the bottleneck fed the rest of the network (captured on their way into the next block)."""
     from transformers import CLIPModel
 
     from iba_core.feature_stats import FeatureStats

@@ -14,6 +14,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from ..bottleneck import DEFAULT_BETA_K
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
@@ -87,15 +88,19 @@ def run(args: argparse.Namespace) -> int:
     attribute_folder.refuse_folder_options(args)
     check_files(args)
     prompts = getattr(args, "prompt", None)
-    if prompts and args.method == "readout":
+    if prompts:
         from ..errors import UserError
+        from ..methods.targets import PromptTarget
 
-        raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method "
-                        "readout.")
+        if args.method == "readout":
+            raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method "
+                            "readout.")
+        prompts = [PromptTarget(text) for text in prompts]  # an empty prompt is refused before the network loads
     # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = BottleneckSettings(
-        beta_k=10.0 if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr,
-        sigma=args.sigma, seed=args.seed, read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision,
+        beta_k=DEFAULT_BETA_K if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch,
+        lr=args.lr, sigma=args.sigma, seed=args.seed, read_point=args.read_point,
+        inactive_threshold=args.inactive_threshold, precision=args.precision,
     )
     from ..feature_stats import stats_for_run
     from ..images import photo_or_path
@@ -113,17 +118,17 @@ def run(args: argparse.Namespace) -> int:
     target = None if args.target is None else network.class_index(args.target)
     if prompts:
         from ..methods.base import check_target
-        from ..methods.targets import PromptTarget
 
-        targets = [check_target(network, PromptTarget(text)).index for text in prompts]  # new prompts added
+        # each prompt's index (new ones added to the network's prompts); a classifier refuses them in one sentence
+        targets = list(dict.fromkeys(check_target(network, prompt).index for prompt in prompts))
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     if args.method == "readout":
         from ..readout import readout_attribute
 
         # The readout's bottleneck layer and statistics come from its checkpoint.
-        result = readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)
-        layer, stats_samples = result.readout["layer"], None
+        results = [readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)]
+        layer, stats_samples = results[0].readout["layer"], None
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
         try:
@@ -133,15 +138,12 @@ def run(args: argparse.Namespace) -> int:
             close()
         bottleneck = PerSampleBottleneck.for_network(network, layer, stats, settings)
         if prompts:  # one fit per prompt, together (each as it would be alone)
-            targets = list(dict.fromkeys(targets))
             results = bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets)
         else:
             results = [bottleneck.attribute(x, target)]
         stats_samples = stats.n
-    if args.method == "readout":
-        results = [result]
+    several = len(results) > 1
     for i, result in enumerate(results):
-        several = len(results) > 1
         name = network.class_name(result.target)
         out = args.out and (prompt_path(files.npy_path(args.out), i, name) if several else args.out)
         png = args.png and (prompt_path(args.png, i, name) if several else args.png)

@@ -134,7 +134,9 @@ def method_list(args: argparse.Namespace) -> list:
             keys = ["readout"]
         else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
             # --beta-k left out (None): the paper's 10 (the head's default, `heads.default_beta_k`, needs the network)
-            beta_k = 10.0 if getattr(args, "beta_k", None) is None else args.beta_k
+            from ..bottleneck import DEFAULT_BETA_K
+
+            beta_k = DEFAULT_BETA_K if getattr(args, "beta_k", None) is None else args.beta_k
             keys = [PerSampleIBA(beta_k, **settings_for(PerSampleIBA()))]
     else:
         keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]

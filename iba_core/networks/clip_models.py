@@ -52,6 +52,10 @@ DEFAULT_RESAMPLE = 3
 M2IB_DEPTH = 9 / 12
 #: The longest prompt kept, in characters (CLIP reads at most 77 tokens; longer text is truncated there).
 MAX_PROMPT_CHARS = 300
+#: The most prompts a network answers for at once (a server's users add prompts; each is one output).
+MAX_PROMPTS = 1024
+#: Text embeddings kept beyond the current prompts (oldest dropped first): 4,096 × 512 floats ≈ 8 MB for ViT-B.
+MAX_KEPT_TEXTS = 4096
 #: Files of a CLIP tokenizer (either the tokenizers JSON, or the BPE vocabulary and merges).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")
 
@@ -91,6 +95,21 @@ def default_layer_index(blocks: int) -> int:
     return max(0, min(round(M2IB_DEPTH * blocks), blocks - 2))
 
 
+#: What a CLIP network without prompts says when asked for its outputs, and how each front end gives one.
+NO_PROMPTS = "A CLIP model answers with its similarity to text prompts, and none is given yet."
+NO_PROMPTS_CLI = "Give one: --prompt TEXT (attribute) or --target TEXT."
+NO_PROMPTS_APP = "Type a prompt: what to look for, e.g. \"a dog\"."
+
+
+def _cosines(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
+    """(N, P): the image embeddings (normalised here) against the model's current prompts' text embeddings."""
+    table = model.prompt_embeddings
+    if table.shape[0] == 0:
+        raise UserError(NO_PROMPTS, cli_hint=NO_PROMPTS_CLI, app_hint=NO_PROMPTS_APP)
+    image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return image @ table.to(image.dtype).T
+
+
 class PromptAnswers(nn.Module):
     """Mixed into transformers' CLIPModel (`as_prompt_model`): `model(x)` answers (N, P) cosines of the image
     embeddings with the current prompts' text embeddings.
@@ -99,9 +118,7 @@ class PromptAnswers(nn.Module):
     row per prompt, normalised; each prompt's embedding is computed once and kept in `_text_cache`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        image = self.get_image_features(pixel_values=x).pooler_output
-        image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        return image @ self.prompt_embeddings.to(image.dtype).T
+        return _cosines(self, self.get_image_features(pixel_values=x).pooler_output)
 
     @property
     def prompts(self) -> tuple[str, ...]:
@@ -111,10 +128,17 @@ class PromptAnswers(nn.Module):
         """The prompts the model answers for, in order (duplicates after cleaning dropped); the text embeddings
         of new ones computed now."""
         cleaned = list(dict.fromkeys(clean_prompt(t) for t in texts))
+        if len(cleaned) > MAX_PROMPTS:
+            raise UserError(f"{len(cleaned):,} text prompts are more than the {MAX_PROMPTS:,} a CLIP model here "
+                            "answers for at once; use fewer.")
         new = [t for t in cleaned if t not in self._text_cache]
         if new:
             for text, row in zip(new, self.text_embeddings(new)):
                 self._text_cache[text] = row
+        current = set(cleaned)
+        stale = [t for t in self._text_cache if t not in current]  # oldest first (dicts keep insertion order)
+        for text in stale[:max(0, len(stale) - MAX_KEPT_TEXTS)]:
+            del self._text_cache[text]
         param = next(self.parameters())
         rows = [self._text_cache[t] for t in cleaned]
         table = (torch.stack(rows) if rows else torch.zeros(0, self.config.projection_dim)).to(param.device)
@@ -173,9 +197,7 @@ class _PromptHead(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         model = self.model
-        image = model.visual_projection(model.vision_model.post_layernorm(tokens[:, 0]))
-        image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        return image @ model.prompt_embeddings.to(image.dtype).T
+        return _cosines(model, model.visual_projection(model.vision_model.post_layernorm(tokens[:, 0])))
 
 
 def vision_stages(model: nn.Module) -> list[tuple[str | None, nn.Module]]:
@@ -183,7 +205,8 @@ def vision_stages(model: nn.Module) -> list[tuple[str | None, nn.Module]]:
     order is `model(x)`; the Per-Sample Bottleneck then runs the blocks before its layer once and only those after
     it per step (transformers' CLIP cannot be cut with torch.fx)."""
     vision = model.vision_model
-    blocks = [(f"vision_model.encoder.layers.{i}", _VisionBlock(block)) for i, block in enumerate(vision.encoder.layers)]
+    blocks = [(f"vision_model.encoder.layers.{i}", _VisionBlock(block))
+              for i, block in enumerate(vision.encoder.layers)]
     return [(None, _VisionStem(vision)), *blocks, (None, _PromptHead(model))]
 
 
@@ -207,11 +230,12 @@ def as_prompt_model(model: nn.Module, tokenizer) -> nn.Module:
     return model
 
 
-@dataclass(eq=False)
+@dataclass
 class ClipNetwork(Network):
     """A Network whose categories are its text prompts (`PromptAnswers`): `prompts`, `set_prompts`,
     `prompt_index`. The categories list is updated in place, so a holder of `network.categories` sees new
-    prompts."""
+    prompts. Changing the prompts changes the network's outputs: callers sharing the network (the app's
+    sessions) change them under the network's lock, like any other use of it."""
 
     @property
     def prompts(self) -> tuple[str, ...]:
@@ -339,10 +363,15 @@ def load_clip_folder(folder: Path, config: dict, key: str, weights, weights_id: 
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     model = as_prompt_model(model.float().eval(), tokenizer)
     blocks = vision_blocks(model.config)
-    spec = derive_spec(model, key, title, input_size=prep["crop"], layer_names=blocks,
-                       default_layer=blocks[default_layer_index(len(blocks))], head="similarity", stages=vision_stages,
-                       note="A CLIP model (Hugging Face): its outputs are the cosine similarities of the image with "
-                            "the text prompts; preprocessing from its own configuration.", **prep)
+    model.set_prompts(["a photo"])  # the dry pass that finds the layers runs the whole model; no prompt stays
+    try:
+        spec = derive_spec(model, key, title, input_size=prep["crop"], layer_names=blocks,
+                           default_layer=blocks[default_layer_index(len(blocks))], head="similarity",
+                           stages=vision_stages, note="A CLIP model (Hugging Face): its outputs are the cosine "
+                           "similarities of the image with the text prompts; preprocessing from its own "
+                           "configuration.", **prep)
+    finally:
+        model.set_prompts([])
     return spec, model, weights_id, []
 
 

@@ -178,5 +178,6 @@ def unknown_key_error(key) -> UnknownModelError:
     return UnknownModelError(
         f"Unknown network {key!r}; give a registered key ({', '.join(REGISTRY)}), torchvision:NAME "
         "(any torchvision classifier, e.g. torchvision:resnet18), timm:NAME (any timm model), hf:ORG/NAME (a Hugging "
-        "Face image classifier), clip:FOLDER or clip:ORG/NAME (a CLIP model, text prompts as targets), a model folder (timm's save_for_hf or transformers' save_pretrained) or a model "
+        "Face image classifier), clip:FOLDER or clip:ORG/NAME (a CLIP model, text prompts as targets), a model "
+        "folder (timm's save_for_hf or transformers' save_pretrained) or a model "
         "card file (.toml).")

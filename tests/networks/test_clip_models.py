@@ -196,3 +196,33 @@ def test_the_stage_list_is_the_model_and_reads_new_prompts(clip_net):
     with torch.no_grad():
         assert result.p_without == pytest.approx(float(clip_net.model(x[:1])[0, index]), rel=1e-4)
         assert suffix(prefix(x)).shape == (2, 3)
+
+
+def test_a_clip_network_without_prompts_asks_for_one(clip_folder):
+    from iba_core.networks.clip_models import NO_PROMPTS
+
+    net = load_network(clip_folder)
+    assert net.prompts == () and net.categories == []
+    x = torch.zeros(1, 3, 32, 32)
+    with pytest.raises(UserError) as err:
+        net.top_k(x)
+    assert str(err.value) == NO_PROMPTS and "--prompt TEXT" in err.value.cli_hint and "Type a prompt" in \
+        err.value.app_hint
+    net.set_prompts(["a cat"])
+    assert [name for _, name, _ in net.top_k(x)] == ["a cat"]
+
+
+def test_prompts_and_kept_embeddings_are_bounded(clip_folder, monkeypatch):
+    from iba_core.networks import clip_models
+
+    net = load_network(clip_folder)
+    monkeypatch.setattr(clip_models, "MAX_PROMPTS", 3)
+    monkeypatch.setattr(clip_models, "MAX_KEPT_TEXTS", 2)
+    with pytest.raises(UserError, match="4 text prompts are more than the 3"):
+        net.set_prompts(["a", "b", "c", "d"])
+    for prompts in (["a", "b"], ["c"], ["d"], ["e"]):
+        net.set_prompts(prompts)
+    assert list(net.model._text_cache) == ["c", "d", "e"]  # the current one and the 2 most recent others
+    first = net.model(torch.zeros(1, 3, 32, 32))
+    net.set_prompts(["a", "e"])  # dropped ones are encoded again, to the same embedding
+    torch.testing.assert_close(net.model(torch.zeros(1, 3, 32, 32))[:, 1], first[:, 0])
