@@ -362,16 +362,17 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
 
             scoring = scoring_model(network, "fp32")  # built once, as a run builds it
         device = next(network.model.parameters()).device
-        with torch.no_grad():
-            began = time.perf_counter()
-            outputs = network.model(x.to(device))
-            forward = time.perf_counter() - began
-        if prompts:  # the first prompt's map (its index, added to the network if new)
+        target = None
+        if prompts:  # the first prompt's map (its index, added to the network if new: before its outputs exist)
             from ..methods.base import check_target
             from ..methods.targets import PromptTarget
 
             target = check_target(network, PromptTarget(prompts[0])).index
-        else:
+        with torch.no_grad():
+            began = time.perf_counter()
+            outputs = network.model(x.to(device))
+            forward = time.perf_counter() - began
+        if target is None:
             target = int(outputs.argmax())
         for method in methods:
             if method.needs_stats and not _stats_ready(network, method):

@@ -170,7 +170,8 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
         slot.empty()  # another image: its classes come with its top-5, none of the previous image's meanwhile
     right = slot.container()
     with right, network_turn(shared):
-        top5 = network.top_k(x, 5)
+        # a CLIP model before any prompt has no outputs to rank (its prompts are typed in the page's form)
+        top5 = network.top_k(x, 5) if network.head != SIMILARITY or getattr(network, "prompts", ()) else []
         # a multi-label network sees every label above 50 %, not just its top one
         present = network.labels_above(x) if network.head == "sigmoid" else None
     st.session_state[CONTROLS_FOR_KEY] = shown_for
