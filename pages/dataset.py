@@ -12,6 +12,8 @@ import streamlit as st
 
 from iba_core.app import dataset as ds
 from iba_core.app.choices import method_choices
+from iba_core.app.inputs import prompts_from_text
+from iba_core.networks.clip_models import is_clip
 from iba_core.methods import display_names
 from iba_core.render.text import count_of
 from iba_core.runs.highlights import named
@@ -106,6 +108,10 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
+            prompt_text = st.text_area(
+                "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
+                help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
+                "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
             metrics = st.multiselect(
                 "The field's metrics per map (optional)", ds.PAGE_METRICS, key="ds_metrics", placeholder="none",
                 help="Insertion and deletion (RISE's protocol) and ROAD, as columns of the table and means per "
@@ -117,10 +123,17 @@ def start_section() -> None:
                                              help="Time one image of the folder with these methods now.")
             pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
         limit = None if limit is None else int(limit)
+        prompts: list[str] = []
+        if (estimate or pressed) and is_clip(network):
+            with shown_errors() as outcome:
+                prompts = prompts_from_text(prompt_text)
+            if outcome.failed:
+                return
         if estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics).text()
+                                                                   trust=trust, metrics=metrics,
+                                                                   prompts=prompts).text()
         if metrics and not st.session_state.get(ESTIMATE_KEY):
             st.caption(plain(ds.metric_cost_text(network, metrics)))
         if st.session_state.get(ESTIMATE_KEY):
@@ -130,7 +143,7 @@ def start_section() -> None:
             with shown_errors():
                 try:
                     job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics)
+                                              owner=session_owner(), metrics=metrics, prompts=prompts)
                 except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return
@@ -248,6 +261,54 @@ def highlight_pictures(run, h) -> None:
     note = (f"Maps over the images on one scale: 0 – {scale:.3g} bits per pixel (at least a typical map's mean, so "
             "maps that hold almost nothing stay dark). ") if scale else ""
     st.caption(f"{note}Images: " + plain(named(h.images)) + more)
+
+
+def prompt_section(run) -> None:
+    """For a run with text prompts (a CLIP network): one of its prompts (or one typed) → the images ranked by the
+    bits their map needs for it (or by similarity), as thumbnails with their numbers; a prompt the run does not
+    hold says how to add it."""
+    prompts = ds.run_prompts(run)
+    if not prompts:
+        return
+    st.subheader("Search the run for a prompt")
+    names = ds.method_names(run)
+    c1, c2, c3 = st.columns([2, 2, 1.4])
+    chosen = c1.selectbox("One of the run's prompts", prompts, key="ds_prompt", format_func=plain)
+    typed = c2.text_input("…or type a prompt", key="ds_prompt_typed", placeholder="e.g. a watermark",
+                          help="Overrides the choice on the left. A prompt the run does not hold says how to add it.")
+    wanted = " ".join(typed.split()) or chosen
+    held = ds.held_prompt(run, wanted)
+    if held is None:
+        st.warning(plain(ds.missing_prompt_text(run, wanted, command=False)), icon=":material/manage_search:")
+        st.code(ds.add_prompt_command(run, wanted), language="bash")
+        return
+    methods = ds.prompt_methods(run, held)
+    method = c3.selectbox("Ranked by the maps of", methods, key="ds_prompt_method",
+                          format_func=lambda k: plain(names.get(k, k)))
+    with shown_errors() as outcome:
+        found = ds.search_prompt(run, held, method)
+        top = found.rows.head(ds.PROMPT_HITS)
+        scale = ds.page_scale(run, top)
+        pictures = [ds.image_thumbnail(run, row, trust, size=2 * ds.THUMB_PX, top=scale if scale > 0 else None)
+                    for _, row in top.iterrows()]
+    if outcome.failed:
+        return
+    order = ("the bits their map needs for it, most first (ties: the higher similarity)" if found.by == "total_bits"
+             else "their cosine similarity with it, highest first")
+    st.caption(f"The {count_of(len(found.rows), 'image')} of the run for “{plain(held)}”, ranked by {order}; the "
+               f"first {len(top)} shown. Similarity: the cosine of the image's and the prompt's embeddings (−1 … 1, "
+               "not a probability)."
+               + (f" Maps over the images on one scale, 0 – {scale:.3g} bits per pixel." if found.by == "total_bits"
+                  and scale > 0 else ""))
+    per_row = 4 if presentation() else 6
+    cols = st.container(key="ds_prompt_hits").columns(per_row)
+    for i, ((_, row), png) in enumerate(zip(top.iterrows(), pictures)):
+        with cols[i % per_row]:
+            if png is None:
+                st.info("The image cannot be read on this server.", icon=":material/image_not_supported:")
+            else:
+                st.image(png, width="stretch")
+            st.caption(plain(ds.prompt_caption(row, i + 1, found.by)))
 
 
 def metrics_section(run) -> None:
@@ -474,6 +535,7 @@ if run is not None:
     found = None
     with shown_errors():
         found = run_highlights(run)
+    prompt_section(run)
     stands_out_section(run, found)
     metrics_section(run)
     st.divider()

@@ -16,8 +16,12 @@ from PIL import Image
 from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
+from iba_core.app.inputs import prompts_from_text
 from iba_core.app.state import RunRecord
 from iba_core.heads import PROBABILITY_NOTES
+from iba_core.methods.base import check_target
+from iba_core.methods.targets import PromptTarget
+from iba_core.networks.clip_models import is_clip
 from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import (
@@ -29,10 +33,10 @@ from iba_core.render.overlays import (
     overlay_image, part_of_total_text, png_bytes,
 )
 from iba_core.render.report import heatmap_npy_bytes
-from iba_core.render.text import format_probability, format_seconds
+from iba_core.render.text import format_seconds, format_target_score, target_score_name
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import (
-    beta_picker, layer_picker, range_picker, resolve_target, settings_row, target_picker,
+    beta_picker, layer_picker, prompt_picker, range_picker, resolve_target, settings_row, target_picker,
 )
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import replay_step_key, result_note, result_note_line
@@ -41,6 +45,8 @@ from pages.widgets.progress import network_turn, range_stats_with_progress, stat
 from pages.widgets.text import plain
 
 RESULT_KEY = "ps_run"
+#: A CLIP run's records, one per prompt (RESULT_KEY holds the one shown), and the choice of the one shown.
+PROMPT_RUNS_KEY, PROMPT_SHOWN_KEY = "ps_prompt_runs", "ps_prompt_shown"
 #: Maps are read, not explored: no Plotly tool bar over their titles.
 MAP_CONFIG = {"displayModeBar": False}
 #: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
@@ -107,16 +113,17 @@ def scale_controls() -> None:
 
 def form(inputs: Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n, layer_range) when Run was pressed
-    (layer_range: CoIBA's (first, last), else None)."""
+    (layer_range: CoIBA's (first, last), else None). target: a class (as the picker gives it), or for a CLIP model
+    the prompt box's text (`prompt_picker`)."""
     coiba = bottleneck_choice() == "coiba"  # outside the form: the form then shows the layer or the range picker
     with st.form("ps_form"):
         c1, c2 = st.columns(2)
         with c1:
             layer_range = range_picker(inputs, "ps") if coiba else None
             layer = layer_range[0] if coiba else layer_picker(inputs, "ps")
-            beta_k = beta_picker("ps")
+            beta_k = beta_picker("ps", inputs.network.head)
         with c2:
-            target = target_picker(inputs, "ps")
+            target = PromptBox(prompt_picker(inputs, "ps")) if is_clip(inputs.network) else target_picker(inputs, "ps")
         settings, folder, n = (settings_row(inputs, "psc", layer, coiba_defaults()) if coiba
                                else settings_row(inputs, "ps", layer))
         submitted = st.form_submit_button("Run", type="primary", icon=":material/play_arrow:", key="ps_run_button")
@@ -179,19 +186,29 @@ def _blank_like(picture: Image.Image) -> Image.Image:
     return Image.new("RGB", picture.size, (240, 242, 246))
 
 
-def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int,
-             folder: str | None, n: int, panel: DeltaGenerator,
-             layer_range: tuple[str, str] | None = None) -> RunRecord:
+class PromptBox(str):
+    """The prompt box's text (a CLIP model): what the form returns in place of a class."""
+
+
+def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | PromptTarget,
+             folder: str | None, n: int, panel: DeltaGenerator, layer_range: tuple[str, str] | None = None, *,
+             live_key: str = "ps_live", heading: str | None = None) -> RunRecord:
     """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`; with
     `layer_range`, CoIBA's over that range (its shared mask drawn as λ, its first layer's bits map).
 
     Every picture has its own placeholder and is replaced in place each step (an image swaps without a
-    blank frame; a chart would be mounted anew), on the largest value so far (`live_scale`).
+    blank frame; a chart would be mounted anew), on the largest value so far (`live_scale`). target: a class
+    index, or a text prompt (a CLIP model), resolved in the network's turn (a new prompt is added to it there).
+    live_key, heading: the panel's key and a line above it (one run per prompt).
     """
     fixed = fixed_top()
     timing: dict = {}
-    with panel.container(border=True, key="ps_live"):
-        bring_into_view("ps_live")  # after a later run's Run click, the panel may lie above the window
+    head = inputs.network.head
+    score = target_score_name(head)
+    with panel.container(border=True, key=live_key):
+        bring_into_view(live_key)  # after a later run's Run click, the panel may lie above the window
+        if heading:
+            st.markdown(heading)
         layers: tuple[str, ...] = ()
         if layer_range is None:
             stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
@@ -217,17 +234,23 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         def on_step(info: StepInfo) -> None:
             history.append(info)
             bar.progress(info.step / info.steps, text=(
-                f"**Step {info.step} / {info.steps}** · {step_bits(info):,.0f} bits · p(target) = "
-                f"{format_probability(info.p_target)} · L_CE = {info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
+                f"**Step {info.step} / {info.steps}** · {step_bits(info):,.0f} bits · {score} = "
+                f"{format_target_score(info.p_target, head)} · {'−cos' if score == 'similarity' else 'L_CE'} = "
+                f"{info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
             top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
-            draw_step((heat, drain, lam, curves), history, info.steps, top, lambda_title=shared_lambda_title(layers))
+            draw_step((heat, drain, lam, curves), history, info.steps, top, head=head,
+                      lambda_title=shared_lambda_title(layers))
 
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
         # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with network_turn(inputs.shared, timing) as network:
+            if isinstance(target, PromptTarget):  # its index among the network's prompts, added if new
+                prompt, target = target.text, check_target(network, target).index
+            else:
+                prompt = None
             iba = build(network, settings)
             if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
@@ -236,7 +259,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
     pre = inputs.network.preprocess
     return RunRecord(
         image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
-        class_name=inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
+        class_name=prompt or inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats_description, original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
         stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0), layers=layers,
@@ -252,7 +275,8 @@ def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaG
 
 
 def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
-              all_steps: list[StepInfo] | None = None, lambda_title: str | None = None) -> None:
+              all_steps: list[StepInfo] | None = None, lambda_title: str | None = None,
+              head: str = "softmax") -> None:
     """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain (total bits per
     step), its λ and the curves so far. all_steps: the whole run's, in the drain with the step ringed (the
     replay); else the drain ends at this step (the live view). All pictures: each swaps in place, with no blank
@@ -270,14 +294,17 @@ def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps:
     lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT, **titled), bits.width),
               width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
     curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
-                              width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2),
-                 width="stretch", alt=f"Losses and p(target) up to {where}")
+                              width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2, head=head),
+                 width="stretch", alt=f"Losses and {target_score_name(head)} up to {where}")
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
             folder: str | None, n: int, layer_range: tuple[str, str] | None = None, *,
             panel: DeltaGenerator) -> None:
     """The live run; its record replaces the previous one only if it succeeds."""
+    if isinstance(target, PromptBox):
+        execute_prompts(inputs, layer, settings, target, folder, n, panel, layer_range)
+        return
     with shown_errors() as outcome:  # previous results stay
         record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel,
                           layer_range)
@@ -285,6 +312,38 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
         panel.empty()
         return
     st.session_state[RESULT_KEY] = record
+    st.session_state.pop(PROMPT_RUNS_KEY, None)
+
+
+def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, text: str, folder: str | None, n: int,
+                    panel: DeltaGenerator, layer_range: tuple[str, str] | None = None) -> None:
+    """A CLIP model: one live run per prompt of the box, one after the other in the panel; the records replace
+    the previous ones only if every run succeeds (an empty box or a failure: its sentence, the last result kept)."""
+    with shown_errors() as outcome:
+        prompts = prompts_from_text(text)
+        settings = settings.validate()
+        records = [run_live(inputs, layer, settings, PromptTarget(prompt), folder, n, panel, layer_range, live_key=f"ps_live_{i}",
+                            heading=f"**Prompt {i + 1} / {len(prompts)}:** “{plain(prompt)}”" if len(prompts) > 1
+                            else None)
+                   for i, prompt in enumerate(prompts)]
+    if outcome.failed:
+        panel.empty()
+        return
+    st.session_state[PROMPT_RUNS_KEY] = records
+    st.session_state[RESULT_KEY] = records[0]
+    st.session_state[PROMPT_SHOWN_KEY] = 0
+
+
+def prompt_choice() -> None:
+    """A CLIP run of several prompts: which prompt's run the replay and the result below show (RESULT_KEY)."""
+    records = st.session_state.get(PROMPT_RUNS_KEY) or []
+    if len(records) < 2:
+        return
+    shown = st.segmented_control(
+        "Prompt shown", list(range(len(records))), key=PROMPT_SHOWN_KEY, required=True,
+        format_func=lambda i: plain(records[i].class_name),
+        help="The replay and the result below show this prompt's run; *One map per prompt* below shows them all.")
+    st.session_state[RESULT_KEY] = records[shown if shown is not None else 0]
 
 
 # ---- replay (the panel after a run) -------------------------------------------------------------
@@ -292,17 +351,22 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
 
 def lost_class_warning(record: RunRecord) -> None:
     r = record.result
-    if r.lost_class:
+    # A CLIP model's outputs are cosines: the thresholds of a lost class (p < 1 %, a tenth of p) and of a hardly
+    # predicted one (p < 10 %) are probabilities' and misfire on a cosine (a similarity of −0.3 rising to −0.2 read
+    # as "lost"), so the page says neither for the similarity head.
+    if r.lost_class and r.head != "similarity":
+        score = target_score_name(r.head)
         st.warning(
-            f"**Class lost:** {LOST_CLASS_MESSAGE} — p(target) is {format_probability(r.p_without)} without the "
-            f"bottleneck and {format_probability(r.p_with)} with it. A smaller β·k lets more bits through.",
+            f"**{'Prompt' if score == 'similarity' else 'Class'} lost:** {LOST_CLASS_MESSAGE} — {score} is "
+            f"{format_target_score(r.p_without, r.head)} without the bottleneck and "
+            f"{format_target_score(r.p_with, r.head)} with it. A smaller β·k lets more bits through.",
             icon=":material/warning:",
         )
 
 
 def target_warning(record: RunRecord) -> None:
     """The network hardly predicts the explained class (`AttributionResult.target_note`), or nothing."""
-    note = record.result.target_note
+    note = record.result.target_note if record.result.head != "similarity" else ""  # see lost_class_warning
     if note:
         st.warning(f"**Hardly predicted:** {note}", icon=":material/help:")
 
@@ -315,9 +379,10 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     if current_key is not None and (note := result_note(record.image_name, record.model_title or record.model_key,
                                                          record.image_digest)):
         st.caption(note)  # another image or network is chosen above: says which this run is of
+    about = f" for “{plain(record.class_name)}”" if r.head == "similarity" else ""
     st.markdown(
-        f"**Last run:** {r.bits_text()} · p(target) {format_probability(r.p_without)} → "
-        f"{format_probability(r.p_with)} · [details below](#result)"
+        f"**Last run{about}:** {r.bits_text()} · {target_score_name(r.head)} {format_target_score(r.p_without, r.head)}"
+        f" → {format_target_score(r.p_with, r.head)} · [details below](#result)"
     )
     if record.layers:
         st.caption(coiba_caption(record.layers))
@@ -336,16 +401,19 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     )
     info = history[step - 1]
     # The last step is the final map: its line quotes the result's own total, as every other figure does.
-    st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None)}**")
+    st.markdown(f"**{step_text(info, total_bits=r.total_bits if step == steps else None, head=r.head)}**")
     # The pictures' hover toolbar (44 px) rises above their top edge: a gap keeps it off the step line, whose
     # end (p(target)) it covered.
     st.space(20)
     draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history,
-              lambda_title=shared_lambda_title(record.layers))
+              lambda_title=shared_lambda_title(record.layers), head=r.head)
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
     st.caption(f"Bits maps: {scale.describe()}. Bits and λ {read}; λ = 1 lets a feature through, λ = 0 replaces "
-               "it by noise. p(target) in the step line and the curves: that step's noisy batch, before its update.")
+               f"it by noise. {target_score_name(r.head)} in the step line and the curves: that step's noisy batch, "
+               "before its update."
+               + (" The curves: the fitting term −cos drawn as 1 − cos (≥ 0), the similarity on the right axis, "
+                  "−1 … 1." if r.head == "similarity" else ""))
 
 
 # ---- result ------------------------------------------------------------------------------------
@@ -356,19 +424,24 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     r, s = record.result, record.result.settings
     st.divider()
     st.subheader("Result", anchor="result")
+    prompt_maps(st.session_state.get(PROMPT_RUNS_KEY) or [])
+    explained = (f"explaining the prompt **“{plain(record.class_name)}”**" if r.head == "similarity" else
+                 f"explaining **{plain(record.class_name)}** (#{r.target})")
     st.caption(
         f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · {record.where} · "
-        f"explaining **{plain(record.class_name)}** (#{r.target}) · β·k = {s.beta_k:g} · "
+        f"{explained} · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
         + result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
     )
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Information used", f"{r.total_bits:,.0f} bits",
               help="The sum of the heatmap: bits that pass the bottleneck for this image.")
-    m2.metric("p(target) without bottleneck", format_probability(r.p_without),
-              help=PROBABILITY_NOTES[r.head] or None)  # a multi-label or binary network's p: what it means
-    m3.metric("p(target) with bottleneck", format_probability(r.p_with),
-              delta=f"{100 * (r.p_with - r.p_without):+.1f} pp", delta_color="off",
+    score = target_score_name(r.head)
+    m2.metric(f"{score} without bottleneck", format_target_score(r.p_without, r.head),
+              help=PROBABILITY_NOTES[r.head] or None)  # a multi-label, binary or CLIP network's p: what it means
+    m3.metric(f"{score} with bottleneck", format_target_score(r.p_with, r.head),
+              delta=(f"{r.p_with - r.p_without:+.3f}" if score == "similarity" else
+                     f"{100 * (r.p_with - r.p_without):+.1f} pp"), delta_color="off",
               help="Mean over a fresh batch of noisy copies, with the fitted bottleneck in place.")
     waited = f" Waiting {format_seconds(record.wait_seconds)} for another session's run is in neither." \
         if record.wait_seconds >= 0.5 else ""
@@ -401,6 +474,29 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     st.caption(f"Feature statistics: {plain(record.stats_description)}.")  # it may name a typed folder
 
 
+def prompt_maps(records: list[RunRecord]) -> None:
+    """A CLIP run of several prompts: every prompt's final map over the image side by side, on one bits scale
+    (the largest value among them: bits compare between prompts of one image, network, layer and β·k), each with
+    its prompt, total bits and similarity."""
+    if len(records) < 2:
+        return
+    top = max(float(np.max(r.result.heatmap)) for r in records) or 1.0
+    st.markdown("**One map per prompt**")
+    st.caption(f"Bits over the image for each prompt, on one scale: 0 – {top:.3g} bits / pixel (the largest value "
+               "among them), so the prompts' maps compare. Similarity: the cosine of the image's and the prompt's "
+               "embeddings without the bottleneck → with it (−1 … 1, not a probability). *Prompt shown* above "
+               "picks the one the replay and the result show.")
+    per_row = 4  # a map about as large as the replay's, also for two prompts
+    for start in range(0, len(records), per_row):
+        cols = st.columns(per_row)
+        for col, record in zip(cols, records[start:start + per_row]):
+            r = record.result
+            col.image(overlay_image(record.cropped, r.heatmap, opacity=0.6, top=top, legend=True), width="stretch",
+                      alt=f"Bits over the image for the prompt {record.class_name}")
+            col.markdown(f"**“{plain(record.class_name)}”**  \n{r.total_bits:,.0f} bits · similarity "
+                         f"{format_target_score(r.p_without, r.head)} → {format_target_score(r.p_with, r.head)}")
+
+
 def few_bits(record: RunRecord) -> None:
     """Regions below a threshold, greyed and outlined, with the bits they still pass, and the guarantee
     stated as the paper states it (zero bits only)."""
@@ -419,8 +515,9 @@ def few_bits(record: RunRecord) -> None:
         st.markdown(
             "The bits that pass the noisy bottleneck bound what the network can use from a region *when it "
             "predicts through that bottleneck*. The paper (§3.1) guarantees only this: **a region with zero "
-            "bits** is not necessary for the prediction made through the bottleneck (here p(target) = "
-            f"{format_probability(r.p_with)}). A region with a few bits — like the greyed ones, "
+            "bits** is not necessary for the prediction made through the bottleneck (here "
+            f"{target_score_name(r.head)} = {format_target_score(r.p_with, r.head)}). A region with a few bits — like "
+            "the greyed ones, "
             f"{part} bits in all — is not covered. And without the noise the network may still use "
             "any region: the guarantee is about the prediction through the bottleneck, not about the plain "
             "network."
@@ -477,6 +574,7 @@ if inputs is not None:
             execute(inputs, *submitted, panel=panel)
     if RESULT_KEY in st.session_state:
         with panel.container(border=True, key="ps_replay"):
+            prompt_choice()  # several prompts: which one the replay and the result show
             replay(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]), inputs.network.key)
 if RESULT_KEY in st.session_state:
     results(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]))

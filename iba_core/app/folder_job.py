@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -60,8 +60,10 @@ class FolderJob:
     running. `owner` names the browser session that started it (None: nobody in particular)."""
 
     def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
-                 batch: int, owner: str | None = None, metrics: tuple[str, ...] = ()):
+                 batch: int, owner: str | None = None, metrics: tuple[str, ...] = (),
+                 prompts: tuple[str, ...] = ()):
         self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.prompts = prompts  # a CLIP network's text prompts (`FolderSettings.prompts`); () explains classes
         self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
         self.metrics = metrics  # the field's metrics per map (`metrics.yardsticks`), with their default protocol
         self.done, self.total, self.label = 0, 0, "listing the images…"
@@ -101,10 +103,14 @@ class FolderJob:
 
         try:
             network = self.shared.network
-            root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
-                                       categories=network.categories)
+            if self.prompts:  # folder labels name classes, not prompts
+                root, items = list_images(self.source, limit=self.limit)
+                items = [replace(item, label=None) for item in items]
+            else:
+                root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
+                                          categories=network.categories)
             self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics)
+            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts)
             for start in range(0, len(items), self.batch):
                 if self._cancel.is_set():
                     self.label = "stopped"
@@ -214,11 +220,13 @@ def _image_folder(source: str, trust: Trust) -> Path:
 
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
-                     batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = ()) -> FolderJob:
+                     batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
+                     prompts: Sequence[str] = ()) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
-    (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default)."""
+    (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
+    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`)."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -231,15 +239,30 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
     out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
     methods = _checked_methods(shared, method_keys, layer)
+    _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
         if mine is not None:
             return mine
         out.mkdir(parents=True, exist_ok=True)
-        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics)
+        _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics,
+                         tuple(prompts))
         _JOB._thread.start()
         return _JOB
+
+
+def _check_prompts(network, prompts: Sequence[str]) -> None:
+    """A CLIP model explains text prompts, a classifier classes: one sentence before any work where they do not
+    fit (a classifier given prompts: `check_target`'s)."""
+    from ..networks.clip_models import is_clip
+
+    if is_clip(network) and not prompts:
+        raise UserError("A CLIP model explains text prompts: type at least one (one a line) for the run.")
+    if prompts and not is_clip(network):
+        from ..methods.base import PROMPTS_NEED_CLIP
+
+        raise UserError(PROMPTS_NEED_CLIP)
 
 
 # ---- how long it takes -----------------------------------------------------------------------------------
@@ -309,11 +332,12 @@ def _stats_ready(network, method: "Method") -> bool:
 
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
-                   limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = ()) -> RunEstimate:
+                   limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = (),
+                   prompts: Sequence[str] = ()) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
     starts. A method whose feature statistics are not yet on disk is left out (estimating them would take
-    minutes) and named."""
+    minutes) and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
     import torch
 
     from ..runs.folder import list_images
@@ -322,6 +346,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     methods = _checked_methods(shared, method_keys, layer)
     metrics = _checked_metrics(metrics)
     network = shared.network
+    _check_prompts(network, prompts)
     _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
     if not items:
         raise UserError(f"The image folder {folder} holds no images (jpg, png, …).")
@@ -339,10 +364,18 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
 
             scoring = scoring_model(network, "fp32")  # built once, as a run builds it
         device = next(network.model.parameters()).device
+        target = None
+        if prompts:  # the first prompt's map (its index, added to the network if new: before its outputs exist)
+            from ..methods.base import check_target
+            from ..methods.targets import PromptTarget
+
+            target = check_target(network, PromptTarget(prompts[0])).index
         with torch.no_grad():
             began = time.perf_counter()
-            target = int(network.model(x.to(device)).argmax())
+            outputs = network.model(x.to(device))
             forward = time.perf_counter() - began
+        if target is None:
+            target = int(outputs.argmax())
         for method in methods:
             if method.needs_stats and not _stats_ready(network, method):
                 untimed.append(method.name)
@@ -361,8 +394,9 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                 began = time.perf_counter()
                 yardstick_columns(scoring, x.to(device), made[0].values, target, metrics, head=head_of(network))
                 metric_seconds += time.perf_counter() - began
-    return RunEstimate(seconds + metric_seconds, len(items), tuple(timed), tuple(untimed), samples, forward,
-                       metric_seconds, metrics)
+    maps = max(len(prompts), 1)  # a map per prompt and method
+    return RunEstimate((seconds + metric_seconds) * maps, len(items), tuple(timed), tuple(untimed), samples, forward,
+                       metric_seconds * maps, metrics)
 
 
 def job_text(job: FolderJob) -> str:

@@ -183,3 +183,22 @@ def box_input(text: str, xml: str | bytes | None, preprocess) -> tuple[np.ndarra
     size = preprocess_sizes(preprocess)[1]
     box = parse_box(text, size)
     return crop_box_mask(box, size), [box]
+
+
+# ---- text prompts ------------------------------------------------------------------------------
+
+#: What a CLIP network's prompt box holds before anything is typed (one prompt a line).
+EXAMPLE_PROMPTS = ("a photo of a cat", "a photo of a dog")
+
+
+def prompts_from_text(text: str) -> list[str]:
+    """The text prompts typed in a box, one a line: each cleaned as the network keeps prompts (stripped, inner
+    spaces made one: `clip_models.clean_prompt`, which refuses an overlong one), blank lines skipped, each once. A
+    UserError when none is left."""
+    from ..networks.clip_models import clean_prompt
+
+    prompts = list(dict.fromkeys(clean_prompt(line) for line in (text or "").splitlines() if line.strip()))
+    if not prompts:
+        raise UserError("Type at least one text prompt (one a line), e.g. “a photo of a dog”: the map shows what in "
+                        "the image makes it similar to the prompt.")
+    return prompts

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import USER_ERRORS, UserError
+from ..heads import SIMILARITY
 from ..networks import DEFAULT_NETWORK, REGISTRY
 from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, check_class_list_size, default_card_name,
                               is_card_key, load_card, read_card, write_card)
@@ -57,10 +58,13 @@ NETWORK_SOURCES = {
     "timm": "timm model",
     "hf": "Hugging Face model",
     "builtin": "Built-in backbone with your head",
-    "folder": "Model folder (timm or transformers)",
+    "folder": "Model folder (timm or transformers, a CLIP model too)",
 }
+#: A CLIP model folder's tokenizer files (`networks.clip_models.read_tokenizer`: tokenizer.json, or vocab.json and
+#: merges.txt, with their settings): taken and copied with the folder, so its prompts can be read.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 #: The files of a model folder the form takes (uploaded together, or copied from a folder on the server).
-FOLDER_FILES = ("config.json", "preprocessor_config.json", "model.safetensors", "pytorch_model.bin")
+FOLDER_FILES = ("config.json", "preprocessor_config.json", "model.safetensors", "pytorch_model.bin", *TOKENIZER_FILES)
 #: A model folder's weights, in the order they are looked for (`model_folders.WEIGHTS_FILES`).
 FOLDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 #: Where in <models>/<name>/ the form copies a model folder (the card's `model_folder`).
@@ -178,7 +182,9 @@ def source_note(key: str, network) -> str:
     spec = network.spec
     if is_card_network(network):
         path = str(key).replace("`", "'")  # inside the Markdown code span
-        return (f"Your network from the model card `{path}`: {len(network.categories)} classes, input "
+        what = ("a CLIP model, explaining text prompts" if getattr(spec, "head", "") == SIMILARITY else
+                f"{len(network.categories)} classes")
+        return (f"Your network from the model card `{path}`: {what}, input "
                 f"{spec.resize} → {spec.crop} px, default layer {spec.default_layer}.")
     return spec.note or ""
 
@@ -269,6 +275,10 @@ class NetworkPreview:
         more = ", …" if self.class_count > len(self.first_classes) else ""
         classes = (f"{self.class_count}: {', '.join(self.first_classes)}{more} (from {self.classes_from})"
                    if self.class_count else "none named (shown as class 0, class 1, …)")
+        head = self.head
+        if head == SIMILARITY:  # a CLIP model: what it explains is typed on the page, one prompt a line
+            classes = "none: a CLIP model explains the text prompts you type (one map per prompt)"
+            head = "similarity (the cosine of the image with each prompt)"
         return [
             ("Source", self.source),
             ("Classes", classes),
@@ -277,7 +287,7 @@ class NetworkPreview:
             ("Mean", ", ".join(f"{v:g}" for v in self.mean)),
             ("Std", ", ".join(f"{v:g}" for v in self.std)),
             ("Channels", str(self.channels)),
-            ("Head", self.head),
+            ("Head", head),
             ("Default layer", f"{self.default_layer} (of {self.layer_count} layers)"),
         ]
 
@@ -396,7 +406,7 @@ def _folder_files(new: NewNetwork, trust: Trust) -> list[FileGiven]:
         if weights is None:
             raise ModelCardError(f"The model folder {shown(path)} has no model.safetensors (or pytorch_model.bin) to "
                                  "copy; save the model again as one file.")
-        return [FileGiven.local(folder / n) for n in ("config.json", "preprocessor_config.json")
+        return [FileGiven.local(folder / n) for n in ("config.json", "preprocessor_config.json", *TOKENIZER_FILES)
                 if (folder / n).is_file()] + [FileGiven.local(weights)]
     if not new.folder_files:
         raise ModelCardError("Give the model folder: its config.json and model.safetensors (and its "
@@ -405,7 +415,8 @@ def _folder_files(new: NewNetwork, trust: Trust) -> list[FileGiven]:
     unknown = next((n for n in names if n not in FOLDER_FILES), None)
     if unknown is not None:
         raise ModelCardError(f"{shown(unknown)} is no file of a model folder here; give config.json, model.safetensors "
-                             "(or pytorch_model.bin) and, if it has one, preprocessor_config.json.")
+                             "(or pytorch_model.bin) and, if it has one, preprocessor_config.json (a CLIP model: "
+                             "its tokenizer's files too, tokenizer.json or vocab.json and merges.txt).")
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise ModelCardError(f"The file {twice} is given twice; give each file of the model folder once.")

@@ -1,6 +1,9 @@
 """`python -m iba_core attribute FOLDER --out RUN_DIR`: every image of a folder (or of a .txt list) with one or more
 methods, into a run folder (`iba_core.runs`: results.parquet, the maps, run.json); one JSON line at the end.
 
+With a CLIP network, `--prompt A --prompt B` explains text prompts instead of classes: a row per image × method ×
+prompt, with a `prompt` column; a rerun with another prompt adds its rows to the run.
+
 Rerunning the command resumes (done pairs are skipped, damaged parts moved aside and their rows done again); adding
 a method computes only it; adding a metric (--metrics) measures it for the rows already there, on their stored maps; a run folder made with another network, weights, layer or settings is refused; two
 commands into one run folder share its images (each image once). Under torchrun each rank takes every WORLD_SIZE-th
@@ -10,7 +13,9 @@ prints.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -92,6 +97,22 @@ def check_files(args: argparse.Namespace) -> None:
     files.output_folder(args.out, "--out")
 
 
+#: A Per-Sample key at a β·k no preset has, as `methods.base.key_number` writes it ("iba_0_1": β·k 0.1), e.g. a
+#: run.json's method that a rerun names (the Dataset page's command that adds a prompt to a run).
+PER_SAMPLE_KEY = re.compile(r"^iba_(\d+(?:_\d+)?(?:e[-+]?\d+)?)$")
+
+
+def per_sample_at(key: str, settings_for) -> object:
+    """The Per-Sample method a key like "iba_0_1" names (β·k 0.1, with the command's bottleneck settings), or the
+    key unchanged (an unknown key is refused by `resolve_methods` with the known ones listed)."""
+    from ..methods.bottlenecks import PerSampleIBA
+
+    match = PER_SAMPLE_KEY.match(key)
+    if match is None:
+        return key
+    return PerSampleIBA(float(match.group(1).replace("_", ".")), **settings_for(PerSampleIBA()))
+
+
 def method_list(args: argparse.Namespace) -> list:
     """The methods to run, with the command's Per-Sample settings (--layer, --steps, …) and --readout; unknown keys
     and out-of-range settings fail here, before the network loads."""
@@ -129,6 +150,7 @@ def method_list(args: argparse.Namespace) -> list:
         keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
         if "all" in keys:
             keys = method_keys()
+    keys = [per_sample_at(k, settings_for) if isinstance(k, str) and k not in method_keys() else k for k in keys]
     settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in method_keys()}
     methods = resolve_methods(keys, settings)
     refuse_unused_range(args.layer_range, methods)
@@ -140,11 +162,22 @@ def method_list(args: argparse.Namespace) -> list:
     return methods
 
 
+def folder_prompts(args: argparse.Namespace) -> tuple[str, ...]:
+    """The text prompts a folder run explains (`--prompt`, given once per prompt), checked before the network loads:
+    a UserError for --labels with them (labels name classes)."""
+    prompts = tuple(getattr(args, "prompt", None) or ())
+    if prompts and args.labels is not None:
+        raise UserError("--labels names the images' classes, but this run explains text prompts.",
+                        cli_hint="Leave out --labels (or --prompt to explain classes).")
+    return prompts
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import ranks
     from .common import yardstick_options
 
     rank, world = ranks.rank_and_world()
+    folder_prompts(args)
     check_files(args)
     if args.metrics and "pointing" in args.metrics and args.boxes is None:
         raise UserError("The pointing game needs the objects' boxes.",
@@ -159,11 +192,22 @@ def run(args: argparse.Namespace) -> int:
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
         methods = [m for m in methods if m.available_for(network) is None]
+    if args.methods is None and args.method != "readout" and getattr(args, "beta_k", None) is None:
+        from ..heads import default_beta_k
+
+        # --beta-k left out: the network's head decides (M2IB's 0.1 for a CLIP model, else the paper's 10)
+        methods = [m.with_settings(beta_k=default_beta_k(network)) for m in methods]
+    prompts = folder_prompts(args)
     target = None if args.target is None else network.class_index(args.target)
-    root, items = list_images(args.image, args.labels, network.class_index, args.limit, network.categories)
+    if prompts:  # folder labels name classes, not prompts: the rows keep no label
+        root, items = list_images(args.image, limit=args.limit)
+        items = [replace(item, label=None) for item in items]
+    else:
+        root, items = list_images(args.image, args.labels, network.class_index, args.limit, network.categories)
     settings = FolderSettings(target=target, boxes=args.boxes, stats_images=args.stats_images,
                               batch_images=args.batch_images, retry_errors=args.retry_errors,
-                              metrics=tuple(args.metrics or ()), yardsticks=yardstick_options(args))
+                              metrics=tuple(args.metrics or ()), yardsticks=yardstick_options(args),
+                              prompts=prompts)
     progress, close = (None, lambda: None) if args.no_progress else progress_bar(
         f"attribute {Path(args.image).name}" + (f" rank {rank}/{world}" if world > 1 else ""))
     try:
@@ -180,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
     record = {
         "run": str(args.out), "model": network.key, "weights": network.weights_id,
         "methods": [m.key for m in methods], "metrics": list(settings.metrics), "images": len(items),
+        **({"prompts": list(settings.prompts)} if settings.prompts else {}),
         "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
         "new_rows": summary.rows, "new_errors": summary.errors, "damaged_parts_redone": len(summary.damaged),
         "rows_given_metrics": summary.measured,

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .arrays import as_map
-from .text import format_probability
+from .text import SIMILARITY_HEAD, format_target_score, target_score_name
 from .colours import (
     BITS_CMAP, BITS_LABEL, LAMBDA_CMAP, LAMBDA_LABEL, TEXT_RGB, WHITE_RGB, ColourScale, colour_bar, colour_map,
     round_ticks, run_scale, text_font, text_size, tick_text,
@@ -97,21 +97,22 @@ def step_bits(info: "StepInfo") -> float:
     return float(np.asarray(info.bits_per_pixel, dtype=np.float64).sum()) + float(getattr(info, "unlocated_bits", 0.0))
 
 
-def step_text(info: "StepInfo", *, total_bits: float | None = None) -> str:
+def step_text(info: "StepInfo", *, total_bits: float | None = None, head: str = "softmax") -> str:
     """'Step 3 / 10 · 12,345 bits · p(target) = 42.0 % on its batch': what each frame and the replay say.
 
     The bits are those of the step's map (`total_bits` when given: the result's own number at the last step,
     so the page shows one figure); p(target) is the mean over the step's noisy batch, before its update.
     """
     bits = step_bits(info) if total_bits is None else total_bits
-    p = format_probability(info.p_target)
-    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · p(target) = {p} on its batch"
+    p = format_target_score(info.p_target, head)  # head: "similarity" for a CLIP model (a cosine)
+    return f"Step {info.step} / {info.steps} · {bits:,.0f} bits · {target_score_name(head)} = {p} on its batch"
 
 
 def final_text(result: "AttributionResult") -> str:
     """'Final map · 7,535 bits · p(target) with the bottleneck = 94.0 %': the GIF's last frame, from the result."""
-    p = format_probability(result.p_with)
-    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · p(target) with the bottleneck = {p}"
+    head = getattr(result, "head", "softmax")
+    p = format_target_score(result.p_with, head)
+    return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · {target_score_name(head)} with the bottleneck = {p}"
 
 
 def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int) -> Image.Image:
@@ -128,9 +129,10 @@ def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, sid
     return out
 
 
-def step_frame(info: "StepInfo", top: float, *, side: int = MAP_SIDE, font_size: int = 13) -> Image.Image:
+def step_frame(info: "StepInfo", top: float, *, side: int = MAP_SIDE, font_size: int = 13,
+               head: str = "softmax") -> Image.Image:
     """One GIF frame: the step's text on top, then bits (0 – `top`) and λ side by side."""
-    return _frame(step_text(info), info.bits_per_pixel, info.lambda_mean, top, side, font_size)
+    return _frame(step_text(info, head=head), info.bits_per_pixel, info.lambda_mean, top, side, font_size)
 
 
 def final_frame(result: "AttributionResult", top: float, *, side: int = MAP_SIDE, font_size: int = 13) -> Image.Image:
@@ -142,7 +144,8 @@ def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *,
                font_size: int = GIF_FONT) -> list[Image.Image]:
     """One frame per step, then the final frame, all on `scale` (default: `run_scale(result)`)."""
     top = (scale or run_scale(result)).top
-    return [*(step_frame(h, top, side=side, font_size=font_size) for h in result.history),
+    head = getattr(result, "head", "softmax")  # a CLIP model's frames say "similarity"
+    return [*(step_frame(h, top, side=side, font_size=font_size, head=head) for h in result.history),
             final_frame(result, top, side=side, font_size=font_size)]
 
 
@@ -198,6 +201,7 @@ class _CurvesPlot:
     steps: int  # the x axis runs from step 1 to here
     loss_top: float  # nats at the top of the left axis
     loss_ticks: tuple[float, ...]
+    p_low: float = 0.0  # the right axis runs from here to 1 (−1 for a similarity, a cosine)
 
     def x_of(self, step: float) -> float:
         return self.left + (step - 0.5) / self.steps * (self.right - self.left)
@@ -206,20 +210,27 @@ class _CurvesPlot:
         return self.bottom_y - v / self.loss_top * (self.bottom_y - self.top_y)
 
     def y_p(self, v: float) -> float:
-        return self.bottom_y - v * (self.bottom_y - self.top_y)
+        return self.bottom_y - (v - self.p_low) / (1.0 - self.p_low) * (self.bottom_y - self.top_y)
+
+
+def _fit_term(info: "StepInfo", head: str) -> float:
+    """The loss's fitting term as the chart draws it: L_CE, or for a similarity head 1 − cos (−cos, the term
+    itself, shifted by 1 so that it is never negative: the same gradient, on the nats axis from 0)."""
+    return info.ce + 1.0 if head == SIMILARITY_HEAD else info.ce
 
 
 def _curves_plot(draw: ImageDraw.ImageDraw, history: Sequence["StepInfo"], total_steps: int | None, width: int,
-                 height: int, font, font_size: int) -> _CurvesPlot:
+                 height: int, font, font_size: int, head: str = "softmax") -> _CurvesPlot:
     """The chart's layout: round loss ticks, and room on the left for their labels, above for the legend."""
     steps = max(total_steps or (history[-1].steps if history else 1), 1)
     legend_h = font_size + 10
-    loss_top = max([max(h.ce, h.beta_info) for h in history] + [1e-6])
+    loss_top = max([max(_fit_term(h, head), h.beta_info) for h in history] + [1e-6])
     loss_ticks = round_ticks(loss_top * 1.05, 0.0, 4)
     loss_top = max(loss_ticks[-1], loss_top) if loss_ticks else loss_top
     label_w = max([text_size(draw, tick_text(t), font)[0] for t in loss_ticks] + [text_size(draw, "nats", font)[0]])
     return _CurvesPlot(left=label_w + 12, right=width - 40, top_y=legend_h + 6, bottom_y=height - (font_size + 22),
-                       height=height, legend_h=legend_h, steps=steps, loss_top=loss_top, loss_ticks=tuple(loss_ticks))
+                       height=height, legend_h=legend_h, steps=steps, loss_top=loss_top, loss_ticks=tuple(loss_ticks),
+                       p_low=-1.0 if head == SIMILARITY_HEAD else 0.0)
 
 
 def _draw_curve_axes(draw: ImageDraw.ImageDraw, plot: _CurvesPlot, font, font_size: int) -> None:
@@ -230,7 +241,7 @@ def _draw_curve_axes(draw: ImageDraw.ImageDraw, plot: _CurvesPlot, font, font_si
         text = tick_text(t)
         tw, th = text_size(draw, text, font)
         draw.text((plot.left - 6 - tw, y - th / 2 - 2), text, fill=_MUTED, font=font)
-    for p in (0.0, 0.5, 1.0):
+    for p in (plot.p_low, (plot.p_low + 1.0) / 2, 1.0):
         draw.text((plot.right + 6, plot.y_p(p) - font_size / 2 - 2), f"{p:g}", fill=_P_RGB, font=font)
     draw.line([(plot.left, plot.bottom_y), (plot.right, plot.bottom_y)], fill=_MUTED)
     every = max(1, math.ceil(plot.steps / 10))
@@ -247,11 +258,14 @@ def _draw_curve_axes(draw: ImageDraw.ImageDraw, plot: _CurvesPlot, font, font_si
     draw.text((2, plot.bottom_y + 5), "nats", fill=_MUTED, font=font)
 
 
-def _curve_series(history: Sequence["StepInfo"], plot: _CurvesPlot) -> list[tuple[str, tuple, list]]:
-    """(name, colour, [(x, y) in pixels]) of the three curves, in the legend's order."""
-    series = [("L_CE", _CE_RGB, [(h.step, plot.y_loss(h.ce)) for h in history]),
+def _curve_series(history: Sequence["StepInfo"], plot: _CurvesPlot,
+                  head: str = "softmax") -> list[tuple[str, tuple, list]]:
+    """(name, colour, [(x, y) in pixels]) of the three curves, in the legend's order (a similarity head's: 1 − cos
+    and the similarity, `_fit_term`)."""
+    fit = "1 − cos" if head == SIMILARITY_HEAD else "L_CE"
+    series = [(fit, _CE_RGB, [(h.step, plot.y_loss(_fit_term(h, head))) for h in history]),
               ("β·L_I", _INFO_RGB, [(h.step, plot.y_loss(h.beta_info)) for h in history]),
-              ("p(target)", _P_RGB, [(h.step, plot.y_p(h.p_target)) for h in history])]
+              (target_score_name(head), _P_RGB, [(h.step, plot.y_p(h.p_target)) for h in history])]
     return [(name, colour, [(plot.x_of(s), y) for s, y in points]) for name, colour, points in series]
 
 
@@ -268,7 +282,7 @@ def _draw_dotted(draw: ImageDraw.ImageDraw, xy: list, colour: tuple) -> None:
 def _draw_curve(draw: ImageDraw.ImageDraw, name: str, colour: tuple, xy: list) -> None:
     """One curve with a dot at each step; p(target) dotted, as on the Plotly charts."""
     if len(xy) > 1:
-        if name == "p(target)":
+        if name in ("p(target)", "similarity"):
             _draw_dotted(draw, xy, colour)
         else:
             draw.line(xy, fill=colour, width=2)
@@ -285,15 +299,16 @@ def _draw_legend(draw: ImageDraw.ImageDraw, series: list, plot: _CurvesPlot, fon
         draw.text((x + 20, mid - font_size / 2 - 1), name, fill=TEXT_RGB, font=font)
         x += 20 + text_size(draw, name, font)[0] + 16
     # Where p is read, in as many words as fit (the p axis is also drawn in p's colour).
-    for note in ("(p on the right axis)", "(p: right axis)"):
+    for note in ("(p on the right axis)", "(p: right axis)") if series[-1][0] == "p(target)" else ("(right axis)",):
         if x + text_size(draw, note, font)[0] <= width - 2:
             draw.text((x, mid - font_size / 2 - 1), note, fill=_MUTED, font=font)
             break
 
 
 def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = None, mark: int | None = None,
-                 width: int = 520, height: int = 190, font_size: int = 12) -> Image.Image:
-    """L_CE and β·L_I (nats, left axis) and p(target) (0–1, right axis) over the steps so far.
+                 width: int = 520, height: int = 190, font_size: int = 12, head: str = "softmax") -> Image.Image:
+    """L_CE and β·L_I (nats, left axis) and p(target) (0–1, right axis) over the steps so far; for a similarity
+    head (a CLIP model) 1 − cos in place of L_CE and the similarity on a −1…1 right axis.
 
     total_steps fixes the x axis (default: the last step's T), so a live view does not rescale;
     mark draws a vertical line at that step (the replay's current step).
@@ -301,12 +316,12 @@ def curves_image(history: Sequence["StepInfo"], *, total_steps: int | None = Non
     font = text_font(font_size)
     out = Image.new("RGB", (width, height), WHITE_RGB)
     draw = ImageDraw.Draw(out)
-    plot = _curves_plot(draw, history, total_steps, width, height, font, font_size)
+    plot = _curves_plot(draw, history, total_steps, width, height, font, font_size, head)
     _draw_curve_axes(draw, plot, font, font_size)
     if mark is not None and 1 <= mark <= plot.steps:
         x = plot.x_of(mark)
         draw.line([(x, plot.top_y), (x, plot.bottom_y)], fill=(150, 150, 160), width=2)
-    series = _curve_series(history, plot)
+    series = _curve_series(history, plot, head)
     for name, colour, xy in series:
         _draw_curve(draw, name, colour, xy)
     _draw_legend(draw, series, plot, font, font_size, width)

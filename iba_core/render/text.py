@@ -8,6 +8,21 @@ def format_probability(p: float) -> str:
     return f"{pct:.1f} %" if pct >= 0.1 else f"{pct:.2g} %"
 
 
+#: The head whose "probabilities" are cosine similarities (`heads.SIMILARITY`, a CLIP model's).
+SIMILARITY_HEAD = "similarity"
+
+
+def target_score_name(head: str = "softmax") -> str:
+    """What the explained output is called: "p(target)", or "similarity" for a CLIP model's similarity head."""
+    return "similarity" if head == SIMILARITY_HEAD else "p(target)"
+
+
+def format_target_score(value: float, head: str = "softmax") -> str:
+    """The explained output's value as the pages and frames write it: 0.42 → '42.0 %' (a probability), or
+    '0.420' for the similarity head (a cosine, −1…1, never shown as a percentage)."""
+    return f"{value:.3f}" if head == SIMILARITY_HEAD else format_probability(value)
+
+
 def format_beta(beta_k: float) -> str:
     """β·k as typed: 10.0 → '10', 0.01 → '0.01'."""
     return f"{beta_k:g}"

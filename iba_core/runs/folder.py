@@ -22,7 +22,11 @@ forward passes) are measured for every map as the run stores it, with the scorin
 rerun that leaves one out or measures one another way is refused; a rerun that adds one measures it for the rows
 already there too (their stored maps, their images loaded again), so every row ends with the same columns.
 
-The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class.
+The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class. With text
+prompts (`FolderSettings.prompts`, a CLIP network): one row per image × method × prompt, the prompt in the row's
+`prompt` column and its index in the run's prompts (run.json's `prompts`, which a later run may add to) as the
+row's target; p_target is the cosine similarity of the image with the prompt, and the row's "predicted" the run's
+prompt most similar to the image.
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
 its own parts; `finish_run` meets the ranks at a barrier and rank 0 writes the table.
 """
@@ -76,6 +80,8 @@ class FolderSettings:
     metrics: tuple[str, ...] = ()
     #: how they are measured (`metrics.yardsticks.YardstickOptions`; None: the defaults, the RISE protocol)
     yardsticks: "YardstickOptions | None" = None
+    #: text prompts to explain in every image (a CLIP network), each a row per image and method; () explains a class
+    prompts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -146,7 +152,9 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),
         "layer": network.spec.check_layer(layers[0]) if layers else None,
+        **({"prompts": list(settings.prompts)} if settings.prompts else {}),
         "settings": {
+            **({"targets": "prompts"} if settings.prompts else {}),  # a prompt run never mixes with a class run
             "target": settings.target,
             "boxes": str(Path(settings.boxes).expanduser().resolve()) if settings.boxes else None,
             "stats_images": str(settings.stats_images) if settings.stats_images else None,
@@ -243,10 +251,52 @@ def error_text(err: BaseException) -> str:
 # The loop.
 
 
+#: One piece of an image's work: a method and the text prompt it explains ("" in a run without prompts).
+Task = tuple[Method, str]
+
+
+@dataclass(frozen=True)
+class _Prompts:
+    """A run's text prompts: all of them in run.json's order (a row's target is the index there) and each one's
+    index among the network's prompts (what the methods and the network's outputs count by)."""
+
+    texts: tuple[str, ...]
+    network_index: dict[str, int]
+
+    @classmethod
+    def of_run(cls, network, texts: Sequence[str]) -> "_Prompts":
+        from ..methods.base import check_target
+        from ..methods.targets import PromptTarget
+
+        # the one resolution of a prompt (`check_target`): the network's index, the prompt added where it lacks it
+        return cls(tuple(texts), {t: check_target(network, PromptTarget(t)).index for t in texts})
+
+
+def _checked_prompts(network, settings: FolderSettings) -> tuple[str, ...]:
+    """The run's prompts, stripped, each once; a UserError in the user's words for an empty one, for prompts and a
+    fixed class together, and (`PromptTarget` resolution) for prompts on a network that has none."""
+    if not settings.prompts:
+        from ..networks.clip_models import is_clip
+
+        if is_clip(network):  # its outputs are the prompts' cosines: without prompts there is nothing to explain
+            raise UserError("A CLIP model explains text prompts: give at least one.",
+                            cli_hint="Give --prompt TEXT (once per prompt).",
+                            app_hint="Type at least one prompt (one a line).")
+        return ()
+    from ..methods.base import check_target
+    from ..methods.targets import PromptTarget
+
+    prompts = tuple(dict.fromkeys(PromptTarget(p).text for p in settings.prompts))
+    if settings.target is not None:
+        raise UserError("Give text prompts or a class to explain, not both.")
+    check_target(network, PromptTarget(prompts[0]))  # a classifier: says to explain a class instead
+    return prompts
+
+
 @dataclass
 class _Loaded:
     item: ImageItem
-    methods: list[Method]
+    tasks: list[Task]
     x: torch.Tensor | None = None
     box: np.ndarray | None = None
     error: str | None = None
@@ -268,13 +318,13 @@ def _box_mask(boxes: Path | None, item: ImageItem, preprocess, shape: tuple[int,
     return mask if mask.shape == shape else None
 
 
-def _load(network, item: ImageItem, methods: list[Method], boxes: Path | None) -> _Loaded:
+def _load(network, item: ImageItem, tasks: list[Task], boxes: Path | None) -> _Loaded:
     pre = network.preprocess
     try:
         x = pre.normalise(pre.crop(pre.load(item.path)))
     except Exception as err:  # noqa: BLE001 - any file that cannot be used is a row with the reason, not a crash
-        return _Loaded(item, methods, error=error_text(err))
-    return _Loaded(item, methods, x, _box_mask(boxes, item, pre, tuple(x.shape[-2:])))
+        return _Loaded(item, tasks, error=error_text(err))
+    return _Loaded(item, tasks, x, _box_mask(boxes, item, pre, tuple(x.shape[-2:])))
 
 
 def _class_name(network, index: int | None) -> str | None:
@@ -312,6 +362,31 @@ def _base_rows(network, loaded: list[_Loaded], fixed_target: int | None) -> list
     return rows
 
 
+def _prompt_base_rows(network, loaded: list[_Loaded], prompts: _Prompts) -> list[dict[str, dict]]:
+    """Per loaded image, for each of the run's prompts: the row's start (image, target = the prompt's index in the
+    run, the prompt, its cosine similarity as p_target, the run's prompt most similar to the image as predicted),
+    from one network pass. Folder labels name no prompt: label and correct stay empty."""
+    sims = _predictions(network, torch.cat([b.x for b in loaded]))  # the similarity head: cosines
+    columns = [prompts.network_index[t] for t in prompts.texts]
+    out = []
+    for b, s in zip(loaded, sims[:, columns]):
+        best = int(s.argmax())
+        out.append({text: {
+            "image": b.item.key, "label": None, "target": j, "class_name": text, "prompt": text,
+            "predicted": best, "predicted_name": prompts.texts[best], "p_predicted": float(s[best]),
+            "p_target": float(s[j]), "correct": None,
+        } for j, text in enumerate(prompts.texts)})
+    return out
+
+
+def _network_target(network, row) -> int:
+    """The index a method explains for a stored row: its prompt's among the network's prompts, else its target."""
+    prompt = row.get("prompt")  # a table row (a Series); None in a table written before prompts
+    if isinstance(prompt, str) and prompt:
+        return _Prompts.of_run(network, [prompt]).network_index[prompt]
+    return int(row["target"])
+
+
 class _Yardsticks:
     """The run's metrics per map (`metrics.yardsticks`): the scoring network built once per run (the metrics'
     `scoring_model`, fp32 like p_target, on the network's device), its head, the metrics and their options."""
@@ -343,12 +418,13 @@ class _Yardsticks:
 
 
 def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict], device,
-                 yardsticks: _Yardsticks | None = None,
-                 told: Callable[[str], None] | None = None) -> list[tuple[dict, np.ndarray | None]]:
+                 yardsticks: _Yardsticks | None = None, told: Callable[[str], None] | None = None,
+                 targets: list[int] | None = None) -> list[tuple[dict, np.ndarray | None]]:
     """(row, map) of `method` for each loaded image (`attribute_batch`), with the run's metric columns; a batch
-    that fails is tried image by image, so one bad image costs one error row (as does a metric that fails)."""
+    that fails is tried image by image, so one bad image costs one error row (as does a metric that fails).
+    targets: the network's indices to explain (a prompt's); default each row's target."""
     x = torch.cat([b.x for b in loaded]).to(device)
-    targets = [int(r["target"]) for r in base]
+    targets = [int(r["target"]) for r in base] if targets is None else list(targets)
     try:
         made: list = method.attribute_batch(network, x, targets)
     except Exception:  # noqa: BLE001 - find which image fails (or run smaller when memory ran out)
@@ -371,7 +447,7 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
                     told(f"{method.name} · {metric} · {_image}")
 
             try:
-                row.update(yardsticks.columns(x[i:i + 1], values, int(row["target"]), b.box, b.item.key, method.key,
+                row.update(yardsticks.columns(x[i:i + 1], values, targets[i], b.box, b.item.key, method.key,
                                               said))
             except Exception as err:  # noqa: BLE001 - one image's failure is its row's error, as for the map
                 out.append(({**row, "error": f"the metrics failed: {error_text(err)}"}, None))
@@ -392,25 +468,35 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
 
 
 def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, Method], settings: FolderSettings,
-                device, told: Callable[[str], None], yardsticks: _Yardsticks | None = None):
-    """(row, map) of every pending (image, method) of `chunk`: an image that cannot be loaded, or whose target the
-    network has no output for, gives an error row per method; the others go through each method in one batch."""
+                device, told: Callable[[str], None], yardsticks: _Yardsticks | None = None,
+                prompts: _Prompts | None = None):
+    """(row, map) of every pending (image, method, prompt) of `chunk`: an image that cannot be loaded, or whose
+    target the network has no output for, gives an error row per task; the others go through each method in one
+    batch per prompt (prompts: the run's, or None for a run that explains classes)."""
     loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
     readable = [b for b in loaded if b.error is None]
-    base = dict(zip((b.item.key for b in readable), _base_rows(network, readable, settings.target))) \
-        if readable else {}
+    if not readable:
+        base: dict[str, dict[str, dict]] = {}
+    elif prompts is None:
+        base = {b.item.key: {"": row} for b, row in zip(readable, _base_rows(network, readable, settings.target))}
+    else:
+        base = dict(zip((b.item.key for b in readable), _prompt_base_rows(network, readable, prompts)))
     for b in loaded:
         if b.error is not None:
-            for m in b.methods:
-                yield {**base.get(b.item.key, {"image": b.item.key, "label": b.item.label}), "method": m.key,
-                       "method_name": m.name, "error": b.error}, None
+            for m, prompt in b.tasks:
+                start = base.get(b.item.key, {}).get(prompt) or {
+                    "image": b.item.key, "label": b.item.label,
+                    **({"prompt": prompt, "class_name": prompt, "target": prompts.texts.index(prompt)}
+                       if prompt and prompts is not None else {})}
+                yield {**start, "method": m.key, "method_name": m.name, "error": b.error}, None
     good = [b for b in loaded if b.error is None]
     for method in methods if good else []:
-        mine_now = [b for b in good if method in b.methods]
-        if mine_now:
-            told(f"{method.name} · {mine_now[0].item.key}")
-            yield from _method_rows(network, runners[method.key], mine_now, [base[b.item.key] for b in mine_now],
-                                    device, yardsticks, told)
+        for prompt in dict.fromkeys(p for b in good for m, p in b.tasks if m is method):
+            mine_now = [b for b in good if (method, prompt) in b.tasks]
+            told(f"{method.name} · {mine_now[0].item.key}" + (f" · {prompt}" if prompt else ""))
+            targets = [prompts.network_index[prompt]] * len(mine_now) if prompt and prompts is not None else None
+            yield from _method_rows(network, runners[method.key], mine_now,
+                                    [base[b.item.key][prompt] for b in mine_now], device, yardsticks, told, targets)
 
 
 #: Seconds between two looks at images another live writer holds (its claims go when its part is written).
@@ -519,8 +605,8 @@ def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: Fo
             if b.error is not None:  # the image changed since (or went)
                 raise UserError(b.error)
             values = run.heatmap(row)
-            columns = yardsticks.columns(b.x.to(device), values, int(row["target"]), b.box, image, method, said,
-                                         missing)
+            columns = yardsticks.columns(b.x.to(device), values, _network_target(network, row), b.box, image,
+                                         method, said, missing)
         except Exception as err:  # noqa: BLE001 - the row stays as it was; the next rerun tries again
             summary.errors += 1
             if len(summary.error_examples) < 3:
@@ -558,6 +644,7 @@ def run_folder(
     """
     settings = settings or FolderSettings()
     methods = _checked_methods(network, methods, settings)
+    settings = replace(settings, prompts=_checked_prompts(network, settings))
     run_dir = Path(run_dir)
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
@@ -566,25 +653,28 @@ def run_folder(
 
         settings = replace(settings, metrics=check_metrics(settings.metrics))
     adding = check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
-    start_run(run_dir, run_identity(network, methods, settings, root))
+    info = start_run(run_dir, run_identity(network, methods, settings, root))
+    # the run's prompts (its own first: the rows' targets index them), each resolved on the network once
+    prompts = _Prompts.of_run(network, info["prompts"]) if settings.prompts else None
     damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
 
     seen: set[str] = set()
-    done: set[tuple[str, str]] = set()
+    done: set[tuple[str, str, str]] = set()
 
     def left(entries: list) -> list:
-        """`entries` less the pairs in parts written since the last look (by this or another process)."""
+        """`entries` less the tasks in parts written since the last look (by this or another process)."""
         new = [n for n in part_names(run_dir) if n not in seen]
         seen.update(new)
         done.update(done_pairs(run_dir, errors=not settings.retry_errors, names=new))
-        out = [(item, [m for m in pending if (item.key, m.key) not in done]) for item, pending in entries]
+        out = [(item, [(m, p) for m, p in pending if (item.key, m.key, p) not in done]) for item, pending in entries]
         return [(item, pending) for item, pending in out if pending]
 
     mine = shard(list(items), rank, world)
-    todo = left([(item, methods) for item in mine])
+    tasks = [(m, p) for m in methods for p in settings.prompts or ("",)]
+    todo = left([(item, tasks) for item in mine])
     summary = RunSummary(images=len(mine), skipped=len(mine) - len(todo), damaged=damaged)
     runners = {m.key: _for_this_run(m, settings) for m in methods}
-    for key in dict.fromkeys(m.key for _, pending in todo for m in pending):
+    for key in dict.fromkeys(m.key for _, pending in todo for m, _ in pending):
         runners[key].prepare(network)  # statistics, a checkpoint: a problem stops the run before any image
     device = getattr(network, "device", None) or next(network.model.parameters()).device
     # rows made before without some of the metrics: just added to the run, or left by an interrupted rerun
@@ -614,7 +704,8 @@ def run_folder(
 
     try:
         for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
-            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told, yardsticks):
+            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told, yardsticks,
+                                           prompts):
                 keep(row, values)
             finished += len(chunk)
             if progress is not None:

@@ -31,7 +31,10 @@ the scale makes the stored map sum exactly to the original's sum, so `Run.heatma
 its row's total_bits (less unlocated_bits, the bits of a ViT's class token that have no place on the image).
 
 Nothing twice: a rerun skips the (image, method) pairs that have a row; error rows too, unless it is asked to try
-them again (a file fixed since); the table keeps one row per pair (a result over an error, else the latest).
+them again (a file fixed since); the table keeps one row per pair (a result over an error, else the latest). A run
+with text prompts (a CLIP network) has a row per (image, method, prompt): the prompt is part of each row's key
+(`KEY`), and run.json lists the run's prompts (`prompts`, in the order their indices, the rows' targets, count), to
+which a later run may add.
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ YARDSTICK_COLUMNS = ("insertion_auc", "deletion_auc", "road_morf", "road_lerf", 
 #: The table's columns, in order, with their pandas types (missing values: NaN / <NA>).
 COLUMNS: dict[str, str] = {
     "image": "str", "method": "str", "label": "Int64", "target": "Int64", "class_name": "str",
+    "prompt": "str",  # a CLIP run's text prompt (its target is the prompt's index in run.json's prompts); else empty
     "predicted": "Int64", "predicted_name": "str", "p_predicted": "float64", "p_target": "float64",
     "correct": "boolean", "total_bits": "float64", "unlocated_bits": "float64", "p_without": "float64",
     "p_with": "float64", "border_share": "float64", "box_share": "float64", "concentration": "float64",
@@ -86,7 +90,8 @@ COLUMNS: dict[str, str] = {
     "method_name": "str", "height": "Int64", "width": "Int64", "map_file": "str", "map_index": "int64",
     "map_scale": "float64", "rank": "int64", "finished": "float64",
 }
-KEY = ("image", "method")
+#: What a row is of: an image, a method and (a run with text prompts) a prompt; "" stands for no prompt.
+KEY = ("image", "method", "prompt")
 _PARTS_META = b"iba_parts"
 
 
@@ -181,6 +186,8 @@ def start_run(run_dir: str | os.PathLike, identity: dict) -> dict:
                 app_hint="Choose another run folder, or the settings its run.json lists to resume it.")
         info = {**old, "methods": {**old.get("methods", {}), **identity.get("methods", {})},
                 "source": identity.get("source", old.get("source"))}  # the images may have moved
+        if identity.get("prompts") or old.get("prompts"):  # new prompts are added after the run's own
+            info["prompts"] = merged_prompts(old.get("prompts"), identity.get("prompts"))
         if info.get("layer") is None:
             info["layer"] = identity.get("layer")
         if info == old:
@@ -188,6 +195,12 @@ def start_run(run_dir: str | os.PathLike, identity: dict) -> dict:
         info["versions"] = versions()
     write_atomic(run_dir / RUN_FILE, lambda tmp: tmp.write_text(json.dumps(info, indent=1), encoding="utf-8"))
     return info
+
+
+def merged_prompts(old: Iterable[str] | None, new: Iterable[str] | None) -> list[str]:
+    """A run's prompts after a run that gives `new`: its own (`old`, in their order: the rows' targets are their
+    indices) then the new ones it lacks."""
+    return list(dict.fromkeys([*(old or ()), *(new or ())]))
 
 
 def record_settings(run_dir: str | os.PathLike, **settings) -> dict:
@@ -337,47 +350,63 @@ def read_parts(run_dir: str | os.PathLike, names: list[str] | None = None,
     return frame.reset_index(drop=True)
 
 
-def done_pairs(run_dir: str | os.PathLike, errors: bool = True, names: list[str] | None = None) -> set[tuple[str, str]]:
-    """(image, method) pairs that have a row in the parts `names` (default: every part; errors=False: a row
-    without error): a rerun skips them. A part that cannot be read counts for nothing (its rows are done again)."""
-    pairs: set[tuple[str, str]] = set()
+def prompt_key(value) -> str:
+    """A row's prompt as its key holds it: the text, or "" for a row without one (None, NaN, a part written before
+    the column existed)."""
+    return value if isinstance(value, str) else ""
+
+
+def _key_frame(run_dir: str | os.PathLike, name: str, extra: tuple[str, ...] = ()) -> "pd.DataFrame":
+    """A part's key columns (image, method, prompt) and `extra` (those it has), reading only them; the prompt as
+    `prompt_key` gives it."""
+    import pyarrow.parquet as pq
+
+    path = inside(run_dir, f"{PARTS}/{name}.parquet")
+    names = pq.read_schema(path).names
+    frame = pq.read_table(path, columns=[c for c in (*KEY, *extra) if c in names]).to_pandas()
+    frame["prompt"] = [prompt_key(v) for v in frame["prompt"]] if "prompt" in frame else ""
+    return frame
+
+
+def done_pairs(run_dir: str | os.PathLike, errors: bool = True,
+               names: list[str] | None = None) -> set[tuple[str, str, str]]:
+    """(image, method, prompt) keys that have a row in the parts `names` (default: every part; errors=False: a row
+    without error): a rerun skips them. The prompt is "" for a row without one. A part that cannot be read counts
+    for nothing (its rows are done again)."""
+    pairs: set[tuple[str, str, str]] = set()
     for name in part_names(run_dir) if names is None else names:
         try:
-            frame = read_parts(run_dir, [name], columns=["image", "method", "error"])
+            frame = _key_frame(run_dir, name, ("error",))
         except Exception:  # noqa: BLE001 - damaged (or moved aside meanwhile): `heal` deals with it
             continue
         if not errors:
             frame = frame[frame["error"].isna()]
-        pairs.update(zip(frame["image"].astype(str), frame["method"].astype(str)))
+        pairs.update(zip(frame["image"].astype(str), frame["method"].astype(str), frame["prompt"]))
     return pairs
 
 
 def unmeasured(run_dir: str | os.PathLike, metrics: Iterable[str], images: Iterable[str] | None = None) -> int:
     """How many result rows (of `images`; default all) lack one of `metrics` in their `metrics` column, reading only
-    the columns needed, the latest row of each (image, method) counting (a part written before the column existed:
-    none measured). A part that cannot be read counts for nothing (`heal` deals with it)."""
-    import pyarrow.parquet as pq
-
+    the columns needed, the latest row of each key (image, method, prompt) counting (a part written before the
+    column existed: none measured). A part that cannot be read counts for nothing (`heal` deals with it)."""
     wanted, keep = set(metrics), None if images is None else set(images)
-    latest: dict[tuple[str, str], bool] = {}
+    latest: dict[tuple[str, str, str], bool] = {}
     for name in part_names(run_dir):
         try:
-            path = inside(run_dir, f"{PARTS}/{name}.parquet")
-            names = pq.read_schema(path).names
-            frame = pq.read_table(path, columns=[c for c in ("image", "method", "error", "metrics") if c in names]
-                                  ).to_pandas()
+            frame = _key_frame(run_dir, name, ("error", "metrics"))
         except Exception:  # noqa: BLE001 - damaged (or moved aside meanwhile)
             continue
         had = frame["metrics"] if "metrics" in frame else [None] * len(frame)
-        for image, method, error, measured in zip(frame["image"], frame["method"], frame["error"], had):
+        for image, method, prompt, error, measured in zip(frame["image"], frame["method"], frame["prompt"],
+                                                          frame["error"], had):
             if error is None or error != error:  # a result row (None or NaN: no error)
                 if keep is None or image in keep:
-                    latest[(image, method)] = not wanted <= set(str(measured or "").split())
+                    latest[(image, method, prompt)] = not wanted <= set(str(measured or "").split())
     return sum(latest.values())
 
 
 def deduplicate(frame: "pd.DataFrame") -> "pd.DataFrame":
-    """One row per (image, method): a result over an error, else the latest row (rows oldest first)."""
+    """One row per (image, method, prompt): a result over an error, else the latest row (rows oldest first)."""
     ok = frame["error"].isna().to_numpy()
     order = np.lexsort((np.arange(len(frame)), ok))  # errors first, then results; each in their order
     return frame.iloc[order].drop_duplicates(list(KEY), keep="last")

@@ -36,7 +36,8 @@ def add_network_form(trust: Trust) -> None:
         st.caption(
             "Your fine-tuned classifier: an architecture from torchvision, timm, the Hugging Face Hub or a built-in "
             "backbone with its weights as a state_dict (`torch.save(model.state_dict(), \"model.pth\")`, or "
-            ".safetensors), or a whole model folder saved by timm or transformers. The class names (one a line, in "
+            ".safetensors), or a whole model folder saved by timm or transformers (a CLIP model too: it explains text "
+            "prompts instead of classes). The class names (one a line, in "
             "the order of the outputs) are needed where the model's own configuration does not name them. "
             f"The files and a model card are written to {models_dir()} (IBA_MODELS_DIR). Weights are read as "
             "tensors only: a whole pickled model is refused. " + _server_paths_note(trust)
@@ -89,7 +90,9 @@ def _source_fields(source: str) -> dict[str, Any]:
         files = st.file_uploader(
             f"The model folder's files ({', '.join(FOLDER_FILES[:3])})", type=None, accept_multiple_files=True,
             key="add_folder_files", help="Choose them together: the folder timm's save_for_hf or transformers' "
-            "save_pretrained wrote. Its configuration gives the architecture, class names and preprocessing.")
+            "save_pretrained wrote. Its configuration gives the architecture, class names and preprocessing. A CLIP "
+            "model's folder also needs its tokenizer's files (tokenizer.json, or vocab.json and merges.txt, with "
+            "tokenizer_config.json): save CLIP's processor into the folder too.")
         path = st.text_input("…or the model folder's path on this machine", key="add_folder_path",
                              placeholder="/path/to/model-folder")
         return {"arch": "", "folder_files": files or [], "folder_path": path}

@@ -7,12 +7,14 @@ from typing import Iterable
 import streamlit as st
 
 from iba_core.app import links
+from iba_core.errors import UserError
 from iba_core.app.choices import BETA_K_CHOICES, DEFAULT_BETA_K, MethodChoices, unavailable_text
 from iba_core.app.stats_source import stats_folder, stats_status
-from iba_core.heads import PROBABILITY_NOTES
+from iba_core.app.inputs import EXAMPLE_PROMPTS
+from iba_core.heads import PROBABILITY_NOTES, SIMILARITY, default_beta_k
 from iba_core.networks import REGISTRY
 from iba_core.per_sample import BottleneckSettings
-from iba_core.render.text import format_beta, format_probability
+from iba_core.render.text import format_beta, format_target_score
 from iba_core.settings import max_stats_samples
 from iba_core.feature_stats import app_samples
 
@@ -65,15 +67,21 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
     return picked[0], picked[1]
 
 
-def beta_picker(prefix: str) -> float:
+def beta_picker(prefix: str, head: str = "softmax") -> float:
+    """β·k on its log scale, starting at the default of the network's head (`heads.default_beta_k`: the paper's 10,
+    M2IB's 0.1 for a CLIP model's similarity head; each such head keeps its own choice)."""
+    default = default_beta_k(head)
+    key = f"{prefix}_beta" if default == DEFAULT_BETA_K else f"{prefix}_beta_{head}"
     linked = take_from_link(None, "beta_k")
     if linked is not None:
-        st.session_state[f"{prefix}_beta"] = linked
+        st.session_state[key] = linked
     beta_k = st.select_slider(
-        "β·k (information penalty)", options=BETA_K_CHOICES, value=DEFAULT_BETA_K, format_func=format_beta,
-        key=f"{prefix}_beta",
+        "β·k (information penalty)", options=BETA_K_CHOICES, value=default, format_func=format_beta,
+        key=key,
         help="The loss is L_CE + β·L_I with β = (β·k)/k, k = number of feature elements. "
-        "Larger β lets fewer bits through. Paper default: β·k = 10.",
+        "Larger β lets fewer bits through. Paper default: β·k = 10"
+        + ("; for a CLIP model, M2IB's β = 0.1 on the mean information: β·k = 0.1 (the default here), with the "
+           "fitting term −cos(image, prompt) in place of L_CE." if head == SIMILARITY else "."),
     )
     set_link(beta_k=links.to_params(links.View(beta_k=float(beta_k)))["beta_k"])
     return beta_k
@@ -91,25 +99,49 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
     if linked is not None:  # a top-5 class on the radio, any other in the field
         in_top = linked in [i for i, _, _ in top]
         st.session_state[f"{prefix}_target_{key_suffix}" if in_top else other_key] = linked if in_top else str(linked)
-    chosen = st.radio(
-        "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
-        format_func=lambda i: next(f"{plain(n)} · {format_probability(p)}" for j, n, p in top if j == i),
-        help="The network's five most probable classes for this image, with their probabilities. "
-        + PROBABILITY_NOTES[inputs.network.head],
-    )
+    head = inputs.network.head
+    if top:
+        chosen = st.radio(
+            "Class to explain", [i for i, _, _ in top], key=f"{prefix}_target_{key_suffix}",
+            format_func=lambda i: next(f"{plain(n)} · {format_target_score(p, head)}" for j, n, p in top if j == i),
+            help="The network's five most probable classes for this image, with their probabilities. "
+            + PROBABILITY_NOTES[head],
+        )
+    else:  # a CLIP model before any prompt: only the field below (a prompt typed there is added)
+        chosen = None
     n = len(inputs.network.categories)
-    other = st.text_input(
-        f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)", key=f"{prefix}_other",
-        placeholder=f"class name or index, e.g. {inputs.network.categories[top[-1][0]]} or {top[-1][0]}",
-        help=f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
-        "a single class. A part that fits several classes is refused with the candidates listed.",
-    )
+    if head == SIMILARITY:
+        label, example = "…or a text prompt (overrides the choice above)", "e.g. a photo of a dog"
+        hint = "A text prompt of this CLIP model: the map explains the image's similarity to it."
+    else:
+        label = f"…or any {'ImageNet ' if n == 1000 else ''}class (overrides the choice above)"
+        example = f"class name or index, e.g. {inputs.network.categories[top[-1][0]]} or {top[-1][0]}"
+        hint = (f"A class index 0–{n - 1}, or a class name: the exact name (any case), or a part of one that fits "
+                "a single class. A part that fits several classes is refused with the candidates listed.")
+    other = st.text_input(label, key=f"{prefix}_other", placeholder=example, help=hint)
     try:
-        index = inputs.network.class_index(other.strip()) if other.strip() else int(chosen)
+        index = (None if head == SIMILARITY and other.strip() else  # a prompt is added to the network at Run only
+                 inputs.network.class_index(other.strip()) if other.strip() else
+                 None if chosen is None else int(chosen))
     except ValueError:  # an unknown or ambiguous name: Run says why; the link names no class meanwhile
         index = None
     set_link(target=None if index is None else str(index))
     return other.strip() or chosen
+
+
+def prompt_picker(inputs: Inputs, prefix: str) -> str:
+    """A CLIP network's text prompts, one a line (each gets its own map); the box's text as typed (the page turns it
+    into prompts with `app.inputs.prompts_from_text` when Run is pressed, so a mistake is said there)."""
+    network = inputs.network
+    key = f"{prefix}_prompts_{network.key}"
+    if key not in st.session_state:  # the network's prompts so far (another page's, a link's), else examples
+        st.session_state[key] = "\n".join(getattr(network, "prompts", ()) or EXAMPLE_PROMPTS)
+    set_link(target=None)  # a link names a class, never a prompt
+    return st.text_area(
+        "Text prompts (one a line)", key=key, height=110,
+        help="What to look for, e.g. “a watermark” or “a ruler”: for each prompt the bottleneck keeps what makes the "
+        "image's embedding similar to the prompt's (M2IB), one map per prompt. " + PROBABILITY_NOTES[network.head],
+    )
 
 
 def advanced_settings(prefix: str, defaults: BottleneckSettings | None = None) -> BottleneckSettings:
@@ -166,7 +198,10 @@ def settings_row(inputs: Inputs, prefix: str, layer: str,
 
 
 def resolve_target(inputs: Inputs, target: int | str) -> int:
-    """Class index for the target widget's value; raises ValueError for an unknown or ambiguous class name."""
+    """Class index for the target widget's value; raises ValueError for an unknown or ambiguous class name (a CLIP
+    model: the typed prompt's index, the prompt added; UserError when none is typed)."""
+    if target is None:
+        raise UserError("Type a text prompt to explain (this CLIP model has none yet), e.g. “a photo of a dog”.")
     return inputs.network.class_index(target)
 
 

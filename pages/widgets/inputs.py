@@ -15,10 +15,10 @@ from iba_core.app.inputs import (
 )
 from iba_core.app.state import SharedModel, Subject
 from iba_core.app.stats_source import domain_warning
-from iba_core.heads import PROBABILITY_NOTES
+from iba_core.heads import PROBABILITY_NOTES, SIMILARITY
 from iba_core.images import ImageError, sample_image_names
 from iba_core.networks import Network
-from iba_core.render.text import format_probability
+from iba_core.render.text import format_probability, format_target_score
 
 from pages.widgets.errors import show_error
 from pages.widgets.links import (
@@ -170,24 +170,35 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
         slot.empty()  # another image: its classes come with its top-5, none of the previous image's meanwhile
     right = slot.container()
     with right, network_turn(shared):
-        top5 = network.top_k(x, 5)
+        # a CLIP model before any prompt has no outputs to rank (its prompts are typed in the page's form)
+        top5 = network.top_k(x, 5) if network.head != SIMILARITY or getattr(network, "prompts", ()) else []
         # a multi-label network sees every label above 50 %, not just its top one
         present = network.labels_above(x) if network.head == "sigmoid" else None
     st.session_state[CONTROLS_FOR_KEY] = shown_for
     with left:
-        best = top5[0]
         size = network.preprocess.crop_size
         labels = "" if present is None else (
             " · Labels above 50 %: " + (", ".join(f"{plain(n)} ({format_probability(p)})" for _, n, p in present)
                                         or "none") + ". " + PROBABILITY_NOTES[network.head])
         shown = shown_note(cropped, network.preprocess.channels)  # a gray image, or which bands make the colours
         st.image(cropped.convert("RGB"), width=224, caption=(
-            f"The {size} × {size} centre crop the network sees{'; ' + shown if shown else ''}. Top prediction: "
-            f"{plain(best[1])} ({format_probability(best[2])}){labels}"
+            f"The {size} × {size} centre crop the network sees{'; ' + shown if shown else ''}. "
+            + prediction_text(network.head, top5) + labels
         ))
         for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
             st.warning(warning, icon=":material/crop:")
     return Inputs(image, shared, cropped, x, top5, right, stats_note)
+
+
+def prediction_text(head: str, top: list[tuple[int, str, float]]) -> str:
+    """The crop's caption on what the network sees: its top prediction, or for a CLIP model (similarity head) the
+    prompt most similar to the image so far (none before a prompt is typed)."""
+    if head == SIMILARITY:
+        if not top:
+            return "A CLIP model: it explains the text prompts typed beside it, one map each."
+        return (f"Most similar of the prompts so far: “{plain(top[0][1])}” (similarity "
+                f"{format_target_score(top[0][2], head)}, a cosine).")
+    return f"Top prediction: {plain(top[0][1])} ({format_probability(top[0][2])})"
 
 
 def subject_caption(subject: Subject) -> str:

@@ -577,3 +577,31 @@ def test_a_state_dict_of_another_source_says_which_source_fits(tmp_path) -> None
     with pytest.raises(WeightsMismatchError, match=looks) as err:
         load_network(tmp_path / "lite.toml")
     assert 'Write arch = "efficientnet_lite0" in the model card' in user_message(err.value, "cli")
+
+
+# ---- a CLIP model's folder (issue #30) -------------------------------------------------------------
+
+
+def test_a_clip_folder_uploaded_with_its_tokenizer_becomes_a_prompt_network(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from clip_fixtures import save_tiny_clip
+    from iba_core.networks import load_network
+    from iba_core.errors import UserError
+    from iba_core.networks.clip_models import is_clip
+
+    source = save_tiny_clip(tmp_path / "src")
+    files = [FileGiven.upload(p.name, p.read_bytes()) for p in sorted(source.iterdir())]
+    assert {f.name for f in files} <= set(models.FOLDER_FILES)  # every file save_pretrained wrote is taken
+    root = tmp_path / "models"
+    new = NewNetwork(name="clip", arch="", source="folder", weights=None, classes=None, folder_files=files)
+    rows = dict(models.preview_network(new, root, Trust.for_app()).rows())
+    assert rows["Head"].startswith("similarity") and "text prompts" in rows["Classes"]
+    network = load_network(str(add_network(new, root, Trust.for_app())))
+    assert is_clip(network) and network.head == "similarity"
+    assert "a CLIP model, explaining text prompts" in models.source_note(network.key, network)
+    # without its tokenizer the folder cannot read a prompt: the library's sentence, nothing added
+    no_tokenizer = [f for f in files if f.name not in models.TOKENIZER_FILES]
+    with pytest.raises(UserError, match="no tokenizer"):
+        add_network(NewNetwork(name="clip2", arch="", source="folder", weights=None, classes=None,
+                               folder_files=no_tokenizer), root, Trust.for_app())
+    assert not (root / "clip2").exists()
