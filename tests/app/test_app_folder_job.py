@@ -105,6 +105,8 @@ def test_the_time_left_comes_from_the_last_batch_while_the_run_goes(shared, tmp_
 
 def test_one_image_is_timed_before_a_run_and_methods_without_statistics_are_named(shared, tmp_path,
                                                                                   monkeypatch):
+    # a cache of its own: statistics an earlier test estimated for the same tiny card would be found (and timed)
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path / "cache"))
     images = write_folder_with_bad_files(tmp_path / "images")
     trust = Trust(server_paths=(tmp_path.resolve(),))
     calls = []
