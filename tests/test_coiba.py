@@ -428,7 +428,7 @@ def test_no_hooks_remain_after_a_run_or_an_error():
 
 
 def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypatch):
-    from iba_core import feature_stats
+    from iba_core import coiba, feature_stats
 
     net = small_cnn(True)
     cached = feature_stats.get_stats(net, "c2", n=4)
@@ -439,7 +439,7 @@ def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypa
         calls.append(list(layers))
         return real(network, layers, **kwargs)
 
-    monkeypatch.setattr(feature_stats, "compute_all_stats", spy)
+    monkeypatch.setattr(coiba, "compute_all_stats", spy)
     stats = stats_for_range(net, ["c1", "c2", "c3"], n=4)
     assert calls == [["c1", "c3"]]  # one pass for the two layers not cached
     assert list(stats) == ["c1", "c2", "c3"] and torch.equal(stats["c2"].mean, cached.mean)
