@@ -126,14 +126,15 @@ def _extra_tokens(layout: FeatureLayout) -> int:
     return layout.extra_tokens if layout.form == "nlc" else 0
 
 
-def default_range(network) -> tuple[str, str]:
-    """(first, last): from the network's default layer to the last layer on the grid before the head — the
-    last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a registered
-    network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's mask."""
+def default_range(network, first: str | None = None) -> tuple[str, str]:
+    """(first, last): from `first` (default: the network's default layer) to the last layer on the grid before
+    the head — the last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a
+    registered network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's
+    mask."""
     from .networks.spec import transformer_blocks
 
     spec = network.spec
-    first = spec.default_layer
+    first = spec.check_layer(first) if first is not None else spec.default_layer
     table = {info.name: info for info in network.layer_table()}
     later = list(spec.layers[spec.layers.index(first):])
     extra = _extra_tokens(network.layout(first))

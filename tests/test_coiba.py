@@ -467,6 +467,13 @@ def test_the_method_names_its_range_and_checks_its_settings(offline_model):
     assert get_method("coiba").settings_identity(offline_model)["layers"] == layer_range(offline_model,
                                                                                           *default_range(offline_model))
     assert default_range(offline_model) == ("block3_2", "block7_1")
+    # `layer` (the front ends' layer setting) starts the default range there
+    from_layer = get_method("coiba", layer="block5_1")
+    assert from_layer.key == "coiba_10__block5_1"
+    assert from_layer.layer_range(offline_model) == layer_range(offline_model, "block5_1", "block7_1")
+    assert from_layer.settings_identity(offline_model)["layer"] == "block5_1"
+    with pytest.raises(UserError, match="no layer 'block9_9'"):
+        get_method("coiba", layer="block9_9").layer_range(offline_model)
     with pytest.raises(UserError, match="FIRST:LAST"):
         get_method("coiba", layers="a:b:c")
     with pytest.raises(UserError, match="runs backwards"):
