@@ -8,6 +8,11 @@ above the level before the run (sampled every 2 ms, `bench_per_sample.PeakRSS`),
 
     python benchmarks/bench_coiba.py                        # 1 and 4 images per run, 3 repeats
     python benchmarks/bench_coiba.py --device cuda --repeats 5
+    python benchmarks/bench_coiba.py --effects              # the README's measured effects (bits, p(target))
+
+--effects: on the four yardstick photos (target: the top-1 class), CoIBA's total bits, p(target) without and with
+the bottleneck and whether it discarded the class (`AttributionResult.lost_class`), for the default range at the
+paper's settings, the authors' read point, β·k 1, shorter ranges, and the single-layer Per-Sample Bottleneck.
 """
 from __future__ import annotations
 
@@ -61,6 +66,39 @@ def measure(bottleneck, x: torch.Tensor, targets: list[int], device: torch.devic
     return seconds / x.shape[0], mem.mb, results[0].total_bits
 
 
+#: --effects: (label, first, last, settings) beside the default range at the paper's settings.
+EFFECT_CASES = (
+    ("default range", "block3_2", "block7_1", {}),
+    ("authors' read point", "block3_2", "block7_1", {"read_point": "last_step"}),
+    ("β·k 1", "block3_2", "block7_1", {"beta_k": 1.0}),
+    ("2 layers", "block3_2", "block4_1", {}),
+    ("4 layers", "block3_2", "block4_3", {}),
+)
+PHOTOS = ("chelsea", "coffee", "motorcycle", "rocket")  # scripts/make_yardstick_table.py's, with a box
+
+
+def effects(precision: str) -> None:
+    """One line per (photo, case): bits, p(target) without → with, lost class, seconds."""
+    network = load_network("efficientnet_lite0")
+    for photo in PHOTOS:
+        x = network.preprocess(load_sample(photo))
+        target = int(network.probabilities(x).argmax())
+        for label, first, last, settings in EFFECT_CASES:
+            layers = layer_range(network, first, last)
+            coiba = CoIBABottleneck.for_network(network, layers, stats_for_range(network, layers),
+                                                CoIBASettings(precision=precision, **settings))
+            _print_effect(photo, f"CoIBA {label} ({range_label(first, last)})", coiba.attribute(x, target))
+        stats = stats_for_range(network, [network.spec.default_layer])[network.spec.default_layer]
+        iba = PerSampleBottleneck.for_network(network, network.spec.default_layer, stats,
+                                              BottleneckSettings(precision=precision))
+        _print_effect(photo, f"Per-Sample ({network.spec.default_layer})", iba.attribute(x, target))
+
+
+def _print_effect(photo: str, label: str, r) -> None:
+    print(f"{photo:<11} {label:<44} {r.total_bits:9,.0f} bits   p {r.p_without:.3f} → {r.p_with:.4f}"
+          f"{'   class discarded' if r.lost_class else ''}   {r.seconds:5.1f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -68,9 +106,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32", help="fp32 (default), auto, bf16 or fp16")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--effects", action="store_true", help="print the README's measured effects instead")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.effects:
+        print(f"CPU: {cpu_model()}; before: {uptime()}", flush=True)
+        effects(args.precision)
+        print(f"after: {uptime()}")
+        return
     device = torch.device(args.device)
     print(f"CPU: {cpu_model()}; {machine_id(device.type)}; torch threads {torch.get_num_threads()}")
     if device.type == "cuda":

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -38,14 +39,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .bottleneck import inject_noise
-from .errors import UserError
-from .feature_stats import FeatureStats
+from .errors import MissingFileError, UserError, check_range
+# `_keep`: fresh statistics are cached exactly as `get_stats` caches them (one copy of that rule)
+from .feature_stats import FeatureStats, _keep, compute_all_stats, find_run_stats, run_stats_source
 from .model_state import frozen_eval, replaced_output
 from .network_cache import cache_of
 from .networks.tokens import FeatureLayout
 from .per_sample import (BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key,
                          _SplitRunner)
 from .progress import ProgressFn
+from .settings import MAX_SAMPLES
 
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
 MASKS = ("location", "element")
@@ -123,14 +126,15 @@ def _extra_tokens(layout: FeatureLayout) -> int:
     return layout.extra_tokens if layout.form == "nlc" else 0
 
 
-def default_range(network) -> tuple[str, str]:
-    """(first, last): from the network's default layer to the last layer on the grid before the head — the
-    last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a registered
-    network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's mask."""
+def default_range(network, first: str | None = None) -> tuple[str, str]:
+    """(first, last): from `first` (default: the network's default layer) to the last layer on the grid before
+    the head — the last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a
+    registered network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's
+    mask."""
     from .networks.spec import transformer_blocks
 
     spec = network.spec
-    first = spec.default_layer
+    first = spec.check_layer(first) if first is not None else spec.default_layer
     table = {info.name: info for info in network.layer_table()}
     later = list(spec.layers[spec.layers.index(first):])
     extra = _extra_tokens(network.layout(first))
@@ -151,12 +155,6 @@ def stats_for_range(network, layers: Sequence[str], *, images=None, n: int | Non
                     progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
     """Every layer's statistics by the one policy (`feature_stats.stats_for_run`: cached or shipped first), the
     missing ones estimated in ONE pass over the images (`feature_stats.compute_all_stats` with those layers)."""
-    from pathlib import Path
-
-    from .errors import MissingFileError, check_range
-    from .feature_stats import _keep, compute_all_stats, find_run_stats, run_stats_source
-    from .settings import MAX_SAMPLES
-
     folder, n = run_stats_source(network, images, n)
     check_range("The number of samples", n, 1, MAX_SAMPLES, integer=True)
     if folder and not Path(folder).expanduser().is_dir():

@@ -428,7 +428,7 @@ def test_no_hooks_remain_after_a_run_or_an_error():
 
 
 def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypatch):
-    from iba_core import feature_stats
+    from iba_core import coiba, feature_stats
 
     net = small_cnn(True)
     cached = feature_stats.get_stats(net, "c2", n=4)
@@ -439,7 +439,7 @@ def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypa
         calls.append(list(layers))
         return real(network, layers, **kwargs)
 
-    monkeypatch.setattr(feature_stats, "compute_all_stats", spy)
+    monkeypatch.setattr(coiba, "compute_all_stats", spy)
     stats = stats_for_range(net, ["c1", "c2", "c3"], n=4)
     assert calls == [["c1", "c3"]]  # one pass for the two layers not cached
     assert list(stats) == ["c1", "c2", "c3"] and torch.equal(stats["c2"].mean, cached.mean)
@@ -467,6 +467,13 @@ def test_the_method_names_its_range_and_checks_its_settings(offline_model):
     assert get_method("coiba").settings_identity(offline_model)["layers"] == layer_range(offline_model,
                                                                                           *default_range(offline_model))
     assert default_range(offline_model) == ("block3_2", "block7_1")
+    # `layer` (the front ends' layer setting) starts the default range there
+    from_layer = get_method("coiba", layer="block5_1")
+    assert from_layer.key == "coiba_10__block5_1"
+    assert from_layer.layer_range(offline_model) == layer_range(offline_model, "block5_1", "block7_1")
+    assert from_layer.settings_identity(offline_model)["layer"] == "block5_1"
+    with pytest.raises(UserError, match="no layer 'block9_9'"):
+        get_method("coiba", layer="block9_9").layer_range(offline_model)
     with pytest.raises(UserError, match="FIRST:LAST"):
         get_method("coiba", layers="a:b:c")
     with pytest.raises(UserError, match="runs backwards"):

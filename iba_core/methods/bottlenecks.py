@@ -223,10 +223,12 @@ class CoIBAMethod(Method):
         self.name = f"CoIBA β={label}/k{span}"
         # The key names β and a range given (as `iba_10` names β): "coiba" for the paper's β and the default range
         self.key = "coiba"
-        if s.beta_k != DEFAULT_BETA_K or self._range is not None:
+        if s.beta_k != DEFAULT_BETA_K or self._range is not None or self.settings["layer"]:
             self.key = f"coiba_{key_number(s.beta_k)}"
             if self._range is not None:
                 self.key += f"__{self._range[0]}-{self._range[1]}"
+            elif self.settings["layer"]:
+                self.key += f"__{self.settings['layer']}"
         self.description = (f"Bits per pixel that pass one mask shared by bottlenecks at every layer of a range, "
                             f"fitted with β = {label}/k (CoIBA, Hong et al. 2025).")
 
@@ -236,6 +238,9 @@ class CoIBAMethod(Method):
         return {
             "beta_k": DEFAULT_BETA_K,
             "layers": None,  # None: `coiba.default_range`; a (first, last) pair, or "first:last"
+            #: Where `layers` is None: the range's first layer (the front ends' layer setting, as the Per-Sample
+            #: Bottleneck's `layer`), to the default range's end; None: the network's default layer.
+            "layer": None,
             "steps": defaults.steps,
             "batch": defaults.batch,
             "lr": defaults.lr,
@@ -279,7 +284,7 @@ class CoIBAMethod(Method):
 
     def layer_range(self, network) -> list[str]:
         """The layers of the range on `network` (the default range unless `layers` names one)."""
-        first, last = self._range or default_range(network)
+        first, last = self._range or default_range(network, self.settings["layer"])
         return coiba_layer_range(network, first, last)
 
     def available_for(self, network) -> str | None:
@@ -293,7 +298,7 @@ class CoIBAMethod(Method):
         given = self._given_stats(layers)
         stats = None if not given else {layer: {"n": getattr(st, "n", None), "source": getattr(st, "source", None)}
                                         for layer, st in given.items()}
-        return {**self.settings, "layers": layers, "stats": stats}
+        return {**self.settings, "layers": layers, "layer": layers[0], "stats": stats}
 
     def _given_stats(self, layers: list[str]) -> dict:
         """The statistics the `stats` setting gives, by layer of the range."""
