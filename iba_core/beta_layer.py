@@ -251,7 +251,7 @@ def beta_layer_grid(
                                                       replace(base, beta_k=beta_k))
             result = iba.attribute(x, target=target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
-                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with),
+                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with, result.head),
                                  int(target), result.predicted, result.p_predicted, end)
         cell = replace(done[key], row=row, label=label)
         cells.append(cell)

@@ -211,7 +211,7 @@ class AttributionResult:
     @property
     def lost_class(self) -> bool:
         """True when the bottleneck kept too little for the class (see `bottleneck_lost_class`)."""
-        return bottleneck_lost_class(self.p_without, self.p_with)
+        return bottleneck_lost_class(self.p_without, self.p_with, self.head)
 
     @property
     def target_note(self) -> str:
@@ -311,8 +311,12 @@ def target_note(p_without: float, p_with: float, is_top1: bool, head: str = "sof
     return note
 
 
-def bottleneck_lost_class(p_without: float, p_with: float) -> bool:
-    """Whether a fitted bottleneck kept too little for the class: p_with < 1 % or < p_without / 10."""
+def bottleneck_lost_class(p_without: float, p_with: float, head: str = "softmax") -> bool:
+    """Whether a fitted bottleneck kept too little for the class: p_with < 1 % or < p_without / 10. Never for the
+    similarity head (a CLIP model's cosines, −1…1): those thresholds are probabilities' and would misfire (a
+    similarity of 0.2 falling to 0.015 is not a lost prompt, one of −0.1 "rising" to −0.3 is not either)."""
+    if head == "similarity":
+        return False
     return p_with < LOST_CLASS_P or p_with < LOST_CLASS_RATIO * p_without
 
 

@@ -211,3 +211,13 @@ def test_attribute_writes_one_map_per_prompt(clip_folder, tmp_path, capsys, monk
     assert main(["attribute", str(image), "--model", "resnet50", "--random-weights", "--prompt", "a cat",
                  "--n", "4"]) == 1
     assert "Text prompts need a CLIP model" in capsys.readouterr().err
+
+
+def test_a_falling_similarity_is_never_called_a_lost_class():
+    """The lost-class thresholds are probabilities' (p < 1 %, < a tenth of p): on cosines they would misfire."""
+    from iba_core.per_sample import bottleneck_lost_class
+
+    assert bottleneck_lost_class(0.2, 0.005)  # as probabilities: lost
+    assert not bottleneck_lost_class(0.2, 0.005, "similarity")  # a cosine of 0.2 falling to 0.005
+    assert not bottleneck_lost_class(-0.1, -0.3, "similarity")
+    assert bottleneck_lost_class(0.2, 0.005, "sigmoid")
