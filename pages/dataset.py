@@ -11,10 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from iba_core.app import dataset as ds
-from iba_core.app.choices import method_choices
+from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
 from iba_core.networks.clip_models import is_clip
-from iba_core.methods import display_names
 from iba_core.render.text import count_of
 from iba_core.runs.highlights import named
 from pages.widgets.errors import shown_errors
@@ -94,13 +93,13 @@ def start_section() -> None:
         if shared is None:
             return
         network = shared.network
-        names = display_names()
+        choices, names, defaults = folder_run_choices(network)  # a CLIP model: M2IB's β·k first
         # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
         with st.form("ds_start_form", border=False, enter_to_submit=False):
             c1, c2 = st.columns(2)
             source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
             out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
-            methods = method_picker("Methods", "ds_methods", method_choices(network), names, ["iba_10"],
+            methods = method_picker("Methods", "ds_methods", choices, names, defaults,
                                        help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
             c3, c4 = st.columns(2)
             spec = network.spec

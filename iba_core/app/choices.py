@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..errors import UserError
 from ..methods import Method, get_method, method_keys
@@ -60,11 +60,12 @@ class MethodChoices:
 
 
 def method_choices(network, *, exclude: Iterable[str] = (),
-                   keep: Callable[[Method], bool] | None = None) -> MethodChoices:
-    """Registered methods (minus `exclude`, and those `keep` rejects) split by `available_for(network)`."""
+                   keep: Callable[[Method], bool] | None = None, first: Sequence[str] = ()) -> MethodChoices:
+    """Registered methods (minus `exclude`, and those `keep` rejects) split by `available_for(network)`; `first`:
+    keys `get_method` takes beyond the registry, offered before them (`head_default_keys`)."""
     skip = set(exclude)
     out = MethodChoices()
-    for key in method_keys():
+    for key in (*first, *method_keys()):
         if key in skip:
             continue
         method = get_method(key)
@@ -76,6 +77,27 @@ def method_choices(network, *, exclude: Iterable[str] = (),
         else:
             out.keys.append(key)
     return out
+
+
+def head_default_keys(network) -> tuple[str, ...]:
+    """The Per-Sample method at the network's head's default β·k where no preset has it (a CLIP model: M2IB's
+    β·k 0.1, `heads.default_beta_k`), offered first; () for a classifier (its default, 10, is `iba_10`)."""
+    from ..heads import default_beta_k
+    from ..methods import METHODS, per_sample_key
+
+    key = per_sample_key(default_beta_k(network))
+    return () if key in METHODS else (key,)
+
+
+def folder_run_choices(network) -> tuple[MethodChoices, dict[str, str], list[str]]:
+    """(choices, display names, defaults) of a folder run's methods on `network`: the registered methods, and for
+    a head whose default β·k no preset has (a CLIP model's 0.1) that Per-Sample method first and chosen."""
+    from ..heads import default_beta_k
+    from ..methods import display_names, get_method, per_sample_key
+
+    extra = head_default_keys(network)
+    names = {**display_names(), **{key: get_method(key).name for key in extra}}
+    return method_choices(network, first=extra), names, [per_sample_key(default_beta_k(network))]
 
 
 def app_reason(key: str, network, reason: str) -> str:

@@ -13,7 +13,6 @@ prints.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -97,14 +96,10 @@ def check_files(args: argparse.Namespace) -> None:
     files.output_folder(args.out, "--out")
 
 
-#: A Per-Sample key at a β·k no preset has, as `methods.base.key_number` writes it ("iba_0_1": β·k 0.1), e.g. a
-#: run.json's method that a rerun names (the Dataset page's command that adds a prompt to a run).
-PER_SAMPLE_KEY = re.compile(r"^iba_(\d+(?:_\d+)?(?:e[-+]?\d+)?)$")
-
-
 def per_sample_at(key: str, settings_for) -> object:
     """The Per-Sample method a key like "iba_0_1" names (β·k 0.1, with the command's bottleneck settings), or the
     key unchanged (an unknown key is refused by `resolve_methods` with the known ones listed)."""
+    from ..methods import PER_SAMPLE_KEY
     from ..methods.bottlenecks import PerSampleIBA
 
     match = PER_SAMPLE_KEY.match(key)

@@ -14,11 +14,12 @@ below (or `register_method` from any module, e.g. a plug-in or a test).
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 from typing import Callable, Iterable, Sequence
 
 from ..errors import UserError
-from .base import AttributionMap, Method
+from .base import AttributionMap, Method, key_number
 from .bottlenecks import CoIBAMethod, PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
 from .cam_variants import EigenCam, GradCamPlusPlus, LayerCam, ScoreCam
@@ -86,12 +87,26 @@ def method_keys() -> list[str]:
     return list(METHODS)
 
 
+#: A Per-Sample key at a β·k no preset has, as `base.key_number` writes it ("iba_0_1": β·k 0.1): a run.json's
+#: method, or a CLIP model's default (M2IB's β·k 0.1, `heads.default_beta_k`).
+PER_SAMPLE_KEY = re.compile(r"^iba_(\d+(?:_\d+)?(?:e[-+]?\d+)?)$")
+
+
+def per_sample_key(beta_k: float) -> str:
+    """The Per-Sample method's key at β·k (`get_method` takes it): "iba_10", "iba_0_1"."""
+    return f"iba_{key_number(beta_k)}"
+
+
 def get_method(key: str, **settings) -> Method:
-    """A fresh method instance; `settings` override its defaults (e.g. steps=8)."""
+    """A fresh method instance; `settings` override its defaults (e.g. steps=8). Besides the registered keys, a
+    Per-Sample key at any β·k ("iba_0_1", `PER_SAMPLE_KEY`)."""
     try:
         factory = METHODS[key]
     except KeyError:
-        raise UnknownMethodError(f"Unknown attribution method {key!r}; choose from: {', '.join(METHODS)}.") from None
+        match = PER_SAMPLE_KEY.match(key)
+        if match is None:
+            raise UnknownMethodError(f"Unknown attribution method {key!r}; choose from: {', '.join(METHODS)}.") from None
+        factory = partial(PerSampleIBA, beta_k=float(match.group(1).replace("_", ".")))
     try:
         return factory(**settings)
     except TypeError as err:  # e.g. a setting given twice
@@ -128,6 +143,6 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
 
 __all__ = [
     "AttributionMap", "ClassTarget", "LabelSetTarget", "METHODS", "Method", "MethodFactory", "Target",
-    "UnknownMethodError", "as_target", "display_names",
+    "PER_SAMPLE_KEY", "UnknownMethodError", "as_target", "display_names", "per_sample_key",
     "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",
 ]

@@ -95,3 +95,19 @@ def test_the_default_box_stays_under_the_papers_share_for_every_crop() -> None:
         x0, y0, x1, y1 = default_box(crop)
         assert 0 <= x0 < x1 <= crop and 0 <= y0 < y1 <= crop
         assert (x1 - x0) * (y1 - y0) / crop**2 < LARGEST_BOX_SHARE
+
+
+def test_a_clip_folder_run_offers_m2ibs_beta_first(tmp_path):
+    """A CLIP model's folder run starts with the Per-Sample Bottleneck at its head's default β·k (M2IB's 0.1), a
+    key no preset has; a classifier's with the paper's iba_10, nothing added."""
+    from clip_fixtures import save_tiny_clip
+    from iba_core.app.choices import folder_run_choices
+    from iba_core.methods import get_method
+    from iba_core.networks import load_network
+
+    clip = load_network(f"clip:{save_tiny_clip(tmp_path / 'clip')}")
+    choices, names, defaults = folder_run_choices(clip)
+    assert defaults == ["iba_0_1"] and choices.keys[0] == "iba_0_1" and "iba_10" in choices.keys
+    assert names["iba_0_1"] == get_method("iba_0_1").name and get_method("iba_0_1").settings["beta_k"] == 0.1
+    choices, names, defaults = folder_run_choices(load_network("efficientnet_lite0"))
+    assert defaults == ["iba_10"] and "iba_0_1" not in choices.keys
