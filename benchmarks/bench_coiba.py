@@ -71,6 +71,7 @@ EFFECT_CASES = (
     ("default range", "block3_2", "block7_1", {}),
     ("authors' read point", "block3_2", "block7_1", {"read_point": "last_step"}),
     ("β·k 1", "block3_2", "block7_1", {"beta_k": 1.0}),
+    ("1 layer", "block3_2", "block3_2", {}),  # the mask per location alone, no later layers
     ("2 layers", "block3_2", "block4_1", {}),
     ("4 layers", "block3_2", "block4_3", {}),
 )

@@ -52,6 +52,12 @@ from .settings import MAX_SAMPLES
 
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
 MASKS = ("location", "element")
+#: What a person choosing CoIBA on a CNN should know first (the Per-Sample page, the CLI's --help): measured on the
+#: offline network by `benchmarks/bench_coiba.py --effects` (README, "CoIBA: one bottleneck across layers").
+CNN_NOTE = ("On a CNN, CoIBA at the paper's β·k = 10 often discards the class: on the offline network it did on "
+            "all four sample photos at the default range, and on two of four even at one layer (its mask is one λ "
+            "per location, for all channels). β·k = 1 kept the class there, with 10–40 times the bits. The paper "
+            "measures vision transformers.")
 #: Registered networks whose last stage is the classifier's own convolution (EfficientNet's 1×1 "head" to 1280
 #: channels): the default range ends before it, on the last block (the paper inserts bottlenecks in blocks).
 HEAD_STAGES = ("head",)

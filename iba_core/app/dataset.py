@@ -177,7 +177,8 @@ def layer_text(run: Run) -> str:
     info = run.info
     settings = [m.get("settings", {}) for m in info.get("methods", {}).values()]
     ranges = sorted({_range_text(s["layers"]) for s in settings if s.get("layers")})
-    layers = sorted({str(s.get("layer")) for s in settings if s.get("layer")}
+    # CoIBA's settings name its first layer too (`layer`): its range says it
+    layers = sorted({str(s.get("layer")) for s in settings if s.get("layer") and not s.get("layers")}
                     | ({str(info["layer"])} if info.get("layer") and not ranges else set()))
     return ", ".join(layers + ranges) if layers or ranges else "none (its methods read the whole network)"
 

@@ -49,7 +49,7 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
     """CoIBA's first and last layer, by the names the layer picker shows (default: `coiba.default_range`); keys
     hold the network's, so another network's layers are never offered. A range CoIBA cannot take is refused on
     Run, in words (`coiba.layer_range`)."""
-    from iba_core.coiba import default_range
+    from iba_core.coiba import CNN_NOTE, default_range
 
     spec, network = inputs.network.spec, inputs.network
     defaults = default_range(network)
@@ -64,6 +64,8 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
             label, spec.layers, index=None if key in st.session_state else spec.layers.index(default),
             key=key, format_func=network.layer_label,
             help=f"CoIBA's {label.lower()}: {what}. Default: {defaults[0]} to {defaults[1]}."))
+    if picked[0] in spec.layers and network.layout(picked[0]).kind == "map":
+        st.caption(CNN_NOTE)  # measured: the paper's β often discards the class on a CNN
     return picked[0], picked[1]
 
 
