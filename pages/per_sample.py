@@ -555,7 +555,8 @@ def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
     c3.download_button("JSON report", json.dumps(report, indent=2), f"{stem}.json", "application/json",
                        on_click="ignore", icon=":material/description:", width="stretch")
     c4.download_button(
-        "Animation GIF", lambda: animation_gif(r, scale), f"{stem}_steps.gif", "image/gif", on_click="ignore",
+        "Animation GIF", lambda: animation_gif(r, scale, lambda_title=shared_lambda_title(record.layers)),
+        f"{stem}_steps.gif", "image/gif", on_click="ignore",
         icon=":material/animation:", width="stretch", disabled=not r.history,
         help="One frame per step (bits and λ, with the step, the bits and p(target) written on each), then the "
         "final map, held; all on the run's colour scale.",

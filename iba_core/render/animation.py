@@ -115,9 +115,11 @@ def final_text(result: "AttributionResult") -> str:
     return f"{FINAL_TITLE} · {result.total_bits:,.0f} bits · {target_score_name(head)} with the bottleneck = {p}"
 
 
-def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int) -> Image.Image:
+def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int,
+           lambda_title: str | None = None) -> Image.Image:
     bits_pic = bits_panel(bits, top, side=side, font_size=font_size)
-    lam = lambda_panel(lambda_mean, side=side, font_size=font_size)
+    titled = {"title": lambda_title} if lambda_title else {}  # CoIBA's shared mask says so
+    lam = lambda_panel(lambda_mean, side=side, font_size=font_size, **titled)
     head_font = text_font(font_size + 3, bold=True)
     head_h = font_size + 16
     gap, margin = 16, 8
@@ -130,23 +132,27 @@ def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, sid
 
 
 def step_frame(info: "StepInfo", top: float, *, side: int = MAP_SIDE, font_size: int = 13,
-               head: str = "softmax") -> Image.Image:
-    """One GIF frame: the step's text on top, then bits (0 – `top`) and λ side by side."""
-    return _frame(step_text(info, head=head), info.bits_per_pixel, info.lambda_mean, top, side, font_size)
+               head: str = "softmax", lambda_title: str | None = None) -> Image.Image:
+    """One GIF frame: the step's text on top, then bits (0 – `top`) and λ side by side (`lambda_title`: the λ
+    picture's title where it is not the mean over channels, e.g. CoIBA's shared mask)."""
+    return _frame(step_text(info, head=head), info.bits_per_pixel, info.lambda_mean, top, side, font_size,
+                  lambda_title)
 
 
-def final_frame(result: "AttributionResult", top: float, *, side: int = MAP_SIDE, font_size: int = 13) -> Image.Image:
+def final_frame(result: "AttributionResult", top: float, *, side: int = MAP_SIDE, font_size: int = 13,
+                lambda_title: str | None = None) -> Image.Image:
     """The GIF's last frame: the result's heatmap and λ, its total bits and p(target) with the bottleneck."""
-    return _frame(final_text(result), result.heatmap, result.lambda_mean, top, side, font_size)
+    return _frame(final_text(result), result.heatmap, result.lambda_mean, top, side, font_size, lambda_title)
 
 
 def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
-               font_size: int = GIF_FONT) -> list[Image.Image]:
+               font_size: int = GIF_FONT, lambda_title: str | None = None) -> list[Image.Image]:
     """One frame per step, then the final frame, all on `scale` (default: `run_scale(result)`)."""
     top = (scale or run_scale(result)).top
     head = getattr(result, "head", "softmax")  # a CLIP model's frames say "similarity"
-    return [*(step_frame(h, top, side=side, font_size=font_size, head=head) for h in result.history),
-            final_frame(result, top, side=side, font_size=font_size)]
+    return [*(step_frame(h, top, side=side, font_size=font_size, head=head, lambda_title=lambda_title)
+              for h in result.history),
+            final_frame(result, top, side=side, font_size=font_size, lambda_title=lambda_title)]
 
 
 def _one_size(frames: list[Image.Image]) -> list[Image.Image]:
@@ -165,13 +171,14 @@ def _one_size(frames: list[Image.Image]) -> list[Image.Image]:
 
 
 def animation_gif(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
-                  font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS) -> bytes:
+                  font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS,
+                  lambda_title: str | None = None) -> bytes:
     """An animated GIF of the run (looping): one frame per step, each labelled with the step, its bits and
     p(target), `frame_ms` each; then the final map, named so, held `final_ms`. All frames on one scale
     (default: the run's, `run_scale`). ValueError for a run without steps."""
     if not result.history:
         raise ValueError("The run has no steps to animate.")
-    frames = _one_size(run_frames(result, scale, side=side, font_size=font_size))
+    frames = _one_size(run_frames(result, scale, side=side, font_size=font_size, lambda_title=lambda_title))
     # One palette for all frames: the colours stay put from frame to frame.
     strip = Image.new("RGB", (frames[0].width, frames[0].height * len(frames)))
     for i, frame in enumerate(frames):

@@ -152,3 +152,16 @@ def test_drain_chart_names_its_axis_and_keeps_its_title_off_the_edge() -> None:
     assert not ink[:, 0].any() and not ink[:, 1].any()
     axis_strip = ink[40:200, 2:18]  # where the rotated "total bits" sits, left of the tick labels
     assert axis_strip.sum() > 40 and axis_strip.any(axis=1).sum() > 40  # a word standing upright over many rows
+
+
+def test_gif_frames_title_lambda_as_the_page_does() -> None:
+    """A CoIBA run's λ is one mask shared by its layers, not a mean over channels: the frames say what the page says."""
+    res = draining_result(3)
+    top = colours.run_scale(res).top
+    default = animation.run_frames(res, side=64, font_size=9)
+    shared = animation.run_frames(res, side=64, font_size=9, lambda_title="λ (shared by 12 layers)")
+    assert len(shared) == len(default) == 4
+    for a, b in zip(default, shared):  # the λ picture's title differs in every frame, steps and final
+        assert a.size[1] == b.size[1] and not np.array_equal(np.asarray(a), np.asarray(b))
+    same = animation.step_frame(res.history[0], top, side=64, font_size=9, lambda_title="λ (mean over channels)")
+    assert np.array_equal(np.asarray(same), np.asarray(default[0]))  # the default title is the one-layer bottleneck's
