@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_live_view import cpu_model  # noqa: E402  (one copy of the CPU's name)
 from bench_per_sample import PeakRSS  # noqa: E402  (one copy of the memory sampler)
 
 from iba_core.coiba import CoIBABottleneck, CoIBASettings, default_range, layer_range, range_label, stats_for_range  # noqa: E402
@@ -43,16 +44,6 @@ def uptime() -> str:
         return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         return f"load average {os.getloadavg()}"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return machine_id("cpu").split(" | ")[0]
 
 
 def measure(bottleneck, x: torch.Tensor, targets: list[int], device: torch.device) -> tuple[float, float, float]:

@@ -148,3 +148,19 @@ def build_devices(monkeypatch):
         return devices
 
     return watch
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory):
+    """A tiny random CLIP model saved as transformers saves one, with an offline tokenizer (`clip_fixtures`)."""
+    from clip_fixtures import save_tiny_clip
+
+    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+
+
+@pytest.fixture(scope="module")
+def clip_net(clip_folder):
+    """The tiny CLIP model as a network (`clip:FOLDER`)."""
+    from iba_core.networks import load_network
+
+    return load_network(f"clip:{clip_folder}")

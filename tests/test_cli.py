@@ -61,7 +61,9 @@ def test_attribute_json_has_no_note_for_a_recognised_image(chelsea_jpg, capsys):
     assert summary["predicted"] == summary["target"] == 285 and "target_note" not in summary
 
 
-def test_progress_bar_only_while_statistics_are_computed(chelsea_jpg, capsys):
+def test_progress_bar_only_while_statistics_are_computed(chelsea_jpg, capsys, tmp_path, monkeypatch):
+    # a cache of its own: statistics of block4_1 that an earlier test estimated (CoIBA's ranges) would be found
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["attribute", str(chelsea_jpg), "--layer", "block4_1", "--n", "12", "--steps", "1"]
     assert main(argv) == 0
     assert "statistics efficientnet_lite0/block4_1" in capsys.readouterr().err  # computed: a bar

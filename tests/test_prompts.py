@@ -9,21 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from clip_fixtures import save_tiny_clip
 from iba_core.errors import UserError
 from iba_core.methods.targets import ClassTarget, PromptTarget
-
-
-@pytest.fixture(scope="module")
-def clip_folder(tmp_path_factory):
-    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
-
-
-@pytest.fixture(scope="module")
-def clip_net(clip_folder):
-    from iba_core.networks import load_network
-
-    return load_network(f"clip:{clip_folder}")
 
 
 @pytest.fixture(scope="module")

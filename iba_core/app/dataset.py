@@ -499,7 +499,10 @@ def search_prompt(run: Run, text: str, method: str | None = None) -> PromptSearc
     prompts = run_prompts(run)
     if not prompts:
         raise UserError("This run explains classes, not text prompts: searching for a prompt needs a folder run of a "
-                        "CLIP model with prompts (`attribute FOLDER --model clip:DIR --prompt …`).")
+                        "CLIP model with text prompts.",
+                        cli_hint="Run `python -m iba_core attribute FOLDER --model clip:DIR --prompt TEXT --out RUN`.",
+                        app_hint="Start one under “Start a run on a folder of the server” with a CLIP model and its "
+                        "prompts.")
     found = held_prompt(run, wanted)
     if found is None:
         raise UserError(missing_prompt_text(run, wanted))

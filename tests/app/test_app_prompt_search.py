@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clip_fixtures import save_tiny_clip  # noqa: E402
 
 from iba_core.app import dataset as ds  # noqa: E402
 from iba_core.errors import UserError  # noqa: E402
@@ -21,11 +20,6 @@ from iba_core.runs import FolderSettings, finish_run, list_images, open_run, run
 from iba_core.runs.store import Run, as_table  # noqa: E402
 
 QUICK = {"steps": 2, "batch": 2, "precision": "fp32", "stats_samples": 16}
-
-
-@pytest.fixture(scope="module")
-def clip_folder(tmp_path_factory) -> Path:
-    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
 
 
 @pytest.fixture(scope="module")

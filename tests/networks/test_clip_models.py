@@ -14,16 +14,6 @@ from iba_core.trust import NotTrustedError, Trust
 from source_fixtures import edit_config
 
 
-@pytest.fixture(scope="module")
-def clip_folder(tmp_path_factory):
-    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
-
-
-@pytest.fixture(scope="module")
-def clip_net(clip_folder):
-    return load_network(f"clip:{clip_folder}")
-
-
 def _plain_clip(folder):
     """transformers' own CLIPModel and tokenizer from the folder, as a person would use them."""
     from transformers import CLIPModel, CLIPTokenizer

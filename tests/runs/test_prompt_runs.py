@@ -8,7 +8,6 @@ import pytest
 import torch
 from PIL import Image
 
-from clip_fixtures import save_tiny_clip
 from iba_core import open_run
 from iba_core.cli import main
 from iba_core.errors import UserError
@@ -18,18 +17,6 @@ from iba_core.runs import FolderSettings, finish_run, list_images, run_folder
 #: Quick Per-Sample settings (2 steps, 2 noisy copies); statistics from 16 crops.
 QUICK = {"steps": 2, "batch": 2, "precision": "fp32", "stats_samples": 16}
 CLI_QUICK = ["--steps", "2", "--batch", "2", "--precision", "fp32", "--n", "16", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def clip_folder(tmp_path_factory):
-    return save_tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
-
-
-@pytest.fixture(scope="module")
-def clip_net(clip_folder):
-    from iba_core.networks import load_network
-
-    return load_network(f"clip:{clip_folder}")
 
 
 @pytest.fixture
