@@ -251,7 +251,7 @@ StepCallback = Callable[[StepInfo], None]
 #: large β such as 1000/k discard all information).
 LOST_CLASS_P = 0.01
 LOST_CLASS_RATIO = 0.1
-LOST_CLASS_MESSAGE = "the bottleneck discarded the class; the map shows what survived, not what the class needs"
+LOST_CLASS_MESSAGE = "it discarded the class, so the map shows what survived, not what the class needs"
 
 
 #: Below this p(target) of the unmodified network, the network does not recognise the explained class well:

@@ -356,10 +356,11 @@ def lost_class_warning(record: RunRecord) -> None:
     # as "lost"), so the page says neither for the similarity head.
     if r.lost_class and r.head != "similarity":
         score = target_score_name(r.head)
+        # short: at 1280 × 800 the replayed maps below it must stay on the first screen
         st.warning(
-            f"**{'Prompt' if score == 'similarity' else 'Class'} lost:** {LOST_CLASS_MESSAGE} — {score} is "
-            f"{format_target_score(r.p_without, r.head)} without the bottleneck and "
-            f"{format_target_score(r.p_with, r.head)} with it. A smaller β·k lets more bits through.",
+            f"**{'Prompt' if score == 'similarity' else 'Class'} lost:** {score} "
+            f"{format_target_score(r.p_without, r.head)} → {format_target_score(r.p_with, r.head)} with the "
+            f"bottleneck; {LOST_CLASS_MESSAGE}. A smaller β·k lets more bits through.",
             icon=":material/warning:",
         )
 
