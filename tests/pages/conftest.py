@@ -85,3 +85,28 @@ def calls(monkeypatch) -> list[tuple[str, dict]]:
 
     monkeypatch.setattr(Method, "attribute", counting)
     return seen
+
+
+@pytest.fixture
+def downloads(monkeypatch) -> dict:
+    """What the download buttons hand out, by file name: a function giving the bytes (deferred ones are
+    produced on demand, as a click would)."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    files: dict = {}
+    add, add_deferred = MediaFileManager.add, MediaFileManager.add_deferred
+
+    def record_add(self, data, mimetype, coordinates, file_name=None, is_for_static_download=False):
+        if file_name:
+            files[file_name] = lambda: data
+        return add(self, data, mimetype, coordinates, file_name=file_name,
+                   is_for_static_download=is_for_static_download)
+
+    def record_deferred(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        if file_name:
+            files[file_name] = data_callable
+        return add_deferred(self, data_callable, mimetype, coordinates, file_name=file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add", record_add)
+    monkeypatch.setattr(MediaFileManager, "add_deferred", record_deferred)
+    return files

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -28,3 +29,15 @@ def png_of_chelsea() -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(skimage.data.chelsea())).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def opened_run(app: Path | str, run_dir: Path | str, timeout: float = 180) -> AppTest:
+    """The app (`app` is app.py's path) on the Dataset page with `run_dir` opened, checked clean at each step."""
+    at = AppTest.from_file(str(app), default_timeout=timeout)
+    at.run()
+    at.switch_page("pages/dataset.py").run()
+    assert_clean(at)
+    at.text_input(key="ds_path").input(str(run_dir))
+    at.button(key="ds_open_button").click().run()
+    assert_clean(at)
+    return at

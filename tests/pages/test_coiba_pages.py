@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import assert_clean, opened_run
 
 from iba_core.app.state import COIBA_METHOD, GridRun, RunRecord
 from iba_core.coiba import default_range, layer_range
@@ -41,30 +41,6 @@ def choose_coiba(at: AppTest, first: str = FIRST, last: str = LAST, steps: int =
     at.number_input(key="psc_steps").set_value(steps)
     at.number_input(key="psc_batch").set_value(2)
     return at
-
-
-@pytest.fixture
-def downloads(monkeypatch) -> dict:
-    """What the download buttons hand out, by file name (deferred ones produced on demand, as a click would)."""
-    from streamlit.runtime.media_file_manager import MediaFileManager
-
-    files: dict = {}
-    add, add_deferred = MediaFileManager.add, MediaFileManager.add_deferred
-
-    def record_add(self, data, mimetype, coordinates, file_name=None, is_for_static_download=False):
-        if file_name:
-            files[file_name] = lambda: data
-        return add(self, data, mimetype, coordinates, file_name=file_name,
-                   is_for_static_download=is_for_static_download)
-
-    def record_deferred(self, data_callable, mimetype, coordinates, file_name=None, **kw):
-        if file_name:
-            files[file_name] = data_callable
-        return add_deferred(self, data_callable, mimetype, coordinates, file_name=file_name, **kw)
-
-    monkeypatch.setattr(MediaFileManager, "add", record_add)
-    monkeypatch.setattr(MediaFileManager, "add_deferred", record_deferred)
-    return files
 
 
 def test_per_sample_offers_coiba_with_the_default_range_of_the_layer_picker(open_page) -> None:
@@ -213,13 +189,7 @@ def test_dataset_page_shows_a_coiba_folder_run(tmp_path, monkeypatch) -> None:
     assert main(["attribute", str(images), "--out", str(run_dir), "--methods", "saliency", "coiba",
                  "--layer-range", f"{FIRST}:{LAST}", "--steps", "2", "--batch", "2", "--no-progress"]) == 0
     monkeypatch.setenv("IBA_DATA_DIRS", str(root))  # the app may read the run folder there
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    at.switch_page("pages/dataset.py").run()
-    assert_clean(at)
-    at.text_input(key="ds_path").input(str(run_dir))
-    at.button(key="ds_open_button").click().run()
-    assert_clean(at)
+    at = opened_run(APP, run_dir, TIMEOUT)
     assert not at.error, [e.value for e in at.error]
     table = at.dataframe[0].value
     key = "coiba_10__block6_4-block7_1"  # CoIBA's key names its range when it is not the default one

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import assert_clean, opened_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runs"))
 from run_fixtures import LAYER, make_shortcut_run  # noqa: E402
@@ -35,14 +35,7 @@ def shortcut(tmp_path_factory) -> tuple[Path, dict[str, bool]]:
 
 
 def opened(run_dir: Path | str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    at.switch_page("pages/dataset.py").run()
-    assert_clean(at)
-    at.text_input(key="ds_path").input(str(run_dir))
-    at.button(key="ds_open_button").click().run()
-    assert_clean(at)
-    return at
+    return opened_run(APP, run_dir, TIMEOUT)
 
 
 def made_report(at: AppTest) -> str:
