@@ -140,6 +140,34 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     _fsync_path(path.parent, directory=True)
 
 
+def create_new(path: str | os.PathLike, text: str) -> bool:
+    """Create `path` holding `text` only where no file has that name yet: True when this call made it, False when
+    one existed. The text goes to a temp file first, which is then hard-linked to `path` (a link fails on an existing
+    name, as O_CREAT | O_EXCL does), so `path` never exists empty: a writer killed mid-write leaves a temp file for
+    `remove_stale_temps`, not an unreadable file that others must wait out. Where the file system has no hard links,
+    falls back to O_CREAT | O_EXCL."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _new_temp_file(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (some network or FAT file systems)
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
     """Remove the temp files of `write_atomic` in `folder` whose writer is gone (`abandoned`: killed, say, with
     kill -9); a live writer's are kept. Returns those removed."""

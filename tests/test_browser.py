@@ -58,17 +58,21 @@ WATCH_WAITS = """
 }
 """
 
-# Lists the λ pictures taken out of the page (a chart mounted anew shows blank until it is drawn) and
-# the distinct λ pictures shown, by their alt text.
+# Lists the λ pictures taken out of the page while the run is live (a chart mounted anew shows blank until
+# it is drawn) and the distinct λ pictures shown, by their alt text. Once the replay ("Last run:") is on the
+# page, later removals are the replay's own reruns, not a flash in the live view, and are not listed.
 WATCH_LAMBDA = """
 () => {
   window.__ibaLambdaRemoved = []; window.__ibaLambdaShown = [];
   const lambdas = (n) => n.nodeType !== 1 ? []
     : (n.matches('img[alt^="λ"]') ? [n] : [...n.querySelectorAll('img[alt^="λ"]')]);
+  let replayed = false;
   new MutationObserver((records) => {
     for (const r of records) {
+      if (replayed) break;
       for (const n of r.removedNodes) for (const img of lambdas(n)) window.__ibaLambdaRemoved.push(img.alt);
     }
+    replayed = replayed || document.body.textContent.includes("Last run");
     for (const img of document.querySelectorAll('img[alt^="λ at"]')) {
       if (!window.__ibaLambdaShown.includes(img.alt)) window.__ibaLambdaShown.push(img.alt);
     }

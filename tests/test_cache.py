@@ -9,6 +9,7 @@ import threading
 import time
 import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,6 +227,30 @@ def test_stale_temp_files_are_removed_and_live_writers_kept(tmp_path):
     assert sorted(cache.remove_stale_temps(tmp_path)) == sorted([dead, old_elsewhere, old_unnamed])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (live, fresh_elsewhere, other))
     assert cache.remove_stale_temps(tmp_path / "missing") == []
+
+
+def test_create_new_makes_a_whole_file_once(tmp_path, monkeypatch):
+    path = tmp_path / "claims" / "a.json"
+    seen_at_link = []
+    link = os.link
+
+    def watched(src, dst, **kwargs):  # the name appears only once its text is complete
+        seen_at_link.append((Path(src).read_text(), Path(dst).exists()))
+        return link(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", watched)
+    assert cache.create_new(path, '{"pid": 1}')
+    assert seen_at_link == [('{"pid": 1}', False)]
+    assert not cache.create_new(path, '{"pid": 2}')  # taken: the first text stays
+    assert path.read_text() == '{"pid": 1}' and sorted(p.name for p in path.parent.iterdir()) == ["a.json"]
+
+    def no_links(src, dst, **kwargs):
+        raise PermissionError(1, "Operation not permitted")  # a file system without hard links
+
+    monkeypatch.setattr(os, "link", no_links)
+    other = tmp_path / "claims" / "b.json"
+    assert cache.create_new(other, "b") and not cache.create_new(other, "c")
+    assert other.read_text() == "b" and sorted(p.name for p in path.parent.iterdir()) == ["a.json", "b.json"]
 
 
 def test_safe_names_are_file_safe_and_distinct():

@@ -1,7 +1,7 @@
 """One writer per image of a run folder: claims, so two processes writing into one RUN_DIR share the work.
 
     claims = Claims(run_dir)
-    if claims.take("cat/001.jpg"):    # created with O_CREAT | O_EXCL: exactly one process wins
+    if claims.take("cat/001.jpg"):    # created whole, by a hard link: exactly one process wins
         ...                           # attribute it; its rows reach a part
         claims.release(["cat/001.jpg"])
 
@@ -23,7 +23,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..cache import abandoned, host_tag
+from ..cache import abandoned, create_new, host_tag
 
 CLAIMS = "claims"
 
@@ -46,19 +46,16 @@ class Claims:
         another live writer holds it."""
         if key in self.held:
             return True
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.path(key)
+        # Created whole (`create_new`): a writer killed while claiming leaves no empty claim, which nobody could
+        # tell from one being written and which would hold the image for `cache.STALE_SECONDS`.
+        text = json.dumps({**self.me, "image": key})
         for _ in range(3):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-            except FileExistsError:
-                if not self._take_over(path):
-                    return False
-                continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({**self.me, "image": key}, f)
-            self.held[key] = path
-            return True
+            if create_new(path, text):
+                self.held[key] = path
+                return True
+            if not self._take_over(path):
+                return False
         return False
 
     def _take_over(self, path: Path) -> bool:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from iba_core.cache import STALE_SECONDS
 from iba_core.methods import get_method
@@ -65,6 +64,35 @@ def test_stale_claims_are_taken_over_and_live_ones_kept(tmp_path):
     mine.path("dead").write_text(json.dumps({**other.me, "image": "dead"}))  # as if taken over by another
     mine.release(["dead"])
     assert mine.path("dead").exists()  # not this process's any more: left to its holder
+
+
+# A writer killed at the instant its claim would appear (os.link is where a claim comes into being).
+KILLED_WHILE_CLAIMING = """
+import os, signal, sys
+from iba_core.runs.claims import Claims
+os.link = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+Claims(sys.argv[1]).take("cat/001.jpg")
+"""
+
+
+def test_a_writer_killed_while_claiming_leaves_no_claim_that_blocks_the_image(tmp_path):
+    """A claim used to be created empty and then filled: a kill -9 in between left a file nobody could read, which
+    held the image for STALE_SECONDS (an hour), and a resumed run waited for it. Now the claim's text is complete
+    before the claim exists; what the dead writer leaves is a temp file that healing the run removes."""
+    from iba_core.runs.store import heal
+
+    run = tmp_path / "run"
+    dead = subprocess.run([sys.executable, "-c", KILLED_WHILE_CLAIMING, str(run)], cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert dead.returncode == -9, dead.stderr[-2000:]
+    left = list((run / CLAIMS).iterdir())
+    assert len(left) == 1 and left[0].name.endswith(".tmp"), left  # the filled temp file, no claim
+    assert json.loads(left[0].read_text())["image"] == "cat/001.jpg"
+    heal(run)
+    assert not list((run / CLAIMS).iterdir())
+    claims = Claims(run)
+    assert claims.take("cat/001.jpg")  # at once, not after an hour
+    assert json.loads(claims.path("cat/001.jpg").read_text())["pid"] == os.getpid()
 
 
 def test_a_run_takes_the_free_images_first_and_the_held_ones_when_their_writer_is_gone(tiny_net, tmp_path):
