@@ -102,9 +102,17 @@ def is_local_address(address: str | None) -> bool:
 
 
 def shown(text: object, limit: int = SHOWN_CHARS) -> str:
-    """`text` as a message repeats it: at most `limit` characters, the cut marked with '…'."""
+    """`text` as a message repeats it: at most `limit` characters, the cut marked with '…'. A path (a PathLike, or
+    a string without spaces holding a slash) is cut in the middle, so the message still names the file or folder
+    the user gave, which is at its end; other text keeps its beginning."""
+    path_like = isinstance(text, os.PathLike)
     text = str(text)
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    if path_like or (("/" in text or "\\" in text) and not any(c.isspace() for c in text)):
+        head = (limit - 1) // 3
+        return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+    return text[: limit - 1].rstrip() + "…"
 
 
 def _resolved(path: Path) -> Path:

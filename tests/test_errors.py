@@ -89,6 +89,19 @@ def test_check_range_names_the_range_and_the_value(value, shown) -> None:
     assert str(err.value) == f"β·k must be between 1e-6 and 1e6 (you gave {shown})."
 
 
+def test_a_long_path_in_a_message_keeps_its_end_and_other_text_its_beginning() -> None:
+    from iba_core.trust import SHOWN_CHARS, shown
+
+    folder = Path("/srv/lab/shared/projects/dermatology-2026/experiments/run-0412/checkpoints/last-good-weights")
+    cut = shown(folder)
+    assert len(cut) == SHOWN_CHARS and cut.startswith("/srv/lab/") and "…" in cut
+    assert cut.endswith("checkpoints/last-good-weights")  # the folder the user typed is named
+    assert shown(str(folder)) == cut and shown(r"C:\Users\ana" + "\\x" * 60 + r"\model.pth").endswith(r"\model.pth")
+    sentence = "the weights do not fit: " + "conv1.weight / conv2.weight " * 5
+    assert shown(sentence) == sentence[: SHOWN_CHARS - 1].rstrip() + "…"
+    assert shown("short/path") == "short/path" and shown(folder, 200) == str(folder)
+
+
 def test_check_range_refuses_other_types_and_keeps_good_values() -> None:
     assert check_range("β·k", 10, 1e-6, 1e6) == 10.0
     assert check_range("steps", 3, 0, 10, integer=True) == 3

@@ -652,8 +652,11 @@ def class_view(run: Run, method: str, target: int, cluster_scale: float | None =
                                     bool(math.isfinite(border) and border >= BORDER_FLAG), median,
                                     bool(bits and few[where].mean() > 0.5)))
     top = max((float(c.mean_map.max()) for c in clusters), default=0.0)
+    # The run's scale is the largest of these same means, summed in another order and dtype: a top above it by
+    # float rounding only must not give this class a scale of its own (every class is drawn on one scale).
+    scale = cluster_scale if cluster_scale and top <= cluster_scale * (1 + 1e-5) else max(top, cluster_scale or 0.0)
     return ClassView(method, int(target), names[int(target)], len(groups.rows), mean, clusters,
-                     max(top, cluster_scale or 0.0), BITS_LABEL if bits else "share of the map")
+                     scale, BITS_LABEL if bits else "share of the map")
 
 
 def cluster_words(cluster: ClusterView, reference_bits: float | None) -> str:

@@ -19,7 +19,7 @@ from bad_input_helpers import assert_one_sentence, cli_error, page_errors, run_c
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
 from iba_core.networks import (ModelCardError, WeightsMismatchError, WeightsUnavailableError,  # noqa: E402
                                load_network)
-from iba_core.trust import Trust  # noqa: E402
+from iba_core.trust import Trust, shown  # noqa: E402
 
 
 def card_with(tmp_path: Path, weights: str, classes: list[str] = CLASSES) -> Path:
@@ -277,7 +277,7 @@ def test_a_folder_given_as_the_weights_file_says_to_choose_the_file_inside_it(tm
     with pytest.raises(WeightsUnavailableError) as err:
         add_network(new, tmp_path / "models", trust=Trust.for_app(localhost=True))
     message = str(err.value)
-    assert message == f"{chosen} is a folder; choose the weights file inside it (model.pth)."
+    assert message == f"{shown(chosen)} is a folder; choose the weights file inside it (model.pth)."  # a long tmp path is cut
     assert not (tmp_path / "models" / "lesions").exists()
     # The library and the command line, given the folder for --weights.
     with pytest.raises(WeightsUnavailableError, match=r"is a folder; choose the weights file inside it \(model\.pth\)"):

@@ -198,6 +198,12 @@ def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) 
     marked = ds.class_view(run, "iba_10", 0, found.cluster_scale)
     other = ds.class_view(run, "iba_10", 1, found.cluster_scale)
     assert marked.cluster_scale == other.cluster_scale == pytest.approx(found.cluster_scale)
+    # One scale for every class even where the run's largest mean and a class's differ by float rounding (they
+    # are summed in other orders); a scale truly below a class's maps gives way to the class's own top.
+    brightest = max(float(c.mean_map.max()) for c in [*marked.clusters, *other.clusters])
+    for given in (brightest * (1 - 1e-6), brightest * 0.5):
+        scales = {ds.class_view(run, "iba_10", t, given).cluster_scale for t in (0, 1)}
+        assert scales == {given} if given > 0.9 * brightest else brightest in scales, (given, scales)
     assert all(c.near_zero for c in marked.clusters) and not any(c.near_zero for c in other.clusters)
     # on the common bits scale the near-empty cluster is dark, not a saturated square
     assert max(float(c.mean_map.max()) for c in marked.clusters) < 0.2 * marked.cluster_scale

@@ -16,6 +16,7 @@ from page_helpers import assert_clean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card  # noqa: E402
+from iba_core.trust import shown  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -394,7 +395,7 @@ def test_an_app_serving_other_machines_refuses_the_folder_naming_the_one_setting
                    images=str(own_images))
     assert_clean(at)
     errors = [e.value.replace("\\", "") for e in at.error]
-    assert len(errors) == 1 and f"{own_images} is outside the folders this app may read" in errors[0], errors
+    assert len(errors) == 1 and f"{shown(own_images)} is outside the folders this app may read" in errors[0], errors
     assert "IBA_DATA_DIRS" in errors[0] and "IBA_TRUST_CODE" not in errors[0] and "pload" not in errors[0]
     assert sorted(p.name for p in models.iterdir()) == listing  # nothing added, nothing run on other statistics
     assert not at.success
@@ -415,5 +416,5 @@ def test_a_folder_typed_for_the_weights_file_says_to_choose_the_file_inside_it(o
     assert_clean(at)
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and errors[0].startswith(
-        f"{chosen} is a folder; choose the weights file inside it (best.safetensors, last.pth)."), errors
+        f"{shown(chosen)} is a folder; choose the weights file inside it (best.safetensors, last.pth)."), errors
     assert not (models / "lesions").exists()
