@@ -8,6 +8,14 @@ import torch
 from torch import nn
 
 
+# .ci/run runs the suite in two pytest-xdist workers, one per core: each keeps to one torch thread (and so do the
+# processes its tests start), so that no OpenMP thread waits for a sibling the other worker pushed off its core
+# (see `one_thread`).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread while a module's tests run (restored after it): use it as
