@@ -255,6 +255,8 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
         assert len([s for s in shown if s.endswith("of 10")]) >= 5, shown
         removed = a.evaluate("window.__ibaLambdaRemoved")
         assert set(removed) <= {"λ at step 10 of 10"} and len(removed) <= 1, removed
+        # for a person to look at: IBA_SHOTS_DIR=DIR keeps it as DIR/lost-class-1280x800.png
+        a.screenshot(path=str(Path(os.environ.get("IBA_SHOTS_DIR") or tmp_path) / "lost-class-1280x800.png"))
 
         # B waited visibly, then ran; its replay is in view too.
         expect(b.get_by_text("Last run:")).to_be_visible(timeout=240_000)
