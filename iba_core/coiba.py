@@ -84,6 +84,21 @@ def range_label(first: str, last: str) -> str:
     return first if first == last else f"{first} … {last}"
 
 
+def parse_range(text: str) -> tuple[str, str]:
+    """"FIRST:LAST" → (first, last): a layer range as the CLI's --layer-range and a link's `range` write it (the
+    network checks the names once it is loaded: `layer_range`). A ValueError saying what is expected otherwise."""
+    first, sep, last = str(text).partition(":")
+    first, last = first.strip(), last.strip()
+    if not sep or not first or not last or ":" in last:
+        raise ValueError(f"expected two layer names as FIRST:LAST (e.g. block3_2:block7_1), got {str(text)[:60]!r}")
+    return first, last
+
+
+def range_text(first: str, last: str) -> str:
+    """(first, last) as `parse_range` reads it back: "FIRST:LAST"."""
+    return f"{first}:{last}"
+
+
 def layer_range(network, first: str, last: str) -> list[str]:
     """The spec's layers from `first` to `last` inclusive, in network.spec.layers order; a UserError naming the
     layers when one is unknown, the range runs backwards, or a layer in it cannot share the first's mask.

@@ -39,7 +39,7 @@ from pages.widgets.form_widgets import (
     beta_picker, layer_picker, prompt_picker, range_picker, resolve_target, settings_row, target_picker,
 )
 from pages.widgets.inputs import Inputs, input_section
-from pages.widgets.links import replay_step_key, result_note, result_note_line
+from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
 from pages.widgets.page import bring_into_view, remember_choice, restore_choice, through_app
 from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
 from pages.widgets.text import plain
@@ -115,7 +115,7 @@ def form(inputs: Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n, layer_range) when Run was pressed
     (layer_range: CoIBA's (first, last), else None). target: a class (as the picker gives it), or for a CLIP model
     the prompt box's text (`prompt_picker`)."""
-    coiba = bottleneck_choice() == "coiba"  # outside the form: the form then shows the layer or the range picker
+    coiba = bottleneck_choice(inputs) == "coiba"  # outside the form: the form then shows the layer or the range picker
     with st.form("ps_form"):
         c1, c2 = st.columns(2)
         with c1:
@@ -137,15 +137,21 @@ BOTTLENECK_KEY = "ps_bottleneck"
 BOTTLENECKS = {"per_sample": "Per-Sample (one layer)", "coiba": "CoIBA (a layer range)"}
 
 
-def bottleneck_choice() -> str:
-    """The chosen bottleneck's key in BOTTLENECKS (kept for the session, as the colour scale's basis)."""
+def bottleneck_choice(inputs: Inputs) -> str:
+    """The chosen bottleneck's key in BOTTLENECKS (kept for the session, as the colour scale's basis; CoIBA where
+    a link names a layer range, whose `range` leaves the link when Per-Sample is chosen)."""
+    if linked_range(inputs.network) is not None:
+        st.session_state[f"_keep_{BOTTLENECK_KEY}"] = "coiba"
     restore_choice(BOTTLENECK_KEY, "per_sample")
-    return st.radio(
+    choice = st.radio(
         "Bottleneck", list(BOTTLENECKS), format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,
         on_change=remember_choice, args=(BOTTLENECK_KEY,),
         help="Per-Sample: the paper's bottleneck at one layer. CoIBA (Hong et al., CVPR 2025): one mask, shared by "
         "bottlenecks at every layer from the first to the last of a range, each adding noise with its own layer's "
         "statistics; its information is counted at the first layer, so the bits map is that layer's.")
+    if choice != "coiba":
+        set_link(range=None)
+    return choice
 
 
 def coiba_defaults():

@@ -183,12 +183,17 @@ def layer_text(run: Run) -> str:
     return ", ".join(layers + ranges) if layers or ranges else "none (its methods read the whole network)"
 
 
+def _range_ends(layers) -> tuple[str, str]:
+    """(first, last) of CoIBA's layers as run.json records them (a list, first to last; or "first:last")."""
+    names = [str(name) for name in layers] if not isinstance(layers, str) else layers.split(":")
+    return names[0], names[-1]
+
+
 def _range_text(layers) -> str:
-    """CoIBA's layers as run.json records them (a list, first to last): "CoIBA block3_2 … block7_1"."""
+    """CoIBA's layers as run.json records them: "CoIBA block3_2 … block7_1"."""
     from ..coiba import range_label
 
-    names = [str(name) for name in layers] if not isinstance(layers, str) else layers.split(":")
-    return f"CoIBA {range_label(names[0], names[-1])}"
+    return f"CoIBA {range_label(*_range_ends(layers))}"
 
 
 def run_line(run: Run) -> str:
@@ -417,7 +422,8 @@ def run_layer(run: Run, method: str) -> str | None:
 
 def per_sample_link(run: Run, row, trust: Trust) -> str | None:
     """A relative link (`per_sample?image=…&network=…&layer=…&target=…`) that opens the row's image on the
-    Per-Sample page with the run's network, layer and class (and β·k for a Per-Sample row); None when the image
+    Per-Sample page with the run's network, layer and class (and β·k for a Per-Sample or CoIBA row, and a CoIBA
+    row's layer range, which opens CoIBA); None when the image
     cannot be read here or cannot be kept for the link."""
     r = run.row(row)
     path = readable_image_path(run, r, trust)
@@ -432,8 +438,9 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
         return None
     method = run.info.get("methods", {}).get(str(r["method"]), {})
     beta_k = method.get("settings", {}).get("beta_k") if method else None
+    layers = method.get("settings", {}).get("layers") if method else None  # CoIBA's: the page opens CoIBA
     view = links.View(image=links.UPLOAD_PREFIX + digest, network=run.info.get("network"),
-                      layer=run_layer(run, str(r["method"])),
+                      layer=run_layer(run, str(r["method"])), layer_range=_range_ends(layers) if layers else None,
                       beta_k=float(beta_k) if isinstance(beta_k, (int, float)) else None,
                       # a prompt row's target counts the run's prompts, not a class: the page takes the prompt
                       target=None if _missing(r["target"]) or _has_prompt(r) else int(r["target"]))

@@ -1,9 +1,10 @@
 """Links that reopen a view: what a page shows before Run, as the query parameters of its URL.
 
 A view is the image (a sample photo by name, or an upload this server kept, by its digest), the network, the
-layer, β·k, the class and the Per-Sample replay step; the page is the URL's path. `to_params` writes a view as
+layer (or CoIBA's layer range, which also chooses CoIBA), β·k, the class and the Per-Sample replay step; the page is
+the URL's path. `to_params` writes a view as
 short strings, `from_params` reads one back and says in one sentence per value what it could not use (the rest
-of the view still opens); `fit` checks the layer and the class against the network once it is loaded.
+of the view still opens); `fit` checks the layer, the range and the class against the network once it is loaded.
 
 Safety: a link never names a file on the server. Its image is a sample photo's name or `upload:` and a digest of
 exactly 16 hex digits, which names a file in the cache's uploads folder; its network is a built-in's key,
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..bottleneck import BETA_K_RANGE
 from ..cache import cache_file, load_arrays, save_arrays
+from ..coiba import layer_range as coiba_layers, parse_range, range_text
 from ..errors import UserError
 from ..images import sample_image_names
 from ..networks import REGISTRY
@@ -40,7 +42,7 @@ from .models import TORCHVISION_CHOICE, CardChoice, torchvision_names
 log = logging.getLogger(__name__)
 
 #: The query parameters of a view, in the order a link lists them.
-PARAMS = ("image", "network", "layer", "beta_k", "target", "step")
+PARAMS = ("image", "network", "layer", "range", "beta_k", "target", "step")
 #: `image=upload:<digest>`: an uploaded image kept in the cache, by `inputs.image_digest`.
 UPLOAD_PREFIX = "upload:"
 #: The form of `inputs.image_digest` (the first 16 hex digits of a SHA-1): nothing else names a kept upload.
@@ -65,6 +67,7 @@ class View:
     image: str | None = None  # a sample photo's name, or "upload:<digest>"
     network: str | None = None  # a built-in's key, "torchvision:NAME" or "card:NAME"
     layer: str | None = None
+    layer_range: tuple[str, str] | None = None  # CoIBA's first and last layer: the Per-Sample page's CoIBA
     beta_k: float | None = None
     target: int | None = None  # a class index
     step: int | None = None  # the Per-Sample replay step, from 1
@@ -87,6 +90,7 @@ def image_value(image: ImageInput) -> str:
 def to_params(view: View) -> dict[str, str]:
     """The view's query parameters (those given), as short strings in PARAMS order."""
     values = {"image": view.image, "network": view.network, "layer": view.layer,
+              "range": None if view.layer_range is None else range_text(*view.layer_range),
               "beta_k": None if view.beta_k is None else format(view.beta_k, "g"),
               "target": None if view.target is None else str(int(view.target)),
               "step": None if view.step is None else str(int(view.step))}
@@ -132,6 +136,12 @@ def from_params(params: Mapping[str, str], cards: Iterable[CardChoice] = ()) -> 
             view = replace(view, network=value)
     if "layer" in given:
         view = replace(view, layer=given["layer"])
+    if "range" in given:
+        try:
+            view = replace(view, layer_range=parse_range(given["range"]))
+        except ValueError:
+            problems.append(f"The link's layer range {_shown(given['range'])} is not two layer names as FIRST:LAST; "
+                            "it is left out.")
     if "beta_k" in given:
         beta_k, problem = _beta_k(given["beta_k"])
         view = replace(view, beta_k=beta_k)
@@ -150,8 +160,8 @@ def from_params(params: Mapping[str, str], cards: Iterable[CardChoice] = ()) -> 
     return view, problems
 
 
-_NAMES = {"image": "image", "network": "network", "layer": "layer", "beta_k": "β·k", "target": "class",
-          "step": "replay step"}
+_NAMES = {"image": "image", "network": "network", "layer": "layer", "range": "layer range", "beta_k": "β·k",
+          "target": "class", "step": "replay step"}
 
 
 def _image(value: str) -> tuple[str | None, str | None]:
@@ -198,14 +208,22 @@ def network_option(value: str, cards: Iterable[CardChoice] = ()) -> str | None:
 
 
 def fit(view: View, network) -> tuple[View, list[str]]:
-    """The view with its layer and class checked against the loaded `network` (a `Network`): one left out,
-    with a sentence, when the network has no such layer or class."""
+    """The view with its layer, layer range and class checked against the loaded `network` (a `Network`): one left
+    out, with a sentence, when the network has no such layer or class, or CoIBA cannot take the range
+    (`coiba.layer_range`)."""
     problems: list[str] = []
     spec = network.spec
     if view.layer is not None and view.layer not in spec.layers:
         problems.append(f"The link's layer {_shown(view.layer)} is not a layer of {spec.title}; its default layer, "
                         f"{spec.default_layer}, is set.")
         view = replace(view, layer=None)
+    if view.layer_range is not None:
+        try:
+            coiba_layers(network, *view.layer_range)
+        except UserError as err:
+            problems.append(f"The link's layer range {_shown(range_text(*view.layer_range))} does not fit "
+                            f"{spec.title}: {str(err).rstrip('.')}. Its default range is set.")
+            view = replace(view, layer_range=None)
     n = len(network.categories)
     if view.target is not None and not 0 <= view.target < n:
         problems.append(f"The link's class {view.target} is not one of the {n} classes of {spec.title} "

@@ -68,12 +68,12 @@ COIBA_HELP = ("coiba: CoIBA (Hong et al., CVPR 2025), one mask shared by bottlen
 def layer_range_arg(text: str) -> tuple[str, str]:
     """argparse type of --layer-range: "FIRST:LAST" → (first, last), two layer names as `models` lists them (the
     network checks that they exist and run in that order once it is loaded: `coiba.layer_range`)."""
-    first, sep, last = str(text).partition(":")
-    first, last = first.strip(), last.strip()
-    if not sep or not first or not last or ":" in last:
-        raise argparse.ArgumentTypeError(
-            f"expected two layer names as FIRST:LAST (e.g. block3_2:block7_1), got {str(text)[:60]!r}")
-    return first, last
+    from ..coiba import parse_range
+
+    try:
+        return parse_range(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_layer_range_arg(p: argparse.ArgumentParser) -> None:

@@ -49,16 +49,19 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
     """CoIBA's first and last layer, by the names the layer picker shows (default: `coiba.default_range`); keys
     hold the network's, so another network's layers are never offered. A range CoIBA cannot take is refused on
     Run, in words (`coiba.layer_range`)."""
-    from iba_core.coiba import CNN_NOTE, default_range
+    from iba_core.coiba import CNN_NOTE, default_range, range_text
 
     spec, network = inputs.network.spec, inputs.network
     defaults = default_range(network)
+    keys = [f"{prefix}_range_{which}_{spec.key}" for which in ("first", "last")]
+    linked = take_from_link(network, "layer_range")
+    if linked is not None:
+        st.session_state.update(zip(keys, linked))
     picked = []
     # one above the other, each as wide as the layer picker: side by side, "block7_1 · 192×7×7 map" was cut off
-    for label, default, what in zip(
+    for label, default, what, key in zip(
             ("First layer", "Last layer"), defaults,
-            ("where the shared mask is drawn and its information counted", "the deepest layer the mask damps")):
-        key = f"{prefix}_range_{label.split()[0].lower()}_{spec.key}"
+            ("where the shared mask is drawn and its information counted", "the deepest layer the mask damps"), keys):
         # a value kept from an earlier visit goes without an index (Streamlit warns about both)
         picked.append(st.selectbox(
             label, spec.layers, index=None if key in st.session_state else spec.layers.index(default),
@@ -66,6 +69,7 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
             help=f"CoIBA's {label.lower()}: {what}. Default: {defaults[0]} to {defaults[1]}."))
     if picked[0] in spec.layers and network.layout(picked[0]).kind == "map":
         st.caption(CNN_NOTE)  # measured: the paper's β often discards the class on a CNN
+    set_link(range=range_text(picked[0], picked[1]))
     return picked[0], picked[1]
 
 

@@ -95,6 +95,13 @@ def take_from_link(network: Network | None, field: str) -> Any:
     return value
 
 
+def linked_range(network: Network) -> tuple[str, str] | None:
+    """The CoIBA layer range the link asks for on `network` (checked by `links.fit`), left for the range picker
+    to take; None when it asks for none."""
+    view = fit_link(network)
+    return view.layer_range if view is not None else None
+
+
 def set_link(**values: str | None) -> None:
     """Write these query parameters (None: remove one) where they differ from the address bar's."""
     now = st.query_params.to_dict()
@@ -126,7 +133,8 @@ def link_section(pending_step: int | None) -> None:
     a caption saying so."""
     with st.popover("Link to this view", icon=":material/link:"):
         st.caption("The address bar holds this view's link: the image (a sample photo, or an upload this server "
-                   "keeps), the network, layer, β·k, class and replay step. Bookmark or share it; it opens the view "
+                   "keeps), the network, layer (or CoIBA's layer range), β·k, class and replay step. Bookmark or "
+                   "share it; it opens the view "
                    "with its settings, and Run makes the result.")
         st.session_state[LINK_SLOT_KEY] = st.empty()
         _show_link()

@@ -116,6 +116,26 @@ def test_fit_checks_layer_and_class_against_the_network() -> None:
     assert "not one of the 3 classes of Net" in problems[1]
 
 
+def test_a_coiba_layer_range_round_trips_and_a_bad_one_is_one_sentence() -> None:
+    view = links.View(image="chelsea", layer="block5_1", layer_range=("block5_1", "block6_2"), beta_k=1.0)
+    params = links.to_params(view)
+    assert list(params) == ["image", "layer", "range", "beta_k"] and params["range"] == "block5_1:block6_2"
+    assert links.from_params(params) == (view, [])
+    for bad in ("block5_1", "block5_1:", ":block6_2", "a:b:c"):
+        view, problems = links.from_params({"image": "chelsea", "range": bad})
+        assert view == links.View(image="chelsea") and len(problems) == 1, (bad, problems)
+        assert "not two layer names as FIRST:LAST" in problems[0] and problems[0].endswith(".")
+
+
+def test_fit_checks_a_layer_range_as_coiba_would(offline_model) -> None:
+    view, problems = links.fit(links.View(layer_range=("block5_1", "block6_2")), offline_model)
+    assert view.layer_range == ("block5_1", "block6_2") and problems == []
+    for bad, words in ((("block6_2", "block5_1"), "runs backwards"), (("block5_1", "block99"), "block99")):
+        view, problems = links.fit(links.View(layer_range=bad, beta_k=1.0), offline_model)
+        assert view == links.View(beta_k=1.0) and len(problems) == 1, problems
+        assert words in problems[0] and "Its default range is set." in problems[0], problems
+
+
 def test_uploads_are_kept_once_and_read_back(private_cache: Path) -> None:
     data = png((10, 20, 30))
     digest = links.keep_upload("cat.png", data)

@@ -221,6 +221,25 @@ def test_a_kept_result_says_which_image_it_is_of(open_page) -> None:
     assert text.count("This run is of chelsea") == 2, "said in the replay beside the image and above the result"
 
 
+def test_a_link_with_a_layer_range_opens_coiba_and_leaves_the_link_with_per_sample() -> None:
+    at = opened({"image": "chelsea", "network": "efficientnet_lite0", "range": "block5_1:block6_2"})
+    assert not warnings(at), warnings(at)
+    assert at.radio(key="ps_bottleneck").value == "coiba"
+    assert at.selectbox(key="ps_range_first_efficientnet_lite0").value == "block5_1"
+    assert at.selectbox(key="ps_range_last_efficientnet_lite0").value == "block6_2"
+    assert at.query_params["range"] == "block5_1:block6_2"
+    at.radio(key="ps_bottleneck").set_value("per_sample").run()
+    assert_clean(at)
+    assert "range" not in at.query_params and "layer" in at.query_params
+
+    # a range the network cannot take: one warning, the default range, and the rest of the link opens
+    at = opened({"image": "coffee", "network": "efficientnet_lite0", "range": "block6_2:block5_1"})
+    assert len(warnings(at)) == 1 and "runs backwards" in warnings(at)[0], warnings(at)
+    assert at.selectbox(key="sample_name").value == "coffee"
+    assert at.radio(key="ps_bottleneck").value == "per_sample"
+    assert "range" not in at.query_params
+
+
 def test_a_refused_step_leaves_the_address_bar() -> None:
     at = opened({"image": "coffee", "step": "-4"})
     assert len(at.warning) == 1 and "step" not in at.query_params and at.query_params["image"] == "coffee"
