@@ -221,8 +221,8 @@ def fit(view: View, network) -> tuple[View, list[str]]:
         try:
             coiba_layers(network, *view.layer_range)
         except UserError as err:
-            problems.append(f"The link's layer range {_shown(range_text(*view.layer_range))} does not fit "
-                            f"{spec.title}: {str(err).rstrip('.')}. Its default range is set.")
+            # the page then stays on its own bottleneck choice (no CoIBA is chosen for a range left out)
+            problems.append(f"The link's layer range {_shown(range_text(*view.layer_range))} is left out. {err}")
             view = replace(view, layer_range=None)
     n = len(network.categories)
     if view.target is not None and not 0 <= view.target < n:
