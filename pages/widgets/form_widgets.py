@@ -33,11 +33,12 @@ def layer_picker(inputs: Inputs, prefix: str, label: str = "Layer") -> str:
     linked = take_from_link(inputs.network, "layer")
     if linked is not None:
         st.session_state[key] = linked
-    # a value set through the session state (a link, an earlier visit) goes without a default index: Streamlit
-    # warns about a widget given both
-    index = None if key in st.session_state else spec.layers.index(spec.default_layer)
+    elif st.session_state.get(key) not in spec.layers:
+        # no layer kept (or None, seen once in a browser test: the β row then ran "at None" and never ended)
+        st.session_state[key] = spec.default_layer
+    # set through the session state, so without a default index: Streamlit warns about a widget given both
     layer = st.selectbox(
-        label, spec.layers, index=index, key=key,
+        label, spec.layers, index=None, key=key,
         format_func=inputs.network.layer_label,  # name · shape (map or tokens)
         help=f"Where the bottleneck sits. Default for this network: {spec.default_layer} ({why}).",
     )
