@@ -30,7 +30,9 @@ GRID_BOX_KEY = "bl_grid_box"
 #: Presentation mode: the expander holding the image, network and settings (its state: open or folded), and the
 #: grid for which it was last folded away (it folds once per new grid, and stays as the user leaves it).
 CONTROLS_KEY, FOLDED_FOR_KEY = "bl_controls", "bl_folded_for"
-#: Presentation mode: the "grid is ready" line, shown under the grid after the rerun that folds the controls.
+#: The "grid is ready" line: (the grid's key, its note). It stays while that grid is shown (normal mode: while the
+#: form still holds its image and network): the browser's report of the grid's room reruns the page at once, and a
+#: line shown only in the run that computed the grid flashed and was gone.
 READY_KEY = "bl_ready"
 #: Presentation mode, for a 1920 × 1080 projector: side of a map in CSS px (the figure's height follows). About
 #: the width of a column of five across the page beside the open sidebar; with the sidebar folded the columns
@@ -212,6 +214,18 @@ def ready_line(where: str, note: str) -> str:
     return f"The grid is ready{' ' + where if where else ''}" + (f" ({note})." if note else ".")
 
 
+def ready_note(inputs: Inputs | None = None) -> str | None:
+    """The note of the "grid is ready" line while the grid it was made for is the one shown (and, with `inputs`,
+    while they still hold that grid's image and network); None when no line belongs on the page."""
+    made = st.session_state.get(READY_KEY)
+    if not made or made[0] != st.session_state.get(LAST_KEY):
+        return None
+    key, note = made
+    if inputs is not None and (key.image != inputs.image.digest or key.network != inputs.network.key):
+        return None
+    return note
+
+
 def fold_controls(last: GridKey | None) -> None:
     """Presentation mode: the controls start open while there is no grid, and fold away once for each new grid
     (the grid is what the room looks at); a user who opens them again keeps them open."""
@@ -232,9 +246,9 @@ def show(entry: GridRun) -> None:
     head = st.container()  # normal mode: the scale's checkbox and the notes, above the grid
     st.plotly_chart(figure(entry.cells), key="bl_grid", theme=None, config=MAP_CONFIG)
     with st.container() if big else head:
-        ready = st.session_state.pop(READY_KEY, None)
-        if ready:
-            st.success(ready, icon=":material/check_circle:")
+        ready = ready_note() if big else None
+        if ready is not None:
+            st.success(ready_line("", ready), icon=":material/check_circle:")
         per_map = st.checkbox(
             "Scale each map on its own", key=PER_MAP_KEY,
             help="Off (default): the top row's maps share one colour scale in bits per pixel (bits are absolute), "
@@ -291,11 +305,13 @@ with controls:
         with inputs.controls:
             submitted = form(inputs)
             done = execute(inputs, *submitted, grid_box) if submitted is not None else None
+            if submitted is not None:  # a failed run leaves no "ready" line beside its error
+                st.session_state[READY_KEY] = None if done is None else (st.session_state[LAST_KEY], done)
             if done is not None and presentation():
-                st.session_state[READY_KEY] = ready_line("", done)
                 st.rerun()  # fold the controls now: the room sees the grid, at the top
-            if done is not None:
-                st.success(ready_line("below", done), icon=":material/check_circle:")
+            note = None if presentation() else ready_note(inputs)
+            if note is not None:
+                st.success(ready_line("below", note), icon=":material/check_circle:")
 last = st.session_state.get(LAST_KEY)
 if last is not None and last in st.session_state.get(GRIDS_KEY, {}):
     with grid_box:

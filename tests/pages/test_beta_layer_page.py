@@ -318,3 +318,31 @@ def test_progress_names_each_cell_and_the_time_left(open_page, monkeypatch) -> N
     assert texts[-1] == "10 of 10 cells done"
     # The grid drawn after each cell (1, 2, … 10 cells), then once finished.
     assert charts[:10] == list(range(1, 11)) and charts[10:] == [10]
+
+
+def test_the_ready_line_stays_while_its_grid_is_shown(open_page) -> None:
+    """The browser reports the grid's room as soon as it is drawn, which reruns the page: "The grid is ready" stays
+    through that rerun (it used to flash and go) and through the scale's checkbox, in both modes, and goes when the
+    form holds another image (the grid below is then not the form's)."""
+    at = open_page("beta_layer")
+    at.number_input(key="bl_steps").set_value(1)
+    at.number_input(key="bl_batch").set_value(2)
+    at.button(key="bl_run_button").click().run()
+    assert_clean(at)
+    ready = [s.value for s in at.success if s.value.startswith("The grid is ready below")]
+    assert len(ready) == 1
+    at.session_state[ROOM_KEY] = {"room": {"width": 1216, "height": 800}}  # what the browser sends
+    at.run()
+    assert [s.value for s in at.success if s.value.startswith("The grid is ready")] == ready
+    at.checkbox(key="bl_per_map").check().run()
+    assert [s.value for s in at.success if s.value.startswith("The grid is ready")] == ready
+    at.sidebar.toggle(key="presentation").set_value(True).run()
+    assert_clean(at)
+    # (the same note: the grid may come from the disk cache of an earlier test)
+    assert [s.value for s in at.success if s.value.startswith("The grid is ready")] == [
+        ready[0].replace("ready below", "ready")]
+    at.sidebar.toggle(key="presentation").set_value(False).run()
+    at.selectbox(key="sample_name").set_value("coffee").run()
+    assert_clean(at)
+    assert at.get("plotly_chart")  # the last grid is still shown …
+    assert not [s.value for s in at.success if s.value.startswith("The grid is ready")]  # … but not as ready
