@@ -53,20 +53,25 @@ INTRO = (
 
 #: The grid's room on the screen: the browser reports the grid column's width and the window's height (CSS px)
 #: as the component's state "room", so the maps can be as large as the screen allows and both rows fit on it.
-#: It reports a change only while no script run is going (a rerun would stop a grid being computed).
+#: It reports a change only while no script run is going (a rerun would stop a grid being computed), and, after its
+#: first report, only once the same room is measured twice in a row: a folding sidebar or a window being dragged passes through widths
+#: that each would rerun the page and redraw the grid (the grid jumped, and a page scrolled to it lost its place).
 ROOM_KEY = "bl_room"
 _ROOM_JS = """
 export default function (component) {
   const { parentElement, setStateValue, data } = component;
   // What the server has (sent back as data on every run): report only a change, else every run would rerun.
   let sent = JSON.stringify(data || null);
+  let seen = null;  // the last poll's measurement: a room is reported once two polls agree on it
   const report = () => {
     if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return;  // a run is going: later
     const width = Math.round(parentElement.getBoundingClientRect().width);
     if (width < 100) return;  // not laid out yet
     const room = { width: width, height: Math.round(window.innerHeight) };
     const text = JSON.stringify(room);
-    if (text !== sent) { sent = text; setStateValue("room", room); }
+    const settled = text === seen || sent === "null";  // (the first report at once: the grid waits for it)
+    seen = text;
+    if (settled && text !== sent) { sent = text; setStateValue("room", room); }
   };
   report();
   const timer = setInterval(report, 700);
