@@ -54,8 +54,9 @@ INTRO = (
 #: The grid's room on the screen: the browser reports the grid column's width and the window's height (CSS px)
 #: as the component's state "room", so the maps can be as large as the screen allows and both rows fit on it.
 #: It reports a change only while no script run is going (a rerun would stop a grid being computed), and, after its
-#: first report, only once the same room is measured twice in a row: a folding sidebar or a window being dragged passes through widths
-#: that each would rerun the page and redraw the grid (the grid jumped, and a page scrolled to it lost its place).
+#: first report, only once the same room is measured twice in a row: a folding sidebar or a window being dragged
+#: passes through widths that each would rerun the page and redraw the grid (the grid jumped, and a page scrolled to
+#: it lost its place).
 ROOM_KEY = "bl_room"
 _ROOM_JS = """
 export default function (component) {

@@ -40,7 +40,7 @@ from pages.widgets.form_widgets import (
 )
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
-from pages.widgets.page import bring_into_view, remember_choice, restore_choice, through_app
+from pages.widgets.page import bring_into_view, keep_choice, remember_choice, restore_choice, through_app
 from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
 from pages.widgets.text import plain
 
@@ -141,7 +141,7 @@ def bottleneck_choice(inputs: Inputs) -> str:
     """The chosen bottleneck's key in BOTTLENECKS (kept for the session, as the colour scale's basis; CoIBA where
     a link names a layer range, whose `range` leaves the link when Per-Sample is chosen)."""
     if linked_range(inputs.network) is not None:
-        st.session_state[f"_keep_{BOTTLENECK_KEY}"] = "coiba"
+        keep_choice(BOTTLENECK_KEY, "coiba")
     restore_choice(BOTTLENECK_KEY, "per_sample")
     choice = st.radio(
         "Bottleneck", list(BOTTLENECKS), format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,

@@ -423,8 +423,8 @@ def run_layer(run: Run, method: str) -> str | None:
 def per_sample_link(run: Run, row, trust: Trust) -> str | None:
     """A relative link (`per_sample?image=…&network=…&layer=…&target=…`) that opens the row's image on the
     Per-Sample page with the run's network, layer and class (and β·k for a Per-Sample or CoIBA row, and a CoIBA
-    row's layer range, which opens CoIBA); None when the image
-    cannot be read here or cannot be kept for the link."""
+    row's layer range, which opens CoIBA); None when the image cannot be read here or cannot be kept for the
+    link."""
     r = run.row(row)
     path = readable_image_path(run, r, trust)
     if path is None:

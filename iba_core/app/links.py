@@ -2,9 +2,9 @@
 
 A view is the image (a sample photo by name, or an upload this server kept, by its digest), the network, the
 layer (or CoIBA's layer range, which also chooses CoIBA), β·k, the class and the Per-Sample replay step; the page is
-the URL's path. `to_params` writes a view as
-short strings, `from_params` reads one back and says in one sentence per value what it could not use (the rest
-of the view still opens); `fit` checks the layer, the range and the class against the network once it is loaded.
+the URL's path. `to_params` writes a view as short strings, `from_params` reads one back and says in one sentence
+per value what it could not use (the rest of the view still opens); `fit` checks the layer, the range and the class
+against the network once it is loaded.
 
 Safety: a link never names a file on the server. Its image is a sample photo's name or `upload:` and a digest of
 exactly 16 hex digits, which names a file in the cache's uploads folder; its network is a built-in's key,

@@ -16,6 +16,7 @@ from iba_core.settings import models_dir
 from iba_core.trust import ANY, Trust
 
 from pages.widgets.errors import shown_errors
+from pages.widgets.page import keep_choice
 from pages.widgets.text import plain
 
 #: A message about the last "Add your network" submission, shown on the next run (the form reruns the page).
@@ -170,7 +171,7 @@ def _add_network(trust: Trust, form: dict[str, Any]) -> None:
             card = add_network(new, trust=trust)
     if outcome.failed:
         return
-    st.session_state["_keep_network"] = str(card)
+    keep_choice("network", str(card))
     st.session_state[ADDED_KEY] = (f"Added {plain(card.stem)}: its model card is {plain(card)}. It is chosen in the "
                                    "Network menu now, on every page.")
     st.rerun()

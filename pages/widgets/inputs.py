@@ -26,7 +26,9 @@ from pages.widgets.links import (
     keep_for_links, link_section, read_link, result_note_line, set_link,
 )
 from pages.widgets.network_picker import CONTROLS_FOR_KEY, network_picker
-from pages.widgets.page import SOURCES, app_trust, remember_choice, restore_choice
+from pages.widgets.page import (
+    SOURCES, app_trust, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice,
+)
 from pages.widgets.progress import network_turn
 from pages.widgets.text import plain
 
@@ -52,7 +54,7 @@ class Inputs:
 
 def _forget_cleared_upload() -> None:
     if st.session_state.get("upload") is None:
-        st.session_state.pop("_keep_upload", None)
+        forget_choice("upload")
 
 
 def image_picker(network: Network | None = None) -> ImageInput | None:
@@ -92,11 +94,11 @@ def image_picker(network: Network | None = None) -> ImageInput | None:
         except ImageError as err:
             show_error(err)
             return None
-        st.session_state["_keep_upload"] = (uploaded.name, data)  # so the other page can reuse it
+        keep_choice("upload", (uploaded.name, data))  # so the other page can reuse it
         keep_for_links(uploaded.name, data, chosen.digest)
         _format_caption(chosen)
         return chosen
-    kept = st.session_state.get("_keep_upload")
+    kept = kept_choice("upload")
     if kept is not None:
         st.caption(f"Using **{plain(kept[0])}**, uploaded earlier.")
         try:  # (read for this network: an earlier upload may not fit its channels)

@@ -13,7 +13,7 @@ from iba_core.app.models import TORCHVISION_CHOICE, find_cards
 from iba_core.networks import Network
 from iba_core.trust import Trust
 
-from pages.widgets.page import SOURCES
+from pages.widgets.page import SOURCES, keep_choice
 from pages.widgets.text import plain
 
 # ---- links that reopen a view (iba_core.app.links) ------------------------------------------------
@@ -51,16 +51,16 @@ def read_link(trust: Trust) -> None:
         if kept is None:  # removed since from_params looked, or damaged
             problems.append(links.UPLOAD_GONE)
         else:
-            st.session_state["_keep_image_source"] = SOURCES[1]
-            st.session_state["_keep_upload"] = kept
+            keep_choice("image_source", SOURCES[1])
+            keep_choice("upload", kept)
     elif view.image is not None:
-        st.session_state["_keep_image_source"] = SOURCES[0]
-        st.session_state["_keep_sample_name"] = view.image
+        keep_choice("image_source", SOURCES[0])
+        keep_choice("sample_name", view.image)
     if view.network is not None:
         option = links.network_option(view.network, cards)
-        st.session_state["_keep_network"] = option
+        keep_choice("network", option)
         if option == TORCHVISION_CHOICE:
-            st.session_state["_keep_tv_network"] = view.network[len(TORCHVISION_CHOICE):]
+            keep_choice("tv_network", view.network[len(TORCHVISION_CHOICE):])
     # The address bar keeps only what was used: a refused value is not passed on by copying the link.
     others = {name: value for name, value in params.items() if name not in links.PARAMS}
     st.query_params.from_dict({**links.to_params(view), **others})
@@ -134,8 +134,7 @@ def link_section(pending_step: int | None) -> None:
     with st.popover("Link to this view", icon=":material/link:"):
         st.caption("The address bar holds this view's link: the image (a sample photo, or an upload this server "
                    "keeps), the network, layer (or CoIBA's layer range), β·k, class and replay step. Bookmark or "
-                   "share it; it opens the view "
-                   "with its settings, and Run makes the result.")
+                   "share it; it opens the view with its settings, and Run makes the result.")
         st.session_state[LINK_SLOT_KEY] = st.empty()
         _show_link()
     if pending_step is not None:  # (emptied by `replay_step_key` once a run's replay takes the step)

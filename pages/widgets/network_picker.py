@@ -17,7 +17,7 @@ from iba_core.trust import Trust
 from pages.widgets.add_network import add_network_form
 from pages.widgets.errors import shown_errors
 from pages.widgets.links import NETWORK_CHOICE_KEY
-from pages.widgets.page import app_trust, remember_choice, restore_choice
+from pages.widgets.page import app_trust, kept_choice, remember_choice, restore_choice
 from pages.widgets.text import plain
 
 
@@ -42,7 +42,7 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
     cards = find_cards(trust=trust)
     options = network_options(cards)
     st.session_state["network"] = kept_option(
-        st.session_state.get("_keep_network", st.session_state.get("network")), options)
+        kept_choice("network", st.session_state.get("network")), options)
     key = st.selectbox(
         "Network", options, key="network", format_func=lambda k: network_label(k, cards),
         on_change=remember_choice, args=("network",),

@@ -112,17 +112,37 @@ def app_trust() -> Trust:
 # ---- widget state that survives page switches ---------------------------------------------------
 
 
+def _kept_key(key: str) -> str:
+    return f"_keep_{key}"
+
+
+def kept_choice(key: str, default: Any = None) -> Any:
+    """The choice kept for every page under `key` (`keep_choice`), else `default`."""
+    return st.session_state.get(_kept_key(key), default)
+
+
+def keep_choice(key: str, value: Any) -> None:
+    """Keep `value` as the choice for every page under `key`: the widget made with that key takes it when a page
+    next draws it (`restore_choice`), e.g. the network a link or a new card names."""
+    st.session_state[_kept_key(key)] = value
+
+
+def forget_choice(key: str) -> None:
+    """Drop the choice kept under `key`: the widget falls back to its own state or default."""
+    st.session_state.pop(_kept_key(key), None)
+
+
 def restore_choice(key: str, default: Any) -> None:
     """Give the widget the last choice made on any page (called before the widget is created).
 
     Widget state belongs to the page that showed the widget; our own copy carries it across pages.
     """
-    st.session_state[key] = st.session_state.get(f"_keep_{key}", st.session_state.get(key, default))
+    st.session_state[key] = kept_choice(key, st.session_state.get(key, default))
 
 
 def remember_choice(key: str) -> None:
     """Keep the widget's choice for every page (a widget's on_change)."""
-    st.session_state[f"_keep_{key}"] = st.session_state[key]
+    keep_choice(key, st.session_state[key])
 
 
 # ---- results kept across reruns ----------------------------------------------------------------
