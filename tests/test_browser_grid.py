@@ -234,6 +234,10 @@ MAP_BOXES = """
 """
 
 
+# Scrolls the element to the top of the window, just under the app's top bar (`top`: its height in CSS px).
+SCROLL_UNDER_BAR = "(el, top) => { el.style.scrollMarginTop = top + 'px'; el.scrollIntoView({block: 'start'}); }"
+
+
 # Each colour bar's coloured strip: its box on screen (CSS px).
 BAR_BOXES = """
 (el) => Array.from(el.querySelectorAll('g.colorbar rect.cbfill'), (r) => {
@@ -335,21 +339,23 @@ def test_presentation_mode_puts_a_large_grid_on_the_first_screen(server: str, tm
         page.locator('[data-testid="stSidebarCollapseButton"] button').click(force=True)
         expect(page.locator('[data-testid="stExpandSidebarButton"]')).to_be_visible()
         page.wait_for_timeout(1000)
-        # the page reports its room, reruns, and Plotly redraws the grid to fit under the top bar
+        # the page reports its room, reruns, and Plotly redraws the grid to fit under the top bar (its text is
+        # larger in presentation mode: some 79 px high, not Streamlit's usual 60)
+        top = page.locator('[data-testid="stHeader"]').bounding_box()["height"]
         grid, _ = settled_grid(page, expect, until=lambda found: found["width"] <= SMALL_VIEWPORT["width"]
-                               and found["height"] <= SMALL_VIEWPORT["height"] - 64)
+                               and found["height"] <= SMALL_VIEWPORT["height"] - top)
         # Scrolled to the grid (the page's title above it goes), just under the app's top bar: all of it shows.
         # (Scrolled again if a late rerun redrew the grid meanwhile: Plotly's redraw shortens the page for a moment
         # and the browser moves the scroll position up; the project's CI once measured the grid unscrolled.)
         box = None
         for _ in range(10):
-            grid.evaluate("(el) => { el.style.scrollMarginTop = '64px'; el.scrollIntoView({block: 'start'}); }")
+            grid.evaluate(SCROLL_UNDER_BAR, top)
             page.wait_for_timeout(500)
             box, before = grid.bounding_box(), box
             if box == before and page.locator('[data-testid="stStatusWidgetRunningIcon"]').count() == 0:
                 break
         boxes = {b["axis"]: b for b in grid.evaluate(MAP_BOXES)}
-        assert box["y"] >= 60 and box["y"] + box["height"] <= SMALL_VIEWPORT["height"], box
+        assert box["y"] >= top - 1 and box["y"] + box["height"] <= SMALL_VIEWPORT["height"], box
         assert_rows_tight(grid, boxes)
         assert min(b["w"] for b in boxes.values()) > 150, boxes
         page.screenshot(path=str(tmp_path / "presentation_1280.png"))
