@@ -10,9 +10,9 @@ above the level before the run (sampled every 2 ms, `bench_per_sample.PeakRSS`),
     python benchmarks/bench_coiba.py --device cuda --repeats 5
     python benchmarks/bench_coiba.py --effects              # the README's measured effects (bits, p(target))
 
---effects: on the four yardstick photos (target: the top-1 class), CoIBA's total bits, p(target) without and with
-the bottleneck and whether it discarded the class (`AttributionResult.lost_class`), for the default range at the
-paper's settings, the authors' read point, β·k 1, shorter ranges, and the single-layer Per-Sample Bottleneck.
+--effects: on the four yardstick photos (target: the top-1 class), total bits, p(target) without and with the
+bottleneck and whether it discarded the class, for the presets `iba` and `coiba` and CoIBA as this project ran it
+before (output placement, β·k 10, final λ); --yardsticks adds insertion and deletion AUCs (CoIBA's protocol).
 """
 from __future__ import annotations
 
@@ -57,38 +57,54 @@ def measure(bottleneck, x: torch.Tensor, targets: list[int], device: torch.devic
     return seconds / x.shape[0], mem.mb, results[0].total_bits
 
 
-#: --effects: (label, first, last, settings) beside the default range at the paper's settings.
+#: --effects: (label, method key, settings) — every one through the method registry (`get_method`), as every front
+#: end gets its bottleneck.
 EFFECT_CASES = (
-    ("default range", "block3_2", "block7_1", {}),
-    ("authors' read point", "block3_2", "block7_1", {"read_point": "last_step"}),
-    ("β·k 1", "block3_2", "block7_1", {"beta_k": 1.0}),
-    ("1 layer", "block3_2", "block3_2", {}),  # the mask per location alone, no later layers
-    ("2 layers", "block3_2", "block4_1", {}),
-    ("4 layers", "block3_2", "block4_3", {}),
+    ("iba (the paper's Per-Sample)", "iba", {}),
+    ("coiba (the authors' preset)", "coiba", {}),
+    ("coiba, output, β·k 10, final λ (before)", "coiba", {"placement": "output", "beta_k": 10.0,
+                                                          "read_point": "final"}),
 )
 PHOTOS = ("chelsea", "coffee", "motorcycle", "rocket")  # scripts/make_yardstick_table.py's, with a box
 
 
-def effects(precision: str) -> None:
-    """One line per (photo, case): bits, p(target) without → with, lost class, seconds."""
+def effects(precision: str, yardsticks: bool) -> None:
+    """One line per (photo, case): bits, p(target) without → with, lost class, seconds, and the yardsticks
+    (insertion and deletion AUC under CoIBA's protocol) with --yardsticks; then the means per case."""
+    from iba_core.methods import get_method
+    from iba_core.metrics.insertion_deletion import PROTOCOLS
+    from iba_core.metrics.yardsticks import YardstickOptions, yardstick_columns
+
     network = load_network("efficientnet_lite0")
+    options = YardstickOptions(protocol=PROTOCOLS["coiba"])
+    rows: dict[str, list] = {label: [] for label, _, _ in EFFECT_CASES}
     for photo in PHOTOS:
         x = network.preprocess(load_sample(photo))
         target = int(network.probabilities(x).argmax())
-        for label, first, last, settings in EFFECT_CASES:
-            layers = layer_range(network, first, last)
-            coiba = CoIBABottleneck.for_network(network, layers, stats_for_range(network, layers),
-                                                CoIBASettings(precision=precision, **settings))
-            _print_effect(photo, f"CoIBA {label} ({range_label(first, last)})", coiba.attribute(x, target))
-        stats = stats_for_range(network, [network.spec.default_layer])[network.spec.default_layer]
-        iba = PerSampleBottleneck.for_network(network, network.spec.default_layer, stats,
-                                              BottleneckSettings(precision=precision))
-        _print_effect(photo, f"Per-Sample ({network.spec.default_layer})", iba.attribute(x, target))
-
-
-def _print_effect(photo: str, label: str, r) -> None:
-    print(f"{photo:<11} {label:<44} {r.total_bits:9,.0f} bits   p {r.p_without:.3f} → {r.p_with:.4f}"
-          f"{'   class discarded' if r.lost_class else ''}   {r.seconds:5.1f} s", flush=True)
+        for label, key, settings in EFFECT_CASES:
+            method = get_method(key, precision=precision, **settings)
+            start = time.perf_counter()
+            amap = method.attribute(network, x, target)
+            seconds = time.perf_counter() - start
+            e = amap.extra
+            cols = (yardstick_columns(network.model, x, amap.values, target, ("insertion", "deletion"),
+                                      options=options) if yardsticks else {})
+            lost = e["p_with"] < 0.01 or e["p_with"] < 0.1 * e["p_without"]
+            rows[label].append((e["total_bits"], e["p_without"], e["p_with"], lost, cols))
+            ins = f"   insertion {cols['insertion_auc']:.3f} deletion {cols['deletion_auc']:.3f}" if cols else ""
+            print(f"{photo:<11} {label:<42} {e['total_bits']:9,.0f} bits   p {e['p_without']:.3f} → "
+                  f"{e['p_with']:.4f}{'   class discarded' if lost else ''}{ins}   {seconds:5.1f} s", flush=True)
+    print("\nmeans over the photos: bits, p(target) with / without, photos that kept the class (p with ≥ ½ p "
+          "without), insertion, deletion")
+    for label, values in rows.items():
+        bits = statistics.mean(v[0] for v in values)
+        ratio = statistics.mean(v[2] / v[1] for v in values)
+        kept = sum(v[2] >= 0.5 * v[1] for v in values)
+        ys = ""
+        if yardsticks:
+            ys = (f"   insertion {statistics.mean(v[4]['insertion_auc'] for v in values):.3f}"
+                  f"   deletion {statistics.mean(v[4]['deletion_auc'] for v in values):.3f}")
+        print(f"{label:<42} {bits:9,.0f} bits   p with/without {ratio:.3f}   kept {kept} of {len(values)}{ys}")
 
 
 def main() -> None:
@@ -99,12 +115,13 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", help="fp32 (default), auto, bf16 or fp16")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--effects", action="store_true", help="print the README's measured effects instead")
+    parser.add_argument("--yardsticks", action="store_true", help="with --effects: insertion and deletion AUCs too")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.effects:
         print(f"CPU: {cpu_model()}; before: {uptime()}", flush=True)
-        effects(args.precision)
+        effects(args.precision, args.yardsticks)
         print(f"after: {uptime()}")
         return
     device = torch.device(args.device)

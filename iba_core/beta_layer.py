@@ -177,11 +177,13 @@ def range_row(network: Network, include: str | None = None, count: int = 5) -> t
 
 def coiba_settings(base: BottleneckSettings, beta_k: float):
     """A CoIBA cell's settings: the grid's (steps, batch, lr, seed, …) at `beta_k`, with CoIBA's own mask
-    smoothing (its authors', `coiba.CoIBASettings`' default: none) rather than the one-layer bottleneck's σ_s."""
+    smoothing and read point (its authors', `coiba.CoIBASettings`' defaults: none, the last forward pass) rather
+    than the one-layer bottleneck's."""
     from .coiba import CoIBASettings
 
     values = {f.name: getattr(base, f.name) for f in fields(BottleneckSettings)}
-    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": CoIBASettings().sigma})
+    preset = CoIBASettings()
+    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": preset.sigma, "read_point": preset.read_point})
 
 
 def beta_layer_grid(

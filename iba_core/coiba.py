@@ -54,28 +54,59 @@ from .settings import MAX_SAMPLES
 MASKS = ("location", "element")
 #: What a person choosing CoIBA on a CNN should know first (the Per-Sample page, the CLI's --help): measured on the
 #: offline network by `benchmarks/bench_coiba.py --effects` (README, "CoIBA: one bottleneck across layers").
-CNN_NOTE = ("On a CNN, CoIBA at the paper's β·k = 10 often discards the class: on the offline network it did on "
-            "all four sample photos at the default range, and on two of four even at one layer (its mask is one λ "
-            "per location, for all channels). β·k = 1 kept the class there, with 10–40 times the bits. The paper "
-            "measures vision transformers.")
+CNN_NOTE = ("CoIBA on a CNN is this project's extension: the authors run it on vision transformers, at the input "
+            "of each block's attention branch. A CNN has no such branch, so here the bottlenecks replace whole "
+            "layer outputs, with the authors' β (β·k = 1); at β·k = 10 that placement discards the class on the "
+            "offline network (README, \"CoIBA\").")
 #: Registered networks whose last stage is the classifier's own convolution (EfficientNet's 1×1 "head" to 1280
 #: channels): the default range ends before it, on the last block (the paper inserts bottlenecks in blocks).
 HEAD_STAGES = ("head",)
 
 
+#: Where CoIBA's bottlenecks sit (`placement_of`):
+#: - "branch": the input of each transformer block's attention branch — the block's first normalisation's output —
+#:   as the authors place them (timm's `blocks.{i}.norm1`, `op=norm1` in run.sh:15-19 of the CoIBA authors' code,
+#:   IBA/ in St0pien/rot-chefer at aeb36d3; `utils/iba_utils.py:29,39` builds the names). The residual stream stays
+#:   clean: the prediction keeps every block's clean skip path, so a layer's KL no longer bounds what reaches the
+#:   logits (README, "CoIBA").
+#: - "output": a layer's whole output (for a block, the residual stream: a location's signal passes λ once per
+#:   layer); this project's placement before the authors' was read, and the only one on a CNN.
+#: - "auto": "branch" on a transformer with a class token (the authors' models), "output" elsewhere.
+PLACEMENTS = ("auto", "output", "branch")
+#: The authors' range on ViT-B/16: blocks.4 … blocks.11 of 12 (run.sh:16-17, st=4, et=12): from a third of the
+#: depth to the last block. The same ratio gives the default range on any other depth.
+BRANCH_FIRST_DEPTH = 4 / 12
+
+
 @dataclass
 class CoIBASettings(BottleneckSettings):
-    """The Per-Sample Bottleneck's settings and checks, with CoIBA's defaults: β·k 10 (the authors' β = 10 on
-    the mean capacity), 10 steps, lr 1, 10 noisy copies, α 5, and no smoothing (the authors do not blur CoIBA's
-    mask)."""
+    """The Per-Sample Bottleneck's settings and checks, with CoIBA's defaults as the authors run it (IBA/ in
+    St0pien/rot-chefer at aeb36d3):
 
+    - β·k = 1: their run script's β = 1 on the MEAN capacity (run.sh:19, run_eval.sh:18; `coiba.py:237-238`
+      `loss = model_loss + beta * capacity().mean()`), which is β·k = 1 here (β = β·k / k on the summed KL). Their
+      class default is β = 10 (`coiba.py:55`); this project used β·k 10 before (measured effect: README, "CoIBA").
+    - 10 steps, lr 1 (`parsing.py:23-24`), 10 noisy copies (`coiba.py:57`), α = 5 (`iba_base.py:72`);
+    - no smoothing (σ_s = 0: `coiba.py:103` sets `self.smooth = None`);
+    - the read point of the last forward pass (`read_point="last_step"`: `_get_saliency` reads the capacity of the
+      10th pass, before the last Adam update; `coiba.py:231-248`);
+    - one λ per location shared by the channels (`mask="location"`, `coiba.py:92`);
+    - `placement` (`PLACEMENTS`): "auto" — their branch inputs on a transformer with a class token.
+    """
+
+    beta_k: float = 1.0
     sigma: float = 0.0
+    read_point: str = "last_step"
     mask: str = "location"
+    placement: str = "auto"
 
     def validate(self) -> "CoIBASettings":
         super().validate()
         if self.mask not in MASKS:
             raise UserError(f"Unknown CoIBA mask {str(self.mask)[:40]!r}; choose one of: {', '.join(MASKS)}.")
+        if self.placement not in PLACEMENTS:
+            raise UserError(f"Unknown CoIBA placement {str(self.placement)[:40]!r}; choose one of: "
+                            f"{', '.join(PLACEMENTS)}.")
         return self
 
 
@@ -172,6 +203,109 @@ def default_range(network, first: str | None = None) -> tuple[str, str]:
     return first, (candidates[-1] if candidates else first)
 
 
+def _blocks(network) -> list[str]:
+    """The network's transformer blocks in execution order ([] for a CNN), as `networks.spec` finds them."""
+    from .networks.spec import transformer_blocks
+
+    return transformer_blocks(network.model, network.layer_table())
+
+
+def placement_of(network, placement: str) -> tuple[str, str]:
+    """(the placement that runs, a note for the person, "" when there is none) for a setting of `PLACEMENTS`.
+
+    "branch" needs transformer blocks: a CNN has no attention branch and its skip paths carry every location to
+    the pooling, so the request is refused in one sentence. On a transformer without a class token (an average-
+    pooled model) every patch's clean residual stream reaches the pooling around the bottlenecks: allowed, with
+    that said. "auto" picks "branch" only where the authors' setting holds (blocks and a class token)."""
+    if placement not in PLACEMENTS:
+        raise UserError(f"Unknown CoIBA placement {str(placement)[:40]!r}; choose one of: {', '.join(PLACEMENTS)}.")
+    blocks = _blocks(network)
+    class_token = bool(blocks) and _extra_tokens(network.layout(blocks[0])) > 0
+    if placement == "auto":
+        return ("branch", "") if class_token else ("output", CNN_NOTE if not blocks else AVERAGE_POOLED_NOTE)
+    if placement == "branch" and not blocks:
+        raise UserError(f"{network.spec.title} has no transformer blocks, so CoIBA cannot sit at their attention "
+                        "branches: a CNN's skip paths carry every location past any branch. Use the placement "
+                        "'output' (whole layer outputs).")
+    if placement == "branch" and not class_token:
+        return "branch", ("This transformer has no class token: every patch's clean residual stream reaches the "
+                          "pooling around the bottlenecks at the attention branches, so the map may miss what "
+                          "passes there.")
+    return placement, ""
+
+
+#: What "auto" says on a transformer without a class token (it places CoIBA on the block outputs there).
+AVERAGE_POOLED_NOTE = ("This transformer has no class token, so CoIBA sits on the block outputs (the residual "
+                       "stream): at the attention branches, every patch's clean stream would reach the pooling "
+                       "around the bottlenecks.")
+
+
+#: The input of a transformer block's attention branch, by the names the libraries give the block's first
+#: normalisation: timm's `norm1` (the authors' `op=norm1`), transformers' `layernorm_before` (ViT, DeiT),
+#: OpenAI CLIP's `ln_1`, transformers' CLIP `layer_norm1`.
+BRANCH_NAMES = ("norm1", "layernorm_before", "ln_1", "layer_norm1")
+
+
+def branch_input(network, block: str) -> str:
+    """The layer at the input of transformer block `block`'s attention branch, named "BLOCK.CHILD" (a direct child
+    of the block named in `BRANCH_NAMES`, a normalisation); a UserError naming the block where it has none."""
+    children = dict(network.hook_module(block).named_children())
+    for name in BRANCH_NAMES:
+        if name in children and "norm" in type(children[name]).__name__.lower():
+            return f"{block}.{name}"
+    raise UserError(f"Block {block} of {network.spec.title} has no normalisation at the input of its attention "
+                    f"branch ({', '.join(BRANCH_NAMES)}), so CoIBA cannot sit there; use the placement 'output'.")
+
+
+def branch_range(network, first: str | None = None, last: str | None = None) -> tuple[object, list[str]]:
+    """(the network with its blocks' branch inputs among its layers, the branch inputs of the blocks from `first`
+    to `last`): block names; None: the authors' range scaled to this depth, `BRANCH_FIRST_DEPTH` of the way to the
+    last block. The returned network is a view of `network` (the same model and memo) whose spec lists each
+    branch input right before its block, with the block's shape and token layout (a normalisation keeps both)."""
+    from dataclasses import replace
+
+    from .networks.spec import LayerInfo
+
+    blocks = _blocks(network)
+    if not blocks:
+        placement_of(network, "branch")  # the refusal's sentence
+    if first is None:
+        first = blocks[min(round(BRANCH_FIRST_DEPTH * len(blocks)), len(blocks) - 1)]
+    last = blocks[-1] if last is None else last
+    # a layer inside a block (a front end's layer choice, e.g. torchvision's `…encoder_layer_5.ln_1`) names its block
+    first, last = (next((b for b in blocks if name.startswith(b + ".")), name) for name in (first, last))
+    for name in (first, last):
+        if name not in blocks:
+            shown = ", ".join(blocks[:3]) + (f" … {blocks[-1]}" if len(blocks) > 3 else "")
+            raise UserError(f"{str(name)[:80]!r} is not a transformer block of {network.spec.title}; with the "
+                            f"placement 'branch' the range names blocks ({shown}).")
+    i, j = blocks.index(first), blocks.index(last)
+    if j < i:
+        raise UserError(f"The layer range runs backwards: {first} comes after {last} in {network.spec.title}; give "
+                        f"the range as {last} … {first}.")
+    inputs = {block: branch_input(network, block) for block in blocks}
+    spec = network.spec
+    if all(name in spec.layers for name in inputs.values()):
+        return network, [inputs[block] for block in blocks[i : j + 1]]
+    infos = {info.name: info for info in network.layer_table()}
+    layers, table = [], []
+    for layer in spec.layers:
+        if layer in inputs:
+            layers.append(inputs[layer])
+        layers.append(layer)
+    for info in network.layer_table():
+        if info.name in inputs:
+            table.append(LayerInfo(inputs[info.name], info.shape, 1, info.layout))
+        table.append(info)
+    missing = [b for b in blocks if b not in infos]
+    if missing:
+        raise UserError(f"The layer table of {spec.title} lacks the blocks {', '.join(missing[:3])}.")
+    paths = {inputs[b]: spec.hook_modules.get(b, b) + inputs[b][len(b):] for b in blocks}  # the modules' own paths
+    view = replace(network, spec=replace(spec, layers=tuple(layers), layer_info=tuple(table),
+                                         hook_modules={**spec.hook_modules, **paths}))
+    return view, [inputs[block] for block in blocks[i : j + 1]]
+
+
 def stats_for_range(network, layers: Sequence[str], *, images=None, n: int | None = None,
                     progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
     """Every layer's statistics by the one policy (`feature_stats.stats_for_run`: cached or shipped first), the
@@ -240,6 +374,8 @@ class _HookedRunner:
         self.base, self.later = base, later
         self.modules = base.modules
         self.noise: "_LaterNoise | None" = None
+        #: the hook path replays the whole network: `features` first, as the Per-Sample Bottleneck's (`_HookRunner`)
+        self.replays_input = getattr(base, "replays_input", False)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.base.features(x)

@@ -15,7 +15,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -243,6 +243,19 @@ class RunningMoments:
         non-zero."""
         mean, std = self.result()
         return mean.float().cpu(), std.float().cpu(), self.n, (self.nonzero / self.n).float().cpu()
+
+
+#: `FeatureStats.source` of the standard-normal prior (M2IB's): not estimated from any image.
+STANDARD_NORMAL_SOURCE = "standard normal prior (not estimated)"
+
+
+def standard_normal_stats(shape: Sequence[int], layer: str = "", model: str = "", weights: str = "") -> FeatureStats:
+    """μ = 0, σ = 1 for every element of a layer shaped `shape`: M2IB's prior (Wang et al., NeurIPS 2023; their
+    `scripts/iba.py:105-113` draws ε ~ N(0, 1) and takes the KL against N(0, 1) on the raw features, and
+    `methods.py:33-35` hands the estimator zeros). With them the bottleneck's Z and KL are exactly M2IB's
+    (`bottleneck.kl_per_element` with r = R)."""
+    shape = tuple(int(d) for d in shape)
+    return FeatureStats(torch.zeros(shape), torch.ones(shape), 0, model, weights, layer, STANDARD_NORMAL_SOURCE)
 
 
 def estimate_moments(

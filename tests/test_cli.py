@@ -223,7 +223,7 @@ def test_compare_all_counts_the_methods_it_runs(chelsea_jpg, tmp_path, capsys):
 #: Two 7 × 7 layers of the offline network: a short range keeps each CoIBA fit quick on a CPU.
 SHORT_RANGE = "block6_4:block7_1"
 #: CoIBA's key at that range (the method's key names settings other than its defaults: the range here).
-SHORT_KEY = "coiba_10__block6_4-block7_1"
+SHORT_KEY = "coiba_1__block6_4-block7_1"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -263,7 +263,7 @@ def test_attribute_coiba_over_a_range(chelsea_jpg, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip())
     assert summary["method"] == "coiba"
     assert summary["layers"] == ["block6_4", "block7_1"] and summary["layer"] == "block6_4"
-    assert summary["target"] == 285 and summary["beta_k"] == 10
+    assert summary["target"] == 285 and summary["beta_k"] == 1  # the authors' β (coiba.CoIBASettings)
     heatmap = np.load(out)
     assert heatmap.shape == (224, 224) and (heatmap >= 0).all()
     assert summary["total_bits"] == pytest.approx(float(heatmap.sum()), rel=1e-3)

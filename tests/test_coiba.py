@@ -86,6 +86,8 @@ def tiny_vit():
 
 
 FAST = dict(steps=3, batch=3, precision="fp32")
+#: The Per-Sample Bottleneck's β·k and read point (CoIBA's preset has the authors' β·k 1 and last forward pass)
+AS_IBA = dict(beta_k=10.0, read_point="final")
 
 
 # ---- (a) a one-layer range with one λ per unit is the Per-Sample Bottleneck ------------------------------------
@@ -96,7 +98,7 @@ def test_one_layer_element_mask_is_the_per_sample_bottleneck(staged):
     net = small_cnn(staged)
     stats = layer_stats(net, ["c2"])
     x = images(1)
-    coiba = CoIBABottleneck.for_network(net, ["c2"], stats, CoIBASettings(sigma=1.0, mask="element", **FAST))
+    coiba = CoIBABottleneck.for_network(net, ["c2"], stats, CoIBASettings(sigma=1.0, mask="element", **AS_IBA, **FAST))
     iba = PerSampleBottleneck.for_network(net, "c2", stats["c2"], BottleneckSettings(sigma=1.0, **FAST))
     got, want = coiba.attribute(x, 2), iba.attribute(x, 2)
     assert got.path == want.path
@@ -110,7 +112,7 @@ def test_one_layer_element_mask_is_the_per_sample_bottleneck_on_a_vit():
     layer = net.spec.default_layer
     stats = layer_stats(net, [layer], size=32)
     x = images(1, 32)
-    coiba = CoIBABottleneck.for_network(net, [layer], stats, CoIBASettings(sigma=1.0, mask="element", **FAST))
+    coiba = CoIBABottleneck.for_network(net, [layer], stats, CoIBASettings(sigma=1.0, mask="element", **AS_IBA, **FAST))
     want = PerSampleBottleneck.for_network(net, layer, stats[layer], BottleneckSettings(sigma=1.0, **FAST)).attribute(x, 1)
     got = coiba.attribute(x, 1)
     np.testing.assert_allclose(got.heatmap, want.heatmap, rtol=1e-4, atol=1e-6 * want.heatmap.max())
@@ -125,7 +127,7 @@ def test_the_method_on_the_offline_network(offline_model, chelsea_x):
     from iba_core.methods import get_method
 
     method = get_method("coiba", steps=2, batch=2)
-    assert method.key == "coiba" and method.name == "CoIBA β=10/k" and method.needs_stats and method.batched
+    assert method.key == "coiba" and method.name == "CoIBA β=1/k" and method.needs_stats and method.batched
     amap = method.attribute(offline_model, chelsea_x, 285)
     assert amap.values.shape == (224, 224) and np.isfinite(amap.values).all() and amap.values.min() >= 0
     extra = amap.extra
@@ -139,13 +141,16 @@ def test_the_method_on_the_offline_network(offline_model, chelsea_x):
 # ---- (b) one λ per location, by hand from the paper's equations ---------------------------------------------
 
 
-def test_location_mask_equals_a_hand_written_reference():
+@pytest.mark.parametrize("read_point", ["final", "last_step"])
+def test_location_mask_equals_a_hand_written_reference(read_point):
     """One layer, mask="location": α (1, 1, h, w), λ = sigmoid(α) shared by the channels, Z = λR + (1 − λ)(μ + σn),
     KL per element −log(1 − λ) + ((1 − λ)² − 1)/2 + λ²((R − μ)/σ)²/2 summed (eq. 5), loss = CE + β·KL with
-    β = β·k / k, Adam with lr 1; the heatmap the final λ's KL summed over channels, in bits."""
+    β = β·k / k, Adam with lr 1; the heatmap the KL summed over channels, in bits, of the final λ or (the preset,
+    the authors' read point) of the last forward pass's λ, before the last update."""
     net = small_cnn(True)
     stats = layer_stats(net, ["c2"])
-    x, target, s = images(1), 3, CoIBASettings(**FAST)
+    x, target, s = images(1), 3, CoIBASettings(read_point=read_point, **FAST)
+    assert CoIBASettings().read_point == "last_step" and CoIBASettings().beta_k == 1.0
     result = CoIBABottleneck.for_network(net, ["c2"], stats, s).attribute(x, target)
 
     model = net.model
@@ -170,9 +175,10 @@ def test_location_mask_equals_a_hand_written_reference():
         logits = model.head(model.c3(z))
         loss = nn.functional.cross_entropy(logits, torch.full((s.batch,), target)) + s.beta_k / k * kl(lam).sum()
         loss.backward()
+        last_forward = lam.detach()
         adam.step()
     with torch.no_grad():
-        lam = torch.sigmoid(alpha)
+        lam = torch.sigmoid(alpha) if read_point == "final" else last_forward
         bits = kl(lam).sum(dim=1)[0] / math.log(2)
     np.testing.assert_allclose(result.lambda_mean, lam[0, 0].numpy(), rtol=1e-4)
     np.testing.assert_allclose(result.feature_bits, bits.numpy(), rtol=1e-4, atol=1e-6 * float(bits.max()))
@@ -458,7 +464,9 @@ def test_the_method_names_its_range_and_checks_its_settings(offline_model):
 
     method = get_method("coiba", layers="block4_1:block6_4", beta_k=1)
     assert method.key == "coiba_1__block4_1-block6_4" and method.name == "CoIBA β=1/k, block4_1 … block6_4"
-    assert get_method("coiba", layers=("block4_1", "block6_4")).key == "coiba_10__block4_1-block6_4"
+    assert get_method("coiba", layers=("block4_1", "block6_4"), beta_k=10).key == "coiba_10__block4_1-block6_4"
+    # today's output placement at the paper's β·k, as this project ran CoIBA before the authors' code was read
+    assert get_method("coiba", beta_k=10, placement="output").key == "coiba_10_output"
     assert get_method("coiba", steps=3).key == "coiba"
     layers = method.layer_range(offline_model)
     assert layers[0] == "block4_1" and layers[-1] == "block6_4" and len(layers) == 10
@@ -469,7 +477,7 @@ def test_the_method_names_its_range_and_checks_its_settings(offline_model):
     assert default_range(offline_model) == ("block3_2", "block7_1")
     # `layer` (the front ends' layer setting) starts the default range there
     from_layer = get_method("coiba", layer="block5_1")
-    assert from_layer.key == "coiba_10__block5_1"
+    assert from_layer.key == "coiba_1__block5_1"
     assert from_layer.layer_range(offline_model) == layer_range(offline_model, "block5_1", "block7_1")
     assert from_layer.settings_identity(offline_model)["layer"] == "block5_1"
     with pytest.raises(UserError, match="no layer 'block9_9'"):

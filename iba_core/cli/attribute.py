@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from ..bottleneck import DEFAULT_BETA_K
+from ..coiba import PLACEMENTS
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
@@ -22,8 +24,9 @@ from .common import COIBA_HELP, add_layer_range_arg, add_network_args
 from .stats import STATS_N_HELP, sample_count
 
 
-#: --method's choices: the one-layer bottleneck, CoIBA over a range of layers, a trained readout.
-METHODS = ("per-sample", "coiba", "readout")
+#: --method's choices: the one-layer bottleneck (the paper's), CoIBA over a range of layers and M2IB, as their
+#: authors run them (presets of the method registry: `coiba`, `m2ib`), a trained readout.
+METHODS = ("per-sample", "coiba", "m2ib", "readout")
 
 
 def add_parser(sub) -> None:
@@ -36,8 +39,13 @@ def add_parser(sub) -> None:
     add_network_args(p)
     p.add_argument("--method", choices=METHODS, default="per-sample",
                    help=f"per-sample: the Per-Sample Bottleneck at one layer (default); {COIBA_HELP} "
-                   "(--layer-range); readout: a trained Readout Bottleneck")
+                   "(--layer-range); m2ib: M2IB (Wang et al. 2023) as its authors run it (standard-normal prior, "
+                   "β·k 0.1, block 9 of 12); readout: a trained Readout Bottleneck")
     add_layer_range_arg(p)
+    p.add_argument("--placement", choices=PLACEMENTS, default=None,
+                   help="coiba: where its bottlenecks sit: branch (the input of each transformer block's attention "
+                   "branch, the authors'), output (whole layer outputs), auto (default: branch on a transformer "
+                   "with a class token, else output)")
     p.add_argument("--readout", default=None, help="readout checkpoint (default: the one shipped for the network)")
     p.add_argument("--beta-k", type=float, default=None,
                    help="β·k (default: the network's: the paper's 10, β = 10/k; for a CLIP model M2IB's 0.1)")
@@ -55,8 +63,9 @@ def add_parser(sub) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
                    help="network passes in fp32, bf16 or fp16; auto (default): a lower precision only where the "
                    "hardware has it and one measurement shows it is faster")
-    p.add_argument("--read-point", choices=BottleneckSettings.READ_POINTS, default=d.read_point,
-                   help="heatmap from the final λ (default) or the last step's forward pass (the authors' code)")
+    p.add_argument("--read-point", choices=BottleneckSettings.READ_POINTS, default=None,
+                   help="heatmap from the final λ (per-sample's default) or the last step's forward pass (the "
+                   "authors' code; coiba's and m2ib's default)")
     p.add_argument("--inactive-threshold", type=float, default=d.inactive_threshold, metavar="FRACTION",
                    help="mask units non-zero in at most this fraction of the statistics samples "
                    "(the authors' code: 0.01; default: no masking)")
@@ -90,6 +99,9 @@ def check_layer_options(args: argparse.Namespace) -> None:
     if args.method == "coiba" and args.layer is not None:
         raise UserError("--layer places the one-layer bottleneck; CoIBA spans a range of layers.",
                         cli_hint="Give --layer-range FIRST:LAST instead (e.g. block3_2:block7_1).")
+    if args.method != "coiba" and getattr(args, "placement", None) is not None:
+        raise UserError(f"--placement places CoIBA's bottlenecks, but --method is {args.method}.",
+                        cli_hint="Add --method coiba, or leave out --placement.")
     if args.method != "coiba" and args.layer_range is not None and getattr(args, "methods", None) is None:
         raise UserError(f"--layer-range sets CoIBA's layers, but --method is {args.method}.",
                         cli_hint="Add --method coiba (or, for a folder run, --methods … coiba).")
@@ -97,19 +109,23 @@ def check_layer_options(args: argparse.Namespace) -> None:
 
 
 def bottleneck_settings(args: argparse.Namespace) -> BottleneckSettings:
-    """The bottleneck's settings from the options, checked (with their ranges) before the network loads: CoIBA's
-    (`coiba.CoIBASettings`, its own σ_s default) for --method coiba, else the Per-Sample Bottleneck's."""
-    # β·k left out: the paper's 10 for now, the network's head's default once it is loaded (`run`)
-    values = dict(beta_k=DEFAULT_BETA_K if args.beta_k is None else args.beta_k, steps=args.steps, batch=args.batch,
-                  lr=args.lr, seed=args.seed,
-                  read_point=args.read_point, inactive_threshold=args.inactive_threshold, precision=args.precision)
-    if args.sigma is not None:
-        values["sigma"] = args.sigma
+    """The bottleneck's settings from the options, checked (with their ranges) before the network loads: the
+    preset's (`methods.get_method`: coiba's `coiba.CoIBASettings`, m2ib's standard-normal prior) with the options
+    given, else the Per-Sample Bottleneck's."""
+    given = dict(beta_k=args.beta_k, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+                 read_point=args.read_point, sigma=args.sigma, precision=args.precision)
+    given = {k: v for k, v in given.items() if v is not None}
     if args.method == "coiba":
         from ..coiba import CoIBASettings
 
-        return CoIBASettings(**values)
-    return BottleneckSettings(**values)
+        return CoIBASettings(**given, **({"placement": args.placement} if args.placement else {}))
+    if args.method == "m2ib":
+        from ..methods import get_method
+
+        return get_method("m2ib", **given, inactive_threshold=args.inactive_threshold).bottleneck_settings()
+    # β·k left out: the paper's 10 for now, the network's head's default once it is loaded (`run`)
+    given.setdefault("beta_k", DEFAULT_BETA_K)
+    return BottleneckSettings(**given, inactive_threshold=args.inactive_threshold)
 
 
 def prompt_path(path: Path, index: int, prompt: str) -> Path:
@@ -144,17 +160,26 @@ def run(args: argparse.Namespace) -> int:
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
-    if args.beta_k is None:
+    if args.beta_k is None and args.method == "per-sample":
         from ..heads import default_beta_k
 
         settings = replace(settings, beta_k=default_beta_k(network))
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     layers = None  # CoIBA's range
-    if args.method == "coiba":
-        from ..coiba import default_range, layer_range
+    if args.method in ("coiba", "m2ib"):
+        from ..methods import get_method
 
-        layers = layer_range(network, *(args.layer_range or default_range(network)))
-        layer = layers[0]
+        # the preset resolves its layers on this network (CoIBA: the placement and the range; M2IB: its depth)
+        preset = get_method(args.method, **({"placement": settings.placement, "layers": args.layer_range}
+                                            if args.method == "coiba" else {"layer": args.layer}))
+        if args.method == "coiba":
+            network, layers = preset.resolve(network)  # a view listing the branch inputs for that placement
+            layer = layers[0]
+            note = preset.placement(network)[1]
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+        else:
+            layer = network.spec.check_layer(preset.layer(network))
     else:
         layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
@@ -181,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
             close()
         bottleneck = CoIBABottleneck.for_network(network, layers, stats, settings)
         stats_samples = min(s.n for s in stats.values())
+    elif settings.prior == "standard_normal":  # M2IB's prior: no statistics to estimate
+        bottleneck = PerSampleBottleneck.for_network(network, layer, None, settings)
+        stats_samples = 0
     else:
         progress, close = progress_bar(f"statistics {network.key}/{layer}")
         try:

@@ -124,7 +124,7 @@ def method_list(args: argparse.Namespace) -> list:
 
     def settings_for(method) -> dict:
         defaults = method.default_settings()
-        if method.needs_stats:
+        if "beta_k" in defaults:  # a bottleneck (M2IB's needs no statistics, but takes the same options)
             return {**{k: v for k, v in bottleneck.items() if k in defaults and v is not None},
                     **layer_settings(method, args.layer, args.layer_range)}
         return {"checkpoint": args.readout} if "checkpoint" in defaults and args.readout else {}
@@ -132,9 +132,12 @@ def method_list(args: argparse.Namespace) -> list:
     if args.methods is None:
         if args.method == "readout":
             keys = ["readout"]
-        elif args.method == "coiba":  # CoIBA, β·k from --beta-k
-            coiba = get_method("coiba")
-            keys = [coiba.with_settings(beta_k=args.beta_k, **settings_for(coiba))]
+        elif args.method in ("coiba", "m2ib"):  # the authors' presets; β·k from --beta-k where given
+            preset = get_method(args.method)
+            given = {"beta_k": args.beta_k} if getattr(args, "beta_k", None) is not None else {}
+            if getattr(args, "placement", None):
+                given["placement"] = args.placement
+            keys = [preset.with_settings(**given, **settings_for(preset))]
         else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
             # --beta-k left out (None): the paper's 10 (the head's default, `heads.default_beta_k`, needs the network)
             from ..bottleneck import DEFAULT_BETA_K
@@ -187,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
         methods = [m for m in methods if m.available_for(network) is None]
-    if args.methods is None and args.method != "readout" and getattr(args, "beta_k", None) is None:
+    if args.methods is None and args.method == "per-sample" and getattr(args, "beta_k", None) is None:
         from ..heads import default_beta_k
 
         # --beta-k left out: the network's head decides (M2IB's 0.1 for a CLIP model, else the paper's 10)

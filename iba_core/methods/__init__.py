@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import UserError
 from .base import AttributionMap, Method, key_number
-from .bottlenecks import CoIBAMethod, PerSampleIBA, ReadoutMethod
+from .bottlenecks import M2IB, CoIBAMethod, PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
 from .cam_variants import EigenCam, GradCamPlusPlus, LayerCam, ScoreCam
 from .gradients import GuidedBackprop, Gradient, IntegratedGradients, Saliency, SmoothGrad
@@ -97,11 +97,19 @@ def per_sample_key(beta_k: float) -> str:
     return f"iba_{key_number(beta_k)}"
 
 
+#: Names of presets that are another key's: `iba` is the paper's Per-Sample Bottleneck (§4.1: β = 10/k).
+ALIASES = {"iba": "iba_10"}
+#: Presets `get_method` and `resolve_methods` take that are not (yet) in the registry's display lists (the pages'
+#: method menus, "all"): M2IB as its authors run it (`bottlenecks.M2IB`).
+PRESETS: dict[str, MethodFactory] = {"m2ib": M2IB}
+
+
 def get_method(key: str, **settings) -> Method:
-    """A fresh method instance; `settings` override its defaults (e.g. steps=8). Besides the registered keys, a
-    Per-Sample key at any β·k ("iba_0_1", `PER_SAMPLE_KEY`)."""
+    """A fresh method instance; `settings` override its defaults (e.g. steps=8). Besides the registered keys, an
+    alias (`ALIASES`: "iba") and a Per-Sample key at any β·k ("iba_0_1", `PER_SAMPLE_KEY`)."""
+    key = ALIASES.get(key, key)
     try:
-        factory = METHODS[key]
+        factory = METHODS[key] if key in METHODS else PRESETS[key]
     except KeyError:
         match = PER_SAMPLE_KEY.match(key)
         if match is None:
@@ -133,7 +141,8 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
         keys = list(methods)  # keys and/or Method instances
     if not keys:
         raise UserError("Choose at least one method.")
-    unknown = [k for k in keys if isinstance(k, str) and k not in METHODS]
+    keys = [ALIASES.get(k, k) if isinstance(k, str) else k for k in keys]
+    unknown = [k for k in keys if isinstance(k, str) and k not in METHODS and k not in PRESETS]
     if unknown:
         raise UnknownMethodError(
             f"Unknown attribution method {', '.join(map(repr, unknown))}; choose from: {', '.join(METHODS)}."
@@ -142,6 +151,7 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
 
 
 __all__ = [
+    "ALIASES", "M2IB", "PRESETS",
     "AttributionMap", "ClassTarget", "LabelSetTarget", "METHODS", "Method", "MethodFactory", "Target",
     "PER_SAMPLE_KEY", "UnknownMethodError", "as_target", "display_names", "per_sample_key",
     "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",

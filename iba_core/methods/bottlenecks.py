@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from ..bottleneck import DEFAULT_BETA_K
-from ..coiba import CoIBABottleneck, CoIBASettings, default_range, range_label, stats_for_range
+from ..coiba import (CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of, range_label,
+                     stats_for_range)
 from ..coiba import layer_range as coiba_layer_range
 from ..errors import UserError
 from ..per_sample import BottleneckSettings, PerSampleBottleneck
@@ -33,8 +34,8 @@ class PerSampleIBA(Method):
     needs_stats = True
     explains_logit = False  # its loss and p(target) follow the network's head (`heads.py`)
 
-    def __init__(self, beta_k: float = DEFAULT_BETA_K, **settings):
-        super().__init__(beta_k=beta_k, **settings)
+    def __init__(self, beta_k: float | None = None, **settings):
+        super().__init__(**settings if beta_k is None else {**settings, "beta_k": beta_k})
         beta_k = self.bottleneck_settings().beta_k  # checked now: a bad value fails before any network loads
         label = f"{beta_k:g}"
         self.key = f"iba_{key_number(beta_k)}"
@@ -55,6 +56,7 @@ class PerSampleIBA(Method):
             "read_point": defaults.read_point,
             "inactive_threshold": defaults.inactive_threshold,
             "precision": defaults.precision,
+            "prior": defaults.prior,  # "estimated" (the paper's), "standard_normal" (M2IB's: no statistics)
             "stats": None,  # a FeatureStats for the layer; None: by the one policy (feature_stats.stats_for_run)
             "stats_images": None,  # the statistics' image folder; None: the model card's, else the offline photos
             "stats_samples": None,  # None: feature_stats.app_samples (IBA_STATS_SAMPLES, else a default)
@@ -70,7 +72,8 @@ class PerSampleIBA(Method):
         except (TypeError, ValueError, OverflowError):  # NaN steps, a word: BottleneckSettings names which
             numbers = {k: s[k] for k in names}
         return BottleneckSettings(**numbers, seed=s["seed"], read_point=s["read_point"],
-                                  inactive_threshold=s["inactive_threshold"], precision=s["precision"])
+                                  inactive_threshold=s["inactive_threshold"], precision=s["precision"],
+                                  prior=s["prior"])
 
     def available_for(self, network) -> str | None:
         if spec_of(network) is None:
@@ -104,9 +107,10 @@ class PerSampleIBA(Method):
         if kept is not None and kept[0] is network and kept[1] == layer:
             return kept[2]
         stats = s["stats"]
-        if stats is None:
+        if stats is None and s["prior"] != "standard_normal":  # the standard-normal prior needs no statistics
             stats = stats_for_run(network, layer, images=s["stats_images"], n=s["stats_samples"])
-        bottleneck = PerSampleBottleneck.for_network(network, layer, stats.to(network.device), self.bottleneck_settings())
+        bottleneck = PerSampleBottleneck.for_network(network, layer, None if stats is None else stats.to(network.device),
+                                                     self.bottleneck_settings())
         self._kept = (network, layer, bottleneck)
         return bottleneck
 
@@ -126,6 +130,57 @@ class PerSampleIBA(Method):
             "path": r.path,  # stages, fx (a traced cut) or hook (the whole network every step)
             "unlocated_bits": r.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
         }) for r in results]
+
+
+class M2IB(PerSampleIBA):
+    """M2IB (Wang et al., NeurIPS 2023) as its authors run it (YingWANGG/M2IB at ce4d7a0): the Per-Sample
+    Bottleneck with
+
+    - β·k = 0.1: their β = 0.1 on the MEAN KL (`eval.py:79,82` `vbeta`/`tbeta` 0.1; `scripts/iba.py:190-192`
+      `beta * buffer_capacity.mean() - cosine`), β·k 0.1 here (β = β·k / k on the summed KL);
+    - a standard-normal prior: ε ~ N(0, 1) on the raw features and the KL against N(0, 1) (`scripts/iba.py:105-113`;
+      the statistics they build are never read), so no statistics are estimated;
+    - no smoothing (their code has none) and the read point of the last forward pass (`iba.py:164,170` return the
+      capacity of the 10th pass, before the last update);
+    - 10 steps, lr 1 (`methods.py:39,46`), 10 noisy copies (`iba.py:131`), α = 5 (`iba.py:93`);
+    - the output of block 9 of ViT-B/32's 12 (`eval.py:81` `--vlayer 9`, the residual stream after the block,
+      `methods.py:20-28`), and the same depth ratio on any other transformer (`clip_models.default_layer_index`);
+      a network without transformer blocks keeps its default layer.
+
+    The loss's fitting term follows the network's head (`heads.target_nll`): for a CLIP model −cos(image, prompt),
+    theirs; on a classifier the cross-entropy (this project's extension). Differences: M2IB's map is min-max
+    normalised for display; here it stays in bits."""
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        preset = self.default_settings()
+        names = ("beta_k", "sigma", "read_point", "prior", "steps", "batch", "lr", "layer")
+        if all(self.settings[name] == preset[name] for name in names):
+            self.key = "m2ib"
+        else:
+            self.key = f"m2ib_{key_number(float(self.settings['beta_k']))}"
+        label = f"{float(self.settings['beta_k']):g}"
+        self.name = f"M2IB β={label}/k"
+        self.description = (f"Bits per pixel that pass a bottleneck with a standard-normal prior, fitted with β = "
+                            f"{label}/k (M2IB, Wang et al. 2023).")
+
+    @classmethod
+    def default_settings(cls) -> dict:
+        return {**super().default_settings(), "beta_k": 0.1, "sigma": 0.0, "read_point": "last_step",
+                "prior": "standard_normal"}
+
+    needs_stats = False  # the standard-normal prior: nothing to estimate
+
+    def layer(self, network) -> str:
+        """The given layer, else M2IB's depth: block 9 of 12 (`clip_models.default_layer_index`), else the
+        network's default layer."""
+        if self.settings["layer"]:
+            return self.settings["layer"]
+        from ..coiba import _blocks
+        from ..networks.clip_models import default_layer_index
+
+        blocks = _blocks(network)
+        return blocks[default_layer_index(len(blocks))] if blocks else network.spec.default_layer
 
 
 class ReadoutMethod(Method):
@@ -204,7 +259,9 @@ class ReadoutMethod(Method):
 
 class CoIBAMethod(Method):
     """CoIBA (Hong et al., CVPR 2025): one mask shared by bottlenecks at every layer of a range (`coiba.py`);
-    bits per pixel of the range's first layer."""
+    bits per pixel of the range's first layer. The preset `coiba` is the authors' setting (`coiba.CoIBASettings`:
+    β·k 1, no smoothing, the last forward pass's read point, their branch placement on a transformer with a class
+    token); on other networks, bottlenecks on the layer outputs: this project's extension."""
 
     signed = False
     unit = "bits/pixel"
@@ -214,17 +271,22 @@ class CoIBAMethod(Method):
     batched = True  # one mask per image, fitted together (`CoIBABottleneck.attribute_batch`)
     takes_label_sets = False  # its loss reads the head for one class
 
-    def __init__(self, beta_k: float = DEFAULT_BETA_K, **settings):
-        super().__init__(beta_k=beta_k, **settings)
+    def __init__(self, **settings):
+        super().__init__(**settings)
         s = self.coiba_settings()  # checked now: a bad value fails before any network loads
         self._range = self._given_range()
         label = f"{s.beta_k:g}"
         span = "" if self._range is None else ", " + range_label(*self._range)
-        self.name = f"CoIBA β={label}/k{span}"
-        # The key names β and a range given (as `iba_10` names β): "coiba" for the paper's β and the default range
+        where = "" if s.placement == "auto" else f", {s.placement}"
+        self.name = f"CoIBA β={label}/k{where}{span}"
+        # The key names what differs from the preset (as `iba_10` names β): "coiba" for the authors' setting
+        preset = CoIBASettings()
         self.key = "coiba"
-        if s.beta_k != DEFAULT_BETA_K or self._range is not None or self.settings["layer"]:
+        if s.beta_k != preset.beta_k or s.placement != preset.placement or self._range is not None \
+                or self.settings["layer"]:
             self.key = f"coiba_{key_number(s.beta_k)}"
+            if s.placement != preset.placement:
+                self.key += f"_{s.placement}"
             if self._range is not None:
                 self.key += f"__{self._range[0]}-{self._range[1]}"
             elif self.settings["layer"]:
@@ -236,15 +298,17 @@ class CoIBAMethod(Method):
     def default_settings(cls) -> dict:
         defaults = CoIBASettings()
         return {
-            "beta_k": DEFAULT_BETA_K,
-            "layers": None,  # None: `coiba.default_range`; a (first, last) pair, or "first:last"
+            "beta_k": defaults.beta_k,
+            "layers": None,  # None: the default range (`layer_range`); a (first, last) pair, or "first:last"
             #: Where `layers` is None: the range's first layer (the front ends' layer setting, as the Per-Sample
             #: Bottleneck's `layer`), to the default range's end; None: the network's default layer.
             "layer": None,
+            "placement": defaults.placement,  # coiba.PLACEMENTS
             "steps": defaults.steps,
             "batch": defaults.batch,
             "lr": defaults.lr,
             "sigma": defaults.sigma,
+            "read_point": defaults.read_point,
             "mask": defaults.mask,
             "seed": defaults.seed,
             "precision": defaults.precision,
@@ -264,7 +328,8 @@ class CoIBAMethod(Method):
                                        float(s["sigma"]))))
         except (TypeError, ValueError, OverflowError):  # NaN steps, a word: the settings name which
             numbers = {k: s[k] for k in names}
-        return CoIBASettings(**numbers, mask=s["mask"], seed=s["seed"], precision=s["precision"])
+        return CoIBASettings(**numbers, mask=s["mask"], seed=s["seed"], precision=s["precision"],
+                             read_point=s["read_point"], placement=s["placement"])
 
     def _given_range(self) -> tuple[str, str] | None:
         """The `layers` setting as (first, last); None for the default range."""
@@ -282,10 +347,23 @@ class CoIBAMethod(Method):
                             f"{str(given)[:80]!r}.")
         return parts[0], parts[1]
 
-    def layer_range(self, network) -> list[str]:
-        """The layers of the range on `network` (the default range unless `layers` names one)."""
+    def placement(self, network) -> tuple[str, str]:
+        """(the placement on `network`, a note for the person or ""): `coiba.placement_of`."""
+        return placement_of(network, self.settings["placement"])
+
+    def resolve(self, network) -> tuple[object, list[str]]:
+        """(the network the bottlenecks run on, the layers of the range) — the default range unless `layers` names
+        one. With the branch placement, the attention-branch inputs of the range's blocks on a view of `network`
+        that lists them among its layers (`coiba.branch_range`); else `network` itself."""
+        if self.placement(network)[0] == "branch":
+            first, last = self._range or (self.settings["layer"], None)
+            return branch_range(network, first, last)
         first, last = self._range or default_range(network, self.settings["layer"])
-        return coiba_layer_range(network, first, last)
+        return network, coiba_layer_range(network, first, last)
+
+    def layer_range(self, network) -> list[str]:
+        """The layers of the range on `network` (`resolve`)."""
+        return self.resolve(network)[1]
 
     def available_for(self, network) -> str | None:
         if spec_of(network) is None:
@@ -298,7 +376,8 @@ class CoIBAMethod(Method):
         given = self._given_stats(layers)
         stats = None if not given else {layer: {"n": getattr(st, "n", None), "source": getattr(st, "source", None)}
                                         for layer, st in given.items()}
-        return {**self.settings, "layers": layers, "layer": layers[0], "stats": stats}
+        return {**self.settings, "layers": layers, "layer": layers[0], "stats": stats,
+                "placement": self.placement(network)[0]}
 
     def _given_stats(self, layers: list[str]) -> dict:
         """The statistics the `stats` setting gives, by layer of the range."""
@@ -317,16 +396,16 @@ class CoIBAMethod(Method):
 
     def _bottleneck(self, network) -> CoIBABottleneck:
         s = self.settings
-        layers = self.layer_range(network)
+        view, layers = self.resolve(network)
         kept = getattr(self, "_kept", None)
         if kept is not None and kept[0] is network and kept[1] == layers:
             return kept[2]
         stats = self._given_stats(layers)
         missing = [layer for layer in layers if layer not in stats]
         if missing:
-            stats.update(stats_for_range(network, missing, images=s["stats_images"], n=s["stats_samples"]))
+            stats.update(stats_for_range(view, missing, images=s["stats_images"], n=s["stats_samples"]))
         stats = {layer: stats[layer].to(network.device) for layer in layers}
-        bottleneck = CoIBABottleneck.for_network(network, layers, stats, self.coiba_settings())
+        bottleneck = CoIBABottleneck.for_network(view, layers, stats, self.coiba_settings())
         self._kept = (network, layers, bottleneck)
         return bottleneck
 
@@ -334,9 +413,11 @@ class CoIBAMethod(Method):
         bottleneck = self._bottleneck(network)
         layers = list(bottleneck.layers)
         results = bottleneck.attribute_batch(x, targets)
+        placement = self.placement(network)[0]
         return [(r.heatmap, {
             "layer": layers[0],
             "layers": layers,
+            "placement": placement,
             "total_bits": r.total_bits,
             "p_without": r.p_without,
             "p_with": r.p_with,

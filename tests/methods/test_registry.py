@@ -28,7 +28,7 @@ EXPECTED = {
     "iba_1": "Per-Sample IBA β=1/k",
     "iba_10": "Per-Sample IBA β=10/k",
     "iba_100": "Per-Sample IBA β=100/k",
-    "coiba": "CoIBA β=10/k",
+    "coiba": "CoIBA β=1/k",
     "readout": "Readout Bottleneck",
 }
 

@@ -121,3 +121,25 @@ def test_a_hugging_face_folder_saved_as_multi_label_is_sigmoid_and_a_card_may_ov
     assert load_network(card).head == "sigmoid"
     card.write_text('arch = "hf:someone/scenes-vit"\nclasses = "labels.txt"\nhead = "softmax"\n')
     assert load_network(card).head == "softmax"
+
+
+def test_coiba_on_a_card_with_the_default_precision_of_a_bf16_cpu(tmp_path, image, capsys, monkeypatch):
+    """A range that runs through forward hooks (a block and its parent): "auto" on a CPU with bf16 measured the
+    hook path without its image and crashed (AttributeError, exit 70); the JSON names the precision that ran and
+    p(target) without the bottleneck is the fp32 network's."""
+    from iba_core import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
+    monkeypatch.setattr(precision, "cuda_bf16", lambda: False)
+    monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path / "cache"))  # a fresh precision memo: "auto" measures
+    card = _card(tmp_path, LABELS, 4, None)
+    code = main(["attribute", image, "--model", str(card), "--method", "coiba", "--layer-range", "layer3.0:layer3",
+                 "--steps", "2", "--batch", "2", "--n", "4"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["precision"] in ("fp32", "bf16") and summary["path"] == "hook" and summary["beta_k"] == 1.0
+    net = load_network(card)
+    with torch.no_grad():
+        want = float(torch.softmax(net.model(net.preprocess(load_image(image))), dim=1)[0, summary["target"]])
+    assert summary["p_without"] == pytest.approx(want, rel=1e-4, abs=1e-6)

@@ -74,6 +74,7 @@ def test_method_works_or_says_why(any_network, noise_stats, name, key):
         pair = layers[layers.index(net.spec.default_layer):][:2]
         settings["layers"] = (pair[0], pair[-1])
         settings["stats"] = {layer: noise_stats(net, layer, size) for layer in pair}
+        settings["placement"] = "output"  # the given layers themselves (the preset's branch inputs: test_presets_everywhere)
     method = get_method(key, **settings)
     if key.startswith("occlusion") and name == "vit_b_16" and not os.environ.get("IBA_SLOW_TESTS"):
         # ViT-B takes only 224 px: 784 (8×8) or 256 (14×14) forward passes. The same code with 112 px tiles:

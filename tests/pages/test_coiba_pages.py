@@ -192,7 +192,7 @@ def test_dataset_page_shows_a_coiba_folder_run(tmp_path, monkeypatch) -> None:
     at = opened_run(APP, run_dir, TIMEOUT)
     assert not at.error, [e.value for e in at.error]
     table = at.dataframe[0].value
-    key = "coiba_10__block6_4-block7_1"  # CoIBA's key names its range when it is not the default one
+    key = "coiba_1__block6_4-block7_1"  # CoIBA's key names its range when it is not the default one
     assert sorted(table[table["method"] == key]["image"]) == ["chelsea.jpg", "coffee.jpg"]
     assert (table[table["method"] == key]["total_bits"] > 0).all()
     from pages.widgets.text import plain
