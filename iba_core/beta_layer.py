@@ -26,9 +26,7 @@ from .bottleneck import DEFAULT_BETA_K
 from .networks import Network, NetworkSpec
 from .progress import ProgressFn
 from .settings import cache_dir
-from .per_sample import (
-    BottleneckSettings, PerSampleBottleneck, bottleneck_lost_class, target_note,
-)
+from .per_sample import BottleneckSettings, bottleneck_lost_class, target_note
 from .feature_stats import FeatureStats
 from .render.text import format_seconds
 
@@ -183,7 +181,9 @@ def coiba_settings(base: BottleneckSettings, beta_k: float):
 
     values = {f.name: getattr(base, f.name) for f in fields(BottleneckSettings)}
     preset = CoIBASettings()
-    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": preset.sigma, "read_point": preset.read_point})
+    # "output": the row's ranges are of the layers it names (their outputs), as its labels say
+    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": preset.sigma, "read_point": preset.read_point,
+                            "placement": "output"})
 
 
 def beta_layer_grid(
@@ -243,15 +243,15 @@ def beta_layer_grid(
         if progress is not None:
             progress(i, len(plan), cell_name(beta_k, name, end))
         if key not in done:
-            if end:
-                from .coiba import CoIBABottleneck
+            from .methods import bottleneck_method
 
-                iba = CoIBABottleneck.for_network(network, ranges[name], stats_of(ranges[name]),
-                                                  coiba_settings(base, beta_k))
+            # the one door: the registry's method for the cell's settings, with the grid's statistics
+            if end:
+                method = bottleneck_method(coiba_settings(base, beta_k), layer_range=(name, end),
+                                           stats=stats_of(ranges[name]))
             else:
-                iba = PerSampleBottleneck.for_network(network, name, stats_of([name])[name],
-                                                      replace(base, beta_k=beta_k))
-            result = iba.attribute(x, target=target)
+                method = bottleneck_method(replace(base, beta_k=beta_k), layer=name, stats=stats_of([name])[name])
+            result = method.run(network, x, target)
             done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
                                  result.p_without, bottleneck_lost_class(result.p_without, result.p_with, result.head),
                                  int(target), result.predicted, result.p_predicted, end)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -39,16 +38,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .bottleneck import inject_noise
-from .errors import MissingFileError, UserError, check_range
-# `_keep`: fresh statistics are cached exactly as `get_stats` caches them (one copy of that rule)
-from .feature_stats import FeatureStats, _keep, compute_all_stats, find_run_stats, run_stats_source
+from .errors import UserError
+from .feature_stats import FeatureStats
 from .model_state import frozen_eval, replaced_output
 from .network_cache import cache_of
 from .networks.tokens import FeatureLayout
 from .per_sample import (BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key,
                          _SplitRunner)
-from .progress import ProgressFn
-from .settings import MAX_SAMPLES
 
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
 MASKS = ("location", "element")
@@ -304,26 +300,6 @@ def branch_range(network, first: str | None = None, last: str | None = None) -> 
     view = replace(network, spec=replace(spec, layers=tuple(layers), layer_info=tuple(table),
                                          hook_modules={**spec.hook_modules, **paths}))
     return view, [inputs[block] for block in blocks[i : j + 1]]
-
-
-def stats_for_range(network, layers: Sequence[str], *, images=None, n: int | None = None,
-                    progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
-    """Every layer's statistics by the one policy (`feature_stats.stats_for_run`: cached or shipped first), the
-    missing ones estimated in ONE pass over the images (`feature_stats.compute_all_stats` with those layers)."""
-    folder, n = run_stats_source(network, images, n)
-    check_range("The number of samples", n, 1, MAX_SAMPLES, integer=True)
-    if folder and not Path(folder).expanduser().is_dir():
-        raise MissingFileError(f"Image folder not found: {Path(folder).expanduser()}. Enter a folder that holds "
-                               "images.")
-    found = {layer: find_run_stats(network, layer, images=folder, n=n) for layer in layers}
-    missing = [layer for layer in layers if found[layer] is None]
-    if missing:
-        fresh = compute_all_stats(network, missing, images=Path(folder).expanduser() if folder else None, n=n,
-                                  progress=progress)
-        for layer, stats in fresh.items():
-            _keep(stats, layer)  # cached as `get_stats` keeps them, so a single-layer run finds them too
-            found[layer] = stats
-    return {layer: found[layer] for layer in layers}
 
 
 def resize_mask(lam: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

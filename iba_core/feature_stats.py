@@ -352,25 +352,40 @@ def find_run_stats(network, layer: str, *, images: str | os.PathLike | None = No
 
 def stats_for_run(network, layer: str, *, images: str | os.PathLike | None = None, n: int | None = None,
                   progress: ProgressFn | None = None) -> FeatureStats:
-    """The one policy for the statistics of a run, whichever front end asks (the app, `attribute IMG`, `attribute
-    FOLDER`, the methods, `evaluate`, `train-readout`), so one image gets the same bits everywhere:
+    """One layer's statistics by the one policy (`stats_for_layers`)."""
+    return stats_for_layers(network, [layer], images=images, n=n, progress=progress)[layer]
+
+
+def stats_for_layers(network, layers: Sequence[str], *, images: str | os.PathLike | None = None,
+                     n: int | None = None, progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
+    """The one policy for the statistics of a run — one layer or every layer of a range (CoIBA's) — whichever front
+    end asks (the app, `attribute IMG`, `attribute FOLDER`, the methods, `evaluate`, `train-readout`), so one image
+    gets the same bits everywhere:
 
     - the images: `images`, else the model card's folder, else the offline photos (`run_stats_source`);
     - the samples: `n`, else IBA_STATS_SAMPLES, else the network's default (`app_samples`);
     - for a folder, its statistics with that many samples; for the photos, the cached ones with the most samples
       if they have at least n, else those of n samples — from the cache, the shipped files, or estimated now (and
-      cached).
+      cached), the missing layers in ONE pass over the images (`compute_all_stats`).
     A folder that is not there raises MissingFileError with a sentence saying so.
     """
     folder, n = run_stats_source(network, images, n)
     check_range("The number of samples", n, 1, MAX_SAMPLES, integer=True)
     if folder and not Path(folder).expanduser().is_dir():
         raise MissingFileError(f"Image folder not found: {Path(folder).expanduser()}. Enter a folder that holds "
-                                "images.")
-    found = find_run_stats(network, layer, images=folder, n=n)
-    if found is not None:
-        return found
-    return get_stats(network, layer, images=Path(folder).expanduser() if folder else None, n=n, progress=progress)
+                               "images.")
+    found = {layer: find_run_stats(network, layer, images=folder, n=n) for layer in layers}
+    missing = [layer for layer in layers if found[layer] is None]
+    if len(missing) == 1:
+        found[missing[0]] = get_stats(network, missing[0], images=Path(folder).expanduser() if folder else None, n=n,
+                                      progress=progress)
+    elif missing:
+        fresh = compute_all_stats(network, missing, images=Path(folder).expanduser() if folder else None, n=n,
+                                  progress=progress)
+        for layer, stats in fresh.items():
+            _keep(stats, layer)  # cached as `get_stats` keeps them, so a single-layer run finds them too
+            found[layer] = stats
+    return {layer: found[layer] for layer in layers}
 
 
 class _Enough(Exception):

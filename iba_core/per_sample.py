@@ -243,7 +243,9 @@ class AttributionResult:
             "precision": self.precision,
             "unlocated_bits": self.unlocated_bits,
             "path": self.path,
-            "settings": asdict(self.settings),
+            # the precision that ran ("auto" resolved), and what was asked for beside it
+            "settings": {**asdict(self.settings), "precision": self.precision,
+                         "precision_asked": self.settings.precision},
             "history": [
                 {"step": h.step, "ce": h.ce, "info_nats": h.info, "beta_info": h.beta_info, "p_target": h.p_target}
                 for h in self.history

@@ -22,7 +22,7 @@ from iba_core.heads import PROBABILITY_NOTES
 from iba_core.methods.base import check_target
 from iba_core.methods.targets import PromptTarget
 from iba_core.networks.clip_models import is_clip
-from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, PerSampleBottleneck, StepInfo
+from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, StepInfo
 from iba_core.render import figures
 from iba_core.render.animation import (
     animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
@@ -41,7 +41,7 @@ from pages.widgets.form_widgets import (
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
 from pages.widgets.page import bring_into_view, keep_choice, remember_choice, restore_choice, through_app
-from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
+from pages.widgets.progress import method_stats_with_progress, network_turn
 from pages.widgets.text import plain
 
 RESULT_KEY = "ps_run"
@@ -121,7 +121,9 @@ def form(inputs: Inputs) -> tuple | None:
         with c1:
             layer_range = range_picker(inputs, "ps") if coiba else None
             layer = layer_range[0] if coiba else layer_picker(inputs, "ps")
-            beta_k = beta_picker("ps", inputs.network.head)
+            # CoIBA's β·k starts at its authors' 1 (`coiba.CoIBASettings`), kept apart from the one-layer choice
+            beta_k = (beta_picker("psc", inputs.network.head, coiba_defaults().beta_k) if coiba
+                      else beta_picker("ps", inputs.network.head))
         with c2:
             target = PromptBox(prompt_picker(inputs, "ps")) if is_clip(inputs.network) else target_picker(inputs, "ps")
         settings, folder, n = (settings_row(inputs, "psc", layer, coiba_defaults()) if coiba
@@ -175,16 +177,23 @@ def shared_lambda_title(layers: tuple[str, ...]) -> str | None:
     return f"λ (shared by {len(layers)} layers)" if layers else None
 
 
-def coiba_parts(inputs: Inputs, layer_range: tuple[str, str], folder: str | None, n: int, timing: dict):
-    """(layers, statistics' description, build) of a CoIBA run: the range checked (a bad one is refused in words
-    before any statistics), every layer's statistics with a bar, build(network, settings) its bottleneck."""
+def bottleneck_parts(inputs: Inputs, layer: str, settings: BottleneckSettings, folder: str | None, n: int,
+                     layer_range: tuple[str, str] | None, timing: dict):
+    """(the method, its layers, its statistics' description) of a run: the bottleneck from the method registry (the
+    one door, `methods.bottleneck_method`: CoIBA over `layer_range`, else the one-layer bottleneck), its layers
+    resolved (a bad range is refused in words before any statistics), every layer's statistics with a bar."""
     from iba_core.app.stats_source import range_stats_description
-    from iba_core.coiba import CoIBABottleneck, layer_range as checked_range, range_label
+    from iba_core.coiba import range_label
+    from iba_core.methods import bottleneck_method
 
-    layers = checked_range(inputs.network, *layer_range)
-    stats = range_stats_with_progress(inputs, layers, range_label(layers[0], layers[-1]), folder, n, timing=timing)
-    return layers, range_stats_description(stats), \
-        lambda network, settings: CoIBABottleneck.for_network(network, layers, stats, settings)
+    method = bottleneck_method(settings, layer=layer, layer_range=layer_range, stats_images=folder, stats_samples=n)
+    layers = method.resolve(inputs.network)[1]
+    label = layers[0] if layer_range is None else range_label(layers[0], layers[-1])
+    stats = method_stats_with_progress(inputs, method, label, folder, timing=timing)
+    if not stats:  # a prior with nothing estimated (M2IB's standard normal)
+        return method, layers, "none: a standard-normal prior"
+    described = next(iter(stats.values())).describe() if len(stats) == 1 else range_stats_description(stats)
+    return method, layers, described
 
 
 def _blank_like(picture: Image.Image) -> Image.Image:
@@ -216,15 +225,9 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         if heading:
             st.markdown(heading)
         layers: tuple[str, ...] = ()
-        if layer_range is None:
-            stats = stats_with_progress(inputs, layer, folder, n, timing=timing)
-            stats_description = stats.describe()
-
-            def build(network, settings):
-                return PerSampleBottleneck.for_network(network, layer, stats, settings)
-        else:
-            layers, stats_description, build = coiba_parts(inputs, layer_range, folder, n, timing)
-            layers, layer = tuple(layers), layers[0]
+        method, resolved, stats_description = bottleneck_parts(inputs, layer, settings, folder, n, layer_range, timing)
+        if layer_range is not None:
+            layers, layer = tuple(resolved), resolved[0]
             st.caption(coiba_caption(layers))
         bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
         heat, drain, lam, curves = step_slots()
@@ -257,7 +260,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 prompt, target = target.text, check_target(network, target).index
             else:
                 prompt = None
-            iba = build(network, settings)
+            iba = method.bottleneck(network)
             if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
                                        "this layer also measures which precision is fastest here (once)…")

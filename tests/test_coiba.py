@@ -18,8 +18,8 @@ from iba_core.coiba import (
     layer_range,
     range_label,
     resize_mask,
-    stats_for_range,
 )
+from iba_core.feature_stats import stats_for_layers
 from iba_core.errors import UserError
 from iba_core.feature_stats import FeatureStats, estimate_stats
 from iba_core.networks import network_from_module
@@ -434,7 +434,7 @@ def test_no_hooks_remain_after_a_run_or_an_error():
 
 
 def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypatch):
-    from iba_core import coiba, feature_stats
+    from iba_core import feature_stats
 
     net = small_cnn(True)
     cached = feature_stats.get_stats(net, "c2", n=4)
@@ -445,15 +445,15 @@ def test_statistics_for_a_range_estimate_the_missing_layers_in_one_pass(monkeypa
         calls.append(list(layers))
         return real(network, layers, **kwargs)
 
-    monkeypatch.setattr(coiba, "compute_all_stats", spy)
-    stats = stats_for_range(net, ["c1", "c2", "c3"], n=4)
+    monkeypatch.setattr(feature_stats, "compute_all_stats", spy)  # one function for a layer or a range
+    stats = stats_for_layers(net, ["c1", "c2", "c3"], n=4)
     assert calls == [["c1", "c3"]]  # one pass for the two layers not cached
     assert list(stats) == ["c1", "c2", "c3"] and torch.equal(stats["c2"].mean, cached.mean)
     assert [stats[layer].mean.shape for layer in stats] == [(4, 16, 16), (4, 16, 16), (6, 8, 8)]
-    again = stats_for_range(net, ["c1", "c2", "c3"], n=4)
+    again = stats_for_layers(net, ["c1", "c2", "c3"], n=4)
     assert calls == [["c1", "c3"]] and all(torch.equal(again[k].mean, stats[k].mean) for k in stats)
     with pytest.raises(UserError, match="Image folder not found"):
-        stats_for_range(net, ["c1"], images="/no/such/folder", n=4)
+        stats_for_layers(net, ["c1"], images="/no/such/folder", n=4)
 
 
 # ---- the method's settings ---------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from ..feature_stats import FeatureStats, app_samples, find_run_stats, photo_pool, run_stats_source, stats_for_run
+from ..feature_stats import (FeatureStats, app_samples, find_run_stats, photo_pool, run_stats_source, stats_for_layers,
+                             stats_for_run)
 from ..methods import get_method
 from ..networks import Network
 from ..progress import ProgressFn
@@ -68,16 +69,8 @@ def choose_stats(
     n: int | None = None,
     progress: ProgressFn | None = None,
 ) -> FeatureStats:
-    """Statistics for a run, by the one policy every front end uses (`feature_stats.stats_for_run`: `folder`, or
-    the model card's folder; else the cached ones of the offline photos with ≥ n samples, else n freshly
-    estimated), within the sample count a visitor may ask for.
-
-    A folder that is not there raises MissingFileError, one holding no readable image UserError, with a sentence
-    saying so.
-    """
-    folder, samples = run_stats_source(network, folder, n)
-    check_samples(samples)
-    return stats_for_run(network, layer, images=folder, n=samples, progress=progress)
+    """One layer's statistics by `choose_range_stats`."""
+    return choose_range_stats(network, [layer], folder=folder, n=n, progress=progress)[layer]
 
 
 def choose_range_stats(
@@ -88,13 +81,25 @@ def choose_range_stats(
     n: int | None = None,
     progress: ProgressFn | None = None,
 ) -> dict[str, FeatureStats]:
-    """Statistics for every layer of CoIBA's range by the same policy and limits as `choose_stats`; the missing
-    ones estimated in one pass over the images (`coiba.stats_for_range`)."""
-    from ..coiba import stats_for_range
+    """Statistics for a run — one layer, or every layer of CoIBA's range — by the one policy every front end uses
+    (`feature_stats.stats_for_layers`: `folder`, or the model card's folder; else the cached ones of the offline
+    photos with ≥ n samples, else n freshly estimated, the missing layers in one pass), within the sample count a
+    visitor may ask for.
 
+    A folder that is not there raises MissingFileError, one holding no readable image UserError, with a sentence
+    saying so.
+    """
     folder, samples = run_stats_source(network, folder, n)
     check_samples(samples)
-    return stats_for_range(network, list(layers), images=folder, n=samples, progress=progress)
+    return stats_for_layers(network, list(layers), images=folder, n=samples, progress=progress)
+
+
+def choose_method_stats(network: Network, method, *, progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
+    """The statistics of a bottleneck method (`methods.BottleneckMethod`: its layers, its folder and samples), within
+    the sample count a visitor may ask for; kept with the method, which builds its bottleneck from them."""
+    folder, samples = run_stats_source(network, method.settings.get("stats_images"), method.settings.get("stats_samples"))
+    check_samples(samples)
+    return method.statistics(network, progress) if method.needs_stats else {}
 
 
 def range_stats_description(stats: dict[str, FeatureStats]) -> str:
@@ -107,14 +112,9 @@ def range_stats_description(stats: dict[str, FeatureStats]) -> str:
 
 
 def method_stats_layers(network: Network, method) -> list[str]:
-    """The layers whose statistics `method` reads on `network`: its one layer (default: the network's), or every
-    layer of CoIBA's range (its `layers` setting, resolved by `settings_identity`)."""
-    identity = method.settings_identity(network)
-    if identity.get("layers"):
-        from ..coiba import layer_range
-
-        return layer_range(network, identity["layers"][0], identity["layers"][-1])
-    return [identity.get("layer") or network.spec.default_layer]
+    """The layers whose statistics `method` reads on `network` (`BottleneckMethod.resolve`: its one layer, or every
+    layer of CoIBA's range — for its branch placement, layers of a view of the network)."""
+    return list(method.resolve(network)[1])
 
 
 def stats_status(network: Network, layer: str) -> str:
@@ -136,21 +136,18 @@ def stats_status(network: Network, layer: str) -> str:
 
 def stats_for_methods(network: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
-    """The statistics that the methods in `methods` read with their default settings (the network's default
-    layer, by `feature_stats.stats_for_run`; CoIBA's every layer of its default range, in one pass), estimated now
-    if any of them needs statistics; the default layer's returned, else None.
+    """The statistics that the methods in `methods` read with their default settings (each method's own layers,
+    `BottleneckMethod.statistics`: a range's in one pass, the widest first so a one-layer method finds its layer
+    estimated), estimated now if any of them needs statistics; the default layer's returned, else None.
 
     Estimating here, before the maps, lets a page show the estimate's own progress.
     """
     methods = [get_method(key) for key in methods]
-    if not any(method.needs_stats for method in methods):
+    needing = sorted((m for m in methods if m.needs_stats), key=lambda m: -len(method_stats_layers(network, m)))
+    if not needing:
         return None
-    layers = list(dict.fromkeys(layer for method in methods if method.needs_stats
-                                for layer in method_stats_layers(network, method)))
-    if layers != [network.spec.default_layer]:  # e.g. CoIBA's range: every layer in one pass
-        from ..coiba import stats_for_range
-
-        stats_for_range(network, layers, progress=progress)
+    for method in needing:
+        method.statistics(network, progress)
     return stats_for_run(network, network.spec.default_layer, progress=progress)
 
 

@@ -153,9 +153,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = [PromptTarget(text) for text in prompts]  # an empty prompt is refused before the network loads
     # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = bottleneck_settings(args)
-    from ..feature_stats import stats_for_run
     from ..images import photo_or_path
-    from ..per_sample import PerSampleBottleneck
     from .common import load_from_args, progress_bar
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
@@ -166,22 +164,21 @@ def run(args: argparse.Namespace) -> int:
         settings = replace(settings, beta_k=default_beta_k(network))
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
     layers = None  # CoIBA's range
-    if args.method in ("coiba", "m2ib"):
-        from ..methods import get_method
+    method = None
+    if args.method != "readout":
+        from ..methods import bottleneck_method
 
-        # the preset resolves its layers on this network (CoIBA: the placement and the range; M2IB: its depth)
-        preset = get_method(args.method, **({"placement": settings.placement, "layers": args.layer_range}
-                                            if args.method == "coiba" else {"layer": args.layer}))
+        # the one door: the registry's method for these settings resolves its layers on this network (CoIBA: the
+        # placement and the range; M2IB: its depth; the Per-Sample Bottleneck: --layer or the default layer)
+        method = bottleneck_method(settings, layer=args.layer, layer_range=args.layer_range,
+                                   stats_images=args.stats_images, stats_samples=args.n)
+        resolved = method.resolve(network)[1]
+        layer = resolved[0]
         if args.method == "coiba":
-            network, layers = preset.resolve(network)  # a view listing the branch inputs for that placement
-            layer = layers[0]
-            note = preset.placement(network)[1]
+            layers = resolved
+            note = method.placement(network)[1]
             if note:
                 print(f"note: {note}", file=sys.stderr)
-        else:
-            layer = network.spec.check_layer(preset.layer(network))
-    else:
-        layer = network.spec.check_layer(args.layer or network.spec.default_layer)
     target = None if args.target is None else network.class_index(args.target)
     if prompts:
         from ..methods.base import check_target
@@ -196,28 +193,16 @@ def run(args: argparse.Namespace) -> int:
         # The readout's bottleneck layer and statistics come from its checkpoint.
         results = [readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)]
         layer, stats_samples = results[0].readout["layer"], None
-    elif layers is not None:
-        from ..coiba import CoIBABottleneck, range_label, stats_for_range
-
-        progress, close = progress_bar(f"statistics {network.key}/{range_label(layers[0], layers[-1])}")
-        try:  # every layer of the range by the one policy, the missing ones in one pass
-            stats = stats_for_range(network, layers, images=args.stats_images, n=args.n, progress=progress)
-        finally:
-            close()
-        bottleneck = CoIBABottleneck.for_network(network, layers, stats, settings)
-        stats_samples = min(s.n for s in stats.values())
-    elif settings.prior == "standard_normal":  # M2IB's prior: no statistics to estimate
-        bottleneck = PerSampleBottleneck.for_network(network, layer, None, settings)
-        stats_samples = 0
     else:
-        progress, close = progress_bar(f"statistics {network.key}/{layer}")
-        try:
-            # the one policy (also `attribute FOLDER`'s and the app's): IBA_STATS_SAMPLES counts here too
-            stats = stats_for_run(network, layer, images=args.stats_images, n=args.n, progress=progress)
+        from ..coiba import range_label
+
+        progress, close = progress_bar(f"statistics {network.key}/{range_label(layer, resolved[-1])}")
+        try:  # the one policy (also `attribute FOLDER`'s and the app's), every layer of a range in one pass
+            stats = method.statistics(network, progress) if method.needs_stats else {}
         finally:
             close()
-        bottleneck = PerSampleBottleneck.for_network(network, layer, stats, settings)
-        stats_samples = stats.n
+        bottleneck = method.bottleneck(network)
+        stats_samples = min((s.n for s in stats.values()), default=0)  # 0: a prior, nothing estimated (M2IB)
     if args.method != "readout":
         if prompts:  # one fit per prompt, together (each as it would be alone)
             results = bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets)

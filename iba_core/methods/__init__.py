@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import UserError
 from .base import AttributionMap, Method, key_number
-from .bottlenecks import M2IB, CoIBAMethod, PerSampleIBA, ReadoutMethod
+from .bottlenecks import M2IB, BottleneckMethod, CoIBAMethod, PerSampleIBA, ReadoutMethod
 from .cam import GradCam, GuidedGradCam
 from .cam_variants import EigenCam, GradCamPlusPlus, LayerCam, ScoreCam
 from .gradients import GuidedBackprop, Gradient, IntegratedGradients, Saliency, SmoothGrad
@@ -121,6 +121,32 @@ def get_method(key: str, **settings) -> Method:
         raise UserError(f"Invalid settings for {key!r}: {err}") from None
 
 
+def bottleneck_method(settings, *, layer: str | None = None, layer_range=None, stats=None,
+                      stats_images: str | None = None, stats_samples: int | None = None) -> BottleneckMethod:
+    """The registry's bottleneck method that runs `settings` (a `per_sample.BottleneckSettings`): CoIBA's preset for
+    a `coiba.CoIBASettings` (over `layer_range`: (first, last) or "FIRST:LAST"; None: its default range from
+    `layer`), M2IB's for the standard-normal prior, else the Per-Sample Bottleneck at its β·k — every field of
+    `settings` given to it, so its key and identity name them. The one door of every front end that holds a
+    settings object (the Per-Sample page, the CLI, the β × layer grid, the metrics runner): `bottleneck_method(
+    settings, layer=…).bottleneck(network).attribute(x, target, callback)`."""
+    from dataclasses import asdict
+
+    from ..coiba import CoIBASettings
+
+    values = asdict(settings.validate())
+    common = {"stats": stats, "stats_images": stats_images, "stats_samples": stats_samples}
+    if isinstance(settings, CoIBASettings):
+        key, extra = "coiba", {"layers": layer_range, "layer": layer}
+    else:
+        key = "m2ib" if settings.prior == "standard_normal" else per_sample_key(settings.beta_k)
+        extra = {"layer": layer}
+    accepted = get_method(key).default_settings()
+    dropped = {k: v for k, v in values.items() if k not in accepted and v != getattr(type(settings)(), k)}
+    if dropped:  # a setting the method cannot carry would be lost silently: a bug of the caller
+        raise ValueError(f"{key} takes no setting {', '.join(dropped)}.")
+    return get_method(key, **{k: v for k, v in values.items() if k in accepted}, **extra, **common)
+
+
 def display_names() -> dict[str, str]:
     """key → display name with default settings, e.g. {"occlusion_8": "Occlusion-8×8", …}."""
     return {key: get_method(key).name for key in METHODS}
@@ -151,7 +177,7 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
 
 
 __all__ = [
-    "ALIASES", "M2IB", "PRESETS",
+    "ALIASES", "M2IB", "PRESETS", "BottleneckMethod", "bottleneck_method",
     "AttributionMap", "ClassTarget", "LabelSetTarget", "METHODS", "Method", "MethodFactory", "Target",
     "PER_SAMPLE_KEY", "UnknownMethodError", "as_target", "display_names", "per_sample_key",
     "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",

@@ -18,21 +18,113 @@ import os
 import numpy as np
 import torch
 
-from ..bottleneck import DEFAULT_BETA_K
-from ..coiba import (CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of, range_label,
-                     stats_for_range)
+from ..coiba import CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of, range_label
 from ..coiba import layer_range as coiba_layer_range
 from ..errors import UserError
-from ..per_sample import BottleneckSettings, PerSampleBottleneck
+from ..feature_stats import FeatureStats, stats_for_layers
+from ..per_sample import AttributionResult, BottleneckSettings, PerSampleBottleneck, StepCallback
+from ..progress import ProgressFn
 from .base import Method, key_number, spec_of
 
 
-class PerSampleIBA(Method):
+class BottleneckMethod(Method):
+    """The one door to the bottleneck family: every front end (the Per-Sample page's live run, the CLI, the β × layer
+    grid, Compare, Evaluate, the metrics runner, folder runs) gets its bottleneck here — `bottleneck(network)`, or a
+    method from a settings object by `bottleneck_method` — and none builds a bottleneck class itself.
+
+    A subclass says which layers it reads (`resolve`) and how it builds the bottleneck (`_build`); the statistics of
+    one layer or a range come through one function (`feature_stats.stats_for_layers`), given ones first (the
+    `stats` setting). A live view passes an observer: `bottleneck(network).attribute(x, target, callback)`."""
+
     signed = False
     unit = "bits/pixel"
     cost = "slow"
     needs_stats = True
     explains_logit = False  # its loss and p(target) follow the network's head (`heads.py`)
+    batched = True  # one bottleneck per image, fitted together (`PerSampleBottleneck.attribute_batch`)
+    takes_label_sets = False  # its loss reads the head for one class
+
+    def resolve(self, network) -> tuple[object, list[str]]:
+        """(the network the bottleneck runs on — `network` or a view of it listing more layers —, its layers)."""
+        raise NotImplementedError
+
+    def settings_object(self) -> BottleneckSettings:
+        """The bottleneck's settings from this method's (checked: a UserError names the range of a bad one)."""
+        raise NotImplementedError
+
+    def _build(self, view, layers: list[str], stats: dict[str, FeatureStats]) -> PerSampleBottleneck:
+        raise NotImplementedError
+
+    def _given_stats(self, layers: list[str]) -> dict[str, FeatureStats]:
+        """The statistics the `stats` setting gives, by layer ({layer: FeatureStats}, or one FeatureStats: for its
+        layer when that is one of `layers`, else the first)."""
+        given = self.settings.get("stats")
+        if given is None:
+            return {}
+        if not isinstance(given, dict):
+            layer = getattr(given, "layer", None)
+            given = {layer if layer in layers else layers[0]: given}
+        return {layer: st for layer, st in given.items() if layer in layers}
+
+    def statistics(self, network, progress: ProgressFn | None = None) -> dict[str, FeatureStats]:
+        """Every layer's statistics by the one policy (`feature_stats.stats_for_layers`: given, cached or shipped
+        first, the missing ones estimated in one pass with `progress`), on the network's device."""
+        view, layers = self.resolve(network)
+        found = getattr(self, "_found", None)
+        if found is not None and found[0] is network and found[1] == layers:
+            return found[2]
+        stats = self._given_stats(layers)
+        missing = [layer for layer in layers if layer not in stats]
+        if missing:
+            s = self.settings
+            stats.update(stats_for_layers(view, missing, images=s["stats_images"], n=s["stats_samples"],
+                                          progress=progress))
+        stats = {layer: stats[layer].to(network.device) for layer in layers}
+        self._found = (network, layers, stats)  # kept with the method: `bottleneck` builds from them
+        return stats
+
+    def bottleneck(self, network, progress: ProgressFn | None = None) -> PerSampleBottleneck:
+        """The bottleneck on `network`, built once per network and layers and kept (statistics estimated first
+        where missing, with `progress`). Its `attribute(x, target, callback)` reports every step to `callback`."""
+        view, layers = self.resolve(network)
+        kept = getattr(self, "_kept", None)
+        if kept is not None and kept[0] is network and kept[1] == layers:
+            return kept[2]
+        bottleneck = self._build(view, layers, self.statistics(network, progress) if self.needs_stats else {})
+        self._kept = (network, layers, bottleneck)
+        return bottleneck
+
+    def prepare(self, network, progress: ProgressFn | None = None) -> None:
+        """The bottleneck, built (its statistics estimated where missing, with `progress`): a problem there stops a
+        folder run before any image. Kept for the next call on the same network."""
+        self.bottleneck(network, progress)
+
+    def run(self, network, x: torch.Tensor, target: int | None = None,
+            callback: StepCallback | None = None) -> AttributionResult:
+        """One image's whole result (heatmap, history, p(target), bits) with every step reported to `callback`: the
+        live views' call. `attribute` gives the method interface's `AttributionMap` instead."""
+        return self.bottleneck(network).attribute(x, target, callback)
+
+    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
+        bottleneck = self.bottleneck(network)
+        layers = list(self.resolve(network)[1])
+        results = bottleneck.attribute_batch(x, targets)
+        return [(r.heatmap, {**self._extra(network, layers), **{
+            "total_bits": r.total_bits,
+            "p_without": r.p_without,
+            "p_with": r.p_with,
+            "stats_samples": bottleneck.stats.n,
+            "precision": r.precision,
+            "path": r.path,  # stages, fx (a traced cut) or hook (the whole network every step)
+            "unlocated_bits": r.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
+        }}) for r in results]
+
+    def _extra(self, network, layers: list[str]) -> dict:
+        """What a map's extras say of where the bottleneck sat."""
+        return {"layer": layers[0]}
+
+
+class PerSampleIBA(BottleneckMethod):
 
     def __init__(self, beta_k: float | None = None, **settings):
         super().__init__(**settings if beta_k is None else {**settings, "beta_k": beta_k})
@@ -93,43 +185,14 @@ class PerSampleIBA(Method):
                                  "source": getattr(stats, "source", None)}
         return settings
 
-    def prepare(self, network) -> None:
-        """The layer's statistics, by the one policy (`feature_stats.stats_for_run`; estimated on first use): a
-        problem there stops a folder run before any image. Kept for the next call on the same network."""
-        self._bottleneck(network)
+    def resolve(self, network) -> tuple[object, list[str]]:
+        return network, [network.spec.check_layer(self.layer(network))]
 
-    def _bottleneck(self, network) -> PerSampleBottleneck:
-        from ..feature_stats import stats_for_run
+    def settings_object(self) -> BottleneckSettings:
+        return self.bottleneck_settings()
 
-        s = self.settings
-        layer = network.spec.check_layer(self.layer(network))
-        kept = getattr(self, "_kept", None)
-        if kept is not None and kept[0] is network and kept[1] == layer:
-            return kept[2]
-        stats = s["stats"]
-        if stats is None and s["prior"] != "standard_normal":  # the standard-normal prior needs no statistics
-            stats = stats_for_run(network, layer, images=s["stats_images"], n=s["stats_samples"])
-        bottleneck = PerSampleBottleneck.for_network(network, layer, None if stats is None else stats.to(network.device),
-                                                     self.bottleneck_settings())
-        self._kept = (network, layer, bottleneck)
-        return bottleneck
-
-    batched = True  # one bottleneck per image, fitted together (`PerSampleBottleneck.attribute_batch`)
-    takes_label_sets = False  # its loss reads the head for one class
-
-    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
-        bottleneck = self._bottleneck(network)
-        results = bottleneck.attribute_batch(x, targets)
-        return [(r.heatmap, {
-            "layer": self.layer(network),
-            "total_bits": r.total_bits,
-            "p_without": r.p_without,
-            "p_with": r.p_with,
-            "stats_samples": bottleneck.stats.n,
-            "precision": r.precision,
-            "path": r.path,  # stages, fx (a traced cut) or hook (the whole network every step)
-            "unlocated_bits": r.unlocated_bits,  # e.g. a ViT's class token: in total_bits, not on the map
-        }) for r in results]
+    def _build(self, view, layers: list[str], stats: dict[str, FeatureStats]) -> PerSampleBottleneck:
+        return PerSampleBottleneck.for_network(view, layers[0], stats.get(layers[0]), self.bottleneck_settings())
 
 
 class M2IB(PerSampleIBA):
@@ -257,19 +320,11 @@ class ReadoutMethod(Method):
                 for m in maps]
 
 
-class CoIBAMethod(Method):
+class CoIBAMethod(BottleneckMethod):
     """CoIBA (Hong et al., CVPR 2025): one mask shared by bottlenecks at every layer of a range (`coiba.py`);
     bits per pixel of the range's first layer. The preset `coiba` is the authors' setting (`coiba.CoIBASettings`:
     β·k 1, no smoothing, the last forward pass's read point, their branch placement on a transformer with a class
     token); on other networks, bottlenecks on the layer outputs: this project's extension."""
-
-    signed = False
-    unit = "bits/pixel"
-    cost = "slow"
-    needs_stats = True
-    explains_logit = False  # its loss and p(target) follow the network's head (`heads.py`)
-    batched = True  # one mask per image, fitted together (`CoIBABottleneck.attribute_batch`)
-    takes_label_sets = False  # its loss reads the head for one class
 
     def __init__(self, **settings):
         super().__init__(**settings)
@@ -379,50 +434,11 @@ class CoIBAMethod(Method):
         return {**self.settings, "layers": layers, "layer": layers[0], "stats": stats,
                 "placement": self.placement(network)[0]}
 
-    def _given_stats(self, layers: list[str]) -> dict:
-        """The statistics the `stats` setting gives, by layer of the range."""
-        given = self.settings["stats"]
-        if given is None:
-            return {}
-        if not isinstance(given, dict):
-            layer = getattr(given, "layer", None)
-            given = {layer if layer in layers else layers[0]: given}
-        return {layer: st for layer, st in given.items() if layer in layers}
+    def settings_object(self) -> CoIBASettings:
+        return self.coiba_settings()
 
-    def prepare(self, network) -> None:
-        """Every layer's statistics, by the one policy (`coiba.stats_for_range`, missing ones in one pass): a
-        problem there stops a folder run before any image. Kept for the next call on the same network."""
-        self._bottleneck(network)
+    def _build(self, view, layers: list[str], stats: dict[str, FeatureStats]) -> CoIBABottleneck:
+        return CoIBABottleneck.for_network(view, layers, stats, self.coiba_settings())
 
-    def _bottleneck(self, network) -> CoIBABottleneck:
-        s = self.settings
-        view, layers = self.resolve(network)
-        kept = getattr(self, "_kept", None)
-        if kept is not None and kept[0] is network and kept[1] == layers:
-            return kept[2]
-        stats = self._given_stats(layers)
-        missing = [layer for layer in layers if layer not in stats]
-        if missing:
-            stats.update(stats_for_range(view, missing, images=s["stats_images"], n=s["stats_samples"]))
-        stats = {layer: stats[layer].to(network.device) for layer in layers}
-        bottleneck = CoIBABottleneck.for_network(view, layers, stats, self.coiba_settings())
-        self._kept = (network, layers, bottleneck)
-        return bottleneck
-
-    def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
-        bottleneck = self._bottleneck(network)
-        layers = list(bottleneck.layers)
-        results = bottleneck.attribute_batch(x, targets)
-        placement = self.placement(network)[0]
-        return [(r.heatmap, {
-            "layer": layers[0],
-            "layers": layers,
-            "placement": placement,
-            "total_bits": r.total_bits,
-            "p_without": r.p_without,
-            "p_with": r.p_with,
-            "stats_samples": bottleneck.stats.n,
-            "precision": r.precision,
-            "path": r.path,
-            "unlocated_bits": r.unlocated_bits,
-        }) for r in results]
+    def _extra(self, network, layers: list[str]) -> dict:
+        return {"layer": layers[0], "layers": layers, "placement": self.placement(network)[0]}

@@ -283,7 +283,8 @@ def _run_sanity(ctx: _Context, item, methods: dict) -> None:
 
 def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
     from .beta_table import INITIAL, ORIG, column_name, per_sample_row, readout_row
-    from ..per_sample import BottleneckSettings, PerSampleBottleneck
+    from ..methods import bottleneck_method
+    from ..per_sample import BottleneckSettings
 
     o = ctx.options
     layer = o.layer or ctx.network.spec.default_layer
@@ -306,7 +307,8 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
         prefix, suffix = ctx.network.fast_split(layer)
         base = BottleneckSettings(steps=o.steps, seed=o.seed)
         # "auto" measured once per network and layer (kept with the network), not once per row
-        base = replace(base, precision=PerSampleBottleneck.for_network(ctx.network, layer, stats, base).precision_for(x))
+        base = replace(base, precision=bottleneck_method(base, layer=layer, stats=stats).bottleneck(ctx.network)
+                       .precision_for(x))
     if ORIG in todo or INITIAL in todo:
         row = per_sample_row(prefix, suffix, stats, x, label, None, base)
         if ORIG in todo:

@@ -45,7 +45,8 @@ def run_report(
             "model": model_key,
             "layer": layer,
             "target": {"index": int(result.target), "name": class_name},
-            "settings": asdict(settings),
+            # the precision that ran (never "auto": the page says the same), and what was asked for beside it
+            "settings": {**asdict(settings), "precision": result.precision, "precision_asked": settings.precision},
             "statistics": stats_description,
             "results": {
                 "total_bits": float(result.total_bits),

@@ -143,6 +143,12 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "…"
 
 
+#: Method settings added after runs were made, with the value those runs used without naming it: a run.json that
+#: lacks one resumes when the new run has that value (the bottleneck family's prior, CoIBA's placement and read
+#: point, issue #37).
+SETTINGS_ADDED = {"prior": "estimated", "placement": "output", "read_point": "final"}
+
+
 def differences(old: dict, new: dict) -> list[str]:
     """What differs between a run folder's identity and a new run's, as short phrases ("layer block3_2 (this run:
     block4_1)"). Methods only the new run has are no difference (they are added); neither is a layer the old run
@@ -160,6 +166,8 @@ def differences(old: dict, new: dict) -> list[str]:
     for method in sorted(set(old_m) & set(new_m)):
         a, b = old_m[method].get("settings", {}), new_m[method].get("settings", {})
         for key in sorted(set(a) | set(b)):
+            if key not in a and key in SETTINGS_ADDED and b.get(key) == SETTINGS_ADDED[key]:
+                continue  # a setting added since, at the value the old run used
             if a.get(key) != b.get(key):
                 out.append(f"{method}'s {key} {_shown(a.get(key))} (this run: {_shown(b.get(key))})")
     return out

@@ -74,11 +74,14 @@ def range_picker(inputs: Inputs, prefix: str) -> tuple[str, str]:
     return picked[0], picked[1]
 
 
-def beta_picker(prefix: str, head: str = "softmax") -> float:
+def beta_picker(prefix: str, head: str = "softmax", preset: float | None = None) -> float:
     """β·k on its log scale, starting at the default of the network's head (`heads.default_beta_k`: the paper's 10,
-    M2IB's 0.1 for a CLIP model's similarity head; each such head keeps its own choice)."""
+    M2IB's 0.1 for a CLIP model's similarity head; each such head keeps its own choice), or at a preset's own
+    (`preset`: CoIBA's 1, its authors' β) for a classifier."""
     default = default_beta_k(head)
-    key = f"{prefix}_beta" if default == DEFAULT_BETA_K else f"{prefix}_beta_{head}"
+    if preset is not None and default == DEFAULT_BETA_K:
+        default = preset
+    key = f"{prefix}_beta" if default == DEFAULT_BETA_K or preset is not None else f"{prefix}_beta_{head}"
     linked = take_from_link(None, "beta_k")
     if linked is not None:
         st.session_state[key] = linked

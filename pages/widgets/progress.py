@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 import streamlit as st
 
 from iba_core.app.state import SharedModel
-from iba_core.app.stats_source import choose_range_stats, choose_stats, stats_for_methods, stats_progress_text
+from iba_core.app.stats_source import (choose_method_stats, choose_range_stats, choose_stats, stats_for_methods,
+                                       stats_progress_text)
 from iba_core.networks import Network
 from iba_core.trust import check_server_path
 from iba_core.feature_stats import FeatureStats
@@ -67,6 +68,15 @@ def range_stats_with_progress(inputs: Inputs, layers: list[str], label: str, fol
     the bar `stats_with_progress` shows, naming the range by `label`; timing as there."""
     return _with_stats_bar(inputs, label, folder, timing, lambda progress: choose_range_stats(
         inputs.network, layers, folder=folder, n=n, progress=progress))
+
+
+def method_stats_with_progress(inputs: Inputs, method, label: str, folder: str | None,
+                               timing: dict | None = None) -> dict[str, FeatureStats]:
+    """A bottleneck method's statistics (`stats_source.choose_method_stats`: every layer it reads, the missing ones
+    in one pass), with the bar `stats_with_progress` shows, naming the layer or range by `label`; timing as
+    there. The method keeps them and builds its bottleneck from them."""
+    return _with_stats_bar(inputs, label, folder, timing, lambda progress: choose_method_stats(
+        inputs.network, method, progress=progress))
 
 
 def _with_stats_bar(inputs: Inputs, label: str, folder: str | None, timing: dict | None,

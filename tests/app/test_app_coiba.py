@@ -32,7 +32,8 @@ def record_of(result, layers: tuple[str, ...] = ()) -> RunRecord:
 
 
 def test_a_coiba_record_names_its_range_in_captions_files_and_report(network):
-    from iba_core.coiba import CoIBABottleneck, CoIBASettings, stats_for_range
+    from iba_core.coiba import CoIBABottleneck, CoIBASettings
+    from iba_core.feature_stats import stats_for_layers as stats_for_range
     from iba_core.images import load_sample
 
     layers = layer_range(network, "block6_4", "block7_1")

@@ -26,6 +26,20 @@ def test_run_report_is_json_and_complete() -> None:
     assert not any(isinstance(v, list) and len(v) > 100 for v in back["results"].values())  # no arrays
 
 
+def test_the_report_says_the_precision_that_ran_not_auto() -> None:
+    """The page says "bits in fp32"; the report said "auto" (what was asked for): now the precision that ran, and
+    the one asked for beside it; the result's own summary alike."""
+    import dataclasses
+
+    res = result()
+    res = dataclasses.replace(res, settings=dataclasses.replace(res.settings, precision="auto"), precision="bf16")
+    report = run_report(res.settings, res, "efficientnet_lite0", "block3_2", "chelsea", "Egyptian cat")
+    assert report["settings"]["precision"] == "bf16" and report["settings"]["precision_asked"] == "auto"
+    summary = res.summary()
+    assert summary["settings"]["precision"] == "bf16" == summary["precision"]
+    assert summary["settings"]["precision_asked"] == "auto"
+
+
 def test_run_report_replaces_nan_by_null() -> None:
     res = result()
     res.p_with = float("nan")
