@@ -30,7 +30,7 @@ from iba_core.render.animation import (
 from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, few_bits_text, full_resolution_overlay, not_needed_fraction, not_needed_outline,
-    overlay_image, part_of_total_text, png_bytes,
+    overlay_image, part_of_total_text, png_bytes, token_strip,
 )
 from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_seconds, format_target_score, target_score_name
@@ -256,6 +256,7 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with network_turn(inputs.shared, timing) as network:
+            text = None
             if isinstance(target, PromptTarget):  # its index among the network's prompts, added if new
                 prompt, target = target.text, check_target(network, target).index
             else:
@@ -265,13 +266,18 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
                                        "this layer also measures which precision is fastest here (once)…")
             result = iba.attribute(inputs.x, target=target, callback=on_step)
+            if prompt is not None:  # which words carry the information: M2IB's text side, in the same turn
+                from iba_core.text_side import TextSideSettings, text_side
+
+                bar.progress(1.0, text=f"**Step {settings.steps} / {settings.steps}** · the prompt's words…")
+                text = text_side(network, inputs.x, prompt, TextSideSettings(seed=settings.seed))
     pre = inputs.network.preprocess
     return RunRecord(
         image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
         class_name=prompt or inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats_description, original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
-        stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0), layers=layers,
+        stats_seconds=timing.get("stats", 0.0), wait_seconds=timing.get("wait", 0.0), layers=layers, text_side=text,
     )
 
 
@@ -480,8 +486,25 @@ def results(record: RunRecord, scale: ColourScale) -> None:
         st.markdown("**Few bits**")
         few_bits(record)
 
+    prompt_words(record)
     downloads(record, opacity, scale)
     st.caption(f"Feature statistics: {plain(record.stats_description)}.")  # it may name a typed folder
+
+
+def prompt_words(record: RunRecord) -> None:
+    """A CLIP prompt's words on the colours of their bits (M2IB's text side), under the image's maps."""
+    text = record.text_side
+    if text is None:
+        return
+    st.markdown("**Which words carry the information**")
+    words = text.words()
+    st.image(token_strip(words), alt="The prompt's words with their bits: " + ", ".join(
+        f"{w} {b:.1f}" for w, b in words))
+    st.caption(f"M2IB's text side: a bottleneck on the text encoder at {plain(text.layer)} (standard-normal prior, "
+               f"β·k {text.settings.beta_k:g}), fitted to keep the prompt's similarity to this image: "
+               f"{text.total_bits:,.0f} bits in all (start and end tokens included, not shown); similarity "
+               f"{text.similarity_without:.3f} → {text.similarity_with:.3f} with it. Bits per word on their own "
+               "scale (0 – the largest word's), not the image's.")
 
 
 def prompt_maps(records: list[RunRecord]) -> None:

@@ -192,6 +192,18 @@ def test_attribute_writes_one_map_per_prompt(clip_folder, tmp_path, capsys, monk
     assert all(m.shape == (32, 32) for m in maps) and not np.allclose(maps[0], maps[1])
     assert sum(math.isclose(m.sum(), line["total_bits"] - line["unlocated_bits"], rel_tol=1e-3)
                for m, line in zip(maps, lines)) == 2
+    # which words carry the information (M2IB's text side): the prompt's own tokens with their bits
+    for line, words in zip(lines, (["a", "cat"], ["a", "dog"])):
+        text = line["text_side"]
+        assert [t["token"] for t in text["tokens"]] == words and all(t["bits"] >= 0 for t in text["tokens"])
+        assert text["settings"]["prior"] == "standard_normal" and text["settings"]["beta_k"] == 0.1
+    # M2IB as its authors run it: the standard-normal prior, no statistics
+    code = main(["attribute", str(image), "--model", f"clip:{clip_folder}", "--prompt", "a cat", "--method", "m2ib",
+                 "--steps", "2", "--batch", "2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    line = json.loads(captured.out.strip())
+    assert line["method"] == "m2ib" and line["stats_samples"] == 0 and line["beta_k"] == 0.1
     # --prompt and --target exclude each other; a classifier refuses prompts in one sentence
     with pytest.raises(SystemExit):
         main(["attribute", str(image), "--model", f"clip:{clip_folder}", "--prompt", "a cat", "--target", "0"])

@@ -153,6 +153,8 @@ class RunRecord:
     #: CoIBA's layers, first to last (`layer` is then the first, where the map and its information lie); () for
     #: the one-layer Per-Sample Bottleneck.
     layers: tuple[str, ...] = ()
+    #: A CLIP prompt's words with their bits (M2IB's text side, `text_side.TokenBits`); None for a class.
+    text_side: object | None = None
 
     @property
     def where(self) -> str:
@@ -181,6 +183,8 @@ class RunRecord:
         if self.layers:
             report["method"] = COIBA_METHOD
             report["layers"] = list(self.layers)
+        if self.text_side is not None:  # a CLIP prompt's words with their bits (M2IB's text side)
+            report["text_side"] = self.text_side.summary()
         return report
 
 

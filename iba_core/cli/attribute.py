@@ -213,12 +213,18 @@ def run(args: argparse.Namespace) -> int:
         name = network.class_name(result.target)
         out = args.out and (prompt_path(files.npy_path(args.out), i, name) if several else args.out)
         png = args.png and (prompt_path(args.png, i, name) if several else args.png)
-        _write(args, network, cropped, result, layer, layers, stats_samples, out, png, prompt=bool(prompts))
+        text = None
+        if prompts:  # which words carry the information: M2IB's text side, beside the image's map
+            from ..text_side import TextSideSettings, text_side
+
+            text = text_side(network, x, name, TextSideSettings(seed=args.seed)).summary()
+        _write(args, network, cropped, result, layer, layers, stats_samples, out, png, prompt=bool(prompts),
+               text=text)
     return 0
 
 
 def _write(args: argparse.Namespace, network, cropped, result, layer: str, layers: list[str] | None, stats_samples,
-           out, png, *, prompt: bool) -> None:
+           out, png, *, prompt: bool, text: dict | None = None) -> None:
     """One map's files (.npy, .png) and its JSON line."""
     from .common import print_json
 
@@ -257,4 +263,6 @@ def _write(args: argparse.Namespace, network, cropped, result, layer: str, layer
         # only where they say something: a traced or hooked network, bits without a place on the image (ViT)
         **({"path": result.path} if getattr(result, "path", "stages") != "stages" else {}),
         **({"unlocated_bits": round(result.unlocated_bits, 3)} if getattr(result, "unlocated_bits", 0) else {}),
+        # a prompt's words with their bits (M2IB's text side, `text_side.py`): which words the similarity needs
+        **({"text_side": text} if text is not None else {}),
     })

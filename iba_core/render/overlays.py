@@ -271,3 +271,35 @@ def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, f
         draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))
         draw.ellipse([x - tolerance, y - tolerance, x + tolerance, y + tolerance], outline=colour, width=1)
     return out
+
+
+def token_strip(words: Sequence[tuple[str, float]], top: float | None = None, *, font_size: int = 18,
+                width: int = 640, cmap: str = "inferno") -> Image.Image:
+    """A prompt's words on the colours of their bits (M2IB's text side, `text_side.TokenBits.words`), wrapped to
+    `width` px, with the colour legend below: 0 – `top` bits (default: the largest word's), the image map's colour
+    map. A picture, not HTML: a prompt's text is drawn, never interpreted."""
+    from .colours import text_font, text_size
+
+    top = float(top if top is not None else max((b for _, b in words), default=0.0)) or 1.0
+    lut = colour_lut(cmap)
+    font = text_font(font_size)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    pad, gap, line_h = 6, 6, font_size + 14
+    boxes, x, y = [], gap, gap
+    for word, bits in words:
+        w = text_size(probe, word, font)[0] + 2 * pad
+        if x + w > width - gap and x > gap:
+            x, y = gap, y + line_h + gap
+        boxes.append((x, y, w, word, bits))
+        x += w + gap
+    legend = colour_legend(width, top, cmap, label="bits / token")
+    picture = Image.new("RGB", (width, y + line_h + gap + legend.height), "white")
+    draw = ImageDraw.Draw(picture)
+    for x, y, w, word, bits in boxes:
+        index = int(round(min(max(bits / top, 0.0), 1.0) * (len(lut) - 1)))
+        colour = tuple(int(c) for c in lut[index][:3])
+        draw.rectangle((x, y, x + w, y + line_h), fill=colour)
+        light = sum(colour) / 3 > 128  # dark text on a light colour, light on a dark one
+        draw.text((x + pad, y + 5), word, fill=(0, 0, 0) if light else (255, 255, 255), font=font)
+    picture.paste(legend, (0, picture.height - legend.height))
+    return picture

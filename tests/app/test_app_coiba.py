@@ -122,7 +122,7 @@ def test_a_grid_with_a_range_row_computes_coiba_cells(network, tmp_path, monkeyp
     torch.manual_seed(0)
     x = network.preprocess(load_sample("chelsea"))
     base = BottleneckSettings(steps=1, batch=1, sigma=2.0)
-    assert coiba_settings(base, 10.0) == CoIBASettings(steps=1, batch=1, beta_k=10.0)  # CoIBA's own σ_s
+    assert coiba_settings(base, 10.0) == CoIBASettings(steps=1, batch=1, beta_k=10.0, placement="output")  # its own σ_s
     ranges: list[list[str]] = []
     ranges: list[list[str]] = []
 
