@@ -108,6 +108,35 @@ def effects(precision: str, yardsticks: bool) -> None:
         print(f"{label:<42} {bits:9,.0f} bits   p with/without {ratio:.3f}   kept {kept} of {len(values)}{ys}")
 
 
+def placement_vit(precision: str) -> None:
+    """CoIBA's two placements on a RANDOM-weight timm ViT-S/16 (no pretrained ViT offline): for each photo, p(target)
+    without → with and the total bits, at the authors' branch inputs and at the block outputs, β·k 1 and 10 (the
+    target: the network's top-1). Random weights: what each placement does to such a network, not which explains a
+    trained ViT better."""
+    import tempfile
+
+    import timm
+    from timm.models import save_for_hf
+
+    from iba_core.methods import get_method
+
+    folder = Path(tempfile.mkdtemp()) / "vit_small"
+    torch.manual_seed(0)
+    save_for_hf(timm.create_model("vit_small_patch16_224", num_classes=1000), folder, safe_serialization=True)
+    network = load_network(str(folder))
+    for photo in PHOTOS:
+        x = network.preprocess(load_sample(photo))
+        target = int(network.probabilities(x).argmax())
+        for placement in ("branch", "output"):
+            for beta_k in (1.0, 10.0):
+                method = get_method("coiba", placement=placement, beta_k=beta_k, precision=precision,
+                                    stats_samples=100)
+                e = method.attribute(network, x, target).extra
+                print(f"{photo:<11} ViT-S/16 random, {placement:<6} β·k {beta_k:<4g} {e['layers'][0]} … "
+                      f"{e['layers'][-1]}  {e['total_bits']:9,.0f} bits   p {e['p_without']:.5f} → {e['p_with']:.5f}",
+                      flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -117,9 +146,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--effects", action="store_true", help="print the README's measured effects instead")
     parser.add_argument("--yardsticks", action="store_true", help="with --effects: insertion and deletion AUCs too")
+    parser.add_argument("--placement-vit", action="store_true",
+                        help="CoIBA's branch and output placements on a random-weight timm ViT-S/16")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.placement_vit:
+        print(f"CPU: {cpu_model()}; before: {uptime()}", flush=True)
+        placement_vit(args.precision)
+        print(f"after: {uptime()}")
+        return
     if args.effects:
         print(f"CPU: {cpu_model()}; before: {uptime()}", flush=True)
         effects(args.precision, args.yardsticks)

@@ -2,10 +2,14 @@
 bottlenecks at every layer of a range.
 
 Each layer l of the range replaces its output R_l by Z_l = λ_l·R_l + (1 − λ_l)·ε_l with ε_l ~ N(μ_l, σ_l²), its
-OWN feature statistics, and the same λ (paper §3, eq. 6). The information term is the KL at the FIRST layer
-only: by the data-processing inequality I(R_1; Z_1) bounds the information that reaches any later layer, so
-it bounds the whole range (paper §3.2). Loss = the head's target term (`heads.target_nll`) + β·Σ KL with
-β = β·k / k, k the elements of the first layer (the authors' β = 10 on the MEAN capacity is β·k = 10).
+OWN feature statistics, and the same λ (paper §3, eq. 6). Which layers: the placement (`PLACEMENTS`,
+`placement_of`) — the inputs of the transformer blocks' attention branches as the authors place them
+(`branch_range`: each block's first normalisation, e.g. timm's `norm1`), or whole layer outputs (`layer_range`).
+The information term is the KL at the FIRST layer only. With the output placement, by the data-processing
+inequality I(R_1; Z_1) bounds the information that reaches any later layer (paper §3.2); with the branch placement
+the residual stream stays clean, so it bounds only what passes the branches. Loss = the head's target term
+(`heads.target_nll`) + β·Σ KL with β = β·k / k, k the elements of the first layer (the authors' β on the MEAN
+capacity is β·k here: their scripts' β = 1, `CoIBASettings`).
 
 The mask ("location", the paper's): one λ per location of the first layer's grid, shared by all channels; the
 tokens off the grid (a ViT's class token) get one λ each, no blur; their bits count in `total_bits` and
@@ -22,10 +26,10 @@ replace the output, removed after each pass (also on errors). An fx suffix may h
 layer's module (its hook would never fire): `for_network` checks that every later hook fires exactly once in
 one pass through the cut, else it runs the whole network on the hook path.
 
-Deviations from the authors' code (README, "CoIBA: one bottleneck across layers"): σ_s defaults to 0 as theirs
-(a σ_s > 0 blurs λ on the first layer's grid); the heatmap reads the final λ (`read_point`, as the Per-Sample
-Bottleneck); the authors' code keeps λ on one grid, so their CNN ranges stay within one stage, here λ is
-resized.
+The preset is the authors' setting (`CoIBASettings`: file and line of each value). Deviations from their code
+(README, "CoIBA: one bottleneck across layers"): the output placement on networks without an attention branch (a
+CNN: their code has no working CNN path); λ resized across grids (theirs keeps one grid); the class token's bits
+kept in `unlocated_bits`; statistics of the offline photos, not ImageNet's.
 """
 from __future__ import annotations
 
@@ -52,8 +56,9 @@ MASKS = ("location", "element")
 #: offline network by `benchmarks/bench_coiba.py --effects` (README, "CoIBA: one bottleneck across layers").
 CNN_NOTE = ("CoIBA on a CNN is this project's extension: the authors run it on vision transformers, at the input "
             "of each block's attention branch. A CNN has no such branch, so here the bottlenecks replace whole "
-            "layer outputs, with the authors' β (β·k = 1); at β·k = 10 that placement discards the class on the "
-            "offline network (README, \"CoIBA\").")
+            "layer outputs, with the authors' β (β·k = 1): on the offline network that kept the class on all four "
+            "sample photos, with 10–20 times the one-layer bottleneck's bits; at β·k = 10 it lost the class on all "
+            "four (README, \"CoIBA\").")
 #: Registered networks whose last stage is the classifier's own convolution (EfficientNet's 1×1 "head" to 1280
 #: channels): the default range ends before it, on the last block (the paper inserts bottlenecks in blocks).
 HEAD_STAGES = ("head",)

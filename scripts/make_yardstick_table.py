@@ -58,6 +58,7 @@ def measure(results: Path, protocol_name: str, methods: list[str] | None, photos
     from iba_core.metrics.degradation import degradation_curves
     from iba_core.metrics.insertion_deletion import PROTOCOLS, insertion_deletion
     from iba_core.metrics.pointing import pointing_scores
+    from iba_core.precision import machine_id
     from iba_core.metrics.road import road_curves
     from iba_core.networks import load_network
 
@@ -86,7 +87,8 @@ def measure(results: Path, protocol_name: str, methods: list[str] | None, photos
                 amap = method.attribute(network, x, target)
                 values, seed = amap.values, stable_seed(0, photo)
                 row = {"photo": photo, "method": key, "name": method.name, "protocol": protocol.name,
-                       "target": target, "map_seconds": amap.seconds}
+                       "target": target, "map_seconds": amap.seconds,
+                       "cpu": machine_id("cpu").split(" | ")[0]}  # rows of one table may come from several runs
                 row["degradation"] = degradation_curves(model, x, values, target, 14, points=17,
                                                         head=head).to_record()
                 curves = insertion_deletion(model, x, values, target, protocol, head=head, seed=seed)
@@ -112,7 +114,6 @@ def table(results: Path, protocol_name: str) -> str:
     from iba_core.metrics.degradation import DegradationCurves, degradation_score, set_baselines
     from iba_core.metrics.insertion_deletion import PROTOCOLS
     from iba_core.networks import load_network
-    from iba_core.precision import machine_id
 
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     rows = [r for r in rows if r["protocol"] == protocol_name]
@@ -155,7 +156,9 @@ def table(results: Path, protocol_name: str) -> str:
     pre = load_network("efficientnet_lite0").preprocess  # the boxes as the network's crop sees them
     shares = {p: float(boxes_on_crop(parse_voc(ROOT / "assets" / "boxes" / f"{p}.xml"), pre)[0].mean())
               for p in boxed}
-    cpu = machine_id("cpu").split(" | ")[0]
+    # the processors the rows were measured on (rows from before this was recorded: the AMD EPYC they ran on)
+    cpus = {r.get("cpu", "AMD EPYC") for r in rows}
+    cpu = " and ".join(f"{c} ({sum(r.get('cpu', 'AMD EPYC') == c for r in rows)} maps)" for c in sorted(cpus))
     text = [
         f"Offline network (efficientnet_lite0), the {len(photos)} sample photos ({', '.join(photos)}), target = "
         f"the top-1 class; means over the photos. Insertion/deletion: {PROTOCOLS[protocol_name].describe()} "
