@@ -247,6 +247,13 @@ AVERAGE_POOLED_NOTE = ("This transformer has no class token, so CoIBA sits on th
 BRANCH_NAMES = ("norm1", "layernorm_before", "ln_1", "layer_norm1")
 
 
+def block_of(layer: str) -> str:
+    """The block a branch input belongs to ("blocks.4.norm1" → "blocks.4"); any other layer name as it is. A range
+    recorded with the branch placement names its blocks this way in a link (the page's range picker names blocks)."""
+    parent, _, child = str(layer).rpartition(".")
+    return parent if parent and child in BRANCH_NAMES else str(layer)
+
+
 def branch_input(network, block: str) -> str:
     """The layer at the input of transformer block `block`'s attention branch, named "BLOCK.CHILD" (a direct child
     of the block named in `BRANCH_NAMES`, a normalisation); a UserError naming the block where it has none."""

@@ -425,6 +425,8 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
     Per-Sample page with the run's network, layer and class (and β·k for a Per-Sample or CoIBA row, and a CoIBA
     row's layer range, which opens CoIBA); None when the image cannot be read here or cannot be kept for the
     link."""
+    from ..coiba import block_of
+
     r = run.row(row)
     path = readable_image_path(run, r, trust)
     if path is None:
@@ -440,7 +442,9 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
     beta_k = method.get("settings", {}).get("beta_k") if method else None
     layers = method.get("settings", {}).get("layers") if method else None  # CoIBA's: the page opens CoIBA
     view = links.View(image=links.UPLOAD_PREFIX + digest, network=run.info.get("network"),
-                      layer=run_layer(run, str(r["method"])), layer_range=_range_ends(layers) if layers else None,
+                      layer=block_of(run_layer(run, str(r["method"]))),
+                      # a branch placement's inputs named by their blocks, as the page's range picker names them
+                      layer_range=tuple(block_of(n) for n in _range_ends(layers)) if layers else None,
                       beta_k=float(beta_k) if isinstance(beta_k, (int, float)) else None,
                       # a prompt row's target counts the run's prompts, not a class: the page takes the prompt
                       target=None if _missing(r["target"]) or _has_prompt(r) else int(r["target"]))

@@ -145,13 +145,13 @@ def method_identity(network, method: Method) -> dict:
 
 def run_identity(network, methods: Sequence[Method], settings: FolderSettings, root: str | os.PathLike) -> dict:
     """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
-    # a one-layer bottleneck's layer, or the first of CoIBA's range (its information is counted there)
-    layers = [identity.get("layer") or identity["layers"][0] for identity in
-              (m.settings_identity(network) for m in methods if m.needs_stats)]
+    # a one-layer bottleneck's layer, or the first of CoIBA's range (its information is counted there), as the
+    # bottleneck resolves it (`BottleneckMethod.resolve`: CoIBA's branch inputs are layers of a view of the network)
+    layers = [m.resolve(network)[1][0] for m in methods if hasattr(m, "resolve")]
     return {
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),
-        "layer": network.spec.check_layer(layers[0]) if layers else None,
+        "layer": layers[0] if layers else None,
         **({"prompts": list(settings.prompts)} if settings.prompts else {}),
         "settings": {
             **({"targets": "prompts"} if settings.prompts else {}),  # a prompt run never mixes with a class run

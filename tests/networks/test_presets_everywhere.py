@@ -47,17 +47,30 @@ def image(tmp_path_factory):
     return load_image(write_image(tmp_path_factory.mktemp("preset-image") / "img.png"))
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.fixture
+def lower_precision_cpu(monkeypatch, tmp_path):
+    """A CPU with bf16 and fp16 matrix instructions (faked: torch runs both on any CPU, emulated where the real one
+    lacks them) and a fresh precision memo, so "auto" measures here as on such a CPU."""
+    from iba_core import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16", "avx512_fp16"})
+    monkeypatch.setattr(precision, "cuda_bf16", lambda: False)
+    monkeypatch.setattr(precision, "_disk_choices", lambda: tmp_path / "precision.json")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
 @pytest.mark.parametrize("preset", ["iba", "coiba", "m2ib"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, preset, precision):
+def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, preset, precision, lower_precision_cpu):
     net = networks(kind)
+    net.memo.precision.clear()  # "auto" measures again, on the faked CPU
     method = get_method(preset, precision=precision, **QUICK)
     amap = method.attribute(net, net.preprocess(image), 0)
     crop = net.spec.crop
     assert amap.values.shape == (crop, crop) and np.isfinite(amap.values).all() and amap.values.min() >= 0
     extra = amap.extra
-    assert extra["precision"] == precision and extra["total_bits"] > 0 and 0 <= extra["p_with"] <= 1
+    assert extra["total_bits"] > 0 and 0 <= extra["p_with"] <= 1
+    assert extra["precision"] == precision if precision != "auto" else extra["precision"] in ("fp32", "bf16")
     located = extra["total_bits"] - extra["unlocated_bits"]
     assert float(amap.values.sum()) == pytest.approx(located, rel=2e-3)
     if preset == "coiba":
@@ -65,3 +78,30 @@ def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, pr
         assert extra["placement"] == ("branch" if transformer else "output")
         if transformer:
             assert all(layer.rsplit(".", 1)[-1] in ("norm1", "layernorm_before") for layer in extra["layers"])
+
+
+def test_a_folder_run_with_the_branch_placement_links_its_range_by_blocks(tmp_path, monkeypatch):
+    """A ViT folder run of the `coiba` preset records the branch inputs (blocks.1.norm1 …); the Dataset page's link of
+    its rows names the blocks, as the Per-Sample page's range picker does (an unknown layer would drop the range)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from iba_core.app import dataset as ds
+    from iba_core.cli import main
+    from iba_core.runs import open_run
+    from iba_core.trust import Trust
+
+    model = save_timm_folder(tmp_path / "data" / "vit", "vit_tiny_patch16_224", img_size=64, depth=3, embed_dim=32,
+                             num_heads=2)
+    images = tmp_path / "data" / "images"
+    images.mkdir()
+    write_image(images / "a.png")
+    run_dir = tmp_path / "data" / "run"
+    assert main(["attribute", str(images), "--model", str(model), "--methods", "coiba", "--steps", "2", "--batch",
+                 "2", "--n", "4", "--out", str(run_dir), "--no-progress"]) == 0
+    run = open_run(run_dir)
+    settings = run.info["methods"]["coiba"]["settings"]
+    assert settings["placement"] == "branch" and settings["layers"] == ["blocks.1.norm1", "blocks.2.norm1"]
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path / "data"))
+    link = ds.per_sample_link(run, run.table.iloc[0], Trust.for_app())
+    params = parse_qs(urlsplit(link).query)
+    assert params["range"] == ["blocks.1:blocks.2"] and params["layer"] == ["blocks.1"]
