@@ -155,15 +155,19 @@ def test_m2ib_kl_is_the_standard_normal_formula_by_hand():
     def kl(lam):
         return -0.5 * (1 + torch.log((1 - lam) ** 2) - (lam * r) ** 2 - (1 - lam) ** 2)
 
+    ces = []
     for _ in range(s.steps):
         adam.zero_grad()
         lam = torch.sigmoid(alpha)
         n = torch.randn(s.batch, h, w, c, generator=g).permute(0, 3, 1, 2)  # R's channels-last order
         logits = model.head(model.c3(lam * r + (1 - lam) * n))
-        loss = nn.functional.cross_entropy(logits, torch.full((s.batch,), target)) + s.beta_k / k * kl(lam).sum()
+        ce = nn.functional.cross_entropy(logits, torch.full((s.batch,), target))
+        ces.append(float(ce.detach()))
+        loss = ce + s.beta_k / k * kl(lam).sum()
         loss.backward()
         last_forward = lam.detach()
         adam.step()
+    assert [step.ce for step in result.history] == pytest.approx(ces, rel=1e-4)  # the N(0, 1) noise itself
     bits = (kl(last_forward).sum(dim=1)[0] / math.log(2)).detach()
     np.testing.assert_allclose(result.feature_bits, bits.numpy(), rtol=1e-4, atol=1e-6 * float(bits.max()))
     assert result.total_bits == pytest.approx(float(bits.sum()), rel=1e-4)
@@ -208,3 +212,199 @@ def test_coiba_on_the_hook_path_with_a_lower_precision(bf16_cpu, precision):
     with torch.no_grad():
         want = float(torch.softmax(net.model(x), dim=1)[0, 1])
     assert result.p_without == pytest.approx(want, rel=1e-5)
+
+
+def test_branch_placement_by_hand_on_a_vit(vit):
+    """The `coiba` preset at two blocks' attention-branch inputs of a ViT with a class token, written out: one α per
+    token (the class token's own), λ = sigmoid(α) unsmoothed and shared by both layers, Z_l = λR_l + (1 − λ)(μ_l +
+    σ_l·n) at each norm1 output (the residual stream untouched), KL at the first only, loss = CE + β·ΣKL with β·k 1,
+    Adam lr 1; the map the last forward pass's KL summed over channels (the class token's in unlocated_bits)."""
+    method = get_method("coiba", layers="blocks.1:blocks.2", steps=3, batch=3, precision="fp32")
+    view, layers = method.resolve(vit)
+    assert layers == ["blocks.1.norm1", "blocks.2.norm1"]
+    stats = layer_stats(view, layers, size=32)
+    x, target, s = images(1, 32), 2, method.coiba_settings()
+    result = method.with_settings(stats=stats).run(vit, x, target)
+
+    model = vit.model
+    norms = [model.blocks[1].norm1, model.blocks[2].norm1]
+    with torch.no_grad():
+        captured = []
+        handles = [m.register_forward_hook(lambda _m, _i, out: captured.append(out.clone())) for m in norms]
+        model(x)
+        for h in handles:
+            h.remove()
+    r1 = captured[0]  # (1, 1 + 16, C)
+    c, hw = r1.shape[-1], r1.shape[1] - 1
+    mus = [stats[l].mean[None] for l in layers]
+    sigmas = [stats[l].std.clamp_min(s.min_std)[None] for l in layers]
+    alpha_grid = torch.full((1, 1, 4, 4), s.init_alpha, requires_grad=True)
+    alpha_cls = torch.full((1, 1, 1, 1), s.init_alpha, requires_grad=True)
+    adam = torch.optim.Adam([alpha_grid, alpha_cls], lr=s.lr)
+    g = torch.Generator().manual_seed(s.seed)
+
+    def token_lambda():
+        lam_grid, lam_cls = torch.sigmoid(alpha_grid), torch.sigmoid(alpha_cls)
+        return torch.cat([lam_cls.reshape(1, 1, 1), lam_grid.reshape(1, hw, 1)], dim=1)  # (1, 1 + hw, 1)
+
+    def draws(first: bool):
+        """The grid's noise, then the class token's (C): the first layer's grid in R's channels-last memory order
+        (h, w, C), a later layer's in the order of its output's grid view (C, h, w), as `bottleneck.inject_noise`
+        draws them."""
+        if first:
+            grid = torch.randn(s.batch, 4, 4, c, generator=g).reshape(s.batch, hw, c)
+        else:
+            grid = torch.randn(s.batch, c, 4, 4, generator=g).permute(0, 2, 3, 1).reshape(s.batch, hw, c)
+        cls = torch.randn(s.batch, c, 1, 1, generator=g).reshape(s.batch, 1, c)
+        return torch.cat([cls, grid], dim=1)
+
+    def kl(lam):
+        r_std = (r1 - mus[0]) / sigmas[0]
+        return -torch.log(1 - lam) + ((1 - lam) ** 2 - 1) / 2 + (lam * r_std) ** 2 / 2
+
+    k, ces = r1.numel(), []
+    for _ in range(s.steps):
+        adam.zero_grad()
+        lam = token_lambda()
+
+        def swap(i):
+            def hook(_m, _i, out):
+                return lam * out + (1 - lam) * (mus[i] + sigmas[i] * draws(i == 0))
+            return hook
+
+        handles = [m.register_forward_hook(swap(i)) for i, m in enumerate(norms)]
+        logits = model(x.expand(s.batch, -1, -1, -1))
+        for h in handles:
+            h.remove()
+        ce = nn.functional.cross_entropy(logits, torch.full((s.batch,), target))
+        ces.append(float(ce.detach()))
+        loss = ce + s.beta_k / k * kl(lam).sum()
+        loss.backward()
+        last = kl(lam.detach())
+        adam.step()
+    # each step's L_CE depends on every noise draw at both layers (Adam's first steps move α by ±lr whatever the
+    # noise, so the bits alone would not notice a wrong draw)
+    assert [h.ce for h in result.history] == pytest.approx(ces, rel=1e-4)
+    bits = last[0].sum(dim=-1) / math.log(2)  # per token
+    np.testing.assert_allclose(result.feature_bits.ravel(), bits[1:].detach().numpy(), rtol=1e-4,
+                               atol=1e-6 * float(bits.max()))
+    assert result.unlocated_bits == pytest.approx(float(bits[0]), rel=1e-4)
+    assert result.total_bits == pytest.approx(float(bits.sum()), rel=1e-4)
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+
+
+class ResidualCNN(nn.Module):
+    """A stem and two residual blocks (skip paths around every block), average pooling, a linear head."""
+
+    def __init__(self, c: int = 4, classes: int = 3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.block1, self.block2 = ResidualBlock(c), ResidualBlock(c)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.block1(torch.relu(self.stem(x)))))
+
+
+def test_the_coiba_preset_by_hand_on_a_residual_cnn():
+    """On a CNN the preset places its bottlenecks on the block outputs (no attention branch): one λ per location
+    shared by both blocks, Z_l = λR_l + (1 − λ)(μ_l + σ_l·n), KL at the first, β·k 1, the last forward pass's map."""
+    net = network_from_module(ResidualCNN().eval(), "residual-cnn")
+    method = get_method("coiba", layers="block1:block2", steps=3, batch=3, precision="fp32")
+    assert method.placement(net)[0] == "output"
+    view, layers = method.resolve(net)
+    assert layers == ["block1", "block2"]
+    stats = layer_stats(view, layers)
+    x, target, s = images(1), 1, method.coiba_settings()
+    result = method.with_settings(stats=stats).run(net, x, target)
+
+    model = net.model
+    with torch.no_grad():
+        r1 = model.block1(torch.relu(model.stem(x)))
+    c, h, w = r1.shape[1:]
+    mus = [stats[l].mean[None] for l in layers]
+    sigmas = [stats[l].std.clamp_min(s.min_std)[None] for l in layers]
+    alpha = torch.full((1, 1, h, w), s.init_alpha, requires_grad=True)
+    adam = torch.optim.Adam([alpha], lr=s.lr)
+    g = torch.Generator().manual_seed(s.seed)
+
+    def kl(lam):
+        r_std = (r1 - mus[0]) / sigmas[0]
+        return -torch.log(1 - lam) + ((1 - lam) ** 2 - 1) / 2 + (lam * r_std) ** 2 / 2
+
+    k, ces = r1.numel(), []
+    for _ in range(s.steps):
+        adam.zero_grad()
+        lam = torch.sigmoid(alpha)
+
+        def noisy(out, i):  # the noise in the channels-last memory order the suffix runs in: (h, w, C)
+            n = torch.randn(s.batch, h, w, c, generator=g).permute(0, 3, 1, 2)
+            return lam * out + (1 - lam) * (mus[i] + sigmas[i] * n)
+
+        z1 = noisy(r1.expand(s.batch, -1, -1, -1), 0)
+        logits = model.head(noisy(model.block2(z1), 1))
+        ce = nn.functional.cross_entropy(logits, torch.full((s.batch,), target))
+        ces.append(float(ce.detach()))
+        (ce + s.beta_k / k * kl(lam).sum()).backward()
+        last = kl(lam.detach())
+        adam.step()
+    assert [step.ce for step in result.history] == pytest.approx(ces, rel=1e-4)
+    bits = last[0].sum(dim=0) / math.log(2)
+    np.testing.assert_allclose(result.feature_bits, bits.numpy(), rtol=1e-4, atol=1e-6 * float(bits.max()))
+    assert result.total_bits == pytest.approx(float(bits.sum()), rel=1e-4)
+
+
+def test_the_iba_preset_by_hand_on_a_residual_cnn():
+    """The paper's Per-Sample Bottleneck (§3.2) at a residual block's output: one α per unit, λ = the authors' 5 × 5
+    Gaussian (σ_s = 1, reflection padding) of sigmoid(α), Z = λR + (1 − λ)(μ + σ·n), loss = CE + β·ΣKL with β·k 10,
+    the map read at the final λ (after the last update)."""
+    net = network_from_module(ResidualCNN().eval(), "residual-cnn-iba")
+    method = get_method("iba", layer="block1", steps=3, batch=3, precision="fp32")
+    stats = layer_stats(net, ["block1"])
+    x, target, s = images(1), 2, method.bottleneck_settings()
+    assert (s.beta_k, s.sigma, s.read_point) == (10.0, 1.0, "final")
+    result = method.with_settings(stats=stats["block1"]).run(net, x, target)
+
+    model = net.model
+    with torch.no_grad():
+        r = model.block1(torch.relu(model.stem(x)))
+    c, h, w = r.shape[1:]
+    mu, sigma = stats["block1"].mean[None], stats["block1"].std.clamp_min(s.min_std)[None]
+    offsets = torch.arange(-2, 3, dtype=torch.float64)
+    kernel_1d = torch.exp(-0.5 * offsets**2)
+    kernel = (kernel_1d[:, None] * kernel_1d[None, :]).float()
+    kernel = (kernel / kernel.sum()).expand(c, 1, 5, 5)
+
+    def smooth(t):
+        return nn.functional.conv2d(nn.functional.pad(t, (2, 2, 2, 2), mode="reflect"), kernel, groups=c)
+
+    alpha = torch.full_like(r, s.init_alpha, requires_grad=True)
+    adam = torch.optim.Adam([alpha], lr=s.lr)
+    g = torch.Generator().manual_seed(s.seed)
+
+    def kl(lam, one_minus):
+        return -torch.log(one_minus) + (one_minus**2 - 1) / 2 + (lam * (r - mu) / sigma) ** 2 / 2
+
+    k, ces = r.numel(), []
+    for _ in range(s.steps):
+        adam.zero_grad()
+        lam, one_minus = smooth(torch.sigmoid(alpha)), smooth(torch.sigmoid(-alpha))
+        n = torch.randn(s.batch, h, w, c, generator=g).permute(0, 3, 1, 2)
+        logits = model.head(model.block2(lam * r + one_minus * (mu + sigma * n)))
+        ce = nn.functional.cross_entropy(logits, torch.full((s.batch,), target))
+        ces.append(float(ce.detach()))
+        (ce + s.beta_k / k * kl(lam, one_minus).sum()).backward()
+        adam.step()
+    assert [step.ce for step in result.history] == pytest.approx(ces, rel=1e-4)
+    with torch.no_grad():
+        bits = kl(smooth(torch.sigmoid(alpha)), smooth(torch.sigmoid(-alpha)))[0].sum(dim=0) / math.log(2)
+    np.testing.assert_allclose(result.feature_bits, bits.numpy(), rtol=1e-4, atol=1e-6 * float(bits.max()))
