@@ -347,6 +347,22 @@ def test_folder_run_with_coiba(chelsea_jpg, tmp_path, capsys):
     assert float(heatmap.sum()) == pytest.approx(float(coiba.iloc[0]["total_bits"]), rel=1e-2)  # float16 maps
 
 
+def test_folder_run_with_the_m2ib_preset_takes_the_commands_settings(chelsea_jpg, tmp_path, capsys):
+    """`--methods m2ib` (a preset beside the registry's keys) gets --steps and --batch like every bottleneck."""
+    from iba_core.runs import open_run
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(chelsea_jpg.read_bytes())
+    run_dir = tmp_path / "run"
+    assert main(["attribute", str(images), "--out", str(run_dir), "--methods", "m2ib", "--steps", "2", "--batch",
+                 "2", "--no-progress"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert record["methods"] == ["m2ib"] and record["rows"] == 1 and record["errors"] == 0
+    settings = open_run(run_dir).info["methods"]["m2ib"]["settings"]
+    assert (settings["steps"], settings["batch"], settings["prior"]) == (2, 2, "standard_normal")
+
+
 def test_folder_run_with_method_coiba(chelsea_jpg, tmp_path, capsys):
     from iba_core.runs import open_run
 

@@ -111,8 +111,8 @@ def per_sample_at(key: str, settings_for) -> object:
 def method_list(args: argparse.Namespace) -> list:
     """The methods to run, with the command's Per-Sample settings (--layer, --steps, …) and --readout; unknown keys
     and out-of-range settings fail here, before the network loads."""
-    from ..methods import get_method, method_keys, resolve_methods
-    from ..methods.bottlenecks import CoIBAMethod, PerSampleIBA
+    from ..methods import PRESETS, BottleneckMethod, get_method, method_keys, resolve_methods
+    from ..methods.bottlenecks import PerSampleIBA
 
     from .common import layer_settings, refuse_unused_range
 
@@ -148,15 +148,14 @@ def method_list(args: argparse.Namespace) -> list:
         keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
         if "all" in keys:
             keys = method_keys()
-    keys = [per_sample_at(k, settings_for) if isinstance(k, str) and k not in method_keys() else k for k in keys]
-    settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in method_keys()}
+    known = {*method_keys(), *PRESETS}  # the registry's keys and its presets beside it (m2ib)
+    keys = [per_sample_at(k, settings_for) if isinstance(k, str) and k not in known else k for k in keys]
+    settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in known}
     methods = resolve_methods(keys, settings)
     refuse_unused_range(args.layer_range, methods)
     for method in methods:
-        if isinstance(method, PerSampleIBA):
-            method.bottleneck_settings()  # the ranges, checked now
-        elif isinstance(method, CoIBAMethod):
-            method.coiba_settings()
+        if isinstance(method, BottleneckMethod):
+            method.settings_object()  # the ranges, checked now
     return methods
 
 

@@ -217,7 +217,7 @@ class M2IB(PerSampleIBA):
     def __init__(self, **settings):
         super().__init__(**settings)
         preset = self.default_settings()
-        names = ("beta_k", "sigma", "read_point", "prior", "steps", "batch", "lr", "layer")
+        names = ("beta_k", "sigma", "read_point", "prior", "layer")  # what makes it M2IB (steps: as iba's keys)
         if all(self.settings[name] == preset[name] for name in names):
             self.key = "m2ib"
         else:
