@@ -173,19 +173,6 @@ def range_row(network: Network, include: str | None = None, count: int = 5) -> t
     return firsts, last
 
 
-def coiba_settings(base: BottleneckSettings, beta_k: float):
-    """A CoIBA cell's settings: the grid's (steps, batch, lr, seed, …) at `beta_k`, with CoIBA's own mask
-    smoothing and read point (its authors', `coiba.CoIBASettings`' defaults: none, the last forward pass) rather
-    than the one-layer bottleneck's."""
-    from .coiba import CoIBASettings
-
-    values = {f.name: getattr(base, f.name) for f in fields(BottleneckSettings)}
-    preset = CoIBASettings()
-    # "output": the row's ranges are of the layers it names (their outputs), as its labels say
-    return CoIBASettings(**{**values, "beta_k": beta_k, "sigma": preset.sigma, "read_point": preset.read_point,
-                            "placement": "output"})
-
-
 def beta_layer_grid(
     network: Network,
     x: torch.Tensor,
@@ -203,7 +190,7 @@ def beta_layer_grid(
 ) -> list[GridCell]:
     """Heatmaps for β·k ∈ `betas` at `layer`, then for `layers` (default: `depth_layers`) at β·k = 10; with
     `last` (the "range" axis, see `range_row`), the second row's cells are CoIBA runs from each of `layers` to
-    `last` instead (`coiba_settings`).
+    `last` instead (`coiba.CoIBASettings.for_range_row`).
 
     stats_for(layer) supplies the feature statistics for each layer (the caller decides on caching);
     range_stats_for(layers) those of every layer of a range (default: stats_for for each).
@@ -247,7 +234,9 @@ def beta_layer_grid(
 
             # the one door: the registry's method for the cell's settings, with the grid's statistics
             if end:
-                method = bottleneck_method(coiba_settings(base, beta_k), layer_range=(name, end),
+                from .coiba import CoIBASettings
+
+                method = bottleneck_method(CoIBASettings.for_range_row(base, beta_k), layer_range=(name, end),
                                            stats=stats_of(ranges[name]))
             else:
                 method = bottleneck_method(replace(base, beta_k=beta_k), layer=name, stats=stats_of([name])[name])

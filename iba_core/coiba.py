@@ -101,6 +101,18 @@ class CoIBASettings(BottleneckSettings):
     mask: str = "location"
     placement: str = "auto"
 
+    @classmethod
+    def for_range_row(cls, base: BottleneckSettings, beta_k: float) -> "CoIBASettings":
+        """A β × layer grid's range cell (`beta_layer`): the grid's settings (steps, batch, lr, seed, …) at `beta_k`,
+        with CoIBA's own smoothing and read point (the authors': none, the last forward pass), on the outputs of the
+        layers the row names ("output": its labels name those layers)."""
+        from dataclasses import fields
+
+        values = {f.name: getattr(base, f.name) for f in fields(BottleneckSettings)}
+        preset = cls()
+        return cls(**{**values, "beta_k": beta_k, "sigma": preset.sigma, "read_point": preset.read_point,
+                      "placement": "output"})
+
     def validate(self) -> "CoIBASettings":
         super().validate()
         if self.mask not in MASKS:

@@ -112,7 +112,7 @@ def test_the_range_row_runs_from_each_depth_layer_to_the_last(network):
 
 
 def test_a_grid_with_a_range_row_computes_coiba_cells(network, tmp_path, monkeypatch):
-    from iba_core.beta_layer import GridKey, beta_layer_grid, cached_grid, coiba_settings
+    from iba_core.beta_layer import GridKey, beta_layer_grid, cached_grid
     from iba_core.coiba import CoIBABottleneck, CoIBASettings
     from iba_core.feature_stats import stats_for_run
     from iba_core.images import load_sample
@@ -122,7 +122,7 @@ def test_a_grid_with_a_range_row_computes_coiba_cells(network, tmp_path, monkeyp
     torch.manual_seed(0)
     x = network.preprocess(load_sample("chelsea"))
     base = BottleneckSettings(steps=1, batch=1, sigma=2.0)
-    assert coiba_settings(base, 10.0) == CoIBASettings(steps=1, batch=1, beta_k=10.0, placement="output")  # its own σ_s
+    assert CoIBASettings.for_range_row(base, 10.0) == CoIBASettings(steps=1, batch=1, beta_k=10.0, placement="output")  # its own σ_s
     ranges: list[list[str]] = []
     ranges: list[list[str]] = []
 
@@ -137,7 +137,7 @@ def test_a_grid_with_a_range_row_computes_coiba_cells(network, tmp_path, monkeyp
     assert cells[1].label == range_label("block6_3", "block7_1") and cells[1].name.endswith("CoIBA " + cells[1].label)
     layers = ["block6_3", "block6_4", "block7_1"]
     bottleneck = CoIBABottleneck.for_network(network, layers, {n: stats_for_run(network, n) for n in layers},
-                                             coiba_settings(base, 10.0))
+                                             CoIBASettings.for_range_row(base, 10.0))
     expected = bottleneck.attribute(x, 285)
     np.testing.assert_allclose(cells[1].heatmap, expected.heatmap, rtol=1e-4, atol=1e-6)
     assert cells[1].total_bits == pytest.approx(expected.total_bits, rel=1e-4)
