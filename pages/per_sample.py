@@ -36,11 +36,14 @@ from iba_core.render.report import heatmap_npy_bytes
 from iba_core.render.text import format_seconds, format_target_score, target_score_name
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import (
-    beta_picker, layer_picker, prompt_picker, range_picker, resolve_target, settings_row, target_picker,
+    advanced_settings, beta_picker, layer_picker, prompt_picker, range_picker, resolve_target, settings_row,
+    target_picker,
 )
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
-from pages.widgets.page import bring_into_view, keep_choice, remember_choice, restore_choice, through_app
+from pages.widgets.page import (
+    bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
+)
 from pages.widgets.progress import method_stats_with_progress, network_turn
 from pages.widgets.text import plain
 
@@ -115,7 +118,8 @@ def form(inputs: Inputs) -> tuple | None:
     """The settings form; returns (layer, settings, target, folder, n, layer_range) when Run was pressed
     (layer_range: CoIBA's (first, last), else None). target: a class (as the picker gives it), or for a CLIP model
     the prompt box's text (`prompt_picker`)."""
-    coiba = bottleneck_choice(inputs) == "coiba"  # outside the form: the form then shows the layer or the range picker
+    choice = bottleneck_choice(inputs)  # outside the form: the form then shows the layer or the range picker
+    coiba = choice == "coiba"
     with st.form("ps_form"):
         c1, c2 = st.columns(2)
         with c1:
@@ -123,11 +127,16 @@ def form(inputs: Inputs) -> tuple | None:
             layer = layer_range[0] if coiba else layer_picker(inputs, "ps")
             # CoIBA's β·k starts at its authors' 1 (`coiba.CoIBASettings`), kept apart from the one-layer choice
             beta_k = (beta_picker("psc", inputs.network.head, coiba_defaults().beta_k) if coiba
+                      else beta_picker("psm", inputs.network.head, m2ib_defaults().beta_k) if choice == "m2ib"
                       else beta_picker("ps", inputs.network.head))
         with c2:
             target = PromptBox(prompt_picker(inputs, "ps")) if is_clip(inputs.network) else target_picker(inputs, "ps")
-        settings, folder, n = (settings_row(inputs, "psc", layer, coiba_defaults()) if coiba
-                               else settings_row(inputs, "ps", layer))
+        if choice == "m2ib":  # a standard-normal prior: no statistics to choose
+            settings, folder, n = advanced_settings("psm", m2ib_defaults()), None, None
+            st.caption("M2IB's prior is a standard normal on the layer's raw features: no feature statistics.")
+        else:
+            settings, folder, n = (settings_row(inputs, "psc", layer, coiba_defaults()) if coiba
+                                   else settings_row(inputs, "ps", layer))
         submitted = st.form_submit_button("Run", type="primary", icon=":material/play_arrow:", key="ps_run_button")
     return (layer, replace(settings, beta_k=float(beta_k)), target, folder, n, layer_range) if submitted else None
 
@@ -136,7 +145,10 @@ def form(inputs: Inputs) -> tuple | None:
 
 #: The "Bottleneck" choice above the form: the paper's one-layer bottleneck, or CoIBA over a range of layers.
 BOTTLENECK_KEY = "ps_bottleneck"
-BOTTLENECKS = {"per_sample": "Per-Sample (one layer)", "coiba": "CoIBA (a layer range)"}
+BOTTLENECKS = {"per_sample": "Per-Sample (one layer)", "coiba": "CoIBA (a layer range)",
+               "m2ib": "M2IB (its authors' setting)"}
+#: Offered for CLIP models only: M2IB explains image–text similarity.
+CLIP_ONLY = ("m2ib",)
 
 
 def bottleneck_choice(inputs: Inputs) -> str:
@@ -144,16 +156,29 @@ def bottleneck_choice(inputs: Inputs) -> str:
     a link names a layer range, whose `range` leaves the link when Per-Sample is chosen)."""
     if linked_range(inputs.network) is not None:
         keep_choice(BOTTLENECK_KEY, "coiba")
+    offered = [key for key in BOTTLENECKS if key not in CLIP_ONLY or is_clip(inputs.network)]
+    if kept_choice(BOTTLENECK_KEY, st.session_state.get(BOTTLENECK_KEY)) not in (*offered, None):
+        forget_choice(BOTTLENECK_KEY)  # M2IB chosen for a CLIP model, now a classifier: back to the default
+        st.session_state.pop(BOTTLENECK_KEY, None)
     restore_choice(BOTTLENECK_KEY, "per_sample")
     choice = st.radio(
-        "Bottleneck", list(BOTTLENECKS), format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,
+        "Bottleneck", offered, format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,
         on_change=remember_choice, args=(BOTTLENECK_KEY,),
         help="Per-Sample: the paper's bottleneck at one layer. CoIBA (Hong et al., CVPR 2025): one mask, shared by "
         "bottlenecks at every layer from the first to the last of a range, each adding noise with its own layer's "
-        "statistics; its information is counted at the first layer, so the bits map is that layer's.")
+        "statistics; its information is counted at the first layer, so the bits map is that layer's."
+        + (" M2IB (Wang et al., NeurIPS 2023) as its authors run it: a standard-normal prior on the raw features "
+           "(no statistics), β·k 0.1, no smoothing, the map of the last forward pass." if len(offered) > 2 else ""))
     if choice != "coiba":
         set_link(range=None)
     return choice
+
+
+def m2ib_defaults():
+    """M2IB's settings as its authors run it (`methods.bottlenecks.M2IB`: the standard-normal prior, β·k 0.1)."""
+    from iba_core.methods import get_method
+
+    return get_method("m2ib").bottleneck_settings()
 
 
 def coiba_defaults():

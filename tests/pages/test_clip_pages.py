@@ -97,6 +97,26 @@ def test_two_prompts_give_two_maps_with_similarity_and_m2ib_beta(open_page, mode
     assert "“a dog”" in " ".join(c.value for c in at.caption)
 
 
+def test_m2ib_as_its_authors_run_it_from_the_bottleneck_choice(open_page, models) -> None:
+    """A CLIP model offers M2IB (the `m2ib` preset: standard-normal prior, β·k 0.1, the last forward pass); its run
+    estimates no statistics and says so; a classifier does not offer it."""
+    at = open_page("per_sample")
+    assert "m2ib" not in at.radio(key="ps_bottleneck").options  # the offline classifier
+    at = added(at, models)
+    at = clean(at.radio(key="ps_bottleneck").set_value("m2ib").run())
+    assert at.select_slider(key="psm_beta").value == 0.1
+    at.text_area(key=PROMPTS_KEY).set_value("a cat")
+    at.number_input(key="psm_steps").set_value(2)
+    at.number_input(key="psm_batch").set_value(2)
+    at = clean(at.button(key="ps_run_button").click().run())
+    record = at.session_state["ps_run"]
+    s = record.result.settings
+    assert (s.prior, s.read_point, s.sigma, s.beta_k) == ("standard_normal", "last_step", 0.0, 0.1)
+    assert "standard-normal prior" in record.stats_description
+    assert [w for w, _ in record.text_side.words()] == ["a", "cat"]
+    at = clean(at.radio(key="ps_bottleneck").set_value("per_sample").run())
+
+
 def test_an_empty_prompt_box_says_so_and_keeps_the_last_result(open_page, models) -> None:
     at = added(open_page("per_sample"), models)
     at.text_area(key=PROMPTS_KEY).set_value("a ruler")
