@@ -138,6 +138,27 @@ def test_a_run_folder_made_with_other_settings_is_refused(tiny_card, tiny_net, t
         run_folder(tiny_net, items, [iba()], out, FolderSettings(target=1), root=root)
 
 
+def test_a_run_made_before_the_bottleneck_family_had_its_settings_resumes(tiny_card, twelve, tmp_path, capsys):
+    """run.json from before the prior, the placement and CoIBA's read point were settings (issue #37): a rerun with
+    the values those runs used adds to it; another prior is a difference, said as such."""
+    import json
+
+    out = tmp_path / "run"
+    assert cli(tiny_card, twelve, "--out", out, "--limit", "1") == 0
+    info = json.loads((out / "run.json").read_text())
+    del info["methods"]["iba_10"]["settings"]["prior"]  # as run.json was written before
+    (out / "run.json").write_text(json.dumps(info))
+    capsys.readouterr()
+    assert cli(tiny_card, twelve, "--out", out, "--limit", "2") == 0  # resumed: one more image
+    assert len(open_run(out).table) == 2
+    from iba_core.runs.store import differences
+
+    old = {"methods": {"iba_10": {"settings": {"beta_k": 10.0}}}}
+    assert differences(old, {"methods": {"iba_10": {"settings": {"beta_k": 10.0, "prior": "estimated"}}}}) == []
+    assert differences(old, {"methods": {"iba_10": {"settings": {"beta_k": 10.0, "prior": "standard_normal"}}}}) \
+        == ["iba_10's prior null (this run: standard_normal)"]
+
+
 def test_an_image_list_labels_and_cli_refusals(tiny_card, tmp_path, capsys):
     images = tmp_path / "data"
     write_noise_images(images / "banana", 2)
