@@ -521,15 +521,17 @@ def prompt_words(record: RunRecord) -> None:
     text = record.text_side
     if text is None:
         return
-    st.markdown("**Which words carry the information**")
+    st.markdown(f"**Which words of “{plain(text.prompt)}” carry the information**")
     words = text.words()
-    st.image(token_strip(words), alt="The prompt's words with their bits: " + ", ".join(
+    st.image(token_strip(words), alt="The prompt's words with their bits per token: " + ", ".join(
         f"{w} {b:.1f}" for w, b in words))
+    shown = sum(b for _, b in words)
     st.caption(f"M2IB's text side: a bottleneck on the text encoder at {plain(text.layer)} (standard-normal prior, "
-               f"β·k {text.settings.beta_k:g}), fitted to keep the prompt's similarity to this image: "
-               f"{text.total_bits:,.0f} bits in all (start and end tokens included, not shown); similarity "
-               f"{text.similarity_without:.3f} → {text.similarity_with:.3f} with it. Bits per word on their own "
-               "scale (0 – the largest word's), not the image's.")
+               f"β·k {text.settings.beta_k:g}), fitted to keep the prompt's similarity to this image. Bits per "
+               f"token, under each word, on the words' own scale (0 – the largest word's), not the image's: "
+               f"{shown:,.1f} bits in the words shown, {text.total_bits - shown:,.1f} in the start and end tokens "
+               f"(not shown). Similarity {text.similarity_without:.3f} without this text bottleneck → "
+               f"{text.similarity_with:.3f} with it (the image unchanged).")
 
 
 def prompt_maps(records: list[RunRecord]) -> None:

@@ -275,31 +275,36 @@ def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, f
 
 def token_strip(words: Sequence[tuple[str, float]], top: float | None = None, *, font_size: int = 18,
                 width: int = 640, cmap: str = "inferno") -> Image.Image:
-    """A prompt's words on the colours of their bits (M2IB's text side, `text_side.TokenBits.words`), wrapped to
-    `width` px, with the colour legend below: 0 – `top` bits (default: the largest word's), the image map's colour
-    map. A picture, not HTML: a prompt's text is drawn, never interpreted."""
+    """A prompt's words on the colours of their bits (M2IB's text side, `text_side.TokenBits.words`), each with its
+    bits written under it, wrapped to `width` px, with the colour legend below (as wide as the words, at least 320
+    px): 0 – `top` bits per token (default: the largest word's), the image map's colour map. A picture, not HTML:
+    a prompt's text is drawn, never interpreted."""
     from .colours import text_font, text_size
 
     top = float(top if top is not None else max((b for _, b in words), default=0.0)) or 1.0
     lut = colour_lut(cmap)
-    font = text_font(font_size)
+    font, small = text_font(font_size), text_font(max(font_size - 5, 9))
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    pad, gap, line_h = 6, 6, font_size + 14
-    boxes, x, y = [], gap, gap
+    pad, gap, chip_h, number_h = 6, 6, font_size + 14, font_size
+    line_h = chip_h + number_h
+    boxes, x, y, right = [], gap, gap, 0
     for word, bits in words:
-        w = text_size(probe, word, font)[0] + 2 * pad
+        number = f"{bits:.3g}"
+        w = max(text_size(probe, word, font)[0], text_size(probe, number, small)[0]) + 2 * pad
         if x + w > width - gap and x > gap:
             x, y = gap, y + line_h + gap
-        boxes.append((x, y, w, word, bits))
+        boxes.append((x, y, w, word, bits, number))
         x += w + gap
-    legend = colour_legend(width, top, cmap, label="bits / token")
-    picture = Image.new("RGB", (width, y + line_h + gap + legend.height), "white")
+        right = max(right, x)
+    legend = colour_legend(max(right, 320), top, cmap, label="bits / token")
+    picture = Image.new("RGB", (max(right, legend.width), y + line_h + gap + legend.height), "white")
     draw = ImageDraw.Draw(picture)
-    for x, y, w, word, bits in boxes:
+    for x, y, w, word, bits, number in boxes:
         index = int(round(min(max(bits / top, 0.0), 1.0) * (len(lut) - 1)))
         colour = tuple(int(c) for c in lut[index][:3])
-        draw.rectangle((x, y, x + w, y + line_h), fill=colour)
+        draw.rectangle((x, y, x + w, y + chip_h), fill=colour)
         light = sum(colour) / 3 > 128  # dark text on a light colour, light on a dark one
         draw.text((x + pad, y + 5), word, fill=(0, 0, 0) if light else (255, 255, 255), font=font)
+        draw.text((x + pad, y + chip_h + 2), number, fill=(60, 60, 60), font=small)
     picture.paste(legend, (0, picture.height - legend.height))
     return picture

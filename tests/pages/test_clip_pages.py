@@ -85,7 +85,7 @@ def test_two_prompts_give_two_maps_with_similarity_and_m2ib_beta(open_page, mode
     text = " ".join(m.value for m in at.markdown)
     assert "One map per prompt" in text and "“a dog”" in text and "p(target)" not in text
     # which words carry the information (M2IB's text side), under the maps
-    assert "Which words carry the information" in text
+    assert "Which words of “a cat” carry the information" in text
     assert [w for w, _ in records[0].text_side.words()] == ["a", "cat"]
     assert any("M2IB's text side" in c.value for c in at.caption)
     assert [t["token"] for t in records[0].report()["text_side"]["tokens"]] == ["a", "cat"]  # in the JSON report

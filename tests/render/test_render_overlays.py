@@ -195,3 +195,18 @@ def test_the_few_bits_sentence_says_few_only_when_few_pass() -> None:
     edge = few_bits_text(0.5, FEW_SHARE * 1000 * 1.01, 1000.0, 0.2)
     assert "few, but not zero" not in edge
     assert few_bits_text(0.0, 0.0, 7535.0, 0.05).startswith("No part of the crop is below 0.05 bits / pixel")
+
+
+def test_token_strip_colours_each_word_by_its_bits() -> None:
+    """M2IB's text side drawn: each word's chip in the colour of its bits on 0 – the largest word's (inferno), the
+    legend below; a prompt's text is only drawn."""
+    from iba_core.render.colours import colour_lut
+    from iba_core.render.overlays import token_strip
+
+    picture = np.asarray(token_strip([("<b>a</b>", 0.0), ("cat", 8.0)], font_size=18))
+    lut = colour_lut("inferno")
+    assert tuple(picture[8, 8]) == tuple(int(c) for c in lut[0][:3])  # the first chip's corner: 0 bits
+    row = picture[8]
+    top = tuple(int(c) for c in lut[-1][:3])
+    assert any(tuple(px) == top for px in row)  # the largest word in the top colour
+    assert picture.shape[1] >= 320 and picture.shape[0] > 60
