@@ -16,6 +16,11 @@ from source_fixtures import save_hf_vit, save_timm_folder, write_image
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 KINDS = ("registered", "torchvision", "timm", "hf", "card")
+#: How each network kind runs each preset: a registered stage list, a torch.fx cut, or forward hooks on the whole
+#: network (transformers' ViT cannot be traced; CoIBA's later layers are hooked wherever the cut has no stages).
+PATHS = {"registered": ("stages", "stages", "stages"), "torchvision": ("fx", "hook", "fx"), "timm": ("fx", "hook", "fx"),
+         "hf": ("hook", "hook", "hook"), "card": ("fx", "hook", "fx")}
+PRESETS = ("iba", "coiba", "m2ib")
 QUICK = dict(steps=2, batch=2, stats_samples=4)
 
 
@@ -59,7 +64,7 @@ def lower_precision_cpu(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
-@pytest.mark.parametrize("preset", ["iba", "coiba", "m2ib"])
+@pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, preset, precision, lower_precision_cpu):
     net = networks(kind)
@@ -71,6 +76,7 @@ def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, pr
     extra = amap.extra
     assert extra["total_bits"] > 0 and 0 <= extra["p_with"] <= 1
     assert extra["precision"] == precision if precision != "auto" else extra["precision"] in ("fp32", "bf16")
+    assert extra["path"] == PATHS[kind][PRESETS.index(preset)]  # stages, fx-split and hook paths all covered
     located = extra["total_bits"] - extra["unlocated_bits"]
     assert float(amap.values.sum()) == pytest.approx(located, rel=2e-3)
     if preset == "coiba":
