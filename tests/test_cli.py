@@ -378,3 +378,15 @@ def test_folder_run_with_method_coiba(chelsea_jpg, tmp_path, capsys):
     assert methods == [key] and key.startswith("coiba") and key != "coiba"  # its key names the settings
     assert run.info["methods"][key]["settings"]["beta_k"] == 100
     assert run.info["layer"] == "block6_4"  # CoIBA's first layer, where its information is counted
+
+
+@pytest.mark.parametrize("metric, option, value, words", [
+    ("insertion", "--step", "123456789012345678901234567890", "at most 100,000,000 pixels a step"),
+    ("insertion", "--blur-sigma", "1e-200", "between 0.1 and 1000 pixels"),
+    ("road", "--noise", "1e308", "from 0 to 100"),
+])
+def test_evaluate_refuses_numbers_that_give_no_finite_result(tmp_path, capsys, metric, option, value, words):
+    """Issue #40, no silent numbers: each was an empty table with exit 0, or an internal error (exit 70)."""
+    code = main(["evaluate", metric, "--images", str(tmp_path), "--out", str(tmp_path / "out"), option, value])
+    err = capsys.readouterr().err
+    assert code == 1 and words in err and err.count("\n") <= 2, err

@@ -51,6 +51,13 @@ DELETION_BASELINES = ("zeros", "blur")
 PROTOCOL_NAMES = {"rise": "RISE", "coiba": "CoIBA"}
 
 
+#: Bounds of a protocol's numbers, so every result is finite: a step beyond any crop (10⁸ pixels is a 10,000 ×
+#: 10,000 image) and a blur between 0.1 px (below, the kernel's neighbours weigh under e⁻⁵⁰: no blur, and at σ ≈
+#: 1e-200 its 1/σ² overflows and every score came out empty) and 1,000 px (far wider than any crop).
+MAX_STEP = 10**8
+BLUR_SIGMA_RANGE = (0.1, 1000.0)
+
+
 @dataclass(frozen=True)
 class PixelProtocol:
     """How insertion and deletion perturb an image: pixels a step, deletion's baseline, insertion's blur."""
@@ -63,14 +70,21 @@ class PixelProtocol:
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, (int, np.integer)) or self.step < 1:
-            raise UserError(f"Insertion and deletion need a step of at least 1 pixel (not {self.step!r}).")
+            raise UserError(f"Insertion and deletion need a step of at least 1 pixel (not {str(self.step)[:40]}).")
+        if self.step > MAX_STEP:
+            raise UserError(f"Insertion and deletion take at most {MAX_STEP:,} pixels a step, more than any image "
+                            f"holds (not {str(self.step)[:40]}).")
         if self.deletion_baseline not in DELETION_BASELINES:
             raise UserError(f"Deletion replaces pixels with zeros or blur, not {str(self.deletion_baseline)[:40]!r}.")
         k = self.blur_kernel
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k % 2 == 0:
             raise UserError(f"The blur kernel must be an odd number of pixels ≥ 1 (not {k!r}).")
-        if not (isinstance(self.blur_sigma, (int, float)) and math.isfinite(self.blur_sigma) and self.blur_sigma > 0):
-            raise UserError(f"The blur's σ must be a positive number of pixels (not {self.blur_sigma!r}).")
+        low, high = BLUR_SIGMA_RANGE
+        if not (isinstance(self.blur_sigma, (int, float)) and math.isfinite(self.blur_sigma)
+                and low <= self.blur_sigma <= high):
+            raise UserError(f"The blur's σ must be between {low:g} and {high:g} pixels (not "
+                            f"{str(self.blur_sigma)[:40]}): below, it blurs nothing and its numbers overflow; above, "
+                            "it is wider than any image.")
 
     def describe(self) -> str:
         """One sentence for tables, pages and reports."""

@@ -64,11 +64,17 @@ def check_removed(removed: Sequence[float]) -> tuple[float, ...]:
     return values
 
 
+#: The largest noise σ, in the units of the network's normalised input (an image spans about ±3 there): beyond it
+#: the imputed pixels are noise alone, and at σ ≈ 1e308 they overflowed and every score came out empty.
+MAX_NOISE = 100.0
+
+
 def check_noise(noise: float) -> float:
-    """The noise σ as a float, or a UserError when it is negative or not finite."""
+    """The noise σ as a float, or a UserError when it is negative, not finite or above MAX_NOISE."""
     noise = float(noise)
-    if not np.isfinite(noise) or noise < 0:
-        raise UserError(f"ROAD's noise σ must be a number ≥ 0, not {noise:g}.")
+    if not np.isfinite(noise) or noise < 0 or noise > MAX_NOISE:
+        raise UserError(f"ROAD's noise σ must be a number from 0 to {MAX_NOISE:g} (in the units of the network's "
+                        f"normalised input), not {noise:g}.")
     return noise
 
 

@@ -189,6 +189,13 @@ def test_protocols_are_named_and_checked():
             PixelProtocol(**bad)
     with pytest.raises(UserError, match="choose one of: rise, coiba"):
         protocol_from("lime")
+    # no silent numbers: a σ that overflowed (every score empty, exit 0) and a 30-digit step (an OverflowError)
+    with pytest.raises(UserError, match="between 0.1 and 1000 pixels"):
+        protocol_from("rise", blur_sigma=1e-200)
+    with pytest.raises(UserError, match="between 0.1 and 1000 pixels"):
+        protocol_from("rise", blur_sigma=1e6)
+    with pytest.raises(UserError, match="at most 100,000,000 pixels a step"):
+        protocol_from("rise", step=123456789012345678901234567890)
     model, x, evidence = linear_case()
     with pytest.raises(UserError, match="larger than"):  # a 51 × 51 blur on an 8 × 8 image
         insertion_deletion(model, x, evidence, 0, PROTOCOLS["coiba"])

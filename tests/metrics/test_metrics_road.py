@@ -136,6 +136,8 @@ def test_counts_and_settings():
             check_removed(bad)
     with pytest.raises(UserError, match="noise"):
         check_noise(-0.1)
+    with pytest.raises(UserError, match="from 0 to 100"):  # 1e308 overflowed: every ROAD score empty, exit 0
+        check_noise(1e308)
 
 
 # --------------------------------------------------------------------------------------------
