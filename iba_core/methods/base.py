@@ -104,6 +104,11 @@ class Method:
         refuses to mix maps made otherwise): the settings themselves unless a method resolves some."""
         return dict(self.settings)
 
+    def bottleneck_layers(self, network) -> list[str]:
+        """The layers where the method places a bottleneck on `network`, first to last ([] for a method without
+        one); a run records the first (its information is counted there)."""
+        return []
+
     #: Whether `_compute_batch` computes a batch faster than image by image (one pass, one private copy of the
     #: network); otherwise `attribute_batch` runs `attribute` per image. Either way a batch's maps equal the
     #: images' maps one by one (up to float rounding).

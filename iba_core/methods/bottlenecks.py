@@ -52,6 +52,9 @@ class BottleneckMethod(Method):
         """The bottleneck's settings from this method's (checked: a UserError names the range of a bad one)."""
         raise NotImplementedError
 
+    def bottleneck_layers(self, network) -> list[str]:
+        return list(self.resolve(network)[1])
+
     def _build(self, view, layers: list[str], stats: dict[str, FeatureStats]) -> PerSampleBottleneck:
         raise NotImplementedError
 

@@ -147,7 +147,7 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
     """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
     # a one-layer bottleneck's layer, or the first of CoIBA's range (its information is counted there), as the
     # bottleneck resolves it (`BottleneckMethod.resolve`: CoIBA's branch inputs are layers of a view of the network)
-    layers = [m.resolve(network)[1][0] for m in methods if hasattr(m, "resolve")]
+    layers = [found[0] for found in (m.bottleneck_layers(network) for m in methods) if found]
     return {
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),
