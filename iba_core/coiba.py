@@ -321,7 +321,8 @@ def branch_range(network, first: str | None = None, last: str | None = None) -> 
     if missing:
         raise UserError(f"The layer table of {spec.title} lacks the blocks {', '.join(missing[:3])}.")
     paths = {inputs[b]: spec.hook_modules.get(b, b) + inputs[b][len(b):] for b in blocks}  # the modules' own paths
-    view = replace(network, spec=replace(spec, layers=tuple(layers), layer_info=tuple(table),
+    # no stage list in the view: its cuts are at the blocks, not at their branch inputs (torch.fx or hooks run it)
+    view = replace(network, spec=replace(spec, layers=tuple(layers), layer_info=tuple(table), stages=None,
                                          hook_modules={**spec.hook_modules, **paths}))
     return view, [inputs[block] for block in blocks[i : j + 1]]
 
@@ -496,7 +497,7 @@ class CoIBABottleneck(PerSampleBottleneck):
     Example:
         >>> network = load_network("efficientnet_lite0")
         >>> layers = layer_range(network, *default_range(network))
-        >>> coiba = CoIBABottleneck.for_network(network, layers, stats_for_range(network, layers))
+        >>> coiba = CoIBABottleneck.for_network(network, layers, stats_for_layers(network, layers))
         >>> result = coiba.attribute(network.preprocess(image), target=285)
     """
 

@@ -131,6 +131,9 @@ class BottleneckSettings:
             raise UserError(f"Unknown precision {str(self.precision)[:40]!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.inactive_threshold is not None:
             check_range("The inactive-unit threshold", self.inactive_threshold, *INACTIVE_THRESHOLD_RANGE)
+            if self.prior == "standard_normal":
+                raise UserError("Inactive units are found in estimated feature statistics; the standard-normal "
+                                "prior (M2IB's) estimates none, so leave out the inactive-unit threshold.")
         return self
 
 

@@ -189,11 +189,18 @@ def coiba_defaults():
 
 
 def coiba_caption(layers: tuple[str, ...]) -> str:
-    """What a CoIBA run's pictures show, for the live view and the replay."""
+    """What a CoIBA run's pictures show, for the live view and the replay; what its bits bound follows the placement
+    (at the attention branches' inputs the residual stream stays clean, so they bound only what passes there)."""
+    from iba_core.coiba import block_of
+
     named = " → ".join(layers) if len(layers) <= 4 else f"{layers[0]} … {layers[-1]}"
-    return (f"CoIBA at {len(layers)} layers, {named}: one λ, shared by the bottlenecks of every one of them (each "
-            f"adds noise with its own layer's statistics), drawn on {layers[0]}'s grid; the bits are counted at "
-            f"{layers[0]}, an upper bound for the deeper layers.")
+    shared = ("one λ, shared by the bottlenecks of every one of them (each adds noise with its own layer's "
+              f"statistics), drawn on {layers[0]}'s grid; the bits are counted at {layers[0]}")
+    if block_of(layers[0]) != layers[0]:  # the authors' placement: each block's attention-branch input
+        return (f"CoIBA at the attention-branch inputs of {len(layers)} blocks, {named}: {shared}. The blocks' "
+                "residual stream stays clean, so these bits bound what passes the branches, not all that reaches "
+                "the prediction.")
+    return f"CoIBA at {len(layers)} layers, {named}: {shared}, an upper bound for the deeper layers."
 
 
 def shared_lambda_title(layers: tuple[str, ...]) -> str | None:

@@ -176,6 +176,12 @@ def test_m2ib_kl_is_the_standard_normal_formula_by_hand():
 # ---- old keys ------------------------------------------------------------------------------------------------
 
 
+def test_the_inactive_unit_threshold_reaches_coiba_and_is_refused_with_m2ibs_prior():
+    assert get_method("coiba", inactive_threshold=0.01).coiba_settings().inactive_threshold == 0.01
+    with pytest.raises(UserError, match="standard-normal prior"):
+        get_method("m2ib", inactive_threshold=0.01)
+
+
 def test_old_keys_still_work():
     assert get_method("iba").key == "iba_10" and get_method("iba_10").key == "iba_10"
     assert get_method("iba_0_1").key == "iba_0_1" and get_method("iba_0_1").settings["prior"] == "estimated"

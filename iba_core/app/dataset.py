@@ -441,10 +441,12 @@ def per_sample_link(run: Run, row, trust: Trust) -> str | None:
     method = run.info.get("methods", {}).get(str(r["method"]), {})
     beta_k = method.get("settings", {}).get("beta_k") if method else None
     layers = method.get("settings", {}).get("layers") if method else None  # CoIBA's: the page opens CoIBA
+    branch = bool(method) and method.get("settings", {}).get("placement") == "branch"
     view = links.View(image=links.UPLOAD_PREFIX + digest, network=run.info.get("network"),
-                      layer=block_of(run_layer(run, str(r["method"]))),
+                      layer=block_of(run_layer(run, str(r["method"]))) if branch else run_layer(run, str(r["method"])),
                       # a branch placement's inputs named by their blocks, as the page's range picker names them
-                      layer_range=tuple(block_of(n) for n in _range_ends(layers)) if layers else None,
+                      layer_range=(tuple(block_of(n) if branch else n for n in _range_ends(layers)) if layers
+                                   else None),
                       beta_k=float(beta_k) if isinstance(beta_k, (int, float)) else None,
                       # a prompt row's target counts the run's prompts, not a class: the page takes the prompt
                       target=None if _missing(r["target"]) or _has_prompt(r) else int(r["target"]))

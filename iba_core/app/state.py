@@ -123,6 +123,8 @@ def load_shared(key: str, trust: Trust | None = None) -> SharedModel:
 
 #: A CoIBA run's method, as its JSON report names it (the Per-Sample Bottleneck's: `render.report.METHOD`).
 COIBA_METHOD = "CoIBA, one mask shared by bottlenecks at several layers (Hong et al., CVPR 2025)"
+#: An M2IB run's (the Per-Sample Bottleneck with a standard-normal prior, as M2IB's authors run it).
+M2IB_METHOD = "M2IB, the Per-Sample Bottleneck with a standard-normal prior (Wang et al., NeurIPS 2023)"
 
 
 @dataclass
@@ -167,10 +169,11 @@ class RunRecord:
 
     @property
     def file_stem(self) -> str:
-        """Stem of the download files: iba_<image>_<network>_<layer> (a card's "card:name" as card_name); CoIBA's:
-        coiba_<image>_<network>_<first>-<last>."""
+        """Stem of the download files: iba_<image>_<network>_<layer> (a card's "card:name" as card_name); M2IB's
+        m2ib_…; CoIBA's: coiba_<image>_<network>_<first>-<last>."""
         where = f"{self.layers[0]}-{self.layers[-1]}" if self.layers else self.layer
-        stem = f"{'coiba' if self.layers else 'iba'}_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{where}"
+        kind = "coiba" if self.layers else "m2ib" if self.result.settings.prior == "standard_normal" else "iba"
+        stem = f"{kind}_{self.image_name.rsplit('.', 1)[0]}_{self.model_key}_{where}"
         return re.sub(r"[^\w.+-]", "_", stem)
 
     def report(self) -> dict:
@@ -181,8 +184,14 @@ class RunRecord:
         report = run_report(r.settings, r, self.model_key, self.layer, self.image_name, self.class_name,
                             stats_description=self.stats_description, stats_seconds=self.stats_seconds)
         if self.layers:
+            from ..coiba import block_of
+
             report["method"] = COIBA_METHOD
             report["layers"] = list(self.layers)
+            # the placement that ran ("auto" resolved): the authors' branch inputs, or whole layer outputs
+            report["settings"]["placement"] = "branch" if block_of(self.layers[0]) != self.layers[0] else "output"
+        elif r.settings.prior == "standard_normal":
+            report["method"] = M2IB_METHOD
         if self.text_side is not None:  # a CLIP prompt's words with their bits (M2IB's text side)
             report["text_side"] = self.text_side.summary()
         return report

@@ -137,8 +137,9 @@ def stats_status(network: Network, layer: str) -> str:
 def stats_for_methods(network: Network, methods: Iterable[str],
                       progress: ProgressFn | None = None) -> FeatureStats | None:
     """The statistics that the methods in `methods` read with their default settings (each method's own layers,
-    `BottleneckMethod.statistics`: a range's in one pass, the widest first so a one-layer method finds its layer
-    estimated), estimated now if any of them needs statistics; the default layer's returned, else None.
+    `BottleneckMethod.statistics`: a range's in one pass; the widest range first, so a one-layer method at one of
+    its layers finds it estimated — CoIBA's branch inputs are other layers, a pass of their own), estimated now if
+    any of them needs statistics; the default layer's returned, else None.
 
     Estimating here, before the maps, lets a page show the estimate's own progress.
     """

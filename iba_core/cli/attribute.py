@@ -99,9 +99,9 @@ def check_layer_options(args: argparse.Namespace) -> None:
     if args.method == "coiba" and args.layer is not None:
         raise UserError("--layer places the one-layer bottleneck; CoIBA spans a range of layers.",
                         cli_hint="Give --layer-range FIRST:LAST instead (e.g. block3_2:block7_1).")
-    if args.method != "coiba" and getattr(args, "placement", None) is not None:
+    if args.method != "coiba" and getattr(args, "placement", None) is not None and getattr(args, "methods", None) is None:
         raise UserError(f"--placement places CoIBA's bottlenecks, but --method is {args.method}.",
-                        cli_hint="Add --method coiba, or leave out --placement.")
+                        cli_hint="Add --method coiba (or, for a folder run, --methods … coiba).")
     if args.method != "coiba" and args.layer_range is not None and getattr(args, "methods", None) is None:
         raise UserError(f"--layer-range sets CoIBA's layers, but --method is {args.method}.",
                         cli_hint="Add --method coiba (or, for a folder run, --methods … coiba).")

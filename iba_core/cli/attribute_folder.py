@@ -120,7 +120,8 @@ def method_list(args: argparse.Namespace) -> list:
     # --layer-range to CoIBA), --readout to the Readout; an option not given leaves the method's own default
     bottleneck = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "sigma": args.sigma,
                   "seed": args.seed, "read_point": args.read_point, "inactive_threshold": args.inactive_threshold,
-                  "precision": args.precision, "stats_samples": args.n}
+                  "precision": args.precision, "stats_samples": args.n,
+                  "placement": getattr(args, "placement", None)}  # CoIBA's, to the methods that take it
 
     def settings_for(method) -> dict:
         defaults = method.default_settings()
@@ -135,8 +136,6 @@ def method_list(args: argparse.Namespace) -> list:
         elif args.method in ("coiba", "m2ib"):  # the authors' presets; β·k from --beta-k where given
             preset = get_method(args.method)
             given = {"beta_k": args.beta_k} if getattr(args, "beta_k", None) is not None else {}
-            if getattr(args, "placement", None):
-                given["placement"] = args.placement
             keys = [preset.with_settings(**given, **settings_for(preset))]
         else:  # the paper's default, β·k from --beta-k (key iba_10 at the default 10)
             # --beta-k left out (None): the paper's 10 (the head's default, `heads.default_beta_k`, needs the network)
@@ -153,6 +152,9 @@ def method_list(args: argparse.Namespace) -> list:
     settings = {k: settings_for(get_method(k)) for k in keys if isinstance(k, str) and k in known}
     methods = resolve_methods(keys, settings)
     refuse_unused_range(args.layer_range, methods)
+    if bottleneck["placement"] is not None and not any("placement" in m.default_settings() for m in methods):
+        raise UserError("--placement places CoIBA's bottlenecks, but none of the chosen methods is CoIBA.",
+                        cli_hint="Add coiba to --methods, or leave out --placement.")
     for method in methods:
         if isinstance(method, BottleneckMethod):
             method.settings_object()  # the ranges, checked now

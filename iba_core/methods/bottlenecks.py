@@ -1,5 +1,5 @@
-"""The bottlenecks behind the method interface: Per-Sample (`iba_1`, `iba_10`, `iba_100`), CoIBA (`coiba`) and
-Readout.
+"""The bottlenecks behind the method interface: Per-Sample (`iba_1`, `iba_10`, `iba_100`), CoIBA (`coiba`), M2IB
+(`m2ib`) and Readout.
 
 Per-Sample (paper §3.2): β = β·k / k with k = h·w·c of the layer (paper §4.1: β = 1/k, 10/k, 100/k). The
 layer defaults to the network's default layer; statistics follow the one policy of every front end
@@ -367,11 +367,12 @@ class CoIBAMethod(BottleneckMethod):
             "lr": defaults.lr,
             "sigma": defaults.sigma,
             "read_point": defaults.read_point,
+            "inactive_threshold": defaults.inactive_threshold,
             "mask": defaults.mask,
             "seed": defaults.seed,
             "precision": defaults.precision,
             #: {layer: FeatureStats}, or one FeatureStats (for its layer, else the range's first); the layers
-            #: without by the one policy (`coiba.stats_for_range`)
+            #: without by the one policy (`feature_stats.stats_for_layers`)
             "stats": None,
             "stats_images": None,  # the statistics' image folder; None: the model card's, else the offline photos
             "stats_samples": None,  # None: feature_stats.app_samples (IBA_STATS_SAMPLES, else a default)
@@ -387,7 +388,8 @@ class CoIBAMethod(BottleneckMethod):
         except (TypeError, ValueError, OverflowError):  # NaN steps, a word: the settings name which
             numbers = {k: s[k] for k in names}
         return CoIBASettings(**numbers, mask=s["mask"], seed=s["seed"], precision=s["precision"],
-                             read_point=s["read_point"], placement=s["placement"])
+                             read_point=s["read_point"], placement=s["placement"],
+                             inactive_threshold=s["inactive_threshold"])
 
     def _given_range(self) -> tuple[str, str] | None:
         """The `layers` setting as (first, last); None for the default range."""

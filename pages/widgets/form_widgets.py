@@ -79,9 +79,9 @@ def beta_picker(prefix: str, head: str = "softmax", preset: float | None = None)
     M2IB's 0.1 for a CLIP model's similarity head; each such head keeps its own choice), or at a preset's own
     (`preset`: CoIBA's 1, its authors' β) for a classifier."""
     default = default_beta_k(head)
+    key = f"{prefix}_beta" if default == DEFAULT_BETA_K else f"{prefix}_beta_{head}"  # each head its own choice
     if preset is not None and default == DEFAULT_BETA_K:
         default = preset
-    key = f"{prefix}_beta" if default == DEFAULT_BETA_K or preset is not None else f"{prefix}_beta_{head}"
     linked = take_from_link(None, "beta_k")
     if linked is not None:
         st.session_state[key] = linked

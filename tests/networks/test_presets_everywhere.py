@@ -4,6 +4,8 @@ split by stages, a torch.fx cut or forward hooks. A lower precision is forced (b
 the CPU lacks it), so the path a bf16 CPU takes by default is tested on every machine."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,11 +17,11 @@ from source_fixtures import save_hf_vit, save_timm_folder, write_image
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-KINDS = ("registered", "torchvision", "timm", "hf", "card")
+KINDS = ("registered", "torchvision", "timm", "hf", "card", "clip")
 #: How each network kind runs each preset: a registered stage list, a torch.fx cut, or forward hooks on the whole
 #: network (transformers' ViT cannot be traced; CoIBA's later layers are hooked wherever the cut has no stages).
 PATHS = {"registered": ("stages", "stages", "stages"), "torchvision": ("fx", "hook", "fx"), "timm": ("fx", "hook", "fx"),
-         "hf": ("hook", "hook", "hook"), "card": ("fx", "hook", "fx")}
+         "hf": ("hook", "hook", "hook"), "card": ("fx", "hook", "fx"), "clip": ("stages", "hook", "stages")}
 PRESETS = ("iba", "coiba", "m2ib")
 QUICK = dict(steps=2, batch=2, stats_samples=4)
 
@@ -40,6 +42,14 @@ def networks(tmp_path_factory):
                                                                 depth=3, embed_dim=32, num_heads=2)))
             elif kind == "hf":
                 built[kind] = load_network(str(save_hf_vit(root / "hf")))
+            elif kind == "clip":  # its outputs: the similarity to the prompts (the target: the first)
+                import sys
+
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+                from clip_fixtures import save_tiny_clip
+
+                built[kind] = load_network(f"clip:{save_tiny_clip(root / 'clip')}")
+                built[kind].set_prompts(["a cat", "a dog"])
             else:
                 built[kind] = load_network(str(make_card_folder(root / "card") / "fruit.toml"))
         return built[kind]
@@ -74,16 +84,17 @@ def test_every_preset_in_every_precision_on_every_kind(networks, image, kind, pr
     crop = net.spec.crop
     assert amap.values.shape == (crop, crop) and np.isfinite(amap.values).all() and amap.values.min() >= 0
     extra = amap.extra
-    assert extra["total_bits"] > 0 and 0 <= extra["p_with"] <= 1
+    assert extra["total_bits"] > 0 and -1 <= extra["p_with"] <= 1  # a CLIP model's similarity: −1 … 1
     assert extra["precision"] == precision if precision != "auto" else extra["precision"] in ("fp32", "bf16")
     assert extra["path"] == PATHS[kind][PRESETS.index(preset)]  # stages, fx-split and hook paths all covered
     located = extra["total_bits"] - extra["unlocated_bits"]
     assert float(amap.values.sum()) == pytest.approx(located, rel=2e-3)
     if preset == "coiba":
-        transformer = kind in ("timm", "hf")
+        transformer = kind in ("timm", "hf", "clip")
         assert extra["placement"] == ("branch" if transformer else "output")
         if transformer:
-            assert all(layer.rsplit(".", 1)[-1] in ("norm1", "layernorm_before") for layer in extra["layers"])
+            assert all(layer.rsplit(".", 1)[-1] in ("norm1", "layernorm_before", "layer_norm1")
+                       for layer in extra["layers"])
 
 
 def test_a_folder_run_with_the_branch_placement_links_its_range_by_blocks(tmp_path, monkeypatch):
@@ -111,3 +122,11 @@ def test_a_folder_run_with_the_branch_placement_links_its_range_by_blocks(tmp_pa
     link = ds.per_sample_link(run, run.table.iloc[0], Trust.for_app())
     params = parse_qs(urlsplit(link).query)
     assert params["range"] == ["blocks.1:blocks.2"] and params["layer"] == ["blocks.1"]
+    # --placement reaches CoIBA in a folder run (--methods), and the run's links keep the layers' own names
+    other = tmp_path / "data" / "run-output"
+    assert main(["attribute", str(images), "--model", str(model), "--methods", "coiba", "--placement", "output",
+                 "--steps", "2", "--batch", "2", "--n", "4", "--out", str(other), "--no-progress"]) == 0
+    run = open_run(other)
+    (key, method), = run.info["methods"].items()
+    assert key == "coiba_1_output" and method["settings"]["placement"] == "output"
+    assert all("norm1" not in layer for layer in method["settings"]["layers"])

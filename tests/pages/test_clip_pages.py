@@ -104,7 +104,7 @@ def test_m2ib_as_its_authors_run_it_from_the_bottleneck_choice(open_page, models
     assert "m2ib" not in at.radio(key="ps_bottleneck").options  # the offline classifier
     at = added(at, models)
     at = clean(at.radio(key="ps_bottleneck").set_value("m2ib").run())
-    assert at.select_slider(key="psm_beta").value == 0.1
+    assert at.select_slider(key="psm_beta_similarity").value == 0.1
     at.text_area(key=PROMPTS_KEY).set_value("a cat")
     at.number_input(key="psm_steps").set_value(2)
     at.number_input(key="psm_batch").set_value(2)
@@ -114,6 +114,7 @@ def test_m2ib_as_its_authors_run_it_from_the_bottleneck_choice(open_page, models
     assert (s.prior, s.read_point, s.sigma, s.beta_k) == ("standard_normal", "last_step", 0.0, 0.1)
     assert "standard-normal prior" in record.stats_description
     assert [w for w, _ in record.text_side.words()] == ["a", "cat"]
+    assert record.report()["method"].startswith("M2IB") and record.file_stem.startswith("m2ib_")
     at = clean(at.radio(key="ps_bottleneck").set_value("per_sample").run())
 
 
