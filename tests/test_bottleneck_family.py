@@ -62,6 +62,12 @@ def vit():
     return network_from_module(PreNormViT().eval(), "prenorm-vit")
 
 
+def kl_by_hand(lam: torch.Tensor, r: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """KL(N(λR + (1 − λ)μ, (1 − λ)²σ²) ‖ N(μ, σ²)) per element, written out (paper eq. 5, Appendix C)."""
+    r_std = (r - mu) / sigma
+    return -torch.log(1 - lam) + ((1 - lam) ** 2 - 1) / 2 + (lam * r_std) ** 2 / 2
+
+
 # ---- CoIBA: the authors' placement ---------------------------------------------------------------------------
 
 
@@ -265,8 +271,7 @@ def test_branch_placement_by_hand_on_a_vit(vit):
         return torch.cat([cls, grid], dim=1)
 
     def kl(lam):
-        r_std = (r1 - mus[0]) / sigmas[0]
-        return -torch.log(1 - lam) + ((1 - lam) ** 2 - 1) / 2 + (lam * r_std) ** 2 / 2
+        return kl_by_hand(lam, r1, mus[0], sigmas[0])
 
     k, ces = r1.numel(), []
     for _ in range(s.steps):
@@ -344,8 +349,7 @@ def test_the_coiba_preset_by_hand_on_a_residual_cnn():
     g = torch.Generator().manual_seed(s.seed)
 
     def kl(lam):
-        r_std = (r1 - mus[0]) / sigmas[0]
-        return -torch.log(1 - lam) + ((1 - lam) ** 2 - 1) / 2 + (lam * r_std) ** 2 / 2
+        return kl_by_hand(lam, r1, mus[0], sigmas[0])
 
     k, ces = r1.numel(), []
     for _ in range(s.steps):
