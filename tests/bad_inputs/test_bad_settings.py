@@ -217,3 +217,13 @@ def test_the_app_caps_the_samples_field_at_the_owners_limit(open_page, monkeypat
     at = open_page("per_sample")
     field = at.number_input(key="ps_n")
     assert field.max == 300 and field.value <= 300
+
+
+def test_an_unknown_layer_of_100000_characters_is_not_echoed_whole() -> None:
+    """Issue #40, item 8: the sentence names the start of what was typed (cut, marked '…'), on one line."""
+    from iba_core.networks.spec import unknown_layer_error
+
+    for layers in (["a", "b"], [f"block{i}_{j}" for i in range(9) for j in range(9)]):
+        text = str(unknown_layer_error("Net", "x" * 100_000 + "\nmore", layers))
+        assert len(text) < 400 and "…" in text and "\n" not in text
+        assert_one_sentence(text)
