@@ -804,9 +804,25 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
         "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
         "scale": scale if units.get(method) == BITS_UNIT else None,
         "checked": found.checked if found is not None else "",
+        # rows a damaged (e.g. cut short) part takes away: said, never silently fewer rows (issue #40, item 6)
+        "missing": run.missing or "",
+        # a method whose map column came out empty for every row: said, not an empty section
+        "empty": empty_methods_sentence(table),
     }
     return dataset_report_html(summary, classes, flagged_cells, stands_out, metric_report(metric_means(run))
                                ).encode("utf-8")
+
+
+def empty_methods_sentence(table) -> str:
+    """A sentence naming the methods with no map in any row (every row an error), "" when each has some."""
+    if len(table) == 0 or "method" not in table:
+        return ""
+    made = table[table["error"].isna()]["method"].unique() if "error" in table else table["method"].unique()
+    empty = sorted(set(table["method"].unique()) - set(made))
+    if not empty:
+        return ""
+    return (f"No map was made for {', '.join(map(str, empty))}: every one of its rows is an error (the table "
+            "lists each row's reason).")
 
 
 def metric_report(means: MetricMeans | None) -> dict | None:

@@ -41,5 +41,7 @@ def run(args: argparse.Namespace) -> int:
     print_json({"report": str(out), "run": str(run_.path), "method": method,
                 "method_name": method_names(run_).get(method, method),
                 "stands_out": [h.title for h in found.items] if found else [],
-                "metrics": metric_columns(run_.table)})
+                "metrics": metric_columns(run_.table),
+                # rows a damaged part left out (the report says so at its top too); None when every part is whole
+                "missing": run_.missing})
     return 0

@@ -91,6 +91,7 @@ figure { margin: 0; width: 200px; } figure.thumb { width: 100px; }
 figcaption { font-size: 0.75rem; overflow-wrap: anywhere; }
 img { width: 100%; image-rendering: auto; }
 .flag { color: #b00020; font-weight: bold; }
+.warning { color: #8a4b00; background: #fff4e0; padding: 0.4rem 0.6rem; }
 table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; }
 .note { font-size: 0.85rem; color: #555; }
 h3.highlight { color: #b00020; }
@@ -180,6 +181,9 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
     for key in ("run", "network", "layer", "method", "images", "rows", "errors"):
         out.append(f"<tr><td>{e(key)}</td><td>{e(str(summary.get(key, '')))}</td></tr>")
     out.append("</table>")
+    for key in ("missing", "empty"):  # rows left out, methods with no map: said before anything is counted
+        if summary.get(key):
+            out.append(f'<p class="warning">{e(str(summary[key]))}</p>')
     out.append('<h2 id="stands-out">What stands out</h2>')
     if not stands_out:
         out.append(f"<p>Nothing stands out. {e(str(summary.get('checked', '')))}</p>")

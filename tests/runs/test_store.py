@@ -222,3 +222,21 @@ def test_a_resume_removes_the_temp_files_of_dead_writers_only(tiny_net, run):
     assert not dead.exists() and not old.exists()
     assert live.exists() and elsewhere.exists()
     assert np.array_equal(np.sort(read_parts(out)["image"]), np.sort([i.key for i in items]))
+
+
+def test_the_report_says_which_rows_a_damaged_part_left_out_and_which_method_made_no_map(tiny_net, run):
+    """Issue #40, item 6: a part cut short left the report counting fewer rows without a word; a method whose every
+    row failed is named too."""
+    from iba_core.app.dataset import empty_methods_sentence, report_html
+    from iba_core.trust import Trust
+
+    out, _, _ = run
+    name = part_names(out)[1]
+    _truncate(out / PARTS / f"{name}.parquet")
+    opened = open_run(out)
+    html = report_html(opened, "gradient", Trust.local()).decode("utf-8")
+    assert opened.missing and f"({name}: its rows differ from their checksum)" in html and 'class="warning"' in html
+    table = opened.table.copy()
+    assert empty_methods_sentence(table) == ""
+    table["error"] = "boom"
+    assert empty_methods_sentence(table).startswith("No map was made for gradient")
