@@ -814,15 +814,30 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
 
 
 def empty_methods_sentence(table) -> str:
-    """A sentence naming the methods with no map in any row (every row an error), "" when each has some."""
+    """Sentences naming the methods with no map in any row (every row an error) and the metrics a run measured that
+    came out empty for every image of a method (e.g. the pointing game without boxes); "" when nothing is empty."""
+    from ..metrics.yardsticks import METRIC_COLUMNS
+
     if len(table) == 0 or "method" not in table:
         return ""
-    made = table[table["error"].isna()]["method"].unique() if "error" in table else table["method"].unique()
-    empty = sorted(set(table["method"].unique()) - set(made))
-    if not empty:
-        return ""
-    return (f"No map was made for {', '.join(map(str, empty))}: every one of its rows is an error (the table "
-            "lists each row's reason).")
+    made = result_rows(table)
+    said = []
+    empty = sorted(set(table["method"].unique()) - set(made["method"].unique()))
+    if empty:
+        said.append(f"No map was made for {', '.join(map(str, empty))}: every one of its rows is an error (the "
+                    "table lists each row's reason).")
+    if "metrics" in made:
+        hollow = []
+        for method, rows in made.groupby("method"):
+            asked = sorted(set(" ".join(rows["metrics"].fillna("").astype(str)).split()))
+            for metric in asked:
+                columns = [c for c in METRIC_COLUMNS.get(metric, ()) if c in rows]
+                if columns and all(rows[c].isna().all() for c in columns):
+                    hollow.append(f"{metric} for {method}")
+        if hollow:
+            said.append(f"Measured but empty for every image: {', '.join(hollow)} (its scores are left blank, not "
+                        "zero).")
+    return " ".join(said)
 
 
 def metric_report(means: MetricMeans | None) -> dict | None:

@@ -238,5 +238,8 @@ def test_the_report_says_which_rows_a_damaged_part_left_out_and_which_method_mad
     assert opened.missing and f"({name}: its rows differ from their checksum)" in html and 'class="warning"' in html
     table = opened.table.copy()
     assert empty_methods_sentence(table) == ""
+    table["metrics"], table["insertion_auc"] = "insertion", float("nan")  # measured, and empty for every image
+    assert empty_methods_sentence(table) == ("Measured but empty for every image: insertion for gradient (its scores "
+                                             "are left blank, not zero).")
     table["error"] = "boom"
     assert empty_methods_sentence(table).startswith("No map was made for gradient")
