@@ -82,7 +82,11 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
         if bb is None:
             continue
         name = (obj.findtext("name") or "").strip()
-        boxes.append(Box(name, number(bb, "xmin"), number(bb, "ymin"), number(bb, "xmax"), number(bb, "ymax")))
+        box = Box(name, number(bb, "xmin"), number(bb, "ymin"), number(bb, "xmax"), number(bb, "ymax"))
+        if box.xmin >= box.xmax or box.ymin >= box.ymax:
+            raise UserError(f"The annotation's box {name[:40]!r} is inverted or empty (xmin {box.xmin:g}, xmax "
+                            f"{box.xmax:g}, ymin {box.ymin:g}, ymax {box.ymax:g}).")
+        boxes.append(box)
     width, height = int(number(size, "width")), int(number(size, "height"))
     if width < 1 or height < 1:
         raise UserError(f"The annotation's image size must be at least 1 × 1 pixel (it says {width} × {height}).")
@@ -178,12 +182,27 @@ def find_annotation(boxes_dir: str | Path, image_key: str) -> Path | None:
 # Records → table.
 
 
+def skipped_note(records: Sequence[dict]) -> str:
+    """"\n\nN image(s) skipped: why (count), …" for the records that say an image was skipped ("" for none): each
+    reason with its count, a box file that could not be read by its name and its fault."""
+    reasons: dict[str, set] = {}
+    for r in records:
+        if r.get("skipped"):
+            reasons.setdefault(str(r["skipped"]), set()).add(r.get("image"))
+    if not reasons:
+        return ""
+    images = set().union(*reasons.values())
+    listed = sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    shown = "; ".join(f"{why} ({len(imgs)})" for why, imgs in listed[:6])
+    more = f"; {len(listed) - 6} other reasons" if len(listed) > 6 else ""
+    return f"\n\n{len(images)} image(s) skipped: {shown}{more}."
+
+
 def format_table(records: Sequence[dict]) -> str:
     from .results import markdown_table
 
-    records = [r for r in records if r.get("metric", METRIC) == METRIC]
-    skipped = {r["image"] for r in records if r.get("skipped")}
-    records = [r for r in records if not r.get("skipped")]
+    records_all = [r for r in records if r.get("metric", METRIC) == METRIC]
+    records = [r for r in records_all if not r.get("skipped")]
     settings = list(dict.fromkeys(r["setting"] for r in records))
     models = {s: next(r.get("model", "") for r in records if r["setting"] == s) for s in settings}
     methods = list(dict.fromkeys(r["method"] for r in records))
@@ -199,8 +218,7 @@ def format_table(records: Sequence[dict]) -> str:
         row.append(max(counts, default=0))
         rows.append(row)
     header = ["Method", *(f"{models[s]} bbox".strip() for s in settings), "images"]
-    note = (f"\n\n{len(skipped)} image(s) skipped (box > {LARGEST_BOX_SHARE:.0%} of the crop or no box)."
-            if skipped else "")
+    note = skipped_note(records_all)
     return "### Bounding box: share of the top-n pixels inside the box (higher is better)\n\n" + markdown_table(
         header, rows
     ) + note + "\n"

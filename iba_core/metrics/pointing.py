@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
-from .bbox import LARGEST_BOX_SHARE
+from .bbox import LARGEST_BOX_SHARE, skipped_note
 from .common import group_records, method_label
 
 POINTING = "pointing"
@@ -107,7 +107,7 @@ def format_table(records: Sequence[dict]) -> str:
     from .results import markdown_table
 
     records = [r for r in records if r.get("metric", POINTING) == POINTING]
-    skipped = {r["image"] for r in records if r.get("skipped")}
+    skipped = skipped_note(records)
     records = [r for r in records if not r.get("skipped")]
     settings = list(dict.fromkeys(r.get("setting", "") for r in records))
     several = len(settings) > 1
@@ -131,7 +131,6 @@ def format_table(records: Sequence[dict]) -> str:
     if large:
         note += (f"\n\n{len(large)} image(s) with boxes covering more than {LARGEST_BOX_SHARE:.0%} of the crop: a random "
                  "map hits often there, so their pointing scores say little.")
-    if skipped:
-        note += f"\n\n{len(skipped)} image(s) skipped (no box, or no box on the crop)."
+    note += skipped  # how many, and why (a box file that cannot be read is named)
     return ("### Pointing game and energy-based pointing (higher is better)\n\n"
             + markdown_table(header, rows) + f"\n\n{note}\n")

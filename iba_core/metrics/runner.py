@@ -209,15 +209,22 @@ def _box_mask(ctx: _Context, item, max_share: float | None = None) -> tuple[np.n
     no box on the crop, or (with `max_share`) boxes covering more of the crop than that."""
     from .bbox import boxes_on_crop, find_annotation, parse_voc
 
+    from ..errors import UserError
+
     xml = find_annotation(ctx.options.boxes, item.key)
     if xml is None:
         return None, "no annotation"
-    mask, _ = boxes_on_crop(parse_voc(xml), ctx.network.preprocess)
+    try:
+        mask, _ = boxes_on_crop(parse_voc(xml), ctx.network.preprocess)
+    except (UserError, OSError, UnicodeDecodeError) as err:  # one bad file skips its image, not the evaluation
+        from ..trust import shown
+
+        return None, f"{shown(Path(xml).name, 60)} unreadable: {shown(err, 120)}"
     share = float(mask.mean())
     if mask.sum() == 0:
         return None, "box outside the crop"
     if max_share is not None and share > max_share:
-        return None, f"box covers {share:.0%} of the crop"
+        return None, f"boxes over {max_share:.0%} of the crop"  # the paper's rule, said with its threshold
     return mask, None
 
 

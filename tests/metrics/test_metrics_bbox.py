@@ -79,14 +79,17 @@ def test_boxes_on_crop_follow_the_networks_own_preprocessing(size):
     assert (mask & crop).sum() / (mask | crop).sum() > 0.97
 
 
-def test_the_skipped_note_states_the_largest_box_share(monkeypatch):
-    import iba_core.metrics.bbox as bbox
-
+def test_the_skipped_note_counts_each_reason():
+    """Issue #40, item 7: every skipped image counted by its reason (a box file that cannot be read by its name)."""
     recs = [{"metric": "bbox", "image": "a", "method": "m", "setting": "s", "model": "net", "ratio": 1.0},
-            {"metric": "bbox", "image": "c", "method": "*", "setting": "s", "model": "net", "skipped": "big"}]
-    assert "(box > 33% of the crop or no box)" in format_table(recs)
-    monkeypatch.setattr(bbox, "LARGEST_BOX_SHARE", 0.5)
-    assert "(box > 50% of the crop or no box)" in format_table(recs)
+            {"metric": "bbox", "image": "c", "method": "*", "setting": "s", "model": "net",
+             "skipped": "boxes over 33% of the crop"},
+            *({"metric": "bbox", "image": i, "method": "*", "setting": "s", "model": "net",
+               "skipped": "no annotation"} for i in ("d", "e")),
+            {"metric": "bbox", "image": "f", "method": "*", "setting": "s", "model": "net",
+             "skipped": "f.xml unreadable: Not a readable VOC XML annotation: no element found: line 1, column 0"}]
+    assert ("4 image(s) skipped: no annotation (2); boxes over 33% of the crop (1); f.xml unreadable: Not a "
+            "readable VOC XML annotation: no element found: line 1, column 0 (1).") in format_table(recs)
 
 
 def test_find_annotation_and_table(tmp_path):

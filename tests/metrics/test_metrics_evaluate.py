@@ -214,6 +214,30 @@ def voc_box(width, height, xmin, ymin, xmax, ymax) -> str:
             "</object></annotation>")
 
 
+def test_a_bad_box_file_skips_its_image_by_name_and_the_rest_is_measured(tmp_path):
+    """Issue #40, item 7: one empty XML among many aborted the whole evaluation without naming the file; an inverted
+    box was "skipped" without a word. Each is now skipped, named and counted in the table's note."""
+    from iba_core.metrics.pointing import format_table
+
+    items = list_items(write_images(tmp_path / "imgs", 4)[0].parent)
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    (boxes / "img00.xml").write_text(voc_box(SIZE, SIZE, 0, 0, 8, 8))
+    (boxes / "img01.xml").write_text("")  # empty
+    (boxes / "img02.xml").write_text(voc_box(SIZE, SIZE, 20, 20, 4, 4))  # inverted
+    (boxes / "img03.xml").write_text(voc_box(SIZE, SIZE, 8, 8, 32, 32))
+    out = tmp_path / "pointing.jsonl"
+    run_evaluation("pointing", StubLoaded(Counting(SmallConvNet())), items, {"random": get_method("random")}, out,
+                   EvalOptions(progress=False, boxes=boxes, tolerance=3))
+    records = read_records(out)
+    skipped = {r["image"]: r["skipped"] for r in records if r.get("skipped")}
+    assert sorted(skipped) == ["img01.png", "img02.png"]
+    assert skipped["img01.png"].startswith("img01.xml unreadable: Not a readable VOC XML annotation")
+    assert skipped["img02.png"].startswith("img02.xml unreadable: The annotation's box 'x' is inverted or empty")
+    assert {r["image"] for r in records if not r.get("skipped")} == {"img00.png", "img03.png"}
+    assert "2 image(s) skipped: img01.xml unreadable" in format_table(records)
+
+
 def test_insertion_deletion_and_pointing_run_through_the_loop_and_resume(tmp_path):
     from iba_core.metrics.insertion_deletion import PixelProtocol
 
