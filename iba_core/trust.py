@@ -124,6 +124,19 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def visitor_path(path: str | os.PathLike, trust: Trust) -> str:
+    """`path` as a visitor may see it: whole for the machine's own user (`server_paths` ANY), else relative to the
+    allowed folder holding it, named by that folder's own name ("data/runs/val"), else only its last part — the
+    server's layout above the folders its owner allowed never reaches a visitor."""
+    if trust.server_paths == ANY:
+        return str(path)
+    resolved = _resolved(Path(path))
+    for root in trust.server_paths:
+        if _inside(resolved, root):
+            return str(Path(root.name) / resolved.relative_to(root))
+    return resolved.name
+
+
 def server_path_allowed(path: str | os.PathLike, trust: Trust) -> bool:
     """Whether `path` (symlinks resolved) lies in a folder `trust.server_paths` allows."""
     if trust.server_paths == ANY:

@@ -34,7 +34,7 @@ from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_m
                                mass_thumbnails, named, run_highlights)
 from ..runs.per_class import class_mean_map, map_clusters
 from ..runs.store import Run, RunFolderError, open_run
-from ..trust import NotTrustedError, Trust, check_server_path
+from ..trust import NotTrustedError, Trust, check_server_path, visitor_path
 from . import links
 from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here
     PAGE_BATCH_IMAGES, PAGE_METRICS, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text,
@@ -799,7 +799,9 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
                      for (_, r), c in zip(flagged.iterrows(), gallery(run, flagged, trust, scale, with_links=False))]
     table = run.table
     summary = {
-        "run": str(run.path), "network": run.info.get("network") or "unknown", "layer": layer_text(run),
+        # the run as a visitor may see it: relative to the allowed folder, not the server's layout (issue #40)
+        "run": visitor_path(run.path, trust), "network": run.info.get("network") or "unknown",
+        "layer": layer_text(run),
         "method": method_names(run).get(method, method), "images": int(table["image"].nunique()),
         "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
         "scale": scale if units.get(method) == BITS_UNIT else None,

@@ -243,3 +243,18 @@ def test_the_report_says_which_rows_a_damaged_part_left_out_and_which_method_mad
                                              "are left blank, not zero).")
     table["error"] = "boom"
     assert empty_methods_sentence(table).startswith("No map was made for gradient")
+
+
+def test_the_report_shows_the_run_relative_to_the_allowed_folder(tiny_net, run, tmp_path):
+    """Issue #40, item 5: a served report named the run by its absolute path on the server; a visitor sees it
+    relative to the folder the owner allowed (the local user still sees the whole path)."""
+    from iba_core.app.dataset import report_html
+    from iba_core.trust import Trust, visitor_path
+
+    out, _, _ = run
+    opened = open_run(out)
+    served = Trust(server_paths=(out.parent.resolve(),))
+    html = report_html(opened, "gradient", served).decode("utf-8")
+    assert str(out.parent.resolve()) not in html and f"{out.parent.name}/{out.name}" in html
+    assert visitor_path(out, Trust.local()) == str(out)
+    assert visitor_path("/somewhere/else/run", served) == "run"  # outside every allowed folder: its name only
