@@ -196,14 +196,12 @@ def default_range(network, first: str | None = None) -> tuple[str, str]:
     the head — the last transformer block for a ViT, the last stage with a grid larger than 1 × 1 for a CNN (not a
     registered network's classifier convolution, `HEAD_STAGES`) — among the layers that can share the first's
     mask."""
-    from .networks.spec import transformer_blocks
-
     spec = network.spec
     first = spec.check_layer(first) if first is not None else spec.default_layer
     table = {info.name: info for info in network.layer_table()}
     later = list(spec.layers[spec.layers.index(first):])
     extra = _extra_tokens(network.layout(first))
-    blocks = set(transformer_blocks(network.model, list(table.values())))
+    blocks = set(network.blocks())
 
     def fits(layer: str) -> bool:
         info = table.get(layer)
@@ -216,13 +214,6 @@ def default_range(network, first: str | None = None) -> tuple[str, str]:
     return first, (candidates[-1] if candidates else first)
 
 
-def _blocks(network) -> list[str]:
-    """The network's transformer blocks in execution order ([] for a CNN), as `networks.spec` finds them."""
-    from .networks.spec import transformer_blocks
-
-    return transformer_blocks(network.model, network.layer_table())
-
-
 def placement_of(network, placement: str) -> tuple[str, str]:
     """(the placement that runs, a note for the person, "" when there is none) for a setting of `PLACEMENTS`.
 
@@ -232,7 +223,7 @@ def placement_of(network, placement: str) -> tuple[str, str]:
     that said. "auto" picks "branch" only where the authors' setting holds (blocks and a class token)."""
     if placement not in PLACEMENTS:
         raise UserError(f"Unknown CoIBA placement {str(placement)[:40]!r}; choose one of: {', '.join(PLACEMENTS)}.")
-    blocks = _blocks(network)
+    blocks = network.blocks()
     class_token = bool(blocks) and _extra_tokens(network.layout(blocks[0])) > 0
     if placement == "auto":
         return ("branch", "") if class_token else ("output", CNN_NOTE if not blocks else AVERAGE_POOLED_NOTE)
@@ -286,7 +277,7 @@ def branch_range(network, first: str | None = None, last: str | None = None) -> 
 
     from .networks.spec import LayerInfo
 
-    blocks = _blocks(network)
+    blocks = network.blocks()
     if not blocks:
         placement_of(network, "branch")  # the refusal's sentence
     if first is None:
@@ -307,7 +298,6 @@ def branch_range(network, first: str | None = None, last: str | None = None) -> 
     spec = network.spec
     if all(name in spec.layers for name in inputs.values()):
         return network, [inputs[block] for block in blocks[i : j + 1]]
-    infos = {info.name: info for info in network.layer_table()}
     layers, table = [], []
     for layer in spec.layers:
         if layer in inputs:
@@ -317,9 +307,6 @@ def branch_range(network, first: str | None = None, last: str | None = None) -> 
         if info.name in inputs:
             table.append(LayerInfo(inputs[info.name], info.shape, 1, info.layout))
         table.append(info)
-    missing = [b for b in blocks if b not in infos]
-    if missing:
-        raise UserError(f"The layer table of {spec.title} lacks the blocks {', '.join(missing[:3])}.")
     paths = {inputs[b]: spec.hook_modules.get(b, b) + inputs[b][len(b):] for b in blocks}  # the modules' own paths
     # no stage list in the view: its cuts are at the blocks, not at their branch inputs (torch.fx or hooks run it)
     view = replace(network, spec=replace(spec, layers=tuple(layers), layer_info=tuple(table), stages=None,

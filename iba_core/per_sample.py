@@ -706,11 +706,11 @@ class _BatchFit:
         The prefix runs in fp32 whatever the precision: it runs once per image (the steps' passes are the cost),
         and R and p(target) without the bottleneck are then the unmodified network's own (a bf16 prefix moved
         a sigmoid card's p_without from 0.35612 to 0.35488, measured on an AVX512-BF16 Xeon)."""
-        stats = self.bottleneck.stats
+        stats = self.stats = self.bottleneck.stats
         raw = self.runner.features(self.x).float()
         if self.settings.prior == "standard_normal" and raw.shape[1:] != stats.mean.shape:
-            # a prior has no shape of its own: it follows the layer's output for this input size
-            self.bottleneck.stats = standard_normal_stats(raw.shape[1:], stats.layer, stats.model, stats.weights)
+            # a prior has no shape of its own: this fit's follows the layer's output for this input size
+            self.stats = standard_normal_stats(raw.shape[1:], stats.layer, stats.model, stats.weights)
         elif raw.shape[1:] != stats.mean.shape:
             raise UserError(
                 f"Statistics are for a layer shaped {tuple(stats.mean.shape)}, "
@@ -721,7 +721,7 @@ class _BatchFit:
     def _map_view(self, raw: torch.Tensor) -> None:
         """R, μ_R, σ_R (floored at min_std) and the standardised R in the map view; σ_s per part; the mask of
         active units."""
-        b, stats, s = self.bottleneck, self.bottleneck.stats, self.settings
+        b, stats, s = self.bottleneck, self.stats, self.settings
         self.r = b._parts(raw)
         self.mean = b._parts(stats.mean.to(self.device, raw.dtype)[None])
         self.std = b._parts(stats.std.to(self.device, raw.dtype).clamp_min(s.min_std)[None])

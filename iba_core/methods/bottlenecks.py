@@ -45,7 +45,14 @@ class BottleneckMethod(Method):
     takes_label_sets = False  # its loss reads the head for one class
 
     def resolve(self, network) -> tuple[object, list[str]]:
-        """(the network the bottleneck runs on — `network` or a view of it listing more layers —, its layers)."""
+        """(the network the bottleneck runs on — `network` or a view of it listing more layers —, its layers),
+        worked out once per network (`_resolve`) and kept: every batch and every front end's question asks it."""
+        found = getattr(self, "_resolved", None)
+        if found is None or found[0] is not network:
+            found = self._resolved = (network, self._resolve(network))
+        return found[1]
+
+    def _resolve(self, network) -> tuple[object, list[str]]:
         raise NotImplementedError
 
     def settings_object(self) -> BottleneckSettings:
@@ -110,7 +117,7 @@ class BottleneckMethod(Method):
 
     def _compute_batch(self, network, x: torch.Tensor, targets: list[int]):
         bottleneck = self.bottleneck(network)
-        layers = list(self.resolve(network)[1])
+        layers = self.bottleneck_layers(network)
         results = bottleneck.attribute_batch(x, targets)
         return [(r.heatmap, {**self._extra(network, layers), **{
             "total_bits": r.total_bits,
@@ -188,7 +195,7 @@ class PerSampleIBA(BottleneckMethod):
                                  "source": getattr(stats, "source", None)}
         return settings
 
-    def resolve(self, network) -> tuple[object, list[str]]:
+    def _resolve(self, network) -> tuple[object, list[str]]:
         return network, [network.spec.check_layer(self.layer(network))]
 
     def settings_object(self) -> BottleneckSettings:
@@ -242,10 +249,9 @@ class M2IB(PerSampleIBA):
         network's default layer."""
         if self.settings["layer"]:
             return self.settings["layer"]
-        from ..coiba import _blocks
         from ..networks.clip_models import default_layer_index
 
-        blocks = _blocks(network)
+        blocks = network.blocks()
         return blocks[default_layer_index(len(blocks))] if blocks else network.spec.default_layer
 
 
@@ -411,7 +417,7 @@ class CoIBAMethod(BottleneckMethod):
         """(the placement on `network`, a note for the person or ""): `coiba.placement_of`."""
         return placement_of(network, self.settings["placement"])
 
-    def resolve(self, network) -> tuple[object, list[str]]:
+    def _resolve(self, network) -> tuple[object, list[str]]:
         """(the network the bottlenecks run on, the layers of the range) — the default range unless `layers` names
         one. With the branch placement, the attention-branch inputs of the range's blocks on a view of `network`
         that lists them among its layers (`coiba.branch_range`); else `network` itself."""

@@ -406,6 +406,10 @@ class Network:
             return "stages"
         return "fx" if self.fx_split(layer) is not None else "hook"
 
+    def blocks(self) -> list[str]:
+        """The network's transformer blocks in execution order (`transformer_blocks`); [] for a CNN."""
+        return transformer_blocks(self.model, self.layer_table())
+
     def layer_table(self) -> list[LayerInfo]:
         """Every module the layer search found, usable or not, with shape and kind; for registered networks
         their named layers (shapes from one pass through the stage list at the crop size). Kept per network."""
