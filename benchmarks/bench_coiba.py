@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_live_view import cpu_model  # noqa: E402  (one copy of the CPU's name)
 from bench_per_sample import PeakRSS  # noqa: E402  (one copy of the memory sampler)
 
-from iba_core.coiba import CoIBABottleneck, CoIBASettings, default_range, layer_range, range_label  # noqa: E402
+from iba_core.coiba import CoIBABottleneck, CoIBASettings, default_range, layer_range  # noqa: E402
+from iba_core.results import range_label  # noqa: E402
 from iba_core.feature_stats import stats_for_layers  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
 from iba_core.networks import load_network  # noqa: E402

@@ -27,6 +27,7 @@ from .networks import Network, NetworkSpec
 from .progress import ProgressFn
 from .settings import cache_dir
 from .per_sample import BottleneckSettings, bottleneck_lost_class, target_note
+from .results import GridCell, bottleneck_place, cell_name, range_label
 from .feature_stats import FeatureStats
 from .render.text import format_seconds
 
@@ -36,54 +37,6 @@ LAYER_ROW_BETA = DEFAULT_BETA_K
 #: What the second row varies: "layer" (one Per-Sample Bottleneck per layer, the paper's Fig. 3) or "range"
 #: (one CoIBA run per layer range, each from one of those layers to the same last layer).
 AXES = ("layer", "range")
-
-
-@dataclass
-class GridCell:
-    """One heatmap of the grid."""
-
-    row: str  # "beta" or "layer"
-    label: str  # what varies along the row: "β·k = 10" or the layer name
-    beta_k: float
-    layer: str
-    heatmap: np.ndarray  # (224, 224) bits per pixel
-    p_with: float  # p(target) with the bottleneck
-    total_bits: float
-    p_without: float = float("nan")  # p(target) without the bottleneck
-    #: the bottleneck discarded the class (`per_sample.bottleneck_lost_class`): the map shows what survived,
-    #: not what the class needs (paper §4.1: β ≥ 1000/k discards all information)
-    lost_class: bool = False
-    #: The explained class, and the network's own top-1 for the image (unmodified network; -1: unknown) with
-    #: its probability: the same in every cell of a grid (one image, one class).
-    target: int = -1
-    predicted: int = -1
-    p_predicted: float = float("nan")
-    #: A CoIBA cell's last layer (its range runs from `layer` to here); "" for a one-layer bottleneck.
-    last: str = ""
-
-    @property
-    def where(self) -> str:
-        """Where its bottleneck sat (`bottleneck_place`): "block3_2", or CoIBA's "block3_2 … block7_1"."""
-        return bottleneck_place(self.layer, self.last)
-
-    @property
-    def name(self) -> str:
-        """Both settings of the cell: "β·k = 1000 at block3_2" (CoIBA's: "… at CoIBA block3_2 … block7_1")."""
-        return cell_name(self.beta_k, self.layer, self.last)
-
-
-def bottleneck_place(layer: str, last: str = "") -> str:
-    """A one-layer bottleneck's layer, or CoIBA's range from `layer` to `last` ("block3_2 … block7_1")."""
-    if not last:
-        return layer
-    from .coiba import range_label
-
-    return range_label(layer, last)
-
-
-def cell_name(beta_k: float, layer: str, last: str = "") -> str:
-    """A cell's settings in words: "β·k = 1000 at block3_2", CoIBA's "β·k = 10 at CoIBA block3_2 … block7_1"."""
-    return f"β·k = {beta_k:g} at {'CoIBA ' if last else ''}{bottleneck_place(layer, last)}"
 
 
 def lost_class_cells(cells: Sequence[GridCell]) -> list[GridCell]:
@@ -203,7 +156,7 @@ def beta_layer_grid(
     layers = list(layers) if layers is not None else depth_layers(network.spec, include=layer)
     plan = [("beta", f"β·k = {b:g}", float(b), layer, "") for b in betas]
     if last:
-        from .coiba import layer_range, range_label
+        from .coiba import layer_range
 
         ranges = {name: layer_range(network, name, last) for name in layers}  # all checked before any run
         plan += [("layer", range_label(name, last), LAYER_ROW_BETA, name, last) for name in layers]

@@ -6,11 +6,13 @@ use exactly the same λ, noise injection and information measure.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .errors import UserError, check_range
+from .precision import PRECISIONS
 
 #: Paper §3.2 "Initialization": α = 5 gives λ ≈ 0.993, so the bottleneck starts (almost) transparent.
 INIT_ALPHA = 5.0
@@ -197,3 +199,79 @@ def resize_preserving_total(m: torch.Tensor, size: tuple[int, int]) -> torch.Ten
     ratio = torch.where(out_total.abs() > 0, total.to(out.dtype) / out_total, torch.ones_like(out_total))
     out = out * ratio[:, None, None]
     return out if stacked else out[0]
+
+
+# ---- the Per-Sample Bottleneck's settings (here, low, so results and reports can name them) ----------------
+
+#: Ranges of the settings besides β·k and σ_s (bottleneck.BETA_K_RANGE, SIGMA_RANGE). The paper's search spaces
+#: (Appendix, Per-Sample Bottleneck table) are T 1…100, B 1…30, η 0.03…10; the ranges are wider, up to where a
+#: run stops making sense or fitting in memory.
+STEPS_RANGE = (0, 10_000)  # 0: λ stays at its initial value (the readout explains with steps=0)
+BATCH_RANGE = (1, 1024)  # noisy copies per image and step: each one is a pass through the suffix
+LR_RANGE = (1e-6, 100.0)  # Adam moves α by about η per step; one step of 100 throws α far past where λ saturates
+#: α = ±10 gives λ = sigmoid(α) within 4.5e-5 of 0 or 1 (the readout's ALPHA_MAX); float32's sigmoid is 1 from
+#: α ≈ 17, where α would start on a flat plateau.
+INIT_ALPHA_RANGE = (-10.0, 10.0)
+MIN_STD_RANGE = (1e-6, 1.0)  # the floor on σ_R (paper code: 0.01); features are divided by it
+SEED_RANGE = (0, 2**63 - 1)  # what torch.Generator.manual_seed takes
+INACTIVE_THRESHOLD_RANGE = (0.0, 0.999)  # a fraction of the statistics samples (authors: 0.01)
+
+
+@dataclass
+class BottleneckSettings:
+    """Hyperparameters; defaults are the paper's (Appendix, Per-Sample Bottleneck table)."""
+
+    beta_k: float = DEFAULT_BETA_K  # β·k with k = h·w·c; paper β = 10/k
+    steps: int = 10  # T = 10 Adam iterations
+    batch: int = 10  # B = 10 noisy copies of the sample
+    lr: float = 1.0  # η = 1
+    sigma: float = 1.0  # σ_s = 1, Gaussian smoothing of the mask
+    init_alpha: float = INIT_ALPHA  # α = 5 → λ ≈ 0.993
+    min_std: float = MIN_STD
+    seed: int | None = 0
+    #: Which λ the heatmap reads: "final" (after the last Adam update; this project's default) or
+    #: "last_step" (the KL of the last step's forward pass, before that update: the authors' code).
+    read_point: str = "final"
+    #: Mask units that were non-zero in at most this fraction of the statistics samples (in Z and in
+    #: the KL), as the authors' code does with 0.01; None (default): no masking. Needs statistics that
+    #: record activity (FeatureStats.active).
+    inactive_threshold: float | None = None
+    #: Precision of the network passes: "auto" (measured once per network, layer and machine: a lower
+    #: precision only where the hardware has it and it is faster), "fp32", "bf16" or "fp16"; see
+    #: iba_core.precision. λ, the KL, Adam and the heatmap are always fp32.
+    precision: str = "auto"
+    #: The noise and the KL's reference: "estimated" (ε ~ N(μ_R, σ_R²) from the layer's feature statistics, the
+    #: paper's §3.1) or "standard_normal" (ε ~ N(0, 1) on the raw features, KL against N(0, 1): M2IB's,
+    #: `feature_stats.standard_normal_stats`; no statistics are estimated).
+    prior: str = "estimated"
+
+    READ_POINTS = ("final", "last_step")
+    PRIORS = ("estimated", "standard_normal")
+
+    def __post_init__(self) -> None:
+        self.validate()  # at construction: every front end hears about a bad value before any computation
+
+    def validate(self) -> "BottleneckSettings":
+        """Raise a UserError naming the range for a setting that cannot work (also after a field was changed)."""
+        check_beta_k(self.beta_k)
+        check_range("The number of steps", self.steps, *STEPS_RANGE, integer=True)
+        check_range("The batch of noisy copies", self.batch, *BATCH_RANGE, integer=True)
+        check_range("The learning rate", self.lr, *LR_RANGE)
+        check_sigma(self.sigma)
+        check_range("The initial α", self.init_alpha, *INIT_ALPHA_RANGE)
+        check_range("The floor on σ_R", self.min_std, *MIN_STD_RANGE)
+        if self.seed is not None:
+            check_range("The seed", self.seed, *SEED_RANGE, integer=True)
+        if self.read_point not in self.READ_POINTS:
+            raise UserError(f"Unknown read point {str(self.read_point)[:40]!r}; choose one of: "
+                            f"{', '.join(self.READ_POINTS)}.")
+        if self.prior not in self.PRIORS:
+            raise UserError(f"Unknown prior {str(self.prior)[:40]!r}; choose one of: {', '.join(self.PRIORS)}.")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"Unknown precision {str(self.precision)[:40]!r}; choose one of: {', '.join(PRECISIONS)}.")
+        if self.inactive_threshold is not None:
+            check_range("The inactive-unit threshold", self.inactive_threshold, *INACTIVE_THRESHOLD_RANGE)
+            if self.prior == "standard_normal":
+                raise UserError("Inactive units are found in estimated feature statistics; the standard-normal "
+                                "prior (M2IB's) estimates none, so leave out the inactive-unit threshold.")
+        return self

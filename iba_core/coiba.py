@@ -123,11 +123,6 @@ class CoIBASettings(BottleneckSettings):
         return self
 
 
-def range_label(first: str, last: str) -> str:
-    """"block3_2 … block7_1" (one name for a one-layer range): how pages, keys and tables name a range."""
-    return first if first == last else f"{first} … {last}"
-
-
 def parse_range(text: str) -> tuple[str, str]:
     """"FIRST:LAST" → (first, last): a layer range as the CLI's --layer-range and a link's `range` write it (the
     network checks the names once it is loaded: `layer_range`). A ValueError saying what is expected otherwise."""

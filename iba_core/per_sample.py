@@ -30,18 +30,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from .bottleneck import (
-    DEFAULT_BETA_K,
-    INIT_ALPHA,
-    MIN_STD,
-    check_beta_k,
+from .bottleneck import (  # the settings live beside the math; imported here too, where callers look
+    BottleneckSettings,
     check_sigma,
     information_map_bits,
     inject_noise,
@@ -52,114 +48,29 @@ from .bottleneck import (
     resize_preserving_total,
     standardise,
 )
-from .errors import UserError, check_range
-from .heads import PRESENT_P, check_head, probabilities, target_nll
+from .errors import UserError
+from .heads import check_head, probabilities, target_nll
 from .model_state import frozen_eval, replaced_output
 from .networks.tokens import MAP, FeatureLayout, infer_layout
-from .precision import PRECISIONS, autocast
+from .precision import autocast
 from .precision import resolve as resolve_precision
 from .precision import would_measure as would_measure_precision
 from .feature_stats import FeatureStats, standard_normal_stats
 from .network_cache import Recent, cache_of
+from .results import (  # result types live low (results.py); imported here too, where callers look for them
+    LOST_CLASS_MESSAGE,
+    LOW_P_TARGET,
+    AttributionResult,
+    StepCallback,
+    StepInfo,
+    bottleneck_lost_class,
+    target_note,
+)
 
-
-#: Ranges of the settings besides β·k and σ_s (bottleneck.BETA_K_RANGE, SIGMA_RANGE). The paper's search spaces
-#: (Appendix, Per-Sample Bottleneck table) are T 1…100, B 1…30, η 0.03…10; the ranges are wider, up to where a
-#: run stops making sense or fitting in memory.
-STEPS_RANGE = (0, 10_000)  # 0: λ stays at its initial value (the readout explains with steps=0)
-BATCH_RANGE = (1, 1024)  # noisy copies per image and step: each one is a pass through the suffix
-LR_RANGE = (1e-6, 100.0)  # Adam moves α by about η per step; one step of 100 throws α far past where λ saturates
-#: α = ±10 gives λ = sigmoid(α) within 4.5e-5 of 0 or 1 (the readout's ALPHA_MAX); float32's sigmoid is 1 from
-#: α ≈ 17, where α would start on a flat plateau.
-INIT_ALPHA_RANGE = (-10.0, 10.0)
-MIN_STD_RANGE = (1e-6, 1.0)  # the floor on σ_R (paper code: 0.01); features are divided by it
-SEED_RANGE = (0, 2**63 - 1)  # what torch.Generator.manual_seed takes
-INACTIVE_THRESHOLD_RANGE = (0.0, 0.999)  # a fraction of the statistics samples (authors: 0.01)
-
-
-@dataclass
-class BottleneckSettings:
-    """Hyperparameters; defaults are the paper's (Appendix, Per-Sample Bottleneck table)."""
-
-    beta_k: float = DEFAULT_BETA_K  # β·k with k = h·w·c; paper β = 10/k
-    steps: int = 10  # T = 10 Adam iterations
-    batch: int = 10  # B = 10 noisy copies of the sample
-    lr: float = 1.0  # η = 1
-    sigma: float = 1.0  # σ_s = 1, Gaussian smoothing of the mask
-    init_alpha: float = INIT_ALPHA  # α = 5 → λ ≈ 0.993
-    min_std: float = MIN_STD
-    seed: int | None = 0
-    #: Which λ the heatmap reads: "final" (after the last Adam update; this project's default) or
-    #: "last_step" (the KL of the last step's forward pass, before that update: the authors' code).
-    read_point: str = "final"
-    #: Mask units that were non-zero in at most this fraction of the statistics samples (in Z and in
-    #: the KL), as the authors' code does with 0.01; None (default): no masking. Needs statistics that
-    #: record activity (FeatureStats.active).
-    inactive_threshold: float | None = None
-    #: Precision of the network passes: "auto" (measured once per network, layer and machine: a lower
-    #: precision only where the hardware has it and it is faster), "fp32", "bf16" or "fp16"; see
-    #: iba_core.precision. λ, the KL, Adam and the heatmap are always fp32.
-    precision: str = "auto"
-    #: The noise and the KL's reference: "estimated" (ε ~ N(μ_R, σ_R²) from the layer's feature statistics, the
-    #: paper's §3.1) or "standard_normal" (ε ~ N(0, 1) on the raw features, KL against N(0, 1): M2IB's,
-    #: `feature_stats.standard_normal_stats`; no statistics are estimated).
-    prior: str = "estimated"
-
-    READ_POINTS = ("final", "last_step")
-    PRIORS = ("estimated", "standard_normal")
-
-    def __post_init__(self) -> None:
-        self.validate()  # at construction: every front end hears about a bad value before any computation
-
-    def validate(self) -> "BottleneckSettings":
-        """Raise a UserError naming the range for a setting that cannot work (also after a field was changed)."""
-        check_beta_k(self.beta_k)
-        check_range("The number of steps", self.steps, *STEPS_RANGE, integer=True)
-        check_range("The batch of noisy copies", self.batch, *BATCH_RANGE, integer=True)
-        check_range("The learning rate", self.lr, *LR_RANGE)
-        check_sigma(self.sigma)
-        check_range("The initial α", self.init_alpha, *INIT_ALPHA_RANGE)
-        check_range("The floor on σ_R", self.min_std, *MIN_STD_RANGE)
-        if self.seed is not None:
-            check_range("The seed", self.seed, *SEED_RANGE, integer=True)
-        if self.read_point not in self.READ_POINTS:
-            raise UserError(f"Unknown read point {str(self.read_point)[:40]!r}; choose one of: "
-                            f"{', '.join(self.READ_POINTS)}.")
-        if self.prior not in self.PRIORS:
-            raise UserError(f"Unknown prior {str(self.prior)[:40]!r}; choose one of: {', '.join(self.PRIORS)}.")
-        if self.precision not in PRECISIONS:
-            raise UserError(f"Unknown precision {str(self.precision)[:40]!r}; choose one of: {', '.join(PRECISIONS)}.")
-        if self.inactive_threshold is not None:
-            check_range("The inactive-unit threshold", self.inactive_threshold, *INACTIVE_THRESHOLD_RANGE)
-            if self.prior == "standard_normal":
-                raise UserError("Inactive units are found in estimated feature statistics; the standard-normal "
-                                "prior (M2IB's) estimates none, so leave out the inactive-unit threshold.")
-        return self
-
-
-@dataclass
-class StepInfo:
-    """What one optimisation step looked like.
-
-    The maps (λ, bits) are read where the heatmap is read (`BottleneckSettings.read_point`): for "final", λ
-    after this step's Adam update, so the last step's maps are the result's heatmap and λ; for "last_step",
-    the step's forward pass, before its update (the last step again is the result's). The loss terms and
-    p(target) are those of the step's forward pass: what the update followed.
-    """
-
-    step: int  # 1-based
-    steps: int
-    lambda_mean: np.ndarray  # (h, w): λ averaged over channels, at the read point
-    bits_per_pixel: np.ndarray  # (H, W) heatmap at the read point
-    ce: float  # L_CE on the step's noisy batch (forward pass)
-    info: float  # L_I in nats (forward pass: the loss term)
-    beta_info: float  # β·L_I, the term that enters the loss
-    p_target: float  # mean p(target) on the step's noisy batch (forward pass)
-    image: int = 0  # which image of a batched run (attribute_batch)
-    #: Bits at the read point through tokens without a place on the image (a ViT's class token): not in
-    #: bits_per_pixel; bits_per_pixel.sum() + unlocated_bits is the step's total (the result's total_bits at
-    #: the last step).
-    unlocated_bits: float = 0.0
+__all__ = [  # the names callers take from here; the result types and settings are defined lower (results, bottleneck)
+    "PerSampleBottleneck", "layer_shape", "BottleneckSettings", "AttributionResult", "StepInfo", "StepCallback",
+    "target_note", "bottleneck_lost_class", "LOST_CLASS_MESSAGE", "LOW_P_TARGET",
+]
 
 
 @dataclass
@@ -183,153 +94,6 @@ class _StepRecord:
                          ce=float(ce[i]), info=float(info[i]), beta_info=float(beta * info[i]),
                          p_target=float(p[i]), image=i, unlocated_bits=float(unlocated[i]))
                 for i in range(len(ce))]
-
-
-@dataclass
-class AttributionResult:
-    """Everything a view or a script needs from one run."""
-
-    heatmap: np.ndarray  # (H, W) bits per input pixel; sums to total_bits − unlocated_bits
-    feature_bits: np.ndarray  # (h, w) bits per feature-map cell
-    lambda_mean: np.ndarray  # (h, w) final λ averaged over channels
-    total_bits: float
-    target: int
-    p_without: float  # p(target) of the unmodified network
-    p_with: float  # mean p(target) with the fitted bottleneck, on a fresh noisy batch
-    history: list[StepInfo] = field(default_factory=list)
-    seconds: float = 0.0
-    settings: BottleneckSettings = field(default_factory=BottleneckSettings)
-    feature_shape: tuple[int, int, int] = (0, 0, 0)  # (C, h, w) of the layer's map (view)
-    precision: str = "fp32"  # what the network passes ran in (settings.precision "auto" resolved)
-    #: Bits that passed through tokens without a place on the image (a ViT's class token): in total_bits,
-    #: not in the heatmap. 0 for CNN layers and Swin.
-    unlocated_bits: float = 0.0
-    #: How the network ran: "stages" or "fx" (prefix once, suffix per step), "hook" (whole network per
-    #: step), "split" (prefix and suffix given by the caller).
-    path: str = ""
-    #: The network's own top-1 class for the image and its probability (unmodified network); -1 when unknown.
-    predicted: int = -1
-    p_predicted: float = float("nan")
-    #: What the network's outputs mean (`heads.py`): p_without, p_with and the loss follow it.
-    head: str = "softmax"
-
-    def bits_text(self) -> str:
-        """'7,542 bits in fp32': the total with the precision the network passes ran in, said together (the same
-        photo in another precision gives other bits: 7,481.5 in bf16, 7,541.8 in fp32)."""
-        return f"{self.total_bits:,.0f} bits in {self.precision}"
-
-    @property
-    def lost_class(self) -> bool:
-        """True when the bottleneck kept too little for the class (see `bottleneck_lost_class`)."""
-        return bottleneck_lost_class(self.p_without, self.p_with, self.head)
-
-    @property
-    def target_note(self) -> str:
-        """A warning when the network hardly recognises the explained class (`target_note`), else ""."""
-        return target_note(self.p_without, self.p_with, self.predicted < 0 or self.predicted == self.target,
-                           self.head)
-
-    def summary(self) -> dict:
-        """JSON-friendly summary without the arrays."""
-        return {
-            "target": self.target,
-            "head": self.head,
-            "p_without": self.p_without,
-            "p_with": self.p_with,
-            "bottleneck_lost_class": self.lost_class,
-            "predicted": self.predicted,
-            "p_predicted": self.p_predicted,
-            "target_note": self.target_note,
-            "total_bits": self.total_bits,
-            "seconds": self.seconds,
-            "feature_shape": list(self.feature_shape),
-            "precision": self.precision,
-            "unlocated_bits": self.unlocated_bits,
-            "path": self.path,
-            # the precision that ran ("auto" resolved), and what was asked for beside it
-            "settings": {**asdict(self.settings), "precision": self.precision,
-                         "precision_asked": self.settings.precision},
-            "history": [
-                {"step": h.step, "ce": h.ce, "info_nats": h.info, "beta_info": h.beta_info, "p_target": h.p_target}
-                for h in self.history
-            ],
-        }
-
-
-StepCallback = Callable[[StepInfo], None]
-
-#: p(target) with the bottleneck below this, or below LOST_CLASS_RATIO × p(target) without it, means the
-#: bottleneck discarded the class: the map then shows what survived, not what the class needs (paper §4.1:
-#: large β such as 1000/k discard all information).
-LOST_CLASS_P = 0.01
-LOST_CLASS_RATIO = 0.1
-LOST_CLASS_MESSAGE = "it discarded the class, so the map shows what survived, not what the class needs"
-
-
-#: Below this p(target) of the unmodified network, the network does not recognise the explained class well:
-#: the map then explains a guess. 10 %: a hundred times ImageNet's chance level, and well below what the offline
-#: network gives the sample photos it recognises (chelsea "Egyptian cat" 0.36, coffee "espresso" 0.84, rocket
-#: "missile" 0.41), while the astronaut photo it does not know gets 0.03 ("ping-pong ball").
-LOW_P_TARGET = 0.10
-
-
-#: p(target) must at least double, and by 5 percentage points, before the note explains a rise: small rises are
-#: the noise of the fresh noisy batch, not the bottleneck removing the other classes' evidence.
-RISE_FACTOR, RISE_POINTS = 2.0, 0.05
-
-
-def target_note(p_without: float, p_with: float, is_top1: bool, head: str = "softmax") -> str:
-    """A sentence when the explained class has p below LOW_P_TARGET or is not the network's top-1, else "".
-
-    Below LOW_P_TARGET the network does not recognise the image as the class; a class that is only not the
-    top-1 (a runner-up with a fair p) is just named as such. When p(target) rises clearly with the bottleneck
-    (RISE_FACTOR, RISE_POINTS), the note says why: the bottleneck removed the evidence for the other classes, so
-    the rise does not mean the image shows the class.
-
-    A similarity head (CLIP: cosines with text prompts) has neither: only a prompt that is not the most similar
-    one is named as such.
-
-    A sigmoid (multi-label) head's labels are independent: a label with p ≥ PRESENT_P (50 %) is recognised
-    whether or not it is the top-1, one below it is not, and a rise comes from removing what speaks against
-    the label (the other labels do not compete with it).
-    """
-    if head == "similarity":  # a CLIP model: cosines with prompts, no probability and no recognition threshold
-        if is_top1:
-            return ""
-        return (f"Another prompt is more similar to the image than this one (cosine {p_without:.3f}): the map shows "
-                "what the similarity to this prompt takes from the image.")
-    if head == "sigmoid":
-        if p_without >= PRESENT_P:
-            return ""
-        note = (f"The network does not see this label in the image: p(target) is only {100 * p_without:.1f} % (a "
-                f"multi-label network's labels are independent; a label counts as present from "
-                f"{100 * PRESENT_P:.0f} %).")
-        if p_with >= RISE_FACTOR * p_without and p_with - p_without >= RISE_POINTS:
-            note += (f" p(target) rises to {100 * p_with:.1f} % with the bottleneck because the bottleneck removed "
-                     "what speaks against this label, not because the image shows it.")
-        return note
-    if p_without < LOW_P_TARGET:
-        top = "" if is_top1 else ", and it is not the network's top prediction"
-        note = (f"The network does not recognise this image as the explained class: p(target) is only "
-                f"{100 * p_without:.1f} % (below {100 * LOW_P_TARGET:.0f} %){top}.")
-    elif not is_top1:
-        note = (f"The explained class is not the network's top prediction (p(target) {100 * p_without:.1f} %): the "
-                "map shows what this class takes from the image, not why the network predicts its top class.")
-    else:
-        return ""
-    if p_with >= RISE_FACTOR * p_without and p_with - p_without >= RISE_POINTS:
-        note += (f" p(target) rises to {100 * p_with:.1f} % with the bottleneck because the bottleneck removed "
-                 "what supports the other classes, not because the image shows this class.")
-    return note
-
-
-def bottleneck_lost_class(p_without: float, p_with: float, head: str = "softmax") -> bool:
-    """Whether a fitted bottleneck kept too little for the class: p_with < 1 % or < p_without / 10. Never for the
-    similarity head (a CLIP model's cosines, −1…1): those thresholds are probabilities' and would misfire (a
-    similarity of 0.2 falling to 0.015 is not a lost prompt, one of −0.1 "rising" to −0.3 is not either)."""
-    if head == "similarity":
-        return False
-    return p_with < LOST_CLASS_P or p_with < LOST_CLASS_RATIO * p_without
 
 
 def layer_shape(network, layer: str) -> tuple[int, ...]:

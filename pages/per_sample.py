@@ -215,7 +215,7 @@ def bottleneck_parts(inputs: Inputs, layer: str, settings: BottleneckSettings, f
     one door, `methods.bottleneck_method`: CoIBA over `layer_range`, else the one-layer bottleneck), its layers
     resolved (a bad range is refused in words before any statistics), every layer's statistics with a bar."""
     from iba_core.app.stats_source import range_stats_description
-    from iba_core.coiba import range_label
+    from iba_core.results import range_label
     from iba_core.methods import bottleneck_method
 
     method = bottleneck_method(settings, layer=layer, layer_range=layer_range, stats_images=folder, stats_samples=n)

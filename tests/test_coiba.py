@@ -16,9 +16,9 @@ from iba_core.coiba import (
     CoIBASettings,
     default_range,
     layer_range,
-    range_label,
     resize_mask,
 )
+from iba_core.results import range_label
 from iba_core.feature_stats import stats_for_layers
 from iba_core.errors import UserError
 from iba_core.feature_stats import FeatureStats, estimate_stats

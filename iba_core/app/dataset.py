@@ -191,7 +191,7 @@ def _range_ends(layers) -> tuple[str, str]:
 
 def _range_text(layers) -> str:
     """CoIBA's layers as run.json records them: "CoIBA block3_2 … block7_1"."""
-    from ..coiba import range_label
+    from ..results import range_label
 
     return f"CoIBA {range_label(*_range_ends(layers))}"
 

@@ -19,7 +19,7 @@ from ..settings import torch_threads
 from ..trust import Trust
 
 if TYPE_CHECKING:
-    from ..beta_layer import GridCell
+    from ..results import GridCell
     from ..per_sample import BottleneckSettings
     from .inputs import ImageInput
 
@@ -163,7 +163,7 @@ class RunRecord:
         """Where the bottleneck sat, for captions: "layer block3_2", or "CoIBA at 9 layers, block3_2 … block7_1"."""
         if not self.layers:
             return f"layer {self.layer}"
-        from ..coiba import range_label
+        from ..results import range_label
 
         return f"CoIBA at {len(self.layers)} layers, {range_label(self.layers[0], self.layers[-1])}"
 

@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         results = [readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)]
         layer, stats_samples = results[0].readout["layer"], None
     else:
-        from ..coiba import range_label
+        from ..results import range_label
 
         progress, close = progress_bar(f"statistics {network.key}/{range_label(layer, resolved[-1])}")
         try:  # the one policy (also `attribute FOLDER`'s and the app's), every layer of a range in one pass

@@ -29,7 +29,6 @@ import copy
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -39,22 +38,10 @@ from torch import nn
 from ..errors import UserError
 from ..heads import class_logits, head_of
 from ..model_state import frozen_eval, replaced_output
+from ..results import AttributionMap
 from .targets import ClassTarget, LabelSetTarget, PromptTarget, Target, as_target
 
 Cost = Literal["fast", "slow"]
-
-
-@dataclass
-class AttributionMap:
-    """A method's map for one image, with what a view needs to draw it."""
-
-    key: str
-    name: str
-    values: np.ndarray  # (H, W) float32
-    signed: bool
-    unit: str
-    seconds: float
-    extra: dict = field(default_factory=dict)  # method-specific numbers, e.g. the bottleneck's total bits
 
 
 class Method:

@@ -18,7 +18,8 @@ import os
 import numpy as np
 import torch
 
-from ..coiba import CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of, range_label
+from ..coiba import CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of
+from ..results import range_label
 from ..coiba import layer_range as coiba_layer_range
 from ..errors import UserError
 from ..feature_stats import FeatureStats, stats_for_layers

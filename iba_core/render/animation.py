@@ -26,7 +26,7 @@ from .colours import (
 )
 
 if TYPE_CHECKING:  # type hints only: drawing needs no torch
-    from ..per_sample import AttributionResult, StepInfo
+    from ..results import AttributionResult, StepInfo
 
 #: Side of a map in the pictures, in pixels (the heatmap's own resolution).
 MAP_SIDE = 224

@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .arrays import as_map
 
 if TYPE_CHECKING:  # type hints only: drawing needs no torch
-    from ..per_sample import AttributionResult, StepInfo
+    from ..results import AttributionResult, StepInfo
 
 #: Colour-bar label of every bits map (the unit of the heatmap).
 BITS_LABEL = "bits / pixel"

@@ -30,7 +30,7 @@ from .colours import scale_labels
 from .text import format_seconds
 
 if TYPE_CHECKING:  # type hints only: drawing a map needs its plain fields, not the methods (and torch)
-    from ..methods import AttributionMap
+    from ..results import AttributionMap
 
 SIGNED_CMAP = "bwr"
 UNSIGNED_CMAP = "inferno"

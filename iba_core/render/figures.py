@@ -17,7 +17,7 @@ from .colours import BITS_CMAP, BITS_LABEL, method_colour, plotly_colorscale, sc
 from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
-    from ..beta_layer import GridCell
+    from ..results import GridCell
     from ..metrics.insertion_deletion import InsertionDeletionCurves
     from ..metrics.road import RoadCurves
 

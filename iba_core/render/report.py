@@ -12,7 +12,8 @@ from ..jsonable import jsonable
 from .text import count_of
 
 if TYPE_CHECKING:
-    from ..per_sample import AttributionResult, BottleneckSettings
+    from ..bottleneck import BottleneckSettings
+    from ..results import AttributionResult
 
 REPORT_VERSION = 1
 METHOD = "Per-Sample Information Bottleneck (Schulz et al., ICLR 2020)"

@@ -11,7 +11,8 @@ import torch
 from iba_core.app import dataset as ds
 from iba_core.app.state import COIBA_METHOD, RunRecord
 from iba_core.app.stats_source import method_stats_layers, range_stats_description
-from iba_core.coiba import default_range, layer_range, range_label
+from iba_core.coiba import default_range, layer_range
+from iba_core.results import range_label
 from iba_core.methods import get_method
 from iba_core.networks import load_network
 
