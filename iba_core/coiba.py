@@ -47,8 +47,8 @@ from .feature_stats import FeatureStats
 from .model_state import frozen_eval, replaced_output
 from .network_cache import cache_of
 from .networks.tokens import FeatureLayout
-from .per_sample import (BottleneckSettings, PerSampleBottleneck, _BatchFit, _fast_format, _HookRunner, _module_key,
-                         _SplitRunner)
+from .per_sample import BottleneckSettings, PerSampleBottleneck, _BatchFit
+from .runners import HookRunner, SplitRunner, fast_format, module_key
 
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
 MASKS = ("location", "element")
@@ -338,7 +338,7 @@ class _SegmentsRunner:
             return self.prefix(x)
 
     def logits(self, z: torch.Tensor) -> torch.Tensor:
-        h = self.segments[0](_fast_format(z))
+        h = self.segments[0](fast_format(z))
         for layer, segment in zip(self.later, self.segments[1:]):
             if self.noise is not None:
                 h = self.noise(layer, h)
@@ -357,7 +357,7 @@ class _HookedRunner:
         self.base, self.later = base, later
         self.modules = base.modules
         self.noise: "_LaterNoise | None" = None
-        #: the hook path replays the whole network: `features` first, as the Per-Sample Bottleneck's (`_HookRunner`)
+        #: the hook path replays the whole network: `features` first, as the Per-Sample Bottleneck's (`HookRunner`)
         self.replays_input = getattr(base, "replays_input", False)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -531,17 +531,17 @@ class CoIBABottleneck(PerSampleBottleneck):
             if modules is None:  # the cut traced through a later layer: the whole network on the hook path
                 self.path = "hook"
             else:
-                self._make_runner = lambda: _HookedRunner(_SplitRunner(prefix, suffix, channels_last), modules)
+                self._make_runner = lambda: _HookedRunner(SplitRunner(prefix, suffix, channels_last), modules)
         if self.path == "hook":
             first_module = network.hook_module(first)
             modules = {layer: network.hook_module(layer) for layer in later}
-            self._make_runner = lambda: _HookedRunner(_HookRunner(network.model, first_module), modules)
+            self._make_runner = lambda: _HookedRunner(HookRunner(network.model, first_module), modules)
         cache = cache_of(network)
         key = "coiba:" + ",".join(layers)
         if cache is not None:
             self._memo, self._memo_key = cache.precision, (network.key, network.weights_id, key)
         else:
-            self._memo_key = _module_key(key, network.model)
+            self._memo_key = module_key(key, network.model)
         return self
 
 

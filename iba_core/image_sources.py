@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .images import ImageError, MultiBandImage, channels_text, load_image, load_sample, sample_image_names
+from .images import ImageError, load_image, load_sample, sample_image_names
+from .band_images import MultiBandImage, channels_text
 from .labels import DataError
 
 __all__ = ["DataError", "FolderBatches", "check_photos_fit", "offline_photos", "photo_pool", "random_resized_crop",

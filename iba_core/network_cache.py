@@ -18,7 +18,7 @@ randomised copy for the sanity check gets an empty cache), so nothing is cached 
 
 A Per-Sample Bottleneck built without a `Network` (`PerSampleBottleneck.from_split`, or on the hook path) keys
 its "auto" precision by what it runs (the suffix's or model's structure and size, the layer's shape) and keeps it
-on disk, so a second one built alike does not measure again (`per_sample._module_key`).
+on disk, so a second one built alike does not measure again (`runners.module_key`).
 
 The app keeps its other caches for one thing each, stated here so there is one place to read them all:
 - `st.cache_resource` (`pages/widgets/network_picker.py: shared_model`, at most 3) holds the loaded networks with their locks,

@@ -41,7 +41,6 @@ from .bottleneck import (  # the settings live beside the math; imported here to
     check_sigma,
     information_map_bits,
     inject_noise,
-    is_channels_last,
     kl_per_element,
     lambda_from_alpha,
     nats_to_bits,
@@ -50,13 +49,14 @@ from .bottleneck import (  # the settings live beside the math; imported here to
 )
 from .errors import UserError
 from .heads import check_head, probabilities, target_nll
-from .model_state import frozen_eval, replaced_output
+from .model_state import frozen_eval
 from .networks.tokens import MAP, FeatureLayout, infer_layout
 from .precision import autocast
 from .precision import resolve as resolve_precision
 from .precision import would_measure as would_measure_precision
 from .feature_stats import FeatureStats, standard_normal_stats
 from .network_cache import Recent, cache_of
+from .runners import HookRunner, SplitRunner, fast_format, module_key
 from .results import (  # result types live low (results.py); imported here too, where callers look for them
     LOST_CLASS_MESSAGE,
     LOW_P_TARGET,
@@ -105,79 +105,6 @@ def layer_shape(network, layer: str) -> tuple[int, ...]:
     raise UserError(f"{layer} is not in the layer table of {network.spec.title}.")
 
 
-def _fast_format(z: torch.Tensor) -> torch.Tensor:
-    """channels_last lets oneDNN (CPU) and cuDNN pick faster convolution kernels for the suffix."""
-    return z.contiguous(memory_format=torch.channels_last) if z.dim() == 4 else z
-
-
-class _SplitRunner:
-    """Prefix once, suffix per step."""
-
-    def __init__(self, prefix: nn.Module, suffix: nn.Module, channels_last: bool = True):
-        self.prefix, self.suffix = prefix, suffix
-        self.modules = (prefix, suffix)
-        self.channels_last = channels_last  # CNN maps only: a token layout is the layer's own business
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.prefix(x)
-
-    def logits(self, z: torch.Tensor) -> torch.Tensor:
-        return self.suffix(_fast_format(z) if self.channels_last else z.contiguous())
-
-    def close(self) -> None:
-        pass
-
-
-class _HookRunner:
-    """The whole network each step; a forward hook swaps the layer's output for Z."""
-
-    def __init__(self, model: nn.Module, layer: nn.Module):
-        self.model, self.layer = model, layer
-        self.modules = (model,)
-        self._x: torch.Tensor | None = None
-
-    #: A pass from Z replays the whole network on the image `features` saw: call `features` first (also before
-    #: timing "auto" precision's workload).
-    replays_input = True
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        self._x = x
-        captured: list[torch.Tensor] = []
-
-        def grab(out: torch.Tensor) -> torch.Tensor:
-            captured.append(out.detach().clone())  # clone: a following in-place ReLU must not alter R
-            return out
-
-        with torch.no_grad(), replaced_output(self.layer, grab):
-            self.model(x)
-        if not captured:
-            raise RuntimeError("The chosen layer did not run during the forward pass.")
-        if len(captured) > 1:  # e.g. torchvision's ResNet blocks call one ReLU module three times
-            raise UserError(
-                f"The chosen layer runs {len(captured)} times in one forward pass (a shared module), so a "
-                "bottleneck there would be ambiguous; choose a module that runs once."
-            )
-        return captured[0]
-
-    def logits(self, z: torch.Tensor) -> torch.Tensor:
-        def swap(out: torch.Tensor) -> torch.Tensor:
-            if out.shape[1:] != z.shape[1:]:
-                raise RuntimeError(f"Layer output shape {tuple(out.shape)} does not match Z {tuple(z.shape)}.")
-            # Z in the layer's own memory layout: an arbitrary network may `.view()` what follows the layer,
-            # which fails on channels-last strides.
-            return _fast_format(z) if is_channels_last(out) else z.contiguous()
-
-        copies = z.shape[0] // self._x.shape[0]
-        x = (self._x.expand(z.shape[0], *self._x.shape[1:]) if self._x.shape[0] == 1
-             else self._x.repeat_interleave(copies, dim=0))
-        with replaced_output(self.layer, swap):
-            return self.model(x)
-
-    def close(self) -> None:
-        self._x = None
-
-
 class PerSampleBottleneck:
     """Per-Sample Bottleneck attribution. One call: `attribute(x, target)`.
 
@@ -208,8 +135,8 @@ class PerSampleBottleneck:
         """
         module = model.get_submodule(layer) if isinstance(layer, str) else layer
         self._setup(stats, settings, layout, "hook", head)
-        self._make_runner = lambda: _HookRunner(model, module)
-        self._memo_key = _module_key("hook", model)
+        self._make_runner = lambda: HookRunner(model, module)
+        self._memo_key = module_key("hook", model)
 
     def _setup(self, stats: FeatureStats, settings: BottleneckSettings | None, layout: FeatureLayout | None,
                path: str, head: str = "softmax") -> None:
@@ -268,12 +195,12 @@ class PerSampleBottleneck:
         self = cls.__new__(cls)
         self._setup(stats, settings, layout, "split", head)
         channels_last = self.layout.kind == "map"
-        self._make_runner = lambda: _SplitRunner(prefix, suffix, channels_last)
-        self._memo_key = _module_key("split", suffix)
+        self._make_runner = lambda: SplitRunner(prefix, suffix, channels_last)
+        self._memo_key = module_key("split", suffix)
         return self
 
     #: Where an "auto" precision choice is kept in memory: the network's cache (`for_network`), else nowhere —
-    #: a bottleneck built without a Network keeps it on disk only (`_module_key`), like every choice.
+    #: a bottleneck built without a Network keeps it on disk only (`module_key`), like every choice.
     _memo: Recent | None = None
     #: The class that runs one batched fit (`_BatchFit`); a bottleneck family that fits λ the same way with
     #: another mask or noise (CoIBA, `coiba.py`) names its subclass here.
@@ -284,7 +211,7 @@ class PerSampleBottleneck:
 
     def _raw_format(self, z: torch.Tensor) -> torch.Tensor:
         """A layer output in the memory format its suffix runs fastest with (channels-last for CNN maps)."""
-        return _fast_format(z) if self.layout.kind == "map" else z
+        return fast_format(z) if self.layout.kind == "map" else z
 
     def precision_for(self, x: torch.Tensor) -> str:
         """The concrete precision a run on x would use (measures once if the setting is "auto")."""
@@ -359,7 +286,7 @@ class PerSampleBottleneck:
         [unlocated tokens (N, C, E, 1)] where the layer has some. The grid is channels-last (the blur and
         noise work on any layout; CNN suffixes want channels-last)."""
         grid, extra = self.layout.to_map(raw)
-        grid = _fast_format(grid)
+        grid = fast_format(grid)
         return [grid] if extra is None else [grid, extra.contiguous()]
 
     def _raw(self, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -412,18 +339,6 @@ class PerSampleBottleneck:
             for step in range(1, self.settings.steps + 1):
                 fit.step(step, callback)
             return fit.results(start)
-
-
-def _module_key(path: str, module: nn.Module) -> tuple:
-    """The one key of an "auto" precision choice for a bottleneck built without a Network: what runs every step
-    (the suffix, or the whole model on the hook path) by its structure (module names and classes) and size. Two
-    bottlenecks built alike share the choice (on disk: nothing is kept in module state), so it is measured once,
-    not per instance."""
-    import hashlib
-
-    structure = "\n".join(f"{name}:{type(m).__module__}.{type(m).__qualname__}" for name, m in module.named_modules())
-    return ("module", path, hashlib.sha1(structure.encode()).hexdigest()[:16],
-            sum(p.numel() for p in module.parameters()))
 
 
 class _BatchFit:

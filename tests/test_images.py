@@ -489,7 +489,7 @@ def assert_sentence(message: str) -> None:
 
 @pytest.mark.parametrize("dtype, scale", [(np.uint8, 255), (np.uint16, 65535), (np.int16, 32767)])
 def test_integer_bands_are_scaled_by_their_types_maximum(dtype, scale) -> None:
-    from iba_core.images import MultiBandImage, load_input
+    from iba_core.band_images import MultiBandImage, load_input
 
     data = (np.arange(16 * 18 * 4) % 251).reshape(16, 18, 4).astype(dtype)  # images have sides of 16 px or more
     image = load_input(npy_bytes(data), 4)
@@ -499,7 +499,7 @@ def test_integer_bands_are_scaled_by_their_types_maximum(dtype, scale) -> None:
 
 
 def test_float_bands_are_taken_as_they_are() -> None:
-    from iba_core.images import load_input
+    from iba_core.band_images import load_input
 
     data = np.linspace(-3.0, 7.5, 16 * 18 * 13).reshape(16, 18, 13)  # float64, outside 0…1 on purpose
     np.testing.assert_allclose(load_input(npy_bytes(data), 13).data, data, rtol=1e-6)
@@ -508,7 +508,7 @@ def test_float_bands_are_taken_as_they_are() -> None:
 def test_tiff_bands_read_alike_contiguous_planar_and_as_pages(tmp_path: Path) -> None:
     import tifffile
 
-    from iba_core.images import load_input, read_image_size
+    from iba_core.band_images import load_input, read_image_size
 
     data = np.random.default_rng(0).random((20, 30, 5)).astype(np.float32)
     tifffile.imwrite(tmp_path / "contig.tif", data, photometric="minisblack", planarconfig="contig")
@@ -524,7 +524,7 @@ def test_tiff_bands_read_alike_contiguous_planar_and_as_pages(tmp_path: Path) ->
 
 
 def test_the_composite_stretches_the_display_bands() -> None:
-    from iba_core.images import MultiBandImage
+    from iba_core.band_images import MultiBandImage
 
     ramp = np.linspace(0.0, 1.0, 101)[None, :].repeat(4, axis=0)  # 4 × 101, 0…1 along the width
     data = np.zeros((4, 101, 5))
@@ -547,7 +547,7 @@ def test_the_composite_stretches_the_display_bands() -> None:
 
 
 def test_a_grayscale_network_reads_photos_in_gray() -> None:
-    from iba_core.images import load_input
+    from iba_core.band_images import load_input
 
     src = gradient_rgb()
     gray = load_input(encode(src, "PNG"), 1)
@@ -582,7 +582,7 @@ def test_a_grayscale_network_reads_photos_in_gray() -> None:
         "empty-array", "inf", "beyond-float32", "strings", "complex", "truncated", "bomb-pixels", "bomb-values",
         "strip", "empty-file", "bad-header", "bad-tiff"])
 def test_arrays_and_files_that_do_not_fit_are_refused_with_one_sentence(data, channels, text) -> None:
-    from iba_core.images import load_input
+    from iba_core.band_images import load_input
 
     with pytest.raises(ImageError) as info:
         load_input(data, channels)
@@ -591,7 +591,7 @@ def test_arrays_and_files_that_do_not_fit_are_refused_with_one_sentence(data, ch
 
 
 def test_sizes_are_read_from_the_npy_header(tmp_path: Path) -> None:
-    from iba_core.images import read_image_size
+    from iba_core.band_images import read_image_size
 
     (tmp_path / "tile.npy").write_bytes(npy_header_only((30, 40, 4)))  # no data: the header alone is read
     assert read_image_size(tmp_path / "tile.npy") == (40, 30)
@@ -601,7 +601,7 @@ def test_sizes_are_read_from_the_npy_header(tmp_path: Path) -> None:
 
 
 def test_display_bands_are_checked_against_the_bands() -> None:
-    from iba_core.images import MultiBandImage, check_display_bands
+    from iba_core.band_images import MultiBandImage, check_display_bands
 
     assert check_display_bands([3, 2, 1], 4) == (3, 2, 1) and check_display_bands(None, 4) is None
     for bad in ([0, 1, 4], [0, 1], [0, 1, -1], [0, 1, True], "0,1,2", [0.0, 1, 2]):
@@ -613,7 +613,8 @@ def test_display_bands_are_checked_against_the_bands() -> None:
 
 
 def test_uploads_and_folders_take_npy_files(tmp_path: Path) -> None:
-    from iba_core.images import find_images, upload_types
+    from iba_core.images import find_images
+    from iba_core.band_images import upload_types
 
     assert upload_types(3) == SUPPORTED_UPLOAD_TYPES + ("npy",) and upload_types(1) == upload_types(3)
     assert upload_types(4) == ("npy", "tif", "tiff")

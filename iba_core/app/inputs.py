@@ -12,7 +12,8 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, MultiBandImage, channels_text, load_input, load_sample
+from ..images import FORMAT_INFO, FRAMES_INFO, ImageError, load_sample
+from ..band_images import MultiBandImage, channels_text, load_input
 from ..networks.spec import CROP
 
 #: Uploads above this size are refused before decoding (the widget enforces it in the browser too).
@@ -31,7 +32,7 @@ MAX_ASPECT = 4.0
 @dataclass
 class ImageInput:
     """An image chosen by the user: its display name, the decoded picture (read for the network's channels:
-    `images.load_input`) and a content digest."""
+    `band_images.load_input`) and a content digest."""
 
     name: str
     image: Image.Image | MultiBandImage
@@ -80,7 +81,7 @@ def image_digest(data: bytes) -> str:
 def upload_input(name: str, data: bytes, max_mb: int = MAX_UPLOAD_MB, *, channels: int = 3,
                  display_bands=None) -> ImageInput:
     """Validate and decode uploaded bytes for a network of `channels` input channels (a photo; a .npy or
-    multi-band TIFF for more than 3: `images.load_input`); raises ImageError with a user-facing message."""
+    multi-band TIFF for more than 3: `band_images.load_input`); raises ImageError with a user-facing message."""
     if len(data) > max_mb * 1024 * 1024:
         raise ImageError(
             f"The file {name!r} is {len(data) / 2**20:.1f} MB; uploads are limited to {max_mb} MB. "
@@ -111,7 +112,7 @@ def sample_input(name: str, channels: int = 3) -> ImageInput:
 
 
 def upload_types_text(channels: int) -> str:
-    """The files an upload for a network of `channels` input channels may be, in words (`images.upload_types`)."""
+    """The files an upload for a network of `channels` input channels may be, in words (`band_images.upload_types`)."""
     if channels > 3:
         return f"a NumPy .npy array of height × width × {channels} or a multi-band TIFF"
     return f"PNG, JPEG, WebP, BMP, TIFF, GIF or a NumPy .npy array of height × width × {channels}"

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = [PromptTarget(text) for text in prompts]  # an empty prompt is refused before the network loads
     # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
     settings = bottleneck_settings(args)
-    from ..images import photo_or_path
+    from ..band_images import photo_or_path
     from .common import load_from_args, progress_bar
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads

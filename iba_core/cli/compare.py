@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     files.image_file(args.image)
     files.weights_file(args)
     out = files.output_folder(args.out)  # made after the cheap checks: a typo leaves no empty folder
-    from ..images import photo_or_path
+    from ..band_images import photo_or_path
     from .common import load_from_args
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads

@@ -42,7 +42,7 @@ def readable_file(path: str | os.PathLike | None, what: str) -> Path | None:
 
 def image_file(path: str | os.PathLike | None, what: str = "image") -> Path | None:
     """`path` if it is a readable image whose header declares a size the loader accepts (no pixel decoded)."""
-    from ..images import read_image_size
+    from ..band_images import read_image_size
 
     path = readable_file(path, what)
     if path is not None:

@@ -22,7 +22,7 @@
     std = [0.229, 0.224, 0.225]
 
 `channels`: a network may take 1 channel (grayscale: X-ray, CT, microscopy) or more than 3 (multispectral
-bands, read from .npy or TIFF files: `images.load_input`). The source says how many (timm's first convolution,
+bands, read from .npy or TIFF files: `band_images.load_input`). The source says how many (timm's first convolution,
 transformers' num_channels, else the first convolution of the built network); `channels` names it where nothing
 can be found, and must agree with what is found. `[preprocess]` mean and std then have one number per channel
 (the source's RGB defaults are averaged for other channel counts: `spec.fit_channels`). `display_bands` picks the
@@ -79,7 +79,8 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..images import MAX_BANDS, ImageError, check_display_bands
+from ..images import MAX_BANDS, ImageError
+from ..band_images import check_display_bands
 from ..heads import HEADS, check_fits, output_count
 from ..trust import LOCAL, Trust, check_card_images, check_code, check_inside, shown
 from .model_size import WeightsCheck, build_seeded, check_size

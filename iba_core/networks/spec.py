@@ -29,7 +29,8 @@ from PIL import Image
 from torch import nn
 
 from ..errors import UserError
-from ..images import ImageError, MultiBandImage, channels_text, load_input, photo_channels
+from ..images import ImageError
+from ..band_images import MultiBandImage, channels_text, load_input, photo_channels
 from ..model_state import layer_tensor
 from ..network_cache import NetworkCache
 from ..trust import shown
@@ -136,7 +137,7 @@ class NetworkSpec:
     mean: tuple[float, ...] = IMAGENET_MEAN  # one number per input channel
     std: tuple[float, ...] = IMAGENET_STD
     #: Input channels: 3 (RGB photos), 1 (grayscale: X-ray, CT, microscopy) or more (multispectral bands, read
-    #: from .npy or TIFF files: `images.load_input`).
+    #: from .npy or TIFF files: `band_images.load_input`).
     channels: int = 3
     #: The three bands (counted from 0) shown as red, green, blue for an input of more bands; None: the first three.
     display_bands: tuple[int, int, int] | None = None
@@ -239,7 +240,7 @@ class Preprocess:
 
     channels: the network's input channels (default: one per mean). RGB networks read PIL images as they always
     did; a 1-channel network reads them in gray, its crop shown as that gray image in RGB form (the drawing code
-    takes RGB); multi-band images (`images.MultiBandImage`) are resized as tensors (torch's interpolation,
+    takes RGB); multi-band images (`band_images.MultiBandImage`) are resized as tensors (torch's interpolation,
     antialiased; `TENSOR_INTERPOLATIONS`) and their crop stays a MultiBandImage, shown as its composite of
     `display_bands`. An image whose channel count is not the network's is an ImageError naming both.
     """
@@ -262,7 +263,7 @@ class Preprocess:
 
     def load(self, source) -> Image.Image | MultiBandImage:
         """The image a file (path, bytes, upload) holds, read for this network's channels
-        (`images.load_input`): a PIL image for gray and RGB networks, a MultiBandImage for array files."""
+        (`band_images.load_input`): a PIL image for gray and RGB networks, a MultiBandImage for array files."""
         return load_input(source, self.channels, self.display_bands)
 
     def crop(self, image: Image.Image | MultiBandImage) -> Image.Image | MultiBandImage:

@@ -11,7 +11,8 @@ from PIL import Image
 
 from bad_input_helpers import assert_one_sentence, cli_error, page_errors, run_cli
 from iba_core.app.models import FileGiven, NewNetwork, add_network
-from iba_core.images import MIN_SIDE, ImageError, load_input, photo_or_path
+from iba_core.images import MIN_SIDE, ImageError
+from iba_core.band_images import load_input, photo_or_path
 from iba_core.networks import ModelCardError, read_class_list
 from iba_core.networks.cards import MAX_CLASS_LIST_BYTES
 from iba_core.trust import Trust

@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from iba_core.images import ImageError, MultiBandImage, load_input
+from iba_core.images import ImageError
+from iba_core.band_images import MultiBandImage, load_input
 from iba_core.networks import ModelCardError, load_network
 from iba_core.networks.spec import fit_channels, input_channels_of
 from source_fixtures import attribute_cli, save_timm_folder
