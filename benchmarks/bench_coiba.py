@@ -8,7 +8,7 @@ above the level before the run (sampled every 2 ms, `bench_per_sample.PeakRSS`),
 
     python benchmarks/bench_coiba.py                        # 1 and 4 images per run, 3 repeats
     python benchmarks/bench_coiba.py --device cuda --repeats 5
-    python benchmarks/bench_coiba.py --effects              # the README's measured effects (bits, p(target))
+    python benchmarks/bench_coiba.py --effects              # the docs' measured effects (bits, p(target))
 
 --effects: on the four yardstick photos (target: the top-1 class), total bits, p(target) without and with the
 bottleneck and whether it discarded the class, for the presets `iba` and `coiba` and CoIBA as this project ran it
@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32", help="fp32 (default), auto, bf16 or fp16")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--effects", action="store_true", help="print the README's measured effects instead")
+    parser.add_argument("--effects", action="store_true", help="print the measured effects of docs/science/coiba.md instead")
     parser.add_argument("--yardsticks", action="store_true", help="with --effects: insertion and deletion AUCs too")
     parser.add_argument("--placement-vit", action="store_true",
                         help="CoIBA's branch and output placements on a random-weight timm ViT-S/16")

@@ -27,7 +27,7 @@ layer's module (its hook would never fire): `for_network` checks that every late
 one pass through the cut, else it runs the whole network on the hook path.
 
 The preset is the authors' setting (`CoIBASettings`: file and line of each value). Deviations from their code
-(README, "CoIBA: one bottleneck across layers"): the output placement on networks without an attention branch (a
+(docs/science/coiba.md): the output placement on networks without an attention branch (a
 CNN: their code has no working CNN path); λ resized across grids (theirs keeps one grid); the class token's bits
 kept in `unlocated_bits`; statistics of the offline photos, not ImageNet's.
 """
@@ -53,12 +53,12 @@ from .runners import HookRunner, SplitRunner, fast_format, module_key
 #: CoIBA's masks: "location" (the paper's: one λ per location, shared by the channels), "element" (one per unit).
 MASKS = ("location", "element")
 #: What a person choosing CoIBA on a CNN should know first (the Per-Sample page, the CLI's --help): measured on the
-#: offline network by `benchmarks/bench_coiba.py --effects` (README, "CoIBA: one bottleneck across layers").
+#: offline network by `benchmarks/bench_coiba.py --effects` (docs/science/coiba.md).
 CNN_NOTE = ("CoIBA on a CNN is this project's extension: the authors run it on vision transformers, at the input "
             "of each block's attention branch. A CNN has no such branch, so here the bottlenecks replace whole "
             "layer outputs, with the authors' β (β·k = 1): on the offline network that kept the class on all four "
             "sample photos, with 10–20 times the one-layer bottleneck's bits; at β·k = 10 it lost the class on all "
-            "four (README, \"CoIBA\").")
+            "four (docs/science/coiba.md).")
 #: Registered networks whose last stage is the classifier's own convolution (EfficientNet's 1×1 "head" to 1280
 #: channels): the default range ends before it, on the last block (the paper inserts bottlenecks in blocks).
 HEAD_STAGES = ("head",)
@@ -69,7 +69,7 @@ HEAD_STAGES = ("head",)
 #:   as the authors place them (timm's `blocks.{i}.norm1`, `op=norm1` in run.sh:15-19 of the CoIBA authors' code,
 #:   IBA/ in St0pien/rot-chefer at aeb36d3; `utils/iba_utils.py:29,39` builds the names). The residual stream stays
 #:   clean: the prediction keeps every block's clean skip path, so a layer's KL no longer bounds what reaches the
-#:   logits (README, "CoIBA").
+#:   logits (docs/science/coiba.md).
 #: - "output": a layer's whole output (for a block, the residual stream: a location's signal passes λ once per
 #:   layer); this project's placement before the authors' was read, and the only one on a CNN.
 #: - "auto": "branch" on a transformer with a class token (the authors' models), "output" elsewhere.
@@ -86,7 +86,8 @@ class CoIBASettings(BottleneckSettings):
 
     - β·k = 1: their run script's β = 1 on the MEAN capacity (run.sh:19, run_eval.sh:18; `coiba.py:237-238`
       `loss = model_loss + beta * capacity().mean()`), which is β·k = 1 here (β = β·k / k on the summed KL). Their
-      class default is β = 10 (`coiba.py:55`); this project used β·k 10 before (measured effect: README, "CoIBA").
+      class default is β = 10 (`coiba.py:55`); this project used β·k 10 before (measured
+      effect: docs/science/coiba.md).
     - 10 steps, lr 1 (`parsing.py:23-24`), 10 noisy copies (`coiba.py:57`), α = 5 (`iba_base.py:72`);
     - no smoothing (σ_s = 0: `coiba.py:103` sets `self.smooth = None`);
     - the read point of the last forward pass (`read_point="last_step"`: `_get_saliency` reads the capacity of the

@@ -16,7 +16,7 @@ leak everything the bottleneck holds back. Its bits count in the loss and in `to
 place on the image: the heatmap leaves them out and `AttributionResult.unlocated_bits` reports them
 (heatmap.sum() == total_bits − unlocated_bits).
 
-Fidelity to the authors' code (README, "Fidelity to the paper"): the mask smoothing is theirs (5 × 5 at
+Fidelity to the authors' code (docs/science/fidelity.md): the mask smoothing is theirs (5 × 5 at
 σ_s = 1, reflection padding; `bottleneck.blur`). The heatmap reads the final λ, after the last Adam update
 (the authors read the last step's forward pass: `read_point="last_step"`); on the offline network the final
 λ gave −0.4 to +20.8 % total bits over five photos (chelsea +9.0, coffee +11.0, astronaut +1.1, rocket +20.8,

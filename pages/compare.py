@@ -132,8 +132,8 @@ def readout_note(checkpoints: list[ReadoutCheckpoint], inputs: Inputs) -> None:
                 f"No Readout Bottleneck checkpoint for {plain(network.spec.title)} yet: the readout must be trained for "
                 "this very network. The app ships one for the offline network only and looks for trained "
                 "checkpoints (`.pt` files) in " + ", ".join(f"`{d}`" for d in readout_dirs())
-                + ". Training a readout needs a folder of images and runs outside the app (see the README, "
-                "*Readout Bottleneck*); put the checkpoint it writes into one of these folders. For this "
+                + ". Training a readout needs a folder of images and runs outside the app (see the docs: "
+                "docs/guide/cli/train-readout.md); put the checkpoint it writes into one of these folders. For this "
                 "network:"
             )
             st.code(readout_training_command(network, inputs.shared.source), language="bash", wrap_lines=True)

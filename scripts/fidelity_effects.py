@@ -1,4 +1,4 @@
-"""Measure the effect of each deviation from the paper's code that this project makes (README, "Fidelity").
+"""Measure the effect of each deviation from the paper's code that this project makes (docs/science/fidelity.md).
 
     python scripts/fidelity_effects.py                # all measurements, offline network
     python scripts/fidelity_effects.py --only smoothing seeds read_point
@@ -6,7 +6,7 @@
 About 70 Per-Sample fits of ~2 s each on 2 idle cores, plus the SmoothGrad and Occlusion parts (~10 minutes);
 on a shared machine far longer (`--only seeds read_point`, 45 fits: 26 minutes at load average 8).
 
-Prints one line per measurement (README, "Fidelity to the paper", and Home's note on what bits compare).
+Prints one line per measurement (docs/science/fidelity.md, and Home's note on what bits compare).
 Everything runs in fp32 on the offline EfficientNet-Lite0 at its default layer and β with the shipped statistics
 (1000 crops of the 13 offline photos); the photos are scikit-image's / matplotlib's; the target is the network's
 top-1 class of each photo (chelsea: 285, Egyptian cat).

@@ -1,4 +1,4 @@
-"""The shipped examples, from the current code: the Home page's example and the README's CLI example.
+"""The shipped examples, from the current code: the Home page's example and the docs' CLI example.
 
 One script, so that the numbers users read agree with what the code computes:
 
@@ -6,7 +6,7 @@ One script, so that the numbers users read agree with what the code computes:
 - assets/home_example.json: the run report the Home page reads its numbers from, plus the heatmap mean-pooled
   over 4 × 4 pixels (for tests/test_examples.py, which reruns the example and compares);
 - assets/cli_example.json: the line `python -m iba_core attribute chelsea.jpg --precision fp32` prints, for
-  scikit-image's chelsea saved as JPEG with quality 95 — and the README's example block (between
+  scikit-image's chelsea saved as JPEG with quality 95 — and the example block of DOCS_PAGE (between
   `<!-- cli-example -->` and `<!-- /cli-example -->`) set to that line.
 
 Both run the paper's defaults (β = 10/k, 10 steps, batch 10, seed 0) in fp32 ("auto" may pick bf16 on CPUs
@@ -14,7 +14,7 @@ that have it) with 1000-sample statistics (the shipped ones), read from a fresh 
 earlier cached statistics leak in. fp32 results still differ across processes at the ~0.1 % level (kernel
 choices), so a rerun matches the shipped numbers closely, not bit for bit. From the repository root:
 
-    python scripts/make_home_example.py [--samples 1000] [--no-readme]
+    python scripts/make_home_example.py [--samples 1000] [--no-docs]
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from iba_core.settings import CACHE_DIR_ENV, RECOMMENDED_SAMPLES, STATS_SAMPLES_
 
 MAX_BYTES = 200_000
 SAMPLE = "chelsea"
-#: The README's CLI example: the sample saved as this file, with this JPEG quality.
+#: The docs' CLI example: the sample saved as this file, with this JPEG quality.
 CLI_IMAGE, JPEG_QUALITY = "chelsea.jpg", 95
 CLI_ARGS = ("--precision", "fp32")
 #: The paper's defaults in fp32: reproducible up to the cross-process level.
@@ -56,7 +56,9 @@ SETTINGS = BottleneckSettings(precision="fp32")
 POOL = 4
 #: Seeds of the example's spread (Home: total bits vary with the seed; the example itself is seed 0).
 SPREAD_SEEDS = range(5)
-README_START, README_END = "<!-- cli-example -->", "<!-- /cli-example -->"
+#: The docs page that shows the CLI example, between these markers.
+DOCS_PAGE = ROOT / "docs" / "guide" / "cli" / "attribute.md"
+DOCS_START, DOCS_END = "<!-- cli-example -->", "<!-- /cli-example -->"
 
 
 def strip(*images: Image.Image, gap: int = 6) -> Image.Image:
@@ -138,18 +140,18 @@ def cli_line(workdir: Path, cache: Path | None = None) -> str:
     return lines[-1].strip()
 
 
-def readme_block(line: str) -> str:
-    """The README's example block for `line` (between the markers, markers included)."""
-    return f"{README_START}\n```json\n{line}\n```\n{README_END}"
+def docs_block(line: str) -> str:
+    """The docs' example block for `line` (between the markers, markers included)."""
+    return f"{DOCS_START}\n```json\n{line}\n```\n{DOCS_END}"
 
 
-def update_readme(line: str, readme: Path = ROOT / "README.md") -> bool:
-    """Set the README's example block (between the markers) to `line`; False when the markers are missing."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.find(README_START), text.find(README_END)
+def update_docs(line: str, page: Path = DOCS_PAGE) -> bool:
+    """Set the page's example block (between the markers) to `line`; False when the markers are missing."""
+    text = page.read_text(encoding="utf-8")
+    start, end = text.find(DOCS_START), text.find(DOCS_END)
     if start < 0 or end < start:
         return False
-    readme.write_text(text[:start] + readme_block(line) + text[end + len(README_END):], encoding="utf-8")
+    page.write_text(text[:start] + docs_block(line) + text[end + len(DOCS_END):], encoding="utf-8")
     return True
 
 
@@ -157,7 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=RECOMMENDED_SAMPLES, help="samples behind the statistics")
     parser.add_argument("--out", type=Path, default=ROOT / "assets")
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md's example block as it is")
+    parser.add_argument("--no-docs", action="store_true", help="leave the docs' example block as it is")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="iba-example-") as tmp:
@@ -174,8 +176,9 @@ def main() -> None:
         line = cli_line(Path(tmp) / "cli", Path(tmp) / "cache")
     (args.out / "cli_example.json").write_text(line + "\n")
     print(f"CLI example: {line}")
-    if not args.no_readme:
-        print("README example block " + ("updated" if update_readme(line) else "not found (no markers)"))
+    if not args.no_docs:
+        done = "updated" if update_docs(line) else "not found (no markers)"
+        print(f"{DOCS_PAGE.relative_to(ROOT)} example block {done}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The shipped examples agree with the current code: the Home page's example (assets/home_example.*) and the
-README's CLI example (assets/cli_example.json, and the README block between the cli-example markers), both
+docs' CLI example (assets/cli_example.json, and the block between the cli-example markers of
+docs/guide/cli/attribute.md), both
 written by scripts/make_home_example.py.
 
 A fresh run must match the shipped numbers within the cross-process tolerance of fp32 (kernel choices move
@@ -33,33 +34,34 @@ def script():
     return load_script()
 
 
-def readme_example() -> str:
-    """The text between the README's cli-example markers, without the ```json fence."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def docs_example() -> str:
+    """The text between the docs page's cli-example markers, without the ```json fence."""
+    text = (ROOT / "docs" / "guide" / "cli" / "attribute.md").read_text(encoding="utf-8")
     start, end = "<!-- cli-example -->", "<!-- /cli-example -->"
-    assert text.count(start) == 1 and text.count(end) == 1, "README.md needs one cli-example block"
+    assert text.count(start) == 1 and text.count(end) == 1, "docs/guide/cli/attribute.md needs one cli-example block"
     block = text[text.index(start) + len(start):text.index(end)].strip()
     assert block.startswith("```json\n") and block.endswith("\n```"), block
     return block[len("```json\n"):-len("\n```")]
 
 
-def test_readme_shows_the_shipped_cli_example() -> None:
+def test_docs_show_the_shipped_cli_example(script) -> None:
+    assert script.DOCS_PAGE == ROOT / "docs" / "guide" / "cli" / "attribute.md"  # the page the script rewrites
     shipped = (ASSETS / "cli_example.json").read_text(encoding="utf-8")
     assert shipped.endswith("\n") and shipped.count("\n") == 1  # one JSON line, as the CLI prints it
-    assert readme_example() == shipped.rstrip("\n")
+    assert docs_example() == shipped.rstrip("\n")
     line = json.loads(shipped)
     assert line["precision"] == "fp32" and line["image"] == "chelsea.jpg"
 
 
-def test_script_writes_the_readme_block(script, tmp_path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{script.readme_block('old')}\nafter\n")
+def test_script_writes_the_docs_block(script, tmp_path) -> None:
+    page = tmp_path / "attribute.md"
+    page.write_text(f"before\n{script.docs_block('old')}\nafter\n")
     line = '{"new": 1}'
-    assert script.update_readme(line, readme)
-    assert readme.read_text() == "before\n" + script.readme_block(line) + "\nafter\n"
+    assert script.update_docs(line, page)
+    assert page.read_text() == "before\n" + script.docs_block(line) + "\nafter\n"
     plain = tmp_path / "plain.md"
     plain.write_text("no markers")
-    assert not script.update_readme("x", plain) and plain.read_text() == "no markers"
+    assert not script.update_docs("x", plain) and plain.read_text() == "no markers"
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:

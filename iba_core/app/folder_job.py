@@ -191,7 +191,7 @@ def _checked_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
     if set(metrics) - set(PAGE_METRICS):
         raise UserError("The pointing game needs the objects' boxes, which a run started here does not take.",
                         app_hint="Leave out pointing here; the command line's folder run takes a boxes folder "
-                                 "(README, \"Look through a whole folder\").")
+                                 "(docs/guide/cli/attribute.md, \"A whole folder\").")
     return metrics
 
 

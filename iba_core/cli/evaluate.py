@@ -68,7 +68,7 @@ def add_parser(sub) -> None:
                    help="tile size(s): degradation default 8 14, sensitivity-n default 8 (1 = pixels)")
     p.add_argument("--out", type=Path, required=True, help="results file (.jsonl), appended to and resumed")
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first N images (sorted by path)")
-    # 64: larger batches measured no faster, on 2 CPU cores nor on an H100 (README, Performance)
+    # 64: larger batches measured no faster, on 2 CPU cores nor on an H100 (docs/performance.md)
     p.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
     p.add_argument("--points", type=_positive_int, default=None,
                    help="degradation: measure each curve at N evenly spaced steps instead of after every tile")

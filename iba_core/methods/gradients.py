@@ -87,7 +87,7 @@ class SmoothGrad(Method):
     Noise σ = `noise` × (max − min) of the input (0.15, the authors' suggestion). The average is of the
     signed gradients; the map is its largest absolute value over colour channels (`reduce="max_abs"`, the
     default, like Saliency) or, as the IBA paper's code reduced it, the signed mean over colour channels
-    (`reduce="mean"`; the map is then signed). README "Fidelity to the paper" gives the measured effect.
+    (`reduce="mean"`; the map is then signed). docs/science/fidelity.md gives the measured effect.
     """
 
     key = "smoothgrad"

@@ -11,7 +11,7 @@ computes them once per image, and `correlations` scores any number of maps again
 
 Occlusion is scored with zeros as its occluder here (the evaluation runner sets it), as the paper's code
 did: it then occludes exactly as this metric masks, and Occlusion-8×8 reaches 1.000 at n = 1 with 8×8 tiles
-(0.902 with the mean-colour occluder; README, "Fidelity to the paper").
+(0.902 with the mean-colour occluder; docs/science/fidelity.md).
 """
 from __future__ import annotations
 

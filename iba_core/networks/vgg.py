@@ -48,7 +48,7 @@ SPEC = NetworkSpec(
     stages=vgg16_stages,
     hook_modules={n: f"features.{i}" for n, i in zip(CONV_NAMES, _CONV_INDEX)},
     # Grad-CAM: features.30, the last feature layer (pool5, 7×7), as the IBA authors' code did (Selvaraju et
-    # al. take relu5_3, 14×14, before that max-pool; README, "Fidelity to the paper").
+    # al. take relu5_3, 14×14, before that max-pool; docs/science/fidelity.md).
     cam_layer=("features.30", False),
     canonizers=vgg_canonizers,
     # paper Appendix, Table "Hyperparameters for the Readout Bottleneck"

@@ -1,0 +1,115 @@
+"""The documentation stays true: the MkDocs site builds in strict mode (a broken link, a page missing from the nav, a
+missing picture or a cross-reference to a renamed function fails the build), the API reference lists every public
+name of iba_core with its docstring, the site fetches nothing from the internet (so `mkdocs serve` works offline),
+and the README stays a short landing page whose links all lead somewhere."""
+from __future__ import annotations
+
+import html
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import iba_core
+from iba_core import per_sample
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The README is a landing page: what the tool answers, the set-up, three tours, two tables, links.
+README_MAX_LINES = 250
+#: A Markdown link or image target: ](target) — the target up to the first space or ")".
+_LINK = re.compile(r"\]\(([^)\s]+)")
+
+
+def plain_text(page: str) -> str:
+    """A built HTML page's visible text: tags dropped, entities decoded, whitespace collapsed."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def docstring_words(obj: object) -> str:
+    """The first paragraph of `obj`'s docstring as the site shows it in text: Markdown's backticks and emphasis gone,
+    whitespace collapsed."""
+    first = (inspect.getdoc(obj) or "").split("\n\n")[0]
+    return " ".join(re.sub(r"[`*]", "", first).split())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    # NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2 on every build; noise, not a warning of ours
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert done.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings or [done.stderr[-3000:]])
+    return out
+
+
+def test_the_site_builds_in_strict_mode_with_every_page(site):
+    for page in ("index", "getting-started", "guide/per_sample", "guide/cli/attribute", "science/fidelity",
+                 "operations/serving", "performance", "api/index", "architecture"):
+        assert (site / f"{page}.html").is_file(), page
+
+
+def test_the_api_reference_lists_every_public_name_of_iba_core(site):
+    ids = set()
+    for page in (site / "api").glob("*.html"):
+        ids |= set(re.findall(r'id="(iba_core\.[\w.]+)"', page.read_text(encoding="utf-8")))
+    missing = [name for name in iba_core.__all__ if not any(i.endswith(f".{name}") for i in ids)]
+    assert not missing, f"public names of iba_core without an entry in the API reference: {missing}"
+    # and the reference's index links each one (docs/api/index.md), so a new public name is listed there too
+    index = (ROOT / "docs" / "api" / "index.md").read_text(encoding="utf-8")
+    unlisted = [name for name in iba_core.__all__ if f"[`{name}`][" not in index]
+    assert not unlisted, f"docs/api/index.md does not list: {unlisted}"
+
+
+def test_the_api_reference_shows_the_docstrings_of_per_sample(site):
+    """Every public class and function that iba_core.per_sample defines is on the Bottlenecks page with the first
+    paragraph of its docstring."""
+    page = (site / "api" / "bottlenecks.html").read_text(encoding="utf-8")
+    # compared without spaces: a tag inside a sentence (`code`) leaves a space where the docstring has none
+    text = re.sub(r"[`*\s]", "", plain_text(page))
+    public = [obj for name, obj in vars(per_sample).items() if not name.startswith("_")
+              and (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == per_sample.__name__]
+    assert {"PerSampleBottleneck", "BottleneckSettings", "AttributionResult"} <= {o.__name__ for o in public}
+    for obj in public:
+        assert f'id="iba_core.per_sample.{obj.__name__}"' in page, obj.__name__
+        words = docstring_words(obj)
+        assert words and re.sub(r"\s", "", words) in text, f"{obj.__name__}'s docstring is not shown: {words[:80]!r}"
+
+
+def test_the_site_fetches_nothing_from_the_internet(site):
+    """Material loads Google fonts unless `font: false`; any script, stylesheet, font or picture from another host
+    would break `mkdocs serve` offline."""
+    external = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.IGNORECASE)
+    found = []
+    for page in site.rglob("*.html"):
+        found += [f"{page.relative_to(site)}: {m.group(0)}" for m in external.finditer(page.read_text("utf-8"))]
+    for sheet in site.rglob("*.css"):
+        if re.search(r"@import\s+url\(\s*[\"']?(?:https?:)?//|fonts\.googleapis", sheet.read_text("utf-8")):
+            found.append(str(sheet.relative_to(site)))
+    assert not found, found[:10]
+
+
+def test_the_readme_is_a_short_landing_page_whose_links_exist():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES, "README.md is a landing page: move reference text to docs/"
+    broken = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a web address or an anchor of the README itself
+        if not (ROOT / target.split("#")[0]).exists():
+            broken.append(target)
+    assert not broken, f"README.md links to files that do not exist: {broken}"
+    assert "docs/images/screenshots/per_sample.png" in text  # the current picture of a live run
+
+
+def test_the_readme_link_pattern_reads_images_links_and_addresses():
+    """The pattern the check above relies on picks up images and links, and leaves web addresses aside."""
+    text = "![a](docs/x.png) and [b](docs/y.md#part) and [c](https://example.org) and [d](#here)"
+    assert _LINK.findall(text) == ["docs/x.png", "docs/y.md#part", "https://example.org", "#here"]
