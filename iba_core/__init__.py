@@ -23,15 +23,15 @@ _PUBLIC = {
     "load_network": "networks", "network_from_module": "networks", "get_spec": "networks",
     "Network": "networks", "NetworkSpec": "networks", "REGISTRY": "networks", "DEFAULT_NETWORK": "networks",
     # images
-    "load_image": "images", "load_sample": "images", "sample_image_names": "images", "load_input": "images",
-    "MultiBandImage": "images",
+    "load_image": "images", "load_sample": "images", "sample_image_names": "images", "load_input": "band_images",
+    "MultiBandImage": "band_images",
     # statistics
     "FeatureStats": "feature_stats", "get_stats": "feature_stats",
     # bottlenecks
-    "PerSampleBottleneck": "per_sample", "BottleneckSettings": "per_sample", "AttributionResult": "per_sample",
+    "PerSampleBottleneck": "per_sample", "BottleneckSettings": "bottleneck", "AttributionResult": "results",
     "ReadoutBottleneck": "readout", "load_readout": "readout",
     # methods
-    "get_method": "methods", "method_keys": "methods", "display_names": "methods", "AttributionMap": "methods",
+    "get_method": "methods", "method_keys": "methods", "display_names": "methods", "AttributionMap": "results",
     "Method": "methods", "register_method": "methods",
     "compare": "compare",
     # metrics

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import iba_core
-from iba_core import per_sample
+from iba_core import bottleneck, per_sample, results
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -69,16 +69,18 @@ def test_the_api_reference_lists_every_public_name_of_iba_core(site):
 
 
 def test_the_api_reference_shows_the_docstrings_of_per_sample(site):
-    """Every public class and function that iba_core.per_sample defines is on the Bottlenecks page with the first
+    """Every public class and function that iba_core.per_sample defines, and the result types and settings it hands
+    out (defined lower, in iba_core.results and iba_core.bottleneck), is on the Bottlenecks page with the first
     paragraph of its docstring."""
     page = (site / "api" / "bottlenecks.html").read_text(encoding="utf-8")
     # compared without spaces: a tag inside a sentence (`code`) leaves a space where the docstring has none
     text = re.sub(r"[`*\s]", "", plain_text(page))
-    public = [obj for name, obj in vars(per_sample).items() if not name.startswith("_")
-              and (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == per_sample.__name__]
+    public = [obj for module in (per_sample, results, bottleneck) for name, obj in vars(module).items()
+              if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+              and obj.__module__ == module.__name__]
     assert {"PerSampleBottleneck", "BottleneckSettings", "AttributionResult"} <= {o.__name__ for o in public}
     for obj in public:
-        assert f'id="iba_core.per_sample.{obj.__name__}"' in page, obj.__name__
+        assert f'id="{obj.__module__}.{obj.__name__}"' in page, obj.__name__
         words = docstring_words(obj)
         assert words and re.sub(r"\s", "", words) in text, f"{obj.__name__}'s docstring is not shown: {words[:80]!r}"
 
