@@ -59,7 +59,7 @@ MAX_ASPECT_RATIO: int = 20
 # The smallest side an image a network reads may have. Networks read 224 px or so: a 1 × 1 image would be upscaled
 # 224 times and its explanation would be of the upscaling, not of a picture. 16 px is the smallest side that still
 # holds a pattern (a 16 × 16 icon, the patch size of ViT-B/16: one patch), and every preprocessing here crops at least
-# that much (`cards.CROP_RANGE` starts at 16), so no smaller image is ever seen at its own resolution.
+# that much (`card_format.CROP_RANGE` starts at 16), so no smaller image is ever seen at its own resolution.
 MIN_SIDE: int = 16
 
 # File extensions offered to the upload widget (without dots, as Streamlit wants).

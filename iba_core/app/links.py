@@ -33,7 +33,7 @@ from ..coiba import layer_range as coiba_layers, parse_range, range_text
 from ..errors import UserError
 from ..images import sample_image_names
 from ..networks import REGISTRY
-from ..networks.cards import CARD_PREFIX
+from ..networks.card_format import CARD_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX
 from .choices import BETA_K_CHOICES
 from .inputs import SAMPLE_PREFIX, ImageInput, image_digest

@@ -34,8 +34,9 @@ from pathlib import Path
 from ..errors import USER_ERRORS, UserError
 from ..heads import SIMILARITY
 from ..networks import DEFAULT_NETWORK, REGISTRY
-from ..networks.cards import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, check_class_list_size, default_card_name,
-                              is_card_key, load_card, read_card, write_card)
+from ..networks.card_format import (BUILTIN_BACKBONES, CARD_PREFIX, ModelCardError, check_class_list_size,
+                                    default_card_name, is_card_key, read_card, write_card)
+from ..networks.cards import load_card
 from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
 from ..networks.model_folders import read_folder
 from ..networks.spec import UnknownModelError

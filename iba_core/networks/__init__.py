@@ -34,7 +34,7 @@ from .spec import (
     WeightsUnavailableError,
     derive_spec,
 )
-from .cards import ModelCardError, read_card, read_class_list
+from .card_format import ModelCardError, read_card, read_class_list
 from .hub import HubUnavailableError
 from .model_size import ModelTooLargeError
 from .model_folders import FolderError, load_folder

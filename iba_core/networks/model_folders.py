@@ -15,7 +15,7 @@ The folder's config.json says which layout it is:
 
 A folder that is neither is one sentence saying what each layout holds. The network's key is `folder:<name>`; its
 weights id is a hash of the weights file, so statistics are cached per weights. The sizes in the config are
-checked before anything is built (as a card's [arch_args]: `cards.check_builder_args`).
+checked before anything is built (as a card's [arch_args]: `card_format.check_builder_args`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..trust import LOCAL, Trust, check_server_path, shown
-from .cards import MAX_CLASSES, ModelCardError, check_builder_args
+from .card_format import MAX_CLASSES, ModelCardError, check_builder_args
 from .spec import NetworkSpec
 from .state_files import peek_state, weights_hash
 
@@ -102,7 +102,7 @@ def read_folder(key: str | os.PathLike, trust: Trust = LOCAL) -> tuple[Path, Lit
 
 
 def _check_sizes(folder: Path, sizes: dict, key) -> None:
-    """The config's sizes within a card's [arch_args] bounds (`cards.check_builder_args`), as a FolderError."""
+    """The config's sizes within a card's [arch_args] bounds (`card_format.check_builder_args`), as a FolderError."""
     try:
         check_builder_args(folder, sizes, source=f"the model folder {shown(key)}", entry="config.json")
     except ModelCardError as err:

@@ -2,7 +2,7 @@
 before a byte of it is allocated.
 
 A visitor's model folder, card or timm name decides how much memory the shared server process allocates: each size
-in a config is bounded (`cards.check_builder_args`), but not their product (a ViT config with hidden_size 16384,
+in a config is bounded (`card_format.check_builder_args`), but not their product (a ViT config with hidden_size 16384,
 48 layers and intermediate_size 65536 holds 155 B parameters, 620 GB in fp32). So `check_size` builds the
 architecture on the meta device (shapes only: no memory, no arithmetic; `on_meta`), counts
 

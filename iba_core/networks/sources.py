@@ -129,7 +129,7 @@ def _load_card(key, weights, *, trust_pickle: bool = False, trust: Trust = LOCAL
 
 
 def _check_card(key) -> None:
-    from .cards import ModelCardError
+    from .card_format import ModelCardError
 
     if not os.path.isfile(os.path.expanduser(os.fspath(key))):
         raise ModelCardError(f"Model card not found: {key}.")
@@ -137,7 +137,7 @@ def _check_card(key) -> None:
 
 def _sources() -> tuple[Source, ...]:
     from . import clip_models, hf_models, timm_models, torchvision_any
-    from .cards import is_card_key
+    from .card_format import is_card_key
     from .model_folders import is_folder_key, read_folder
 
     return (
@@ -166,7 +166,7 @@ def unknown_key_error(key) -> UnknownModelError:
     """One sentence for a key no source recognises, saying what is accepted (and how to load a card's or folder's
     network, whose keys are not paths)."""
     from . import REGISTRY
-    from .cards import CARD_PREFIX
+    from .card_format import CARD_PREFIX
     from .model_folders import FOLDER_PREFIX
 
     if isinstance(key, str) and key.startswith(CARD_PREFIX):

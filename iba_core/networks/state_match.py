@@ -33,7 +33,7 @@ from .model_size import on_meta
 BUDGET_S = 3.0
 #: A torchvision family is tried when its first member's key patterns cover this share of the state's.
 FAMILY_SHARE = 0.5
-#: The most classes a match may have (`cards.MAX_CLASSES`).
+#: The most classes a match may have (`card_format.MAX_CLASSES`).
 MAX_OUTPUTS = 100_000
 #: The head size of the probe builds: a prime no other layer is as wide as by chance, so the tensors sized by the
 #: class count are the ones this long.

@@ -11,7 +11,7 @@ from iba_core.app.models import (
     torchvision_names,
 )
 from iba_core.networks import REGISTRY
-from iba_core.networks.cards import BUILTIN_BACKBONES, CROP_RANGE, RESIZE_RANGE
+from iba_core.networks.card_format import BUILTIN_BACKBONES, CROP_RANGE, RESIZE_RANGE
 from iba_core.settings import models_dir
 from iba_core.trust import ANY, Trust
 

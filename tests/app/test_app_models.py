@@ -17,7 +17,7 @@ from iba_core import settings  # noqa: E402
 from iba_core.app import models  # noqa: E402
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
 from iba_core.networks import ModelCardError, UnsafeWeightsError, WeightsMismatchError, read_card  # noqa: E402
-from iba_core.networks.cards import card_text, write_card  # noqa: E402
+from iba_core.networks.card_format import card_text, write_card  # noqa: E402
 from iba_core.trust import NotTrustedError, Trust  # noqa: E402
 
 

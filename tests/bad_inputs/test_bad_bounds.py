@@ -14,7 +14,7 @@ from iba_core.app.models import FileGiven, NewNetwork, add_network
 from iba_core.images import MIN_SIDE, ImageError
 from iba_core.band_images import load_input, photo_or_path
 from iba_core.networks import ModelCardError, read_class_list
-from iba_core.networks.cards import MAX_CLASS_LIST_BYTES
+from iba_core.networks.card_format import MAX_CLASS_LIST_BYTES
 from iba_core.trust import Trust
 
 

@@ -79,7 +79,7 @@ def no_build(monkeypatch) -> list:
 
 @pytest.mark.parametrize("suffix", [".txt", ".json", ".csv"])
 def test_a_class_list_over_the_limit_is_refused_before_the_network_is_built(suffix, tmp_path, no_build) -> None:
-    from iba_core.networks.cards import read_class_list
+    from iba_core.networks.card_format import read_class_list
 
     limit = 100_000  # cards.MAX_CLASSES
     count = limit + 1

@@ -12,7 +12,7 @@ from card_fixtures import make_resnet18, write_card, write_images
 from iba_core.cli import main
 from iba_core.images import load_image
 from iba_core.networks import ModelCardError, load_network
-from iba_core.networks.cards import card_text, read_card
+from iba_core.networks.card_format import card_text, read_card
 from source_fixtures import edit_config, save_hf_vit
 
 LABELS = ["cloud", "water", "road", "forest"]

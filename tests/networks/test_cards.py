@@ -197,7 +197,7 @@ def test_card_without_arch_needs_a_trusted_whole_module(tmp_path):
 def test_a_card_named_card_toml_takes_its_folders_name(tmp_path):
     """The layout models/<network>/card.toml: two such cards get two keys (their folders'), not one "card:card"
     that their caches, links and run folders would share; any other file name stays the key."""
-    from iba_core.networks.cards import read_card
+    from iba_core.networks.card_format import read_card
 
     keys = []
     for network in ("skin", "xray"):

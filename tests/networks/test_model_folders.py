@@ -123,7 +123,7 @@ def test_a_card_names_a_model_folder_beside_it(timm_folder, tmp_path):
     import torch
 
     from iba_core.networks import ModelCardError, read_card
-    from iba_core.networks.cards import write_card
+    from iba_core.networks.card_format import write_card
     from iba_core.trust import NotTrustedError
 
     shutil.copytree(timm_folder, tmp_path / "card" / "model")
