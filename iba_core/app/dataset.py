@@ -33,7 +33,8 @@ from ..runs.store import YARDSTICK_COLUMNS
 from ..runs.highlights import (BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, few_bits_reference,
                                mass_thumbnails, named, run_highlights)
 from ..runs.per_class import class_mean_map, map_clusters
-from ..runs.store import Run, RunFolderError, open_run
+from ..runs.store import RunFolderError
+from ..runs.tables import Run, open_run
 from ..trust import NotTrustedError, Trust, check_server_path, visitor_path
 from . import links
 from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here

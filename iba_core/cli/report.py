@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     print one JSON line (the file, the method, the highlights' titles)."""
     from ..app.dataset import highlights, method_names, methods_bits_first, metric_columns, report_html
     from ..errors import UserError
-    from ..runs.store import open_run
+    from ..runs.tables import open_run
 
     out = files.output_file(args.out, "--out")  # checked before the slow work
     run_ = open_run(files.readable_folder(args.run_dir, "RUN_DIR", "Run folder"))

@@ -2,9 +2,10 @@
 
 - `folder`: the loop (images × methods, batched, resumable, sharded across torchrun ranks): `list_images`,
   `run_folder`, `finish_run`;
-- `store`: the run folder on disk (run.json, checksummed parts, maps, results.parquet) and `open_run` → `Run`
-  (`.table`, `.heatmap(row)`, `.thumbnails(rows)`, `.missing`: damaged parts left out); `write_table` writes the
-  table, `heal` moves damaged parts aside before a resume;
+- `store`: the run folder on disk (run.json, checksummed parts, maps);
+- `checks`: each part checked against its checksum; `heal` moves damaged parts aside before a resume;
+- `tables`: results.parquet (`write_table`) and `open_run` → `Run` (`.table`, `.heatmap(row)`, `.thumbnails(rows)`,
+  `.missing`: damaged parts left out);
 - `claims`: one writer per image of a run folder, so two runs into one folder share the work;
 - `measures`: per-map measures that point at shortcuts (border_share, box_share, concentration, thumbnails,
   distance to the class mean), a formula each;
@@ -23,8 +24,8 @@ from ..lazy import lazy_exports
 _PUBLIC = {
     "FolderSettings": "folder", "RunSummary": "folder", "list_images": "folder", "run_folder": "folder",
     "finish_run": "folder", "read_image_list": "folder",
-    "Run": "store", "RunFolderError": "store", "open_run": "store", "build_table": "store",
-    "write_table": "store",
+    "Run": "tables", "RunFolderError": "store", "open_run": "tables", "build_table": "tables",
+    "write_table": "tables",
     "border_share": "measures", "box_share": "measures", "concentration": "measures", "thumbnail": "measures",
     "map_measures": "measures", "cosine_distance": "measures",
     "distance_to_class_mean": "measures",

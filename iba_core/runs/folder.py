@@ -13,7 +13,7 @@ its probability, p(target)), then each method makes its maps through the one int
 image by image); `method.prepare` runs first, so missing statistics or checkpoints stop the run before any image.
 A method that fails on a batch is tried image by image, so one bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
 interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
-`FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`store.heal`). Each
+`FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`checks.heal`). Each
 image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
 The field's metrics (`FolderSettings.metrics`: insertion, deletion, ROAD, pointing; none by default, as each costs
@@ -52,8 +52,10 @@ from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
 from .claims import Claims
-from .store import (PART_ROWS, PART_SECONDS, PartWriter, decode_map, done_pairs, encode_map, heal, part_names, start_run,
-                    unmeasured, write_table)
+from .checks import heal
+from .store import (PART_ROWS, PART_SECONDS, PartWriter, decode_map, done_pairs, encode_map, part_names, start_run,
+                    unmeasured)
+from .tables import write_table
 
 if TYPE_CHECKING:
     from ..metrics.yardsticks import YardstickOptions
@@ -579,7 +581,7 @@ def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: Fo
     """Measure the metrics a run folder's earlier rows lack (a rerun that adds metrics, `check_yardsticks`), for
     this rank's images: each row's image is loaded again and its map read as stored, the missing metrics measured
     as a new run measures them, and the row written again with them (a new part; the table keeps the latest row)."""
-    from .store import open_run
+    from .tables import open_run
 
     run = open_run(run_dir)
     keys = {item.key: item for item in mine}
@@ -636,7 +638,7 @@ def run_folder(
 
     root: the folder the items' keys are relative to (recorded in run.json; default: the first item's folder).
     A run folder made with another network, weights, layer or settings is refused (`store.RunFolderError`)
-    before any work. check: first remove dead writers' temp files and move damaged parts aside (`store.heal`), so
+    before any work. check: first remove dead writers' temp files and move damaged parts aside (`checks.heal`), so
     their rows are done again (a caller running one folder in many small calls checks on the first).
     Each image is claimed before its work (`claims.Claims`): a second process writing into the same folder takes
     only the images nobody holds, and waits for the rest to be written by their holder (or redoes them if it died).

@@ -37,7 +37,7 @@ from .spectral import MAX_ITEMS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .store import Run
+    from .tables import Run
 
 #: The unit of the bottlenecks' maps (`Method.unit`): only these have total bits.
 BITS_UNIT = "bits/pixel"

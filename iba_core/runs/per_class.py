@@ -21,7 +21,7 @@ from .spectral import MAX_CLUSTERS, spectral_clusters
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .store import Run
+    from .tables import Run
 
 
 def class_rows(run: "Run", method: str, target: int | None = None) -> "pd.DataFrame":

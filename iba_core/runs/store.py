@@ -46,17 +46,15 @@ import os
 import platform
 import secrets
 import time
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from ..cache import remove_stale_temps, write_atomic
+from ..cache import write_atomic
 from ..errors import UserError
 from ..jsonable import jsonable
-from .measures import THUMBNAIL, distance_to_class_mean, thumbnail
+from .measures import THUMBNAIL, thumbnail
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,7 +90,7 @@ COLUMNS: dict[str, str] = {
 }
 #: What a row is of: an image, a method and (a run with text prompts) a prompt; "" stands for no prompt.
 KEY = ("image", "method", "prompt")
-_PARTS_META = b"iba_parts"
+PARTS_META = b"iba_parts"
 
 
 class RunFolderError(UserError):
@@ -138,7 +136,7 @@ def read_info(run_dir: str | os.PathLike) -> dict | None:
     return info
 
 
-def _shown(value) -> str:
+def shown_value(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= 60 else text[:57] + "…"
 
@@ -157,11 +155,11 @@ def differences(old: dict, new: dict) -> list[str]:
     for key in ("network", "weights", "layer"):
         a, b = old.get(key), new.get(key)
         if a is not None and b is not None and a != b:
-            out.append(f"{key} {_shown(a)} (this run: {_shown(b)})")
+            out.append(f"{key} {shown_value(a)} (this run: {shown_value(b)})")
     old_s, new_s = old.get("settings", {}), new.get("settings", {})
     for key in sorted(set(old_s) | set(new_s)):
         if old_s.get(key) != new_s.get(key):
-            out.append(f"{key} {_shown(old_s.get(key))} (this run: {_shown(new_s.get(key))})")
+            out.append(f"{key} {shown_value(old_s.get(key))} (this run: {shown_value(new_s.get(key))})")
     old_m, new_m = old.get("methods", {}), new.get("methods", {})
     for method in sorted(set(old_m) & set(new_m)):
         a, b = old_m[method].get("settings", {}), new_m[method].get("settings", {})
@@ -169,7 +167,7 @@ def differences(old: dict, new: dict) -> list[str]:
             if key not in a and key in SETTINGS_ADDED and b.get(key) == SETTINGS_ADDED[key]:
                 continue  # a setting added since, at the value the old run used
             if a.get(key) != b.get(key):
-                out.append(f"{method}'s {key} {_shown(a.get(key))} (this run: {_shown(b.get(key))})")
+                out.append(f"{method}'s {key} {shown_value(a.get(key))} (this run: {shown_value(b.get(key))})")
     return out
 
 
@@ -331,7 +329,7 @@ def inside(run_dir: str | os.PathLike, relative: str | os.PathLike) -> Path:
     base = Path(run_dir).resolve()
     target = (base / relative).resolve()
     if target != base and base not in target.parents:
-        raise RunFolderError(f"The run folder {run_dir} names a file outside itself ({_shown(str(relative))}), "
+        raise RunFolderError(f"The run folder {run_dir} names a file outside itself ({shown_value(str(relative))}), "
                              "which is not read.")
     return target
 
@@ -420,11 +418,11 @@ def deduplicate(frame: "pd.DataFrame") -> "pd.DataFrame":
     return frame.iloc[order].drop_duplicates(list(KEY), keep="last")
 
 
-def _parts_digest(names: list[str]) -> bytes:
+def parts_digest(names: list[str]) -> bytes:
     return hashlib.sha256("\n".join(names).encode()).hexdigest().encode()
 
 
-def _load_member(run_dir: str | os.PathLike, map_file: str, member: str) -> np.ndarray:
+def load_member(run_dir: str | os.PathLike, map_file: str, member: str) -> np.ndarray:
     """One array of a map file of the run (checked to lie inside it); a damaged file: RunFolderError."""
     path = inside(run_dir, map_file)
     try:
@@ -443,282 +441,5 @@ def read_thumbnails(run_dir: str | os.PathLike, frame: "pd.DataFrame") -> np.nda
     index = frame["map_index"].to_numpy()
     for name in {f for f in files if isinstance(f, str)}:
         where = np.flatnonzero(files == name)
-        out[where] = _load_member(run_dir, name, "thumbs")[index[where]]
+        out[where] = load_member(run_dir, name, "thumbs")[index[where]]
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Checks: damaged parts are found, left out, and moved aside by the next resume.
-
-
-@dataclass(frozen=True)
-class Damage:
-    """A part that cannot be trusted: its name, why (one phrase), and its images when its rows could be read."""
-
-    part: str
-    reason: str
-    images: tuple[str, ...] | None = None
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _read_sums(path: Path) -> dict[str, str]:
-    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed."""
-    sums = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        digest, _, rel = line.partition("  ")
-        if len(digest) != 64 or not rel:
-            raise ValueError(f"a malformed line in {path.name}")
-        sums[rel] = digest
-    if not sums:
-        raise ValueError(f"{path.name} is empty")
-    return sums
-
-
-def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
-    """Why the part `name` is damaged, or None when it is intact: its rows' file and its maps' file against its
-    checksums (a part written before checksums existed: read whole, the zip's CRC-32 per map), every file inside
-    the run folder."""
-    import pyarrow.parquet as pq
-
-    rows_rel, maps_rel = f"{PARTS}/{name}.parquet", f"{MAPS}/{name}.npz"
-    sums_path = Path(run_dir) / PARTS / f"{name}{SUMS_SUFFIX}"
-    images = None
-    try:
-        rows_path = inside(run_dir, rows_rel)
-        if sums_path.exists() or sums_path.is_symlink():
-            sums = _read_sums(inside(run_dir, f"{PARTS}/{name}{SUMS_SUFFIX}"))
-            if set(sums) - {rows_rel, maps_rel} or rows_rel not in sums:
-                return Damage(name, "its checksum file names other files")
-            if _sha256(rows_path) != sums[rows_rel]:
-                return Damage(name, "its rows differ from their checksum")
-            rows = pq.read_table(rows_path, columns=["image", "map_file"])
-            images = tuple(rows.column("image").to_pylist())
-            files = set(rows.column("map_file").to_pylist()) - {None}
-            if files - {maps_rel}:
-                return Damage(name, "its rows name another part's map file", images)
-            if files and maps_rel not in sums:
-                return Damage(name, "its checksums leave out its map file", images)
-            if files:
-                maps_path = inside(run_dir, maps_rel)
-                if not maps_path.is_file():
-                    return Damage(name, "its map file is missing", images)
-                if _sha256(maps_path) != sums[maps_rel]:
-                    return Damage(name, "its map file differs from its checksum", images)
-        else:
-            rows = pq.read_table(rows_path, columns=["image", "map_file"])
-            images = tuple(rows.column("image").to_pylist())
-            files = set(rows.column("map_file").to_pylist()) - {None}
-            if files - {maps_rel}:
-                return Damage(name, "its rows name another part's map file", images)
-            if files:
-                with zipfile.ZipFile(inside(run_dir, maps_rel)) as archive:
-                    bad = archive.testzip()
-                if bad is not None:
-                    return Damage(name, f"its map {bad} is damaged", images)
-    except RunFolderError:
-        return Damage(name, "it names a file outside the run folder", images)
-    except Exception as err:  # noqa: BLE001 - any damage (a short read, garbled bytes, a 0-byte file) means the same
-        return Damage(name, "its files cannot be read (damaged or cut short)", images)
-    return None
-
-
-def check_parts(run_dir: str | os.PathLike) -> tuple[list[str], list[Damage]]:
-    """(the intact parts' names, the damaged ones), oldest first."""
-    good, damaged = [], []
-    for name in part_names(run_dir):
-        problem = check_part(run_dir, name)
-        (good if problem is None else damaged).append(problem or name)
-    return good, damaged
-
-
-def missing_sentence(damage: list[Damage]) -> str | None:
-    """One sentence on the rows a run's damaged parts take away, or None when none is damaged."""
-    if not damage:
-        return None
-    images = sorted({i for d in damage for i in d.images or ()})
-    unknown = sum(d.images is None for d in damage)
-    shown = ", ".join(images[:3]) + (" …" if len(images) > 3 else "")
-    if len(damage) == 1:
-        rows = f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "its rows"
-    else:
-        rows = " and ".join(x for x in (
-            f"the rows of {len(images)} image{'s' if len(images) != 1 else ''} ({shown})" if images else "",
-            f"every row of {unknown} unreadable part{'s' if unknown != 1 else ''}" if unknown else "") if x)
-    why = "; ".join(f"{d.part}: {d.reason}" for d in damage[:2]) + (" …" if len(damage) > 2 else "")
-    return (f"{len(damage)} part{'s' if len(damage) != 1 else ''} of this run {'are' if len(damage) != 1 else 'is'} "
-            f"damaged ({why}), so {rows} {'is' if rows.startswith('every row of 1 ') else 'are'} left out; the next "
-            "resume of the run redoes them.")
-
-
-def quarantine(run_dir: str | os.PathLike, damage: list[Damage]) -> None:
-    """Move each damaged part's files (rows first: that uncommits it, then its checksums and maps) into
-    RUN_DIR/damaged/<part>/ with note.txt saying why, so the next look at the parts redoes its rows. A writer's
-    verb (`heal`); two writers moving one part at once is harmless (the second finds nothing left to move)."""
-    run_dir = Path(run_dir)
-    for d in damage:
-        dest = run_dir / DAMAGED / d.part
-        dest.mkdir(parents=True, exist_ok=True)
-        for rel in (f"{PARTS}/{d.part}.parquet", f"{PARTS}/{d.part}{SUMS_SUFFIX}", f"{MAPS}/{d.part}.npz"):
-            try:
-                os.replace(run_dir / rel, dest / Path(rel).name)  # a symlink is moved itself, never followed
-            except FileNotFoundError:
-                pass
-        note = (f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}: moved here from the run because {d.reason}. "
-                f"Its rows ({', '.join(d.images) if d.images else 'unknown'}) are done again by the run that "
-                "moved it.\n")
-        write_atomic(dest / "note.txt", lambda tmp: tmp.write_text(note, encoding="utf-8"))
-
-
-def heal(run_dir: str | os.PathLike) -> list[Damage]:
-    """Ready a run folder for writing: remove the temp files of writers that are gone (kill -9), and move its
-    damaged parts aside (`quarantine`), so the run redoes exactly their rows. Returns the damage found."""
-    from .claims import CLAIMS
-
-    run_dir = Path(run_dir)
-    for folder in (run_dir, run_dir / PARTS, run_dir / MAPS, run_dir / CLAIMS):
-        remove_stale_temps(folder)
-    _, damage = check_parts(run_dir)
-    quarantine(run_dir, damage)
-    return damage
-
-
-# --------------------------------------------------------------------------------------------
-# The table.
-
-
-def _class_groups(frame: "pd.DataFrame") -> list:
-    """Each row's group for distance_to_class_mean: (method, target) for a row with a map, else None."""
-    import pandas as pd
-
-    has_map = frame["map_index"].to_numpy() >= 0
-    return [(m, int(t)) if ok and not pd.isna(t) else None
-            for m, t, ok in zip(frame["method"].to_numpy(dtype=object), frame["target"].to_numpy(dtype=object),
-                                has_map)]
-
-
-def build_table(run_dir: str | os.PathLike, names: list[str] | None = None) -> "pd.DataFrame":
-    """The table from the parts `names` (default: the intact parts): deduplicated, distance_to_class_mean filled
-    in (measures.py), sorted by (image, method). Reads only; `write_table` saves it."""
-    names = check_parts(run_dir)[0] if names is None else names
-    frame = deduplicate(read_parts(run_dir, names)).sort_values(list(KEY), kind="stable").reset_index(drop=True)
-    frame["distance_to_class_mean"] = distance_to_class_mean(read_thumbnails(run_dir, frame), _class_groups(frame))
-    return frame
-
-
-def write_table(run_dir: str | os.PathLike) -> "pd.DataFrame":
-    """Build the table from the intact parts and write it atomically to results.parquet, with the list of parts it
-    holds (so `open_run` knows whether it is current). The writer's verb (`finish_run`); opening never writes."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    run_dir = Path(run_dir)
-    names = check_parts(run_dir)[0]
-    frame = build_table(run_dir, names)
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARTS_META: _parts_digest(names)})
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    data = buffer.getvalue()
-    write_atomic(run_dir / TABLE_FILE, lambda tmp: tmp.write_bytes(data))
-    text = f"{hashlib.sha256(data).hexdigest()}  {TABLE_FILE}\n"  # after the table: a crash between costs a rebuild
-    write_atomic(run_dir / TABLE_SUMS, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    return frame
-
-
-def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) -> "pd.DataFrame":
-    """The table of the parts `names` (default: the intact parts): results.parquet when it holds exactly those,
-    else built again in memory (a running run, a damaged part left out). Reading a run never writes into it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    run_dir = Path(run_dir)
-    names = check_parts(run_dir)[0] if names is None else names
-    if (run_dir / TABLE_FILE).is_file():
-        try:
-            data = inside(run_dir, TABLE_FILE).read_bytes()  # read once: hashed, then parsed from memory
-            if _read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: hashlib.sha256(data).hexdigest()}:
-                table = pq.read_table(pa.BufferReader(data))
-                if (table.schema.metadata or {}).get(_PARTS_META) == _parts_digest(names):
-                    frame = table.to_pandas()
-                    return frame if set(COLUMNS) <= set(frame) else with_columns(frame)
-        except (OSError, ValueError):  # damaged, pointing outside the run (RunFolderError), or a table written
-            pass  # before checksums: built again below
-    return build_table(run_dir, names)
-
-
-# --------------------------------------------------------------------------------------------
-# A run, opened.
-
-
-class Run:
-    """A finished (or running) folder run: `.table` (a DataFrame, one row per (image, method)), `.info` (run.json),
-    the maps of its rows, and `.damage`, the damaged parts left out of the table (`.missing` says it in a sentence)."""
-
-    def __init__(self, path: Path, info: dict, table: "pd.DataFrame", damage: list[Damage] | None = None):
-        self.path, self.info, self.table, self.damage = path, info, table, list(damage or [])
-
-    @property
-    def missing(self) -> str | None:
-        """One sentence on the rows left out because their part is damaged; None when every part is intact."""
-        return missing_sentence(self.damage)
-
-    def __repr__(self) -> str:
-        return f"Run({str(self.path)!r}, {len(self.table)} rows, network={self.info.get('network')!r})"
-
-    @property
-    def source(self) -> Path:
-        """The image folder (or the folder of the image list) the rows' `image` paths are relative to."""
-        return Path(self.info.get("source", "."))
-
-    def row(self, row) -> "pd.Series":
-        """A row of the table: itself (a Series) or by its index."""
-        import pandas as pd
-
-        return row if isinstance(row, pd.Series) else self.table.loc[row]
-
-    def image_path(self, row) -> Path:
-        """The image file of a row, below the run's image folder: a key that climbs out of it (`../`, an absolute
-        path) is a RunFolderError. Links inside the image folder are followed (data sets are often linked
-        together); whether the app may read the file is the trust rules' call (`app.dataset`)."""
-        key = str(self.row(row)["image"])
-        relative = os.path.normpath(key)
-        if os.path.isabs(relative) or relative == ".." or relative.startswith(".." + os.sep):
-            raise RunFolderError(f"The run names an image outside its image folder ({_shown(key)}), which is not read.")
-        return self.source / relative
-
-    def heatmap(self, row) -> np.ndarray:
-        """The row's (H, W) float32 map: bits per pixel for the bottlenecks (it sums to total_bits less
-        unlocated_bits), the method's own attribution otherwise. A row without a map (an error): RunFolderError."""
-        r = self.row(row)
-        if not int(r["map_index"]) >= 0 or not isinstance(r["map_file"], str):
-            raise RunFolderError(f"The row for {r['image']} ({r['method']}) has no map: {r['error']}")
-        stored = _load_member(self.path, r["map_file"], f"m{int(r['map_index'])}")
-        return decode_map(stored, float(r["map_scale"]))
-
-    def thumbnails(self, rows=None) -> np.ndarray:
-        """Thumbnails (n, 28, 28), each the map's mass as shares summing to 1 (`measures.thumbnail`), of `rows`
-        (a DataFrame of the table's rows, or index labels; default every row). Zeros for rows without a map."""
-        import pandas as pd
-
-        frame = self.table if rows is None else rows if isinstance(rows, pd.DataFrame) else self.table.loc[rows]
-        return read_thumbnails(self.path, frame)
-
-
-def open_run(run_dir: str | os.PathLike) -> Run:
-    """The run in `run_dir` (made by `python -m iba_core attribute FOLDER --out RUN_DIR`): `.table`, `.heatmap(row)`.
-    Only reads: the table is rebuilt in memory when rows were added since it was written (a running run), and a
-    damaged part is left out and named in `.damage` / `.missing` (the next resume redoes its rows)."""
-    path = Path(run_dir).expanduser()
-    if not path.is_dir():
-        raise RunFolderError(f"Run folder not found: {path}.")
-    info = read_info(path)
-    if info is None:
-        raise RunFolderError(f"{path} is not a run folder (it has no {RUN_FILE}).",
-                             cli_hint="Give the --out folder of `python -m iba_core attribute FOLDER --out RUN_DIR`.",
-                             app_hint="Choose the folder a folder run wrote.")
-    good, damage = check_parts(path)
-    return Run(path, info, current_table(path, good), damage)

@@ -17,7 +17,8 @@ from iba_core.app import dataset as ds  # noqa: E402
 from iba_core.errors import UserError  # noqa: E402
 from iba_core.methods import get_method  # noqa: E402
 from iba_core.runs import FolderSettings, finish_run, list_images, open_run, run_folder  # noqa: E402
-from iba_core.runs.store import Run, as_table  # noqa: E402
+from iba_core.runs.store import as_table  # noqa: E402
+from iba_core.runs.tables import Run  # noqa: E402
 
 QUICK = {"steps": 2, "batch": 2, "precision": "fp32", "stats_samples": 16}
 

@@ -79,7 +79,7 @@ def test_a_writer_killed_while_claiming_leaves_no_claim_that_blocks_the_image(tm
     """A claim used to be created empty and then filled: a kill -9 in between left a file nobody could read, which
     held the image for STALE_SECONDS (an hour), and a resumed run waited for it. Now the claim's text is complete
     before the claim exists; what the dead writer leaves is a temp file that healing the run removes."""
-    from iba_core.runs.store import heal
+    from iba_core.runs.checks import heal
 
     run = tmp_path / "run"
     dead = subprocess.run([sys.executable, "-c", KILLED_WHILE_CLAIMING, str(run)], cwd=ROOT, timeout=120,
