@@ -40,7 +40,7 @@ from clip_fixtures import save_tiny_clip, tiny_tokenizer  # noqa: E402  (the tes
 from iba_core.feature_stats import FeatureStats, estimate_stats  # noqa: E402
 from iba_core.images import load_sample  # noqa: E402
 from iba_core.networks import load_network  # noqa: E402
-from iba_core.networks.spec import Network  # noqa: E402
+from iba_core.networks.network import Network  # noqa: E402
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck  # noqa: E402
 from iba_core.precision import machine_id  # noqa: E402
 

@@ -23,7 +23,8 @@ from iba_core.feature_stats import stats_for_layers
 from iba_core.errors import UserError
 from iba_core.feature_stats import FeatureStats, estimate_stats
 from iba_core.networks import network_from_module
-from iba_core.networks.spec import Network, NetworkSpec, Preprocess
+from iba_core.networks.network import Network
+from iba_core.networks.spec import NetworkSpec, Preprocess
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 from reference_impl import hook_count
 

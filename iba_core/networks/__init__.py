@@ -23,9 +23,9 @@ from importlib import import_module
 import torch
 from torch import nn
 
+from .network import Network
 from .spec import (
     LOGITS,
-    Network,
     NetworkSpec,
     Preprocess,
     Stages,

@@ -37,7 +37,8 @@ from torch import nn
 
 from ..errors import UserError
 from ..trust import LOCAL, Trust, shown
-from .spec import Network, NetworkSpec, UnknownModelError, derive_spec
+from .network import Network
+from .spec import NetworkSpec, UnknownModelError, derive_spec
 
 PREFIX = "clip:"
 #: transformers' model_type of a CLIPModel's config.json.
