@@ -87,7 +87,8 @@ class _PixelCurve(Metric):
         try:
             return PixelProtocol(**identity["protocol"]).describe()
         except TypeError:  # a protocol recorded by another version: its fields as they are
-            return "Insertion/deletion protocol: " + ", ".join(f"{k} {v}" for k, v in identity["protocol"].items()) + "."
+            fields = ", ".join(f"{k} {v}" for k, v in identity["protocol"].items())
+            return f"Insertion/deletion protocol: {fields}."
 
     def forward_passes(self, pixels: int, options) -> int:
         return math.ceil(pixels / max(options.protocol.step, 1)) + 1
@@ -234,7 +235,8 @@ class Pointing(Metric):
         super().check(options)
         tolerance = options.tolerance
         if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
-            raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 (not {tolerance!r}).")
+            raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 "
+                            f"(not {tolerance!r}).")
 
     def run(self, ctx, item, methods: dict) -> None:
         from .runner import run_pointing

@@ -8,8 +8,8 @@ ICML 2022) and the localisation scores (pointing game, energy-based pointing), o
 
 The one place folder runs, the Dataset page, the report and the Evaluate page's tables turn the registry's per-map
 metrics (`registry.per_map()`: these, MoRF AOPC and any metric added there) into columns; each metric's object
-measures (`Metric.measure`), the measurements themselves live in insertion_deletion.py, road.py, pointing.py, …. The protocol is part of
-every result: `yardstick_identity` is what a run records (and compares on a rerun), `protocol_sentences` what a table
+measures (`Metric.measure`), the measurements themselves live in insertion_deletion.py, road.py, pointing.py, ….
+The protocol is part of every result: `yardstick_identity` is what a run records (and compares on a rerun), `protocol_sentences` what a table
 says beside its numbers.
 """
 from __future__ import annotations

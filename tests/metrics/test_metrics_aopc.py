@@ -47,9 +47,11 @@ def test_aopc_by_hand_on_four_regions():
     two = aopc_curve(MeanProbability(), x, ranked, 0, tile=2, steps=2, head="sigmoid")
     assert two.aopc == pytest.approx(0.25 / 3, abs=1e-6)
     np.testing.assert_allclose(two.p, [0.5, 0.4, 0.35], atol=1e-6)
-    assert aopc_curve(MeanProbability(), x, ranked, 0, tile=2, steps=4, head="sigmoid").aopc == pytest.approx(0.07, abs=1e-6)
+    four = aopc_curve(MeanProbability(), x, ranked, 0, tile=2, steps=4, head="sigmoid")
+    assert four.aopc == pytest.approx(0.07, abs=1e-6)
     # L beyond the 4 regions stops at 4; the reverse ranking removes the dark regions first: p rises, AOPC < 0
-    assert aopc_curve(MeanProbability(), x, ranked, 0, tile=2, steps=99, head="sigmoid").removed.tolist() == [0, 1, 2, 3, 4]
+    capped = aopc_curve(MeanProbability(), x, ranked, 0, tile=2, steps=99, head="sigmoid")
+    assert capped.removed.tolist() == [0, 1, 2, 3, 4]
     reverse = aopc_curve(MeanProbability(), x, -ranked, 0, tile=2, steps=2, head="sigmoid")
     assert reverse.aopc == pytest.approx(-0.25 / 3, abs=1e-6)
 
@@ -77,6 +79,9 @@ def test_one_registration_line_makes_it_a_metric_everywhere():
     assert "aopc" in YARDSTICKS and "aopc_morf" in COLUMNS and HIGHER_IS_BETTER["aopc_morf"] is True
     assert "higher is better" in COLUMN_TEXT["aopc_morf"] and TABLE_COLUMNS["aopc_morf"] == "float64"
     assert registry.column("aopc_morf").titled == "MoRF AOPC ↑"
+    from iba_core.app.folder_job import PAGE_METRICS
+
+    assert "aopc" in PAGE_METRICS and "pointing" not in PAGE_METRICS  # the Dataset page's choices (no boxes there)
     for metric in registry.metrics():  # every registered metric describes itself
         assert metric.name and metric.title and metric.measures and metric.units
         assert all(c.help and ("higher is better" if c.higher_is_better else "lower is better") in c.help
