@@ -1,4 +1,5 @@
-"""Seconds per image of each of the field's yardsticks (insertion, deletion, ROAD, pointing game) on one network.
+"""Seconds per image of each per-map metric of the metric registry (insertion, deletion, ROAD, the pointing game,
+MoRF AOPC, …) on one network.
 
     python benchmarks/bench_yardsticks.py                         # efficientnet_lite0 (offline), CPU
     python benchmarks/bench_yardsticks.py --model resnet50 --weights random --device cuda --precision auto
@@ -32,9 +33,9 @@ def main() -> None:
     from iba_core.images import load_sample
     from iba_core.methods import get_method
     from iba_core.metrics.common import scoring_model
-    from iba_core.metrics.insertion_deletion import DELETION, INSERTION, PROTOCOLS, insertion_deletion
-    from iba_core.metrics.pointing import pointing_scores
-    from iba_core.metrics.road import road_curves
+    from iba_core.metrics import registry
+    from iba_core.metrics.insertion_deletion import PROTOCOLS
+    from iba_core.metrics.yardsticks import YardstickOptions
     from iba_core.networks import load_network
     from iba_core.precision import machine_id
 
@@ -51,14 +52,10 @@ def main() -> None:
     box = torch.zeros(values.shape, dtype=torch.bool).numpy()
     box[60:160, 60:160] = True
 
-    jobs = {
-        "insertion": lambda: insertion_deletion(model, x, values, target, protocol, head=head, which=(INSERTION,),
-                                                batch_size=args.batch_size),
-        "deletion": lambda: insertion_deletion(model, x, values, target, protocol, head=head, which=(DELETION,),
-                                               batch_size=args.batch_size),
-        "road (MoRF + LeRF)": lambda: road_curves(model, x, values, target, head=head, batch_size=args.batch_size),
-        "pointing + energy": lambda: pointing_scores(values, box),
-    }
+    options = YardstickOptions(protocol=protocol, batch_size=args.batch_size)
+    batch = registry.MapBatch(model, x, [values], target, head, box)
+    # one job per registered per-map metric, as folder runs and the pages measure it
+    jobs = {m.title: (lambda m=m: m.measure(batch, options)) for m in registry.per_map()}
     print(f"machine: {machine_id(args.device)}; device {args.device}; torch threads {torch.get_num_threads()}")
     print(f"network {args.model} ({network.weights_id}), crop {tuple(x.shape[-2:])}, precision "
           f"{getattr(model, 'precision', 'fp32')} (asked {args.precision}), batch {args.batch_size}; "

@@ -113,8 +113,8 @@ def start_section() -> None:
                 "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
             metrics = st.multiselect(
                 "The field's metrics per map (optional)", ds.PAGE_METRICS, key="ds_metrics", placeholder="none",
-                help="Insertion and deletion (RISE's protocol) and ROAD, as columns of the table and means per "
-                     "method and class. Each costs forward passes per image and method: "
+                help="Each metric (insertion and deletion under RISE's protocol) as a column of the table and "
+                     "means per method and class. Each costs forward passes per image and method: "
                      + plain(ds.metric_cost_text(network, ds.PAGE_METRICS)) + " The pointing game needs boxes: "
                      "run it from the command line with --boxes.")
             b1, b2 = st.columns(2)

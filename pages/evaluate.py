@@ -27,6 +27,8 @@ from iba_core.app.evaluation import (
     forward_passes,
     large_box_warning,
     MANY_PASSES,
+    page_metrics,
+    PAGE_CHARTED,
     pointing_box,
     pointing_rows,
     progress_text,
@@ -41,6 +43,7 @@ from iba_core.app.evaluation import (
 from iba_core.app.inputs import box_input
 from iba_core.app.state import Subject
 from iba_core.methods import display_names
+from iba_core.metrics import registry
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.common import stable_seed
 from iba_core.metrics.degradation import DEGRADATION_TILES
@@ -63,9 +66,10 @@ PLOT_CONFIG = {"displayModeBar": False}
 
 
 def table(rows: list[dict], key: str) -> None:
-    """A results table whose columns are wide enough for their headers and values (none clipped)."""
-    config = {name: (st.column_config.NumberColumn(name, width=c["width"], help=c["help"], format="%.4f")
-                     if c["decimals"] else st.column_config.Column(name, width=c["width"], help=c["help"]))
+    """A results table whose columns are wide enough for their headers and values (none clipped), each metric's
+    header with its direction (↑ higher is better, ↓ lower: the metric registry's)."""
+    config = {name: (st.column_config.NumberColumn(c["label"], width=c["width"], help=c["help"], format="%.4f")
+                     if c["decimals"] else st.column_config.Column(c["label"], width=c["width"], help=c["help"]))
               for name, c in table_columns(rows).items()}
     st.dataframe(rows, hide_index=True, key=key, column_config=config, width="content")
 
@@ -272,7 +276,7 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple
 
 def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, names: dict[str, str],
                        box: tuple[str, bytes | None]) -> None:
-    st.subheader("The field's yardsticks (insertion / deletion, ROAD, pointing game)")
+    st.subheader(f"The field's yardsticks ({', '.join(m.title for m in registry.per_map())})")
     crop = preprocess_sizes(inputs.network.preprocess)[1]
     # The protocol and step lie outside the form, so the step's cost is said as it is typed; every choice here
     # is kept across pages (the form's on its button), each widget given no value of its own when restored.
@@ -292,11 +296,13 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
         c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
                    "a curve): a long run on a CPU; a larger step is faster.")
     with st.form("ev_yard_form", border=False):
-        c3, c4, c5 = st.columns([1, 1, 1])
+        # the percentages and the pointing choice each get the form's full width: in a third of it the nine chips
+        # and the checkbox's sentence were cut off
         restore_choice("ev_removed", list(ROAD_REMOVED))
-        removed = c3.multiselect(
-            "ROAD: % of pixels removed", ROAD_REMOVED, key="ev_removed", format_func=str,
+        removed = st.multiselect(
+            "ROAD: % of pixels removed", ROAD_REMOVED, key="ev_removed", format_func=lambda p: f"{p} %",
             help="The points of ROAD's MoRF and LeRF curves (the ROAD paper's 10 … 90 %); fewer is faster.")
+        c4, c5 = st.columns([3, 1], vertical_alignment="center")
         restore_choice("ev_pointing", False)
         pointing = c4.checkbox(f"Pointing game and energy pointing against the object box above "
                                f"(a hit within {POINTING_TOLERANCE} px)", key="ev_pointing",
@@ -332,7 +338,8 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
         st.caption(
             "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
             "the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation (at "
-            f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves."
+            f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves. "
+            + " ".join(c.help for m in page_metrics(False) if m.name not in PAGE_CHARTED for c in m.columns)
         )
         if run.picture is not None:
             left, right = st.columns([1, 2])

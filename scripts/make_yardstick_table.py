@@ -7,7 +7,8 @@ For each of the four sample photos with a hand-drawn object box (assets/boxes/: 
 and each method that runs on the offline network (efficientnet_lite0; Score-CAM left out for its cost), the map is made once and scored by every metric: the paper's degradation (14 × 14 tiles, 17
 points, as the docs' degradation table), insertion and deletion (`--protocol`, default CoIBA's: 1,792 pixels a step;
 RISE's 224 pixels a step costs 450 forward passes per image and method, 8× more), ROAD (9 percentages, noise 0.01)
-and the pointing game and energy-based pointing against the box. The
+the pointing game and energy-based pointing against the box, and every other per-map metric of the metric registry
+(MoRF AOPC, …: the table loops over it, showing the columns the results hold). The
 target is the network's top-1 class. Each (photo, method) is one JSON line of --results, written as soon as it is
 measured, so an interrupted run resumes. The script then prints the table, where IBA ranks in each column, and
 whether the paper's ranking (IBA first) holds.
@@ -31,17 +32,22 @@ sys.path.insert(0, str(ROOT))
 #: The docs page that holds the table, and the markers around the generated block in it.
 DOCS_PAGE = ROOT / "docs" / "science" / "yardsticks.md"
 START, END = "<!-- yardstick-table:start -->", "<!-- yardstick-table:end -->"
-#: Columns: (record field, header, higher is better).
-COLUMNS = (
-    ("degradation", "degradation 14×14 ↑", True),
-    ("insertion_auc", "insertion AUC ↑", True),
-    ("deletion_auc", "deletion AUC ↓", False),
-    ("road_morf", "ROAD MoRF ↓", False),
-    ("road_lerf", "ROAD LeRF ↑", True),
-    ("road_combined", "ROAD combined ↑", True),
-    ("pointing_hit", "pointing hit rate ↑", True),
-    ("energy_pointing", "energy pointing ↑", True),
-)
+
+
+def columns() -> tuple[tuple[str, str, bool], ...]:
+    """The table's columns, (record field, header, higher is better): the paper's degradation (14 × 14 tiles, its
+    direction the registry's degradation metric's), then every per-map column of the metric registry (a 0/1
+    column's mean is a rate). A column no row has a value for is left out of the table."""
+    from iba_core.metrics import registry
+
+    higher = registry.get("degradation").higher_is_better
+    out = [("degradation", f"degradation 14×14 {registry.UP if higher else registry.DOWN}", higher)]
+    for c in registry.columns():
+        header = f"{c.header} rate {c.arrow}" if c.words else c.titled
+        out.append((c.name, header, c.higher_is_better))
+    return tuple(out)
+
+
 IBA_KEYS = ("iba_1", "iba_10", "iba_100")
 #: Methods left out by default, with the reason the docs state.
 SKIPPED = {"score_cam": "Score-CAM is left out: 1,280 forward passes per map on this network (285 s per photo here)"}
@@ -57,10 +63,9 @@ def measure(results: Path, protocol_name: str, methods: list[str] | None, photos
     from iba_core.metrics.bbox import boxes_on_crop, parse_voc
     from iba_core.metrics.common import scoring_model, stable_seed
     from iba_core.metrics.degradation import degradation_curves
-    from iba_core.metrics.insertion_deletion import PROTOCOLS, insertion_deletion
-    from iba_core.metrics.pointing import pointing_scores
+    from iba_core.metrics.insertion_deletion import PROTOCOLS
+    from iba_core.metrics.yardsticks import YARDSTICKS, YardstickOptions, yardstick_columns
     from iba_core.precision import machine_id
-    from iba_core.metrics.road import road_curves
     from iba_core.networks import load_network
 
     network = load_network("efficientnet_lite0")
@@ -92,13 +97,10 @@ def measure(results: Path, protocol_name: str, methods: list[str] | None, photos
                        "cpu": machine_id("cpu").split(" | ")[0]}  # rows of one table may come from several runs
                 row["degradation"] = degradation_curves(model, x, values, target, 14, points=17,
                                                         head=head).to_record()
-                curves = insertion_deletion(model, x, values, target, protocol, head=head, seed=seed)
-                row.update(insertion_auc=curves.insertion_auc, deletion_auc=curves.deletion_auc)
-                road = road_curves(model, x, values, target, head=head, seed=seed)
-                row.update(road_morf=road.morf_score, road_lerf=road.lerf_score, road_combined=road.combined)
-                if mask is not None:
-                    row.update({k: v for k, v in pointing_scores(values, mask).items()
-                                if k in ("pointing_hit", "energy_pointing")})
+                # every per-map metric of the registry (a photo without a box has no pointing scores: left out)
+                measured = yardstick_columns(model, x, values, target, YARDSTICKS, head=head, box_mask=mask,
+                                             options=YardstickOptions(protocol=protocol, seed=seed))
+                row.update({k: v for k, v in measured.items() if math.isfinite(v)})
                 row["seconds"] = time.perf_counter() - start
                 out.write(json.dumps(row) + "\n")
                 out.flush()
@@ -118,6 +120,7 @@ def table(results: Path, protocol_name: str) -> str:
 
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     rows = [r for r in rows if r["protocol"] == protocol_name]
+    table_columns = tuple(c for c in columns() if any(r.get(c[0]) is not None for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     names = {r["method"]: r["name"] for r in rows}
     # degradation as the paper scales it: t₁ and b over the set of photos (the same for every method)
@@ -128,17 +131,17 @@ def table(results: Path, protocol_name: str) -> str:
         mine = [r for r in rows if r["method"] == m]
         means[m] = {"degradation": degradation_score([DegradationCurves.from_record(r["degradation"]) for r in mine],
                                                      t1, b).area}
-        for field, _, _ in COLUMNS[1:]:
+        for field, _, _ in table_columns[1:]:
             vals = [r[field] for r in mine if r.get(field) is not None and math.isfinite(r[field])]
             means[m][field] = float(np.mean(vals)) if vals else None
     photos = sorted({r["photo"] for r in rows})
     boxed = sorted({r["photo"] for r in rows if r.get("pointing_hit") is not None})
-    lines = ["| Method | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-             "|---|" + "---:|" * len(COLUMNS)]
+    lines = ["| Method | " + " | ".join(h for _, h, _ in table_columns) + " |",
+             "|---|" + "---:|" * len(table_columns)]
     for m in methods:
-        lines.append(f"| {names[m]} | " + " | ".join(_fmt(means[m][f]) for f, _, _ in COLUMNS) + " |")
+        lines.append(f"| {names[m]} | " + " | ".join(_fmt(means[m][f]) for f, _, _ in table_columns) + " |")
     ranks, verdicts = [], []
-    for field, header, higher in COLUMNS:
+    for field, header, higher in table_columns:
         scored = [(v, m) for m in methods if (v := means[m][field]) is not None]
         if not scored:
             continue

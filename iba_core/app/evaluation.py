@@ -14,7 +14,7 @@ from ..errors import UserError
 from ..heads import head_of
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.degradation import DegradationCurves
-from ..metrics.yardsticks import COLUMN_TEXT
+from ..metrics import registry
 from ..progress import ProgressFn
 from ..methods import AttributionMap, get_method, method_keys
 from ..networks import Network
@@ -34,28 +34,41 @@ COLUMN_HELP = {
     "bbox ratio": "Share of the map's n highest pixels inside the box (n = the box's size); higher is better.",
     "random ≈": "What a random map scores: the box's share of the crop.",
 }
-#: The yardsticks' table headers → their columns: their help is the one text the folder runs and the report use.
-YARDSTICK_HEADERS = {
-    "insertion AUC": "insertion_auc", "deletion AUC": "deletion_auc", "ROAD MoRF": "road_morf",
-    "ROAD LeRF": "road_lerf", "ROAD combined": "road_combined", "pointing hit": "pointing_hit",
-    "energy pointing": "energy_pointing", "EHR": "ehr",
-}
-COLUMN_HELP.update({header: COLUMN_TEXT[column] for header, column in YARDSTICK_HEADERS.items()})
+#: The paper's table headers → the registered metric whose direction each shows (the yardsticks' headers are their
+#: columns' own: `registry.columns()`).
+PAPER_HEADERS = {"Area (LeRF − MoRF)": "degradation", "bbox ratio": "bbox"}
+COLUMN_HELP.update({c.header: c.help for c in registry.columns()})
+
+
+def column_label(header: str) -> str:
+    """A table header as shown, with its metric's direction from the registry ("insertion AUC ↑", "deletion AUC
+    ↓"); a header of no metric (Method, points, …) as it is."""
+    for c in registry.columns():
+        if c.header == header:
+            return c.titled
+    if header in PAPER_HEADERS:
+        better = registry.get(PAPER_HEADERS[header]).higher_is_better
+        return f"{header} {registry.UP if better else registry.DOWN}"
+    return header
+
+
 #: Pixels per character of the table font (Source Sans at 14 px: at most ~6.4 in Chromium), and per column the
 #: room for padding and the sort arrow; generous, so that no header or value is cut off.
 TABLE_CHAR_PX, TABLE_PAD_PX = 7.0, 32
 
 
 def table_columns(rows: list[dict]) -> dict[str, dict]:
-    """{column: {"width": pixels, "help": text, "decimals": bool}} for a table of `rows`: each column wide enough
-    for its header and every value, so nothing is clipped (st.dataframe's column_config takes these); "decimals":
-    a column of floats, shown with 4 decimals (1.0 as 1.0000, not 1, like its neighbours)."""
+    """{column: {"label": header shown, "width": pixels, "help": text, "decimals": bool}} for a table of `rows`:
+    the label with its metric's direction (`column_label`), each column wide enough for its label and every value,
+    so nothing is clipped (st.dataframe's column_config takes these); "decimals": a column of floats, shown with 4
+    decimals (1.0 as 1.0000, not 1, like its neighbours)."""
     out: dict[str, dict] = {}
     for name in (rows[0] if rows else {}):
-        chars = max([len(name)] + [len(_cell_text(r.get(name))) for r in rows])
+        label = column_label(name)
+        chars = max([len(label)] + [len(_cell_text(r.get(name))) for r in rows])
         floats = all(isinstance(r.get(name), float) for r in rows)
-        out[name] = {"width": int(round(chars * TABLE_CHAR_PX + TABLE_PAD_PX)), "help": COLUMN_HELP.get(name),
-                     "decimals": floats}
+        out[name] = {"label": label, "width": int(round(chars * TABLE_CHAR_PX + TABLE_PAD_PX)),
+                     "help": COLUMN_HELP.get(name), "decimals": floats}
     return out
 
 
@@ -226,14 +239,32 @@ PHASE_UNITS = 100
 
 @dataclass
 class MethodYardsticks:
-    """One method's yardsticks on the image: its insertion and deletion curves, its ROAD curves, its pointing
-    scores (`pointing_scores`; None without a box) and the point the pointing game reads, the map's maximum,
-    (row, column) on the crop."""
+    """One method's yardsticks on the image: every measured column's value (`values`: the registry's per-map
+    metrics, the pointing game's only with a box), each metric's curve (`curves`: metric name → what its chart
+    draws), and the point the pointing game reads, the map's maximum, (row, column) on the crop."""
 
-    pixels: "InsertionDeletionCurves"
-    road: "RoadCurves"
-    pointing: dict[str, float] | None
+    values: dict[str, float]
+    curves: dict[str, object]
     peak: tuple[int, int]
+
+    @property
+    def pixels(self) -> "InsertionDeletionCurves":
+        """The insertion and deletion curves as one (the chart draws both)."""
+        from ..metrics.insertion_deletion import InsertionDeletionCurves
+
+        ins, dele = self.curves["insertion"], self.curves["deletion"]
+        return InsertionDeletionCurves(fraction=ins.fraction, insertion=ins.insertion, deletion=dele.deletion,
+                                       target=ins.target, protocol=ins.protocol)
+
+    @property
+    def road(self) -> "RoadCurves":
+        return self.curves["road"]
+
+    @property
+    def pointing(self) -> dict[str, float] | None:
+        """The scores of the metrics that need a box; None when the run had none."""
+        boxed = [c.name for m in registry.per_map() if m.needs_boxes for c in m.columns]
+        return {c: self.values[c] for c in boxed} if all(c in self.values for c in boxed) else None
 
 
 def pointing_box(text: str, xml: str | bytes | None, preprocess) -> tuple[np.ndarray, list]:
@@ -247,29 +278,49 @@ def pointing_box(text: str, xml: str | bytes | None, preprocess) -> tuple[np.nda
     return mask, boxes
 
 
+#: The metrics the page's charts and caption describe (insertion and deletion: one chart; ROAD: its own); every other
+#: per-map metric is said by its columns' help under the table.
+PAGE_CHARTED = ("insertion", "deletion", "road")
+
+
+def page_metrics(boxed: bool) -> tuple["registry.Metric", ...]:
+    """The registry's per-map metrics the page measures: those that need a box only when one is given."""
+    return tuple(m for m in registry.per_map() if boxed or not m.needs_boxes)
+
+
 def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], target: int,
                    protocol: "PixelProtocol", *, removed: Sequence[int] | None = None,
                    mask: np.ndarray | None = None, tolerance: int | None = None, batch_size: int = 64,
                    seed: int = 0, progress: ProgressFn | None = None) -> dict[str, MethodYardsticks]:
-    """{method key: MethodYardsticks} for maps already computed, each as the library measures it: insertion and
-    deletion under `protocol`, ROAD at `removed` percent (default: the paper's points), and, when a box `mask`
-    (the crop's shape) is given, the pointing game within `tolerance` px and energy pointing.
+    """{method key: MethodYardsticks} for maps already computed, each metric of the registry's (`page_metrics`)
+    measuring as the library does: insertion and deletion under `protocol`, ROAD at `removed` percent (default: the
+    paper's points), MoRF AOPC, …, and, when a box `mask` (the crop's shape) is given, the pointing game within
+    `tolerance` px and energy pointing.
 
-    progress gets (done, total, "<method> · <measurement>") in `PHASE_UNITS` per measurement of each method.
+    progress gets (done, total, "<method> · <metric>") in `PHASE_UNITS` per metric with forward passes of each
+    method.
     """
     from ..metrics.common import scoring_model
-    from ..metrics.insertion_deletion import insertion_deletion
-    from ..metrics.pointing import POINTING_TOLERANCE, pointing_point, pointing_scores
-    from ..metrics.road import ROAD_REMOVED, check_removed, road_curves
+    from ..metrics.pointing import POINTING_TOLERANCE, pointing_point
+    from ..metrics.registry import MapBatch
+    from ..metrics.road import ROAD_REMOVED, check_removed
+    from ..metrics.yardsticks import YardstickOptions
 
-    removed = ROAD_REMOVED if removed is None else check_removed(removed)
-    tolerance = POINTING_TOLERANCE if tolerance is None else tolerance
+    options = YardstickOptions(protocol=protocol, road_removed=tuple(ROAD_REMOVED if removed is None
+                                                                     else check_removed(removed)),
+                               tolerance=POINTING_TOLERANCE if tolerance is None else tolerance,
+                               batch_size=batch_size, seed=seed)
     model, head = scoring_model(network), head_of(network)
-    total = 2 * PHASE_UNITS * len(maps)
+    metrics = page_metrics(mask is not None)
+    pixels = int(x.shape[-2]) * int(x.shape[-1])
+    timed = [m for m in metrics if m.forward_passes(pixels, options) > 0]  # the rest take no time worth a phase
+    total = len(timed) * PHASE_UNITS * len(maps)
+    phases = iter(range(len(timed) * len(maps)))
 
-    def phase(index: int, label: str) -> ProgressFn | None:
+    def phase(label: str) -> ProgressFn | None:
         if progress is None:
             return None
+        index = next(phases)
         progress(index * PHASE_UNITS, total, label)
 
         def report(done: int, of: int, _: str = "") -> None:
@@ -278,14 +329,15 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
         return report
 
     out: dict[str, MethodYardsticks] = {}
-    for i, (key, amap) in enumerate(maps.items()):
-        values = amap.values
-        pixels = insertion_deletion(model, x, values, target, protocol, head=head, batch_size=batch_size, seed=seed,
-                                    progress=phase(2 * i, f"{amap.name} · insertion and deletion"))
-        road = road_curves(model, x, values, target, removed, head=head, batch_size=batch_size, seed=seed,
-                           progress=phase(2 * i + 1, f"{amap.name} · ROAD"))
-        pointing = None if mask is None else pointing_scores(values, mask, tolerance)
-        out[key] = MethodYardsticks(pixels, road, pointing, pointing_point(values))
+    for key, amap in maps.items():
+        values: dict[str, float] = {}
+        curves: dict[str, object] = {}
+        for metric in metrics:
+            told = phase(f"{amap.name} · {metric.title}") if metric in timed else None
+            (measured,) = metric.measure(MapBatch(model, x, [amap.values], target, head, mask, told), options)
+            values.update(measured.values)
+            curves[metric.name] = measured.curve
+        out[key] = MethodYardsticks(values, curves, pointing_point(amap.values))
     if progress is not None:
         progress(total, total, "done")
     return out
@@ -354,19 +406,20 @@ def yardstick_run(subject: Subject, results: dict[str, MethodYardsticks], protoc
 
 
 def yardstick_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
-    """One table row per method: the insertion and deletion areas and ROAD's scores (4 decimals)."""
-    return [{"Method": names.get(key, key), "insertion AUC": round(r.pixels.insertion_auc, 4),
-             "deletion AUC": round(r.pixels.deletion_auc, 4), "ROAD MoRF": round(r.road.morf_score, 4),
-             "ROAD LeRF": round(r.road.lerf_score, 4), "ROAD combined": round(r.road.combined, 4)}
+    """One table row per method: the columns of every measured metric that needs no box (insertion and deletion
+    areas, ROAD's scores, MoRF AOPC, …: the registry's order), 4 decimals."""
+    columns = [c for m in page_metrics(False) for c in m.columns]
+    return [{"Method": names.get(key, key),
+             **{c.header: c.shown(r.values[c.name]) for c in columns if c.name in r.values}}
             for key, r in run.methods.items()]
 
 
 def pointing_rows(run: YardstickRun, names: dict[str, str]) -> list[dict]:
-    """One table row per method with the pointing scores (4 decimals); none when the run had no box. A table of
-    its own, beside the picture of the box and the maxima (one table of every column is wider than the page)."""
-    return [{"Method": names.get(key, key), "pointing hit": "hit" if r.pointing["pointing_hit"] >= 0.5 else "miss",
-             "energy pointing": round(float(r.pointing["energy_pointing"]), 4),
-             "EHR": round(float(r.pointing["ehr"]), 4)}
+    """One table row per method with the scores of the metrics that need a box (the pointing game: hit or miss,
+    energy pointing, EHR; 4 decimals); none when the run had no box. A table of its own, beside the picture of the
+    box and the maxima (one table of every column is wider than the page)."""
+    columns = [c for m in registry.per_map() if m.needs_boxes for c in m.columns]
+    return [{"Method": names.get(key, key), **{c.header: c.shown(r.values[c.name]) for c in columns}}
             for key, r in run.methods.items() if r.pointing is not None]
 
 
@@ -381,12 +434,10 @@ def yardstick_csv(run: YardstickRun, names: dict[str, str]) -> bytes:
     for key, r in run.methods.items():
         record = {"image": run.subject.image, "network": run.subject.model, "target": run.subject.target,
                   "class": run.subject.class_name, "method": key, "method_name": names.get(key, key),
-                  "insertion_auc": r.pixels.insertion_auc, "deletion_auc": r.pixels.deletion_auc,
-                  "road_morf": r.road.morf_score, "road_lerf": r.road.lerf_score, "road_combined": r.road.combined,
+                  **r.values,  # every measured column (the pointing game's only with a box)
                   "protocol": run.protocol.name, "protocol_settings": run.protocol.identity(),
                   "road_removed": " ".join(f"{v:g}" for v in run.removed)}
         if r.pointing is not None:
-            record.update(pointing_hit=r.pointing["pointing_hit"], energy_pointing=r.pointing["energy_pointing"],
-                          ehr=r.pointing["ehr"], pointing_tolerance=run.tolerance)
+            record["pointing_tolerance"] = run.tolerance
         records.append(record)
     return table_csv(pd.DataFrame(records))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import UserError
+from ..metrics import registry as metric_registry
 from ..trust import Trust, check_server_path
 from .error_log import error_text
 
@@ -177,19 +178,21 @@ def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: s
     return methods
 
 
-#: The metrics the page offers: the pointing game needs box files, which the page's form does not take.
-PAGE_METRICS = ("insertion", "deletion", "road")
+#: The metrics the page offers: the registry's per-map metrics but those that need box files (the pointing game),
+#: which the page's form does not take.
+PAGE_METRICS = tuple(m.name for m in metric_registry.per_map() if not m.needs_boxes)
 
 
 def _checked_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
-    """The page's metrics, checked (`metrics.yardsticks.check_metrics`); the pointing game is refused in words."""
+    """The page's metrics, checked (`metrics.yardsticks.check_metrics`); one that needs boxes is refused in words."""
     if not metrics:
         return ()
     from ..metrics.yardsticks import check_metrics
 
     metrics = check_metrics(metrics)
-    if set(metrics) - set(PAGE_METRICS):
-        raise UserError("The pointing game needs the objects' boxes, which a run started here does not take.",
+    boxed = [metric_registry.get(m).title for m in metrics if m not in PAGE_METRICS]
+    if boxed:
+        raise UserError(f"{boxed[0]} needs the objects' boxes, which a run started here does not take.",
                         app_hint="Leave out pointing here; the command line's folder run takes a boxes folder "
                                  "(docs/guide/cli/attribute.md, \"A whole folder\").")
     return metrics

@@ -178,10 +178,13 @@ def run(args: argparse.Namespace) -> int:
     rank, world = ranks.rank_and_world()
     folder_prompts(args)
     check_files(args)
-    if args.metrics and "pointing" in args.metrics and args.boxes is None:
-        raise UserError("The pointing game needs the objects' boxes.",
+    from ..metrics import registry
+
+    boxed = [registry.get(m) for m in args.metrics or () if registry.get(m).needs_boxes]
+    if boxed and args.boxes is None:  # the pointing game, and any other metric that scores against boxes
+        raise UserError(f"{boxed[0].title} needs the objects' boxes.",
                         cli_hint="Give --boxes DIR (Pascal-VOC XML files named like the images), or leave out "
-                        "pointing.")
+                        f"{boxed[0].name}.")
     yardstick_options(args)  # its values checked before the network loads
     methods = method_list(args)
     from ..runs.folder import FolderSettings, finish_run, list_images, run_folder

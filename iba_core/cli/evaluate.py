@@ -1,4 +1,4 @@
-"""`python -m iba_core evaluate {degradation,bbox,sensitivity-n,sanity,beta-table,insertion,deletion,road,pointing} …`.
+"""`python -m iba_core evaluate METRIC …`, METRIC one of the metric registry's (`metrics.registry.names()`).
 
 Runs one evaluation metric (the paper's, or the field's: insertion, deletion, ROAD, the pointing game) over an
 image folder for several attribution methods, appending one JSON line per finished (image, method,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from ..errors import MissingFileError, UserError
@@ -26,8 +25,8 @@ from .. import ranks
 from ..metrics import results as res
 from ..metrics.bbox import LARGEST_BOX_SHARE
 from ..metrics.beta_table import PAPER_BETA_K
-from ..metrics.road import ROAD, ROAD_REMOVED, check_noise, check_removed
-from ..metrics.runner import RUNNERS, EvalOptions, finish, run_evaluation
+from ..metrics import registry
+from ..metrics.runner import EvalOptions, finish, run_evaluation
 # insertion / deletion and pointing (issue #29)
 from ..metrics.insertion_deletion import protocol_from
 from ..precision import PRECISIONS
@@ -53,7 +52,8 @@ def add_parser(sub) -> None:
             "A paper-style table is printed and saved next to --out (NAME.table.md)."
         ),
     )
-    p.add_argument("metric", choices=list(RUNNERS))
+    p.add_argument("metric", choices=list(registry.names()),
+                   help="; ".join(f"{m.name}: {m.measures}" for m in registry.metrics()))
     add_network_args(p)
     p.add_argument("--images", type=Path, default=None, help="image folder (recursive)")
     p.add_argument("--labels", type=Path, default=None,
@@ -132,18 +132,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.images is None:
         raise UserError("--images DIR is required (a folder of images, searched recursively).")
-    if args.metric == "bbox" and args.boxes is None:
-        raise UserError("The bbox metric needs --boxes DIR (Pascal-VOC XML files named like the images).")
-    if args.metric == ROAD:  # before any slow work
-        check_removed(args.removed or ROAD_REMOVED)
-        check_noise(args.noise)
-    # insertion / deletion and pointing (issue #29): checked before the network loads
-    if args.metric == "pointing" and args.boxes is None:
-        raise UserError("The pointing game needs --boxes DIR (Pascal-VOC XML files named like the images).")
+    metric = registry.get(args.metric)
+    if metric.needs_boxes and args.boxes is None:  # bbox, pointing: before the network loads
+        raise UserError(f"{metric.title} needs --boxes DIR (Pascal-VOC XML files named like the images).")
     if args.tolerance < 0:
         raise UserError(f"--tolerance must be 0 pixels or more (not {args.tolerance}).")
     protocol = protocol_from(args.protocol, step=args.step, deletion_baseline=args.deletion_baseline,
                              blur_kernel=args.blur_kernel, blur_sigma=args.blur_sigma)
+    options = EvalOptions(
+        tiles=args.tile, points=args.points, batch_size=args.batch_size, sets=args.sets, n_count=args.n_count,
+        seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,
+        beta_ks=args.beta_k, steps=args.steps, stats_images=args.stats_images, stats_n=args.stats_n,
+        sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress, precision=args.precision,
+        road_removed=args.removed, road_noise=args.noise, protocol=protocol, tolerance=args.tolerance,
+    )
+    metric.check(options)  # the metric's own refusals (ROAD's percentages and noise, …), before any slow work
     check_files(args)
     from ..image_folders import list_items
     from .common import load_from_args
@@ -164,14 +167,6 @@ def run(args: argparse.Namespace) -> int:
             )
         if unlabelled:
             print(f"note: {unlabelled} unlabelled image(s) are skipped", file=sys.stderr)
-    options = EvalOptions(
-        tiles=args.tile, points=args.points, batch_size=args.batch_size, sets=args.sets, n_count=args.n_count,
-        seed=args.seed, boxes=args.boxes, max_box_fraction=args.max_box_fraction, layer=args.layer,
-        beta_ks=args.beta_k, steps=args.steps, stats_images=args.stats_images, stats_n=args.stats_n,
-        sanity_levels=args.levels, readouts=args.readout, progress=not args.no_progress, precision=args.precision,
-        road_removed=args.removed, road_noise=args.noise,
-    )
-    options = replace(options, protocol=protocol, tolerance=args.tolerance)  # issue #29
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)
     written = run_evaluation(args.metric, network, items, methods, args.out, options, rank, world)

@@ -16,49 +16,37 @@ hand-built networks as well as on the registered ones:
 - `road_curves` / `noisy_linear_impute` (road.py): ROAD (Rong et al. 2022), MoRF/LeRF with noisy linear
   imputation and the combined score.
 
-results.py keeps results resumable (JSON lines keyed by image, method and setting) and renders
+- `aopc_curve` (aopc.py): MoRF AOPC (Samek et al. 2017), the example of adding a metric.
+
+registry.py holds one object per metric (name, what it measures, direction, units, columns, identity, cost,
+`measure`), the one list every driver loops over (`registry.metrics()`); catalogue.py the objects of the metrics
+above. results.py keeps results resumable (JSON lines keyed by image, method and setting) and renders
 paper-style tables; `python -m iba_core evaluate …` (iba_core/cli/evaluate.py) drives it all.
 """
 from __future__ import annotations
 
-from . import bbox, beta_table, degradation, insertion_deletion, pointing, road, sanity, sensitivity_n
-from .bbox import Annotation, Box, bbox_ratio, box_mask, parse_voc
-from .beta_table import PAPER_BETA_K, per_sample_row
-from .common import AttributionFn
-from .degradation import DegradationCurves, DegradationSummary, degradation_curves, degradation_score
-from .results import ResultsWriter, done_keys, format_tables, read_records, write_table
-from .sanity import cascading_randomisation, heatmap_ssim, normalise_heatmap, sanity_check
-from .sensitivity_n import LogitDrops, correlations, logit_drops
-# the field's yardsticks (issue #29)
-from .insertion_deletion import PROTOCOLS, InsertionDeletionCurves, PixelProtocol, auc
-from .pointing import effective_heat_ratio, energy_pointing, pointing_hit, pointing_scores
-from .road import ROAD, ROAD_NOISE, ROAD_REMOVED, RoadCurves, noisy_linear_impute, road_curves
+from ..lazy import lazy_exports
 
-#: metric name (as in the CLI and in the records) → table builder (records → markdown)
-TABLES = {
-    degradation.METRIC: degradation.format_table,
-    bbox.METRIC: bbox.format_table,
-    sensitivity_n.METRIC: sensitivity_n.format_table,
-    sanity.METRIC: sanity.format_table,
-    beta_table.METRIC: beta_table.format_table,
-    # insertion / deletion and pointing (issue #29)
-    insertion_deletion.INSERTION: insertion_deletion.format_table,
-    insertion_deletion.DELETION: insertion_deletion.format_table,
-    pointing.POINTING: pointing.format_table,
-    road.ROAD: road.format_table,
+#: public name → the module of this package that defines it (imported on first use: the registry loads no torch)
+_PUBLIC = {
+    "AttributionFn": "common",
+    **dict.fromkeys(("DegradationCurves", "DegradationSummary", "degradation_curves", "degradation_score"),
+                    "degradation"),
+    **dict.fromkeys(("Annotation", "Box", "bbox_ratio", "box_mask", "parse_voc"), "bbox"),
+    **dict.fromkeys(("LogitDrops", "correlations", "logit_drops"), "sensitivity_n"),
+    **dict.fromkeys(("cascading_randomisation", "heatmap_ssim", "normalise_heatmap", "sanity_check"), "sanity"),
+    **dict.fromkeys(("PAPER_BETA_K", "per_sample_row"), "beta_table"),
+    **dict.fromkeys(("ResultsWriter", "done_keys", "format_tables", "read_records", "write_table"), "results"),
+    # the field's yardsticks (issue #29)
+    **dict.fromkeys(("PROTOCOLS", "InsertionDeletionCurves", "PixelProtocol", "auc"), "insertion_deletion"),
+    **dict.fromkeys(("effective_heat_ratio", "energy_pointing", "pointing_hit", "pointing_scores"), "pointing"),
+    **dict.fromkeys(("ROAD", "ROAD_NOISE", "ROAD_REMOVED", "RoadCurves", "noisy_linear_impute", "road_curves"),
+                    "road"),
+    **dict.fromkeys(("AopcCurve", "aopc_curve"), "aopc"),
+    # the registry of metric objects (issue #38)
+    **dict.fromkeys(("Column", "MapBatch", "Measurement", "Metric"), "registry"),
 }
-METRICS = tuple(TABLES)
 
-__all__ = [
-    "METRICS", "TABLES", "AttributionFn",
-    "DegradationCurves", "DegradationSummary", "degradation_curves", "degradation_score",
-    "Annotation", "Box", "bbox_ratio", "box_mask", "parse_voc",
-    "LogitDrops", "correlations", "logit_drops",
-    "cascading_randomisation", "heatmap_ssim", "normalise_heatmap", "sanity_check",
-    "PAPER_BETA_K", "per_sample_row",
-    "ResultsWriter", "done_keys", "format_tables", "read_records", "write_table",
-    # insertion / deletion and pointing (issue #29)
-    "PROTOCOLS", "InsertionDeletionCurves", "PixelProtocol", "auc",
-    "effective_heat_ratio", "energy_pointing", "pointing_hit", "pointing_scores",
-    "ROAD", "ROAD_NOISE", "ROAD_REMOVED", "RoadCurves", "noisy_linear_impute", "road_curves",
-]
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

@@ -191,15 +191,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence], digits: int 
 
 def format_tables(records: Sequence[dict]) -> str:
     """Paper-style tables for every metric present in `records`, as markdown with headings."""
-    from . import TABLES  # metric name → function(records) -> markdown
+    from . import registry  # each metric renders its own table (`Metric.format_table`)
 
+    known = {m.name: m for m in registry.metrics()}
     parts = []
     for metric in sorted({r.get("metric", "") for r in records}):
-        builder = TABLES.get(metric)
         subset = [r for r in records if r.get("metric") == metric]
-        if builder is None or not subset:
+        if metric not in known or not subset:
             continue
-        parts.append(builder(subset))
+        parts.append(known[metric].format_table(subset))
     return "\n\n".join(parts) + ("\n" if parts else "")
 
 

@@ -7,8 +7,10 @@ resumes where it stopped. Under torchrun (RANK / WORLD_SIZE set) rank r takes ev
 and writes `results.rank{r}.jsonl`; `finish` merges the rank files (at a torch.distributed barrier when
 there is a rendezvous, else when the last rank is done) and writes the paper-style table.
 
-Adding a metric: its module in this package (the measurement, METRIC and format_table), one runner
-function below and its line in RUNNERS.
+Every metric is an object of the registry (`registry.get(name)`): its `check` refuses options before any slow
+work, its `run` measures one image and writes its records (the paper's metrics and the older yardsticks through
+their loops below; a per-map metric such as MoRF AOPC through `run_per_map`), its `format_table` renders the
+table. Adding a metric adds nothing here (docs/adding-a-metric.md).
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ import numpy as np
 import torch
 
 from .. import ranks
-from ..errors import UserError
 from ..heads import head_of, predicted
 from . import results as res
 from .bbox import LARGEST_BOX_SHARE
@@ -61,6 +62,14 @@ class EvalOptions:
     # insertion / deletion and pointing (issue #29)
     protocol: PixelProtocol = RISE  # insertion / deletion: step, deletion baseline, blur
     tolerance: int = POINTING_TOLERANCE  # pointing game: px around the boxes
+
+    def yardsticks(self):
+        """These options as the per-map metrics take them (`yardsticks.YardstickOptions`)."""
+        from .yardsticks import YardstickOptions
+
+        return YardstickOptions(protocol=self.protocol, road_removed=tuple(self.road_removed or ROAD_REMOVED),
+                                tolerance=self.tolerance, batch_size=self.batch_size, seed=self.seed,
+                                road_noise=self.road_noise)
 
 
 class _Context:
@@ -144,7 +153,7 @@ def _pending_maps(ctx: _Context, item, methods: dict, setting: str):
         yield key, methods[key], x, target, values, seconds
 
 
-def _run_degradation(ctx: _Context, item, methods: dict) -> None:
+def run_degradation(ctx: _Context, item, methods: dict) -> None:
     from .degradation import degradation_curves
 
     o = ctx.options
@@ -168,14 +177,6 @@ def _run_degradation(ctx: _Context, item, methods: dict) -> None:
             ctx.write(item, key, method, setting(t), target, points=o.points, attribution_seconds=seconds, **curves)
 
 
-def _require_boxes(options: EvalOptions, what: str) -> None:
-    """A UserError naming `what` when no boxes folder was given."""
-    if options.boxes is None:
-        raise UserError(f"{what} needs object boxes (Pascal-VOC XML files named like the images).",
-                        cli_hint="Name their folder with --boxes DIR.",
-                        app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
-
-
 def _boxed_maps(ctx: _Context, item, methods: dict, setting: str, max_share: float | None = None):
     """(key, method, target, map, seconds, box mask) for each method without a result for (image, setting), when the
     image has boxes on the crop (within `max_share`); else one "*" record says why the image is skipped."""
@@ -192,11 +193,10 @@ def _boxed_maps(ctx: _Context, item, methods: dict, setting: str, max_share: flo
             yield key, method, target, values, seconds, mask
 
 
-def _run_bbox(ctx: _Context, item, methods: dict) -> None:
+def run_bbox(ctx: _Context, item, methods: dict) -> None:
     from .bbox import bbox_ratio
 
     o = ctx.options
-    _require_boxes(o, "The bbox metric")
     setting = f"{ctx.model_id}|max_box={o.max_box_fraction:g}"
     for key, method, target, values, seconds, mask in _boxed_maps(ctx, item, methods, setting, o.max_box_fraction):
         ratio = bbox_ratio(values, mask, seed=stable_seed(item.key))
@@ -228,7 +228,7 @@ def _box_mask(ctx: _Context, item, max_share: float | None = None) -> tuple[np.n
     return mask, None
 
 
-def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
+def run_sensitivity(ctx: _Context, item, methods: dict) -> None:
     from .sensitivity_n import correlations, logit_drops
 
     o = ctx.options
@@ -260,7 +260,7 @@ def _run_sensitivity(ctx: _Context, item, methods: dict) -> None:
                       pixels=(drops[t].ns * t * t).tolist(), corr=corr.tolist(), attribution_seconds=seconds)
 
 
-def _run_sanity(ctx: _Context, item, methods: dict) -> None:
+def run_sanity(ctx: _Context, item, methods: dict) -> None:
     from .sanity import cascading_randomisation, heatmap_ssim, uses_max_over_sign
 
     o = ctx.options
@@ -288,7 +288,7 @@ def _run_sanity(ctx: _Context, item, methods: dict) -> None:
         ctx.write(item, k, m, setting, target, levels=levels, ssim=scores[k], max_over_sign=uses_max_over_sign(m))
 
 
-def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
+def run_beta_table(ctx: _Context, item, methods: dict) -> None:
     from .beta_table import INITIAL, ORIG, column_name, per_sample_row, readout_row
     from ..methods import bottleneck_method
     from ..per_sample import BottleneckSettings
@@ -335,7 +335,7 @@ def _run_beta_table(ctx: _Context, item, methods: dict) -> None:
             ctx.write(item, "readout", readout, s, label, column=column_name(row["beta_k"]), **row)
 
 
-def _run_road(ctx: _Context, item, methods: dict) -> None:
+def run_road(ctx: _Context, item, methods: dict) -> None:
     """ROAD (Rong et al. 2022): MoRF and LeRF with noisy linear imputation, one record per method."""
     from .road import check_noise, check_removed, road_curves
 
@@ -371,7 +371,7 @@ def _readout_checkpoints(ctx: _Context) -> list[str]:
 # insertion / deletion and pointing (issue #29)
 
 
-def _run_insertion_deletion(ctx: _Context, item, methods: dict) -> None:
+def run_insertion_deletion(ctx: _Context, item, methods: dict) -> None:
     """Insertion or deletion (ctx.metric) of every method's map; the protocol's identity is in the key."""
     from .insertion_deletion import insertion_deletion
 
@@ -389,14 +389,11 @@ def _run_insertion_deletion(ctx: _Context, item, methods: dict) -> None:
         ctx.write(item, key, method, setting, target, attribution_seconds=seconds, **measured)
 
 
-def _run_pointing(ctx: _Context, item, methods: dict) -> None:
+def run_pointing(ctx: _Context, item, methods: dict) -> None:
     """The pointing game, energy-based pointing and EHR of every method's map against the image's boxes."""
     from .pointing import pointing_scores
 
     o = ctx.options
-    _require_boxes(o, "The pointing game")
-    if isinstance(o.tolerance, bool) or not isinstance(o.tolerance, int) or o.tolerance < 0:
-        raise UserError(f"The pointing game's tolerance must be a whole number of pixels ≥ 0 (not {o.tolerance!r}).")
     setting = f"{ctx.model_id}|tolerance={o.tolerance}"
     for key, method, target, values, seconds, mask in _boxed_maps(ctx, item, methods, setting):
         ctx.write(item, key, method, setting, target, tolerance=o.tolerance, box_pixels=int(mask.sum()),
@@ -404,19 +401,31 @@ def _run_pointing(ctx: _Context, item, methods: dict) -> None:
                   attribution_seconds=seconds, **pointing_scores(values, mask, o.tolerance))
 
 
-#: metric name → runner(ctx, item, methods): measures one image, writes its records.
-RUNNERS = {
-    "degradation": _run_degradation,
-    "bbox": _run_bbox,
-    "sensitivity-n": _run_sensitivity,
-    "sanity": _run_sanity,
-    "beta-table": _run_beta_table,
-    "road": _run_road,
-    # insertion / deletion and pointing (issue #29)
-    "insertion": _run_insertion_deletion,
-    "deletion": _run_insertion_deletion,
-    "pointing": _run_pointing,
-}
+def run_per_map(metric, ctx: _Context, item, methods: dict) -> None:
+    """A per-map metric (`registry.Metric.measure`) of every method's map: one record per method with the metric's
+    columns and its identity, keyed by that identity (a metric that needs boxes skips an image without one, as
+    the pointing game does)."""
+    import json
+
+    from .registry import MapBatch
+
+    options = ctx.options.yardsticks()
+    identity = metric.identity(options)
+    setting = f"{ctx.model_id}|{json.dumps(identity, sort_keys=True)}|seed={options.seed}"
+    if metric.needs_boxes:  # the image itself is prepared again below, once, for the metric's passes
+        pending = ((k, m, None, t, v, s, mask) for k, m, t, v, s, mask in _boxed_maps(ctx, item, methods, setting))
+    else:
+        pending = ((k, m, x, t, v, s, None) for k, m, x, t, v, s in _pending_maps(ctx, item, methods, setting))
+    image = None
+    for key, method, x, target, values, seconds, mask in pending:
+        ctx.note(f"{getattr(method, 'name', key)}: {metric.title}")
+        if x is None:
+            image = ctx.prepare(item)[0] if image is None else image
+            x = image
+        batch = MapBatch(ctx.scoring, x, [values], target, head_of(ctx.network), mask)
+        (measured,) = metric.measure(batch, replace(options, seed=stable_seed(options.seed, item.key)))
+        ctx.write(item, key, method, setting, target, identity=identity, attribution_seconds=seconds,
+                  **measured.values)
 
 
 def run_evaluation(
@@ -434,9 +443,11 @@ def run_evaluation(
     network: a Network, or any object with `.model`, `.preprocess`, `.key` (and `.device`).
     Keys already present in `out` or its rank files are skipped.
     """
-    if metric not in RUNNERS:
-        raise UserError(f"Unknown metric {metric!r}; choose one of: {', '.join(RUNNERS)}.")
+    from . import registry
+
+    measured = registry.get(metric)  # an unknown name: a UserError naming the choices
     options = options or EvalOptions()
+    measured.check(options)
     out = Path(out)
     done = res.done_keys([out, *res.rank_files(out)])
     path = out if world == 1 else res.rank_path(out, rank)
@@ -449,7 +460,7 @@ def run_evaluation(
                    file=sys.stderr, dynamic_ncols=True, disable=not options.progress)
         ctx.bar = bar if options.progress else None
         for item in bar:
-            RUNNERS[metric](ctx, item, methods)
+            measured.run(ctx, item, methods)
         bar.close()
         return ctx.written
 

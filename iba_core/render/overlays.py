@@ -8,6 +8,7 @@ method's map maximum for the pointing game), and PNG bytes of any of them.
 from __future__ import annotations
 
 import io
+import math
 from typing import Sequence
 
 import numpy as np
@@ -261,15 +262,26 @@ def pointing_picture(cropped: Image.Image, boxes: Sequence[tuple[float, float, f
     method's colour: a dot, and a circle of radius `tolerance` (a hit when the circle reaches a box).
 
     peaks: (row, column) of each method's maximum, pixel indices of the crop (marked at the pixel's centre);
-    colours: each method's chart colour (hex), as the charts beside it draw it; by default by place.
+    colours: each method's chart colour (hex), as the charts beside it draw it; by default by place. Maxima within a
+    dot's width of each other have their dots set apart around the point (a line joins each to it), so every
+    method's mark shows.
     """
     out = draw_boxes(cropped, boxes)
     draw = ImageDraw.Draw(out)
+    r = PEAK_MARK_PX
     for i, (row, col) in enumerate(peaks):
         colour = hex_rgb(colours[i] if colours is not None else method_colour(i))
-        x, y, r = col + 0.5, row + 0.5, PEAK_MARK_PX
-        draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))
+        x, y = col + 0.5, row + 0.5
         draw.ellipse([x - tolerance, y - tolerance, x + tolerance, y + tolerance], outline=colour, width=1)
+        # Maxima on (or next to) each other would hide every dot but the last: each dot of such a group is moved
+        # a little aside, each in its own direction, and joined to its point by a line of its colour.
+        group = [j for j, (rj, cj) in enumerate(peaks) if math.hypot(rj - row, cj - col) < 2 * r + 2]
+        if len(group) > 1:
+            angle = 2 * math.pi * group.index(i) / len(group) - math.pi / 2
+            dx, dy = (2 * r + 2) * math.cos(angle), (2 * r + 2) * math.sin(angle)
+            draw.line([x, y, x + dx, y + dy], fill=colour, width=1)
+            x, y = x + dx, y + dy
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=colour, outline=(255, 255, 255))
     return out
 
 

@@ -16,11 +16,12 @@ interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error 
 `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`checks.heal`). Each
 image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
-The field's metrics (`FolderSettings.metrics`: insertion, deletion, ROAD, pointing; none by default, as each costs
-forward passes) are measured for every map as the run stores it, with the scoring network built once per run
-(`metrics.yardsticks`), into the row's metric columns. They and their protocol are part of the run's identity: a
-rerun that leaves one out or measures one another way is refused; a rerun that adds one measures it for the rows
-already there too (their stored maps, their images loaded again), so every row ends with the same columns.
+The field's metrics (`FolderSettings.metrics`: the metric registry's per-map ones, insertion, deletion, ROAD,
+pointing, MoRF AOPC, …; none by default, as each costs forward passes) are measured for every map as the run
+stores it, with the scoring network built once per run (`metrics.yardsticks`), into the row's metric columns.
+They and their protocol are part of the run's identity: a rerun that leaves one out or measures one another way
+is refused; a rerun that adds one measures it for the rows already there too (their stored maps, their images
+loaded again), so every row ends with the same columns.
 
 The target: `FolderSettings.target` when given, else the image's label, else the network's top-1 class. With text
 prompts (`FolderSettings.prompts`, a CLIP network): one row per image × method × prompt, the prompt in the row's

@@ -54,6 +54,7 @@ import numpy as np
 from ..cache import write_atomic
 from ..errors import UserError
 from ..jsonable import jsonable
+from ..metrics import registry as metric_registry
 from .measures import THUMBNAIL, thumbnail
 
 if TYPE_CHECKING:
@@ -70,10 +71,9 @@ RUN_FORMAT = 1
 #: A part is written after this many rows, or this many seconds after the last part (whichever comes first).
 PART_ROWS = 64
 PART_SECONDS = 30.0
-#: The field's metric columns (`metrics.yardsticks.COLUMNS`, named here so that reading a run needs no torch): NaN
-#: where the run measures none, and for the pointing scores of an image without a box.
-YARDSTICK_COLUMNS = ("insertion_auc", "deletion_auc", "road_morf", "road_lerf", "road_combined", "pointing_hit",
-                     "energy_pointing", "ehr")
+#: The field's metric columns (the metric registry's per-map columns; the registry loads no torch): NaN where the
+#: run measures none, and for the pointing scores of an image without a box.
+YARDSTICK_COLUMNS = tuple(c.name for c in metric_registry.columns())
 #: The table's columns, in order, with their pandas types (missing values: NaN / <NA>).
 COLUMNS: dict[str, str] = {
     "image": "str", "method": "str", "label": "Int64", "target": "Int64", "class_name": "str",

@@ -79,13 +79,14 @@ def test_pointing_hits_inside_the_box_and_misses_outside(measured) -> None:
 
 def test_progress_covers_every_method_and_measurement_in_order(measured) -> None:
     progress = measured[1]
-    total = 2 * 2 * evaluation.PHASE_UNITS
+    # a phase per metric with forward passes (the registry's: insertion, deletion, ROAD, MoRF AOPC) and method
+    timed = ["Insertion", "Deletion", "ROAD", "MoRF AOPC"]
+    total = 2 * len(timed) * evaluation.PHASE_UNITS
     assert all(t == total for _, t, _ in progress)
     done = [d for d, _, _ in progress]
     assert done == sorted(done) and done[0] == 0 and progress[-1] == (total, total, "done")
     labels = list(dict.fromkeys(label for _, _, label in progress))
-    assert labels == ["Inside · insertion and deletion", "Inside · ROAD", "Outside · insertion and deletion",
-                      "Outside · ROAD", "done"]
+    assert labels == [f"{m} · {t}" for m in ("Inside", "Outside") for t in timed] + ["done"]
 
 
 def test_without_a_box_there_are_no_pointing_scores(offline_model, chelsea_x, maps) -> None:
@@ -111,6 +112,9 @@ def test_rows_csv_and_picture_of_a_run(measured) -> None:
     assert rows[0]["insertion AUC"] == round(results["inside"].pixels.insertion_auc, 4)
     assert rows[1]["deletion AUC"] == round(results["outside"].pixels.deletion_auc, 4)
     assert rows[0]["ROAD combined"] == round(results["inside"].road.combined, 4)
+    assert rows[0]["MoRF AOPC"] == round(results["inside"].curves["aopc"].aopc, 4)  # the registry's example metric
+    labels = {c["label"] for c in evaluation.table_columns(rows).values()}
+    assert {"insertion AUC ↑", "deletion AUC ↓", "ROAD MoRF ↓", "ROAD LeRF ↑", "MoRF AOPC ↑", "Method"} <= labels
     points = evaluation.pointing_rows(run, {"inside": "Peak inside"})
     assert [r["Method"] for r in points] == ["Peak inside", "outside"]
     assert [r["pointing hit"] for r in points] == ["hit", "miss"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from iba_core.errors import UserError
+from iba_core.metrics.aopc import aopc_curve
 from iba_core.metrics.insertion_deletion import PROTOCOLS, insertion_deletion, protocol_from
 from iba_core.metrics.pointing import pointing_scores
 from iba_core.metrics.road import road_curves
@@ -38,7 +39,8 @@ def test_columns_equal_the_library_functions_on_a_tiny_network():
     points = pointing_scores(values, box, 2)
     want = {"insertion_auc": curves.insertion_auc, "deletion_auc": curves.deletion_auc,
             "road_morf": road.morf_score, "road_lerf": road.lerf_score, "road_combined": road.combined,
-            "pointing_hit": points["pointing_hit"], "energy_pointing": points["energy_pointing"], "ehr": points["ehr"]}
+            "pointing_hit": points["pointing_hit"], "energy_pointing": points["energy_pointing"], "ehr": points["ehr"],
+            "aopc_morf": aopc_curve(model, x, values, 2, batch_size=8).aopc}  # the registry's example metric
     for column in COLUMNS:
         assert got[column] == pytest.approx(want[column], rel=1e-4, abs=1e-6), column
     assert got["pointing_hit"] == 1.0  # the peak lies in the box

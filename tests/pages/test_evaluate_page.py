@@ -38,7 +38,7 @@ def assert_no_clipped_column(table) -> None:
         width = config[name].get("width")
         assert isinstance(width, int), f"column {name!r} has no width in pixels: {config[name]}"
         values = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in frame[name]]
-        chars = max([len(name)] + [len(v) for v in values])
+        chars = max([len(config[name].get("label") or name)] + [len(v) for v in values])  # the header as shown
         assert width >= chars * PX_PER_CHAR + PAD_PX, (name, width, chars)
         assert config[name].get("help"), f"column {name!r} has no tooltip"
 
@@ -66,6 +66,8 @@ def test_degradation_curves_and_areas(open_page, lock_waits) -> None:
     assert list(table["Method"]) == ["Saliency", "Grad-CAM"]
     assert table["Area (LeRF − MoRF)"].notna().all()
     assert_no_clipped_column(at.dataframe[0])
+    config = json.loads(at.dataframe[0].proto.columns)  # the area's direction, the registry's degradation metric's
+    assert config["Area (LeRF − MoRF)"]["label"] == "Area (LeRF − MoRF) ↑" and config["points"]["label"] == "points"
     assert "ev_sanity" not in at.session_state and "ev_bbox" not in at.session_state  # sections run apart
     assert seconds < 60, f"degradation took {seconds:.0f} s"
 

@@ -35,6 +35,7 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     assert at.radio(key="ev_protocol").value == "rise"  # RISE by default, CoIBA offered
     assert at.radio(key="ev_protocol").options == ["RISE", "CoIBA"]
     assert at.multiselect(key="ev_removed").value == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert at.multiselect(key="ev_removed").options[0] == "10 %"  # each chip says what it is
     assert at.checkbox(key="ev_pointing").value is False  # no score against an example box nobody gave
     at.text_input(key="ev_box").set_value("60, 40, 170, 200")  # the one box input, shared with the bbox ratio
     at.checkbox(key="ev_pointing").check()
@@ -68,8 +69,15 @@ def test_one_click_gives_curves_areas_road_and_pointing(open_page, lock_waits) -
     (points,) = [t for t in at.dataframe if "pointing hit" in t.value.columns]
     frame = table.value
     assert list(frame["Method"]) == ["Saliency", "Grad-CAM"] == list(points.value["Method"])
-    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"):
+    for column in ("insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined", "MoRF AOPC"):
         assert frame[column].notna().all() and frame[column].between(-1, 1).all(), column
+    # each metric column's header shows its direction, from the metric registry (item 7 of #38)
+    labels = {name: c["label"] for name, c in json.loads(table.proto.columns).items() if name in frame.columns}
+    assert labels == {"Method": "Method", "insertion AUC": "insertion AUC ↑", "deletion AUC": "deletion AUC ↓",
+                      "ROAD MoRF": "ROAD MoRF ↓", "ROAD LeRF": "ROAD LeRF ↑", "ROAD combined": "ROAD combined ↑",
+                      "MoRF AOPC": "MoRF AOPC ↑"}
+    point_labels = {c["label"] for name, c in json.loads(points.proto.columns).items() if name in points.value}
+    assert point_labels == {"Method", "pointing hit ↑", "energy pointing ↑", "EHR ↑"}
     for column in ("energy pointing", "EHR"):
         assert points.value[column].between(0, 1).all(), column
     assert set(points.value["pointing hit"]) <= {"hit", "miss"}
@@ -95,7 +103,8 @@ def test_coiba_without_a_box_and_a_mistake_keeps_the_last_result(open_page) -> N
     assert run.protocol.blur_kernel == PROTOCOLS["coiba"].blur_kernel == 51
     assert run.picture is None and all(r.pointing is None for r in run.methods.values())
     assert [list(t.value.columns) for t in at.dataframe] == [
-        ["Method", "insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined"]]  # no pointing
+        ["Method", "insertion AUC", "deletion AUC", "ROAD MoRF", "ROAD LeRF", "ROAD combined",
+         "MoRF AOPC"]]  # no pointing
 
     at, _ = measure(at, removed=())  # no ROAD point: one sentence, the last result still shown
     assert len(at.error) == 1 and "at least one percentage" in at.error[0].value

@@ -72,6 +72,20 @@ def test_pointing_picture_marks_each_maximum_in_its_methods_colour() -> None:
     assert out.getpixel((55, 50)) == (0, 0, 0)  # nothing drawn elsewhere
 
 
+def test_maxima_on_one_pixel_each_keep_a_visible_mark() -> None:
+    """Two or three methods whose maps peak on the same pixel (item 7 of #38): every method's colour shows."""
+    crop = Image.new("RGB", (100, 100), (0, 0, 0))
+    colours = ["#FF0000", "#00FF00", "#0000FF"]
+    for count in (2, 3):
+        out = np.asarray(overlays.pointing_picture(crop, [(10, 10, 40, 40)], [(50, 50)] * count, tolerance=15,
+                                                   colours=colours[:count]))
+        window = out[50 - 15:50 + 16, 50 - 15:50 + 16].reshape(-1, 3)
+        for colour in colours[:count]:  # a dot of radius 4 (about 50 px) of each colour, not only the last one's
+            assert np.all(window == hex_rgb(colour), axis=1).sum() >= 30, (count, colour)
+    alone = overlays.pointing_picture(crop, [(10, 10, 40, 40)], [(20, 70), (80, 25)], tolerance=15)
+    assert alone.getpixel((70, 20)) == hex_rgb(method_colour(0))  # maxima apart are marked on their points
+
+
 def test_a_methods_colour_is_fixed_by_its_place_in_the_registry_not_in_the_selection() -> None:
     registered = ["random", "saliency", "grad_cam", "iba_10"]
     alone = method_colours(["grad_cam"], registered)

@@ -46,7 +46,8 @@ def test_a_run_with_metrics_writes_their_columns_resumes_and_agrees_with_the_lib
     with pytest.raises(KeyboardInterrupt):
         run_folder(tiny_net, items, [get_method("gradient")], out, settings, root=root, progress=stop_after_four)
     assert len(read_parts(out)) == 4
-    assert any("Gradient · insertion and deletion · " in label for label in labels)  # the progress names the metric
+    assert any("Gradient · insertion · " in label for label in labels)  # the progress names each metric
+    assert any("Gradient · deletion · " in label for label in labels)
     assert any("· road ·" in label for label in labels)
     summary = run_folder(tiny_net, items, [get_method("gradient")], out,
                          FolderSettings(batch_images=5, boxes=boxes, metrics=METRICS, yardsticks=OPTIONS), root=root)
