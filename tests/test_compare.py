@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from iba_core.compare import compare, resolve_methods
+from iba_core.errors import UserError
 
 CHEAP = ["random", "gradient", "grad_cam"]
 
@@ -28,8 +29,8 @@ def test_compare_defaults_to_top1_and_reports_failures(offline_model, chelsea_x)
     maps = compare(offline_model, chelsea_x, None, ["gradient", "integrated_gradients"],
                    settings={"integrated_gradients": {"steps": 0}}, on_error=lambda k, e: errors.update({k: e}))
     assert [m.key for m in maps] == ["gradient"]
-    assert isinstance(errors["integrated_gradients"], ValueError)
-    with pytest.raises(ValueError):
+    assert isinstance(errors["integrated_gradients"], UserError)
+    with pytest.raises(UserError):
         compare(offline_model, chelsea_x, 285, ["integrated_gradients"], settings={"integrated_gradients": {"steps": 0}})
 
 

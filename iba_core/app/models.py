@@ -115,7 +115,7 @@ def find_cards(folder: str | os.PathLike | None = None, trust: Trust | None = No
             continue  # hidden files and the folders add_network works in
         try:
             card = read_card(path, trust)
-        except ValueError as err:  # ModelCardError, NotTrustedError
+        except UserError as err:  # ModelCardError, NotTrustedError
             found.append(CardChoice(path.resolve(), default_card_name(path), error=error_text(err)))
             continue
         found.append(CardChoice(card.path, card.name, card.title or "", card.stats_images))
@@ -162,7 +162,7 @@ def source_version(key: str, trust: Trust | None = None) -> int:
         card = read_card(key, trust if trust is not None else Trust.for_app())
         if card.weights is not None:
             paths.append(card.weights)
-    except ValueError:  # ModelCardError, NotTrustedError: loading says why
+    except UserError:  # ModelCardError, NotTrustedError: loading says why
         pass
     for path in paths:
         try:

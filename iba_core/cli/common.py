@@ -45,8 +45,8 @@ def model_arg(text: str) -> str:
 
     try:
         return check_network_key(text)
-    except (KeyError, ValueError) as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except UserError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
 
 
 def positive_int(text: str) -> int:
@@ -72,8 +72,8 @@ def layer_range_arg(text: str) -> tuple[str, str]:
 
     try:
         return parse_range(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except UserError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
 
 
 def add_layer_range_arg(p: argparse.ArgumentParser) -> None:

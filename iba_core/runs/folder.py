@@ -313,7 +313,7 @@ def _box_mask(boxes: Path | None, item: ImageItem, preprocess, shape: tuple[int,
         return None
     try:
         mask, _ = boxes_on_crop(parse_voc(xml), preprocess)
-    except (ValueError, OSError):
+    except (UserError, OSError):  # an unreadable box file: the row has no box measures
         return None
     return mask if mask.shape == shape else None
 

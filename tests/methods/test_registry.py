@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from iba_core.errors import UserError
 from iba_core.methods import METHODS, UnknownMethodError, display_names, get_method, method_keys
 from iba_core.methods import Method
 
@@ -97,7 +98,7 @@ def test_methods_say_why_they_cannot_run(offline_model):
     assert "readout checkpoint" in get_method("readout").available_for(resnet)
     import torch
 
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(UserError, match="not available"):
         get_method("lrp_epsilon").attribute(net, torch.zeros(1, 3, 8, 8), 0)
 
 
