@@ -432,3 +432,26 @@ def test_evaluate_takes_methods_separated_by_commas(chelsea_jpg, tmp_path, capsy
                  "--no-progress", "--step", "3136"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["method"] for r in rows} == {"random", "gradient"}
+
+
+def test_compare_names_a_failing_method_a_bug_or_a_mistake(chelsea_jpg, tmp_path, monkeypatch, capsys):
+    """A method that fails by a bug is said to be one in summary.json (its traceback on stderr); one that fails by
+    the user's choice keeps its sentence."""
+    from iba_core.errors import UserError
+    from iba_core.methods import get_method
+
+    def broken(self, network, x, target, *args, **kwargs):
+        raise RuntimeError("injected bug")
+
+    def refused(self, network, x, target, *args, **kwargs):
+        raise UserError("This method needs something you did not give.")
+
+    monkeypatch.setattr(type(get_method("random")), "attribute", broken)
+    monkeypatch.setattr(type(get_method("gradient")), "attribute", refused)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(chelsea_jpg), "--methods", "random", "gradient", "saliency", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    failed = json.loads((out / "summary.json").read_text())["failed"]
+    assert "this is a bug" in failed["random"] and "injected bug" not in failed["random"]
+    assert "Traceback" in err and "RuntimeError: injected bug" in err
+    assert failed["gradient"] == "This method needs something you did not give."

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
+from ..errors import CLI_LOG_PLACE, UserError, user_message
 from . import files
 from .common import (ALL_METHODS, COIBA_HELP, EXIT_FAILED, EXIT_OK, add_layer_range_arg, add_methods_arg,
                      add_network_args, method_keys_arg, names_all)
@@ -101,8 +103,11 @@ def run_methods(network, x, target: int, methods_arg: str | list[str],
         bar.set_postfix_str(label, refresh=True)
 
     def on_error(key: str, err: BaseException) -> None:
-        failures[key] = f"{type(err).__name__}: {err}"
-        tqdm.write(f"warning: {key} failed: {err}", file=sys.stderr)
+        # a user's mistake as its sentence; a bug said to be one, its traceback on stderr (as `run_command` does)
+        if not isinstance(err, UserError):
+            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        failures[key] = user_message(err, "cli", CLI_LOG_PLACE)
+        tqdm.write(f"warning: {key} failed: {failures[key]}", file=sys.stderr)
 
     try:
         maps = compare(network, x, target, methods, settings=settings, progress=progress, on_error=on_error)
