@@ -37,9 +37,9 @@ def test_compare_defaults_to_top1_and_reports_failures(offline_model, chelsea_x)
 def test_resolve_methods():
     assert [m.key for m in resolve_methods("all")][:2] == ["random", "occlusion_8"]
     assert [m.key for m in resolve_methods("saliency, grad_cam")] == ["saliency", "grad_cam"]
-    with pytest.raises(ValueError, match="Unknown attribution method"):
+    with pytest.raises(UserError, match="Unknown attribution method"):
         resolve_methods("saliency,nope")
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         resolve_methods("")
 
 

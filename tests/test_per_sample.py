@@ -204,7 +204,7 @@ def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats, precision):
 
 @pytest.mark.parametrize("bad", [dict(lr=0), dict(batch=0), dict(beta_k=-1), dict(sigma=-1)])
 def test_bad_settings_are_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         BottleneckSettings(**bad).validate()
 
 

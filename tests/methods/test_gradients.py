@@ -117,7 +117,7 @@ def test_guided_copy_replaces_reused_and_relu6_modules(resnet_random, offline_mo
 
 def test_guided_backprop_needs_relus():
     net = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
-    with pytest.raises(ValueError, match="ReLU"):
+    with pytest.raises(UserError, match="ReLU"):
         get_method("guided_backprop").attribute(wrap(net), torch.zeros(1, 3, 2, 2), 0).values
 
 

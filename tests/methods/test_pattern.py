@@ -283,5 +283,5 @@ def test_settings_and_names():
     method = get_method("pattern_attribution")
     assert method.name == "PatternAttribution" and method.signed and method.cost == "slow"
     assert method.settings == {"images": None, "samples": 256, "patterns": None}
-    with pytest.raises(ValueError, match="no setting"):
+    with pytest.raises(UserError, match="no setting"):
         get_method("pattern_attribution", steps=3)
