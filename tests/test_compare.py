@@ -80,7 +80,7 @@ def test_add_compare_parser_registers_the_subcommand():
     parser = argparse.ArgumentParser()
     compare.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["compare", "img.png", "--model", "resnet50", "--out", "d", "--methods", "saliency"])
-    assert args.func is compare.run and args.model == "resnet50" and args.methods == "saliency"
+    assert args.func is compare.run and args.model == "resnet50" and args.methods == ["saliency"]
     assert args.layer is None and args.target is None
 
 
