@@ -187,6 +187,8 @@ def _range_ends(layers) -> tuple[str, str]:
     """(first, last) of CoIBA's layers as run.json records them (a list, first to last; or "first:last")."""
     from ..coiba import parse_range
 
+    if isinstance(layers, str) and ":" not in layers:  # a one-layer range, as CoIBA's setting once took it
+        return layers, layers
     return parse_range(layers if isinstance(layers, str) else [layers[0], layers[-1]])
 
 
