@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
                         "pointing.")
     yardstick_options(args)  # its values checked before the network loads
     methods = method_list(args)
+    from ..runs.bug_log import ERROR_LOG, LOG_PLACE
     from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
     from ..runs.store import TABLE_FILE
     from .common import load_from_args, print_json, progress_bar
@@ -215,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         close()
     for example in summary.error_examples:
         print(f"note: {example}", file=sys.stderr)
+    if any(LOG_PLACE in example for example in summary.error_examples):  # a bug: where its traceback is, in full
+        print(f"note: the tracebacks of rows a bug failed are in {Path(args.out) / ERROR_LOG}", file=sys.stderr)
     for part in summary.damaged:
         print(f"note: the damaged part {part} was moved to {Path(args.out) / 'damaged'}; its rows were done again",
               file=sys.stderr)

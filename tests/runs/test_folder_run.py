@@ -332,3 +332,19 @@ def test_a_row_failed_by_a_bug_says_so_and_the_runs_log_holds_its_traceback(tiny
     assert "RuntimeError: injected bug: shapes (3,) and (4,) do not align" in log and "in buggy" in log
     assert "not a readable image" in errors["broken.png"] and "a bug" not in errors["broken.png"]
     assert "broken.png" not in log and "bands.npy" not in log
+
+
+def test_the_cli_names_the_log_of_a_folder_run_that_met_a_bug(tiny_card, twelve, tmp_path, monkeypatch, capsys):
+    from iba_core.runs.bug_log import ERROR_LOG
+
+    method = get_method("gradient")
+
+    def buggy(self, network, x, targets, *args, **kwargs):
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(type(method), "attribute_batch", buggy)
+    out = tmp_path / "run"
+    assert cli(tiny_card, twelve, "--out", out, "--methods", "gradient") == 0
+    err = capsys.readouterr().err
+    assert "this is a bug" in err and f"the tracebacks of rows a bug failed are in {out / ERROR_LOG}" in err
+    assert "RuntimeError: injected bug" in (out / ERROR_LOG).read_text(encoding="utf-8")
