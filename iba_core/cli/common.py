@@ -88,11 +88,12 @@ def add_layer_range_arg(p: argparse.ArgumentParser) -> None:
 ALL_METHODS = "all"
 
 
-def add_methods_arg(p: argparse.ArgumentParser | Any, help: str, default: list[str] | None = None) -> None:
-    """--methods KEY …, one form for `compare`, `evaluate` and folder runs: keys separated by spaces, commas or both
-    ("a b", "a,b", "a, b"), or "all"; `method_keys_arg` reads it."""
+def add_methods_arg(p: Any, text: str, default: list[str] | None = None) -> None:
+    """--methods KEY … on a parser or an argument group, one form for `compare`, `evaluate` and folder runs: keys
+    separated by spaces, commas or both ("a b", "a,b", "a, b"), or "all"; `method_keys_arg` reads it. text: the
+    command's help."""
     p.add_argument("--methods", nargs="+", default=default, metavar="KEY",
-                   help=help + " (keys separated by spaces or commas)")
+                   help=text + " (keys separated by spaces or commas)")
 
 
 def method_keys_arg(values: str | list[str] | None) -> list[str] | None:

@@ -48,7 +48,8 @@ class WeightsMismatchError(UserError):
 
     file_outputs: the size of the file's tensor at the model's output layer (its number of outputs), None where the
     file lacks that layer; a hint may depend on it (one output for two class names: a binary classifier).
-    binary: set where one output for a class list of two names is all that differs (`cards.load_card`)."""
+    binary: set where the file has one output for a class list of two names and no head was named: a binary
+    classifier, built with two outputs (`cards.load_card`)."""
 
     file_outputs: int | None = None
     binary: bool = False
