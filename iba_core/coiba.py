@@ -124,14 +124,24 @@ class CoIBASettings(BottleneckSettings):
         return self
 
 
-def parse_range(text: str) -> tuple[str, str]:
-    """"FIRST:LAST" → (first, last): a layer range as the CLI's --layer-range and a link's `range` write it (the
-    network checks the names once it is loaded: `layer_range`). A ValueError saying what is expected otherwise."""
-    first, sep, last = str(text).partition(":")
-    first, last = first.strip(), last.strip()
-    if not sep or not first or not last or ":" in last:
-        raise ValueError(f"expected two layer names as FIRST:LAST (e.g. block3_2:block7_1), got {str(text)[:60]!r}")
-    return first, last
+#: How every refusal of a layer range ends: the form expected, with an example.
+RANGE_FORM = "two layer names as FIRST:LAST (e.g. block3_2:block7_1)"
+
+
+def parse_range(given: str | Sequence[str]) -> tuple[str, str]:
+    """(first, last) of a layer range as users write it: "FIRST:LAST" (the CLI's --layer-range, a link's `range`,
+    CoIBA's `layers` setting, run.json) or a (first, last) pair; the one parser of a range's text. A UserError
+    saying what is expected otherwise; the network checks the names once it is loaded (`layer_range`)."""
+    if isinstance(given, str):
+        first, sep, last = given.partition(":")
+        parts = [first.strip(), last.strip()] if sep and ":" not in last else []
+    elif isinstance(given, Sequence):
+        parts = [str(name).strip() for name in given]
+    else:
+        parts = []
+    if len(parts) != 2 or not all(parts):
+        raise UserError(f"A layer range is {RANGE_FORM}, not {str(given)[:60]!r}.")
+    return parts[0], parts[1]
 
 
 def range_text(first: str, last: str) -> str:

@@ -17,12 +17,14 @@ from typing import Literal
 FrontEnd = Literal["cli", "app"]
 
 
-class UserError(ValueError):
+class UserError(Exception):
     """A mistake a user can fix, with what to do in each front end's words.
 
     message: what is wrong, in words that hold everywhere (no flags, no menus).
     cli_hint / app_hint: what to do on the command line / in the app (either may be empty).
-    A ValueError, so `except ValueError` (and the library's older checks) still catch it.
+    Deliberately not a ValueError: a bug (a library's ValueError on data the program made) can then never be
+    caught by an `except` meant for the user's mistakes, nor shown as one. A parser of user text turns a
+    library's ValueError into a UserError where it reads the text (`raise UserError(...) from err`).
     """
 
     def __init__(self, message: str, *, cli_hint: str = "", app_hint: str = ""):

@@ -234,8 +234,8 @@ class LabelResolver:
             return resolve_class(self.categories, text)
         except DataError:
             raise
-        except (ValueError, KeyError) as err:
-            raise DataError(str(err).strip("'\"")) from err
+        except UserError as err:  # the class list's own sentence (no class so named, an index out of range)
+            raise DataError(err.message) from err
 
     def get(self, label: str) -> int | None:
         """The class index of `label`, or None when it does not resolve."""

@@ -42,6 +42,7 @@ from iba_core.app.evaluation import (
 )
 from iba_core.app.inputs import box_input
 from iba_core.app.state import Subject
+from iba_core.errors import UserError
 from iba_core.methods import display_names
 from iba_core.metrics import registry
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
@@ -128,7 +129,7 @@ def timed_reporting(bar) -> ProgressFn:
 def maps_for(inputs: Inputs, methods: list[str], target: int, bar) -> dict:
     """{key: AttributionMap}, computing the maps not in the session's cache (progress on `bar`)."""
     if not methods:
-        raise ValueError("Choose at least one method.")
+        raise UserError("Choose at least one method.")
     cache = map_cache()
     stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
     with network_turn(inputs.shared) as network:

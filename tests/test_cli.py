@@ -390,3 +390,68 @@ def test_evaluate_refuses_numbers_that_give_no_finite_result(tmp_path, capsys, m
     code = main(["evaluate", metric, "--images", str(tmp_path), "--out", str(tmp_path / "out"), option, value])
     err = capsys.readouterr().err
     assert code == 1 and words in err and err.count("\n") <= 2, err
+
+
+# ---- --methods: one reading for every command (#38: `compare --methods a,b` and `evaluate --methods a b` differed) --
+
+
+@pytest.mark.parametrize("given", [["random,gradient"], ["random", "gradient"], ["random,", "gradient"],
+                                   ["random, gradient"], ["random", "gradient,random"]])
+def test_every_command_reads_methods_the_same_way(given):
+    from iba_core.cli import build_parser
+    from iba_core.cli.common import method_keys_arg
+
+    parser = build_parser()
+    for command in (["compare", "x.jpg", "--out", "o"], ["evaluate", "insertion", "--out", "o.jsonl"],
+                    ["attribute", "folder", "--out", "run"]):
+        args = parser.parse_args([*command, "--methods", *given])
+        assert method_keys_arg(args.methods) == ["random", "gradient"], (command, given)
+
+
+def test_methods_naming_no_key_is_one_sentence(chelsea_jpg, tmp_path, capsys):
+    from iba_core.cli.common import names_all
+
+    assert names_all(["all"]) and names_all(["saliency", "all"]) and not names_all(["saliency"])
+    assert not names_all(None)
+    assert main(["compare", str(chelsea_jpg), "--methods", ",", "--out", str(tmp_path / "cmp")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --methods names no method.") and "Traceback" not in err
+
+
+def test_compare_takes_methods_separated_by_spaces(chelsea_jpg, tmp_path, capsys):
+    assert main(["compare", str(chelsea_jpg), "--methods", "random", "gradient", "--out", str(tmp_path / "cmp")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"] == ["random", "gradient"]
+
+
+def test_evaluate_takes_methods_separated_by_commas(chelsea_jpg, tmp_path, capsys):
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "chelsea.jpg").write_bytes(chelsea_jpg.read_bytes())
+    out = tmp_path / "ev.jsonl"
+    assert main(["evaluate", "insertion", "--images", str(images), "--methods", "random,gradient", "--out", str(out),
+                 "--no-progress", "--step", "3136"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"random", "gradient"}
+
+
+def test_compare_names_a_failing_method_a_bug_or_a_mistake(chelsea_jpg, tmp_path, monkeypatch, capsys):
+    """A method that fails by a bug is said to be one in summary.json (its traceback on stderr); one that fails by
+    the user's choice keeps its sentence."""
+    from iba_core.errors import UserError
+    from iba_core.methods import get_method
+
+    def broken(self, network, x, target, *args, **kwargs):
+        raise RuntimeError("injected bug")
+
+    def refused(self, network, x, target, *args, **kwargs):
+        raise UserError("This method needs something you did not give.")
+
+    monkeypatch.setattr(type(get_method("random")), "attribute", broken)
+    monkeypatch.setattr(type(get_method("gradient")), "attribute", refused)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(chelsea_jpg), "--methods", "random", "gradient", "saliency", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    failed = json.loads((out / "summary.json").read_text())["failed"]
+    assert "this is a bug" in failed["random"] and "injected bug" not in failed["random"]
+    assert "Traceback" in err and "RuntimeError: injected bug" in err
+    assert failed["gradient"] == "This method needs something you did not give."

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from iba_core.compare import compare, resolve_methods
+from iba_core.errors import UserError
 
 CHEAP = ["random", "gradient", "grad_cam"]
 
@@ -28,17 +29,17 @@ def test_compare_defaults_to_top1_and_reports_failures(offline_model, chelsea_x)
     maps = compare(offline_model, chelsea_x, None, ["gradient", "integrated_gradients"],
                    settings={"integrated_gradients": {"steps": 0}}, on_error=lambda k, e: errors.update({k: e}))
     assert [m.key for m in maps] == ["gradient"]
-    assert isinstance(errors["integrated_gradients"], ValueError)
-    with pytest.raises(ValueError):
+    assert isinstance(errors["integrated_gradients"], UserError)
+    with pytest.raises(UserError):
         compare(offline_model, chelsea_x, 285, ["integrated_gradients"], settings={"integrated_gradients": {"steps": 0}})
 
 
 def test_resolve_methods():
     assert [m.key for m in resolve_methods("all")][:2] == ["random", "occlusion_8"]
     assert [m.key for m in resolve_methods("saliency, grad_cam")] == ["saliency", "grad_cam"]
-    with pytest.raises(ValueError, match="Unknown attribution method"):
+    with pytest.raises(UserError, match="Unknown attribution method"):
         resolve_methods("saliency,nope")
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         resolve_methods("")
 
 
@@ -79,7 +80,7 @@ def test_add_compare_parser_registers_the_subcommand():
     parser = argparse.ArgumentParser()
     compare.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["compare", "img.png", "--model", "resnet50", "--out", "d", "--methods", "saliency"])
-    assert args.func is compare.run and args.model == "resnet50" and args.methods == "saliency"
+    assert args.func is compare.run and args.model == "resnet50" and args.methods == ["saliency"]
     assert args.layer is None and args.target is None
 
 

@@ -26,6 +26,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_WORDS = re.compile(r"python -m iba_core|(?<![\w-])--[a-z][\w-]*")
 
 
+def _user_error_types() -> list[type]:
+    """UserError's subclasses, the modules that define them imported first."""
+    import importlib
+
+    for module in ("iba_core.images", "iba_core.labels", "iba_core.trust", "iba_core.methods", "iba_core.runs.store",
+                   "iba_core.readout.config", "iba_core.networks.cards", "iba_core.networks.model_folders",
+                   "iba_core.networks.state_files", "iba_core.networks.hub", "iba_core.networks.model_size"):
+        importlib.import_module(module)
+    found, todo = [], [UserError]
+    while todo:
+        found.append(kind := todo.pop())
+        todo.extend(kind.__subclasses__())
+    assert len(found) > 10  # the scan saw the subclasses (ImageError, ModelCardError, …)
+    return found
+
+
 def _both(err: BaseException) -> tuple[str, str]:
     return user_message(err, "cli"), user_message(err, "app")
 
@@ -71,8 +87,11 @@ def test_each_front_end_gets_its_own_hint() -> None:
     assert user_message(UserError("Only a message."), "app") == "Only a message."
 
 
-def test_user_error_stays_a_value_error_and_the_network_errors_keep_their_types() -> None:
-    assert isinstance(UserError("x"), ValueError)
+def test_user_error_is_no_value_error_and_the_network_errors_keep_their_types() -> None:
+    # a library's ValueError is a bug unless a parser turned it into a UserError: an `except ValueError` can
+    # never catch a user's mistake, and an `except UserError` never a bug
+    assert not issubclass(UserError, ValueError) and not isinstance(UserError("x"), ValueError)
+    assert not any(issubclass(kind, ValueError) for kind in _user_error_types())
     weights = WeightsUnavailableError("w", cli_hint="c", app_hint="a")
     assert isinstance(weights, RuntimeError) and isinstance(weights, UserError)
     unknown = UnknownModelError("No layer 'x'.")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
+from iba_core.errors import UserError
 from iba_core.images import (
     FORMAT_INFO,
     FRAMES_INFO,
@@ -426,8 +427,9 @@ def test_bad_arguments() -> None:
         load_image(b"x", max_pixels=0)
 
 
-def test_image_error_is_value_error() -> None:
-    assert issubclass(ImageError, ValueError)
+def test_image_error_is_a_user_error_not_a_value_error() -> None:
+    # a bad file is the user's to fix; a library's ValueError is not (`errors.UserError`)
+    assert issubclass(ImageError, UserError) and not issubclass(ImageError, ValueError)
 
 
 def test_supported_upload_types() -> None:

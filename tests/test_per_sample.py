@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from reference_impl import hook_count
+from iba_core.errors import UserError
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
 
 
@@ -114,7 +115,7 @@ def test_hook_path_refuses_a_module_that_runs_twice():
 
     net = Twice().eval()
     stats = FeatureStats(torch.zeros(3, 8, 8), torch.ones(3, 8, 8), 1000)
-    with pytest.raises(ValueError, match="runs 2 times"):
+    with pytest.raises(UserError, match="runs 2 times"):
         PerSampleBottleneck(net, "act", stats).attribute(_x(), target=0)
     assert hook_count(net) == 0
 
@@ -197,13 +198,13 @@ def test_stats_shape_mismatch_is_a_clear_error(tiny_net, tiny_stats, precision):
     from iba_core.feature_stats import FeatureStats
 
     wrong = FeatureStats(torch.zeros(2, 8, 8), torch.ones(2, 8, 8), 10)
-    with pytest.raises(ValueError, match="Statistics are for a layer shaped"):
+    with pytest.raises(UserError, match="Statistics are for a layer shaped"):
         _split(tiny_net, wrong, precision=precision).attribute(_x(), target=0)
 
 
 @pytest.mark.parametrize("bad", [dict(lr=0), dict(batch=0), dict(beta_k=-1), dict(sigma=-1)])
 def test_bad_settings_are_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         BottleneckSettings(**bad).validate()
 
 
@@ -215,7 +216,7 @@ def test_read_point_last_step_is_the_last_forward_pass(tiny_net, tiny_stats):
     np.testing.assert_allclose(authors.lambda_mean, authors.history[-1].lambda_mean)
     assert not np.allclose(final.heatmap, authors.heatmap)
     assert final.p_with == authors.p_with  # p(target) with the bottleneck always uses the final λ
-    with pytest.raises(ValueError, match="read point"):
+    with pytest.raises(UserError, match="read point"):
         BottleneckSettings(read_point="middle").validate()
 
 
@@ -317,7 +318,7 @@ def test_inactive_units_are_masked_in_z_and_in_the_kl():
     dead_bits = plain.total_bits - masked.total_bits
     assert dead_bits > 0 and np.isfinite(masked.heatmap).all()
     without = FeatureStats(mean, std, n, "dead", "random", "relu", "noise")
-    with pytest.raises(ValueError, match="active"):
+    with pytest.raises(UserError, match="active"):
         PerSampleBottleneck.from_split(net.prefix(), net.suffix(), without,
                                        BottleneckSettings(inactive_threshold=0.01)).attribute(_x(), target=1)
 

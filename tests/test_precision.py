@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from iba_core import precision as prec
+from iba_core.errors import UserError
 from iba_core.network_cache import NetworkCache
 
 from hardware import CPU_KINDS, HAS_BF16
@@ -80,12 +81,12 @@ def test_auto_is_fp32_without_hardware_support(monkeypatch):
     assert prec.candidates("cpu") == []
     assert "bf16" in prec.unsupported("bf16", "cpu")
     assert prec.resolve("auto", "cpu", workload=lambda p: (lambda: None)) == "fp32"
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(UserError, match="not available"):
         prec.resolve("bf16", "cpu")
 
 
 def test_unknown_precision_is_a_clear_error():
-    with pytest.raises(ValueError, match="choose one of"):
+    with pytest.raises(UserError, match="choose one of"):
         prec.unsupported("fp8", "cpu")
 
 

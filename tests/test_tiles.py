@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from iba_core.errors import UserError
 from iba_core.tiles import tile_order, tile_sums
 from reference_impl import remove_tiles
 
@@ -14,7 +15,7 @@ def test_tile_sums_and_order():
     assert sums.shape == (2, 3) and sums[0, 2] == 20 and sums[1, 0] == 4
     assert tile_order(a, 2, True)[:2].tolist() == [2, 3]
     assert tile_order(a, 2, False)[-2:].tolist() == [3, 2]
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         tile_sums(np.zeros((5, 5)), 2)
 
 

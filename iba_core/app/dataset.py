@@ -186,8 +186,11 @@ def layer_text(run: Run) -> str:
 
 def _range_ends(layers) -> tuple[str, str]:
     """(first, last) of CoIBA's layers as run.json records them (a list, first to last; or "first:last")."""
-    names = [str(name) for name in layers] if not isinstance(layers, str) else layers.split(":")
-    return names[0], names[-1]
+    from ..coiba import parse_range
+
+    if isinstance(layers, str) and ":" not in layers:  # a one-layer range, as CoIBA's setting once took it
+        return layers, layers
+    return parse_range(layers if isinstance(layers, str) else [layers[0], layers[-1]])
 
 
 def _range_text(layers) -> str:
@@ -552,7 +555,7 @@ def add_prompt_command(run: Run, prompt: str) -> str:
     model = str(info.get("network"))
     try:
         check_network_key(model)
-    except (KeyError, ValueError):  # a model folder is keyed by its name ("folder:NAME"): its path is the user's
+    except UserError:  # a model folder is keyed by its name ("folder:NAME"): its path is the user's
         model = MODEL_PLACEHOLDER
     parts = ["python", "-m", "iba_core", "attribute", str(run.source), "--model", model]
     if info.get("layer"):

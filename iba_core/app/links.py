@@ -139,7 +139,7 @@ def from_params(params: Mapping[str, str], cards: Iterable[CardChoice] = ()) -> 
     if "range" in given:
         try:
             view = replace(view, layer_range=parse_range(given["range"]))
-        except ValueError:
+        except UserError:
             problems.append(f"The link's layer range {_shown(given['range'])} is not two layer names as FIRST:LAST; "
                             "it is left out.")
     if "beta_k" in given:
@@ -236,7 +236,7 @@ def fit(view: View, network) -> tuple[View, list[str]]:
 
 
 def upload_path(digest: str) -> Path:
-    """The cache file of a kept upload; ValueError unless `digest` has DIGEST_PATTERN's form (so a link's text
+    """The cache file of a kept upload; UserError unless `digest` has DIGEST_PATTERN's form (so a link's text
     never reaches a path)."""
     if not isinstance(digest, str) or not DIGEST_PATTERN.fullmatch(digest):
         raise UserError("An uploaded image is named by a digest of 16 hex digits.")
@@ -267,7 +267,7 @@ def kept_upload(digest: str) -> tuple[str, bytes] | None:
     removed by `cache.load_arrays`). Its bytes are checked against the digest."""
     try:
         path = upload_path(digest)
-    except ValueError:
+    except UserError:
         return None
 
     def check(arrays: dict, meta: dict) -> str | None:

@@ -40,7 +40,7 @@ from ..networks.cards import load_card
 from ..networks.hf_models import PREFIX as HF_PREFIX, repo_id
 from ..networks.model_folders import read_folder
 from ..networks.spec import UnknownModelError
-from ..networks.state_files import WEIGHTS_SUFFIXES, folder_given_error
+from ..networks.state_files import WEIGHTS_SUFFIXES, WeightsMismatchError, folder_given_error
 from ..networks.timm_models import PREFIX as TIMM_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
@@ -116,7 +116,7 @@ def find_cards(folder: str | os.PathLike | None = None, trust: Trust | None = No
             continue  # hidden files and the folders add_network works in
         try:
             card = read_card(path, trust)
-        except ValueError as err:  # ModelCardError, NotTrustedError
+        except UserError as err:  # ModelCardError, NotTrustedError
             found.append(CardChoice(path.resolve(), default_card_name(path), error=error_text(err)))
             continue
         found.append(CardChoice(card.path, card.name, card.title or "", card.stats_images))
@@ -163,7 +163,7 @@ def source_version(key: str, trust: Trust | None = None) -> int:
         card = read_card(key, trust if trust is not None else Trust.for_app())
         if card.weights is not None:
             paths.append(card.weights)
-    except ValueError:  # ModelCardError, NotTrustedError: loading says why
+    except UserError:  # ModelCardError, NotTrustedError: loading says why
         pass
     for path in paths:
         try:
@@ -456,13 +456,24 @@ def _load_candidate(new: NewNetwork, root: Path, trust: Trust) -> tuple[Path, st
             new.classes.copy_to(work / entries["classes"])
             given[work / entries["classes"]] = new.classes.name
         images = new.stats_images.strip()
-        write_card(
-            work / f"{name}.toml", name=name, title=new.title.strip() or None, layer=new.layer.strip() or None,
-            stats_images=str(Path(images).expanduser().resolve()) if images else None,
-            preprocess={k: v for k, v in new.preprocess.items() if v is not None}, trust=trust, **entries,
-        )
+
+        def load(**head) -> tuple:
+            write_card(
+                work / f"{name}.toml", name=name, title=new.title.strip() or None, layer=new.layer.strip() or None,
+                stats_images=str(Path(images).expanduser().resolve()) if images else None,
+                preprocess={k: v for k, v in new.preprocess.items() if v is not None}, trust=trust, **entries, **head,
+            )
+            return load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)
+
         try:  # the library's message for anything that does not fit
-            loaded = load_card(work / f"{name}.toml", trust_pickle=False, trust=trust)
+            try:
+                loaded = load()
+            except WeightsMismatchError as err:
+                if not err.binary:
+                    raise
+                # weights with one output for a class list of two names: a binary classifier (the form has no
+                # head field, so it writes the head a card's author would)
+                loaded = load(head="binary")
         except USER_ERRORS as err:
             raise _named(err, {**given, work: root / name}) from None
     except BaseException:
@@ -527,8 +538,10 @@ def _named(err: BaseException, names: dict[Path, object]) -> BaseException:
     for path, name in names.items():
         text = text.replace(str(path.resolve()), shown(name)).replace(str(path), shown(name))
     try:
-        if isinstance(err, UserError):  # keep what each front end should do
-            return type(err)(text, cli_hint=err.cli_hint, app_hint=err.app_hint)
+        if isinstance(err, UserError):  # keep what each front end should do, and what the error knows
+            named = type(err)(text, cli_hint=err.cli_hint, app_hint=err.app_hint)
+            named.__dict__.update({k: v for k, v in vars(err).items() if k not in ("message", "cli_hint", "app_hint")})
+            return named
         return type(err)(text)
     except Exception:  # noqa: BLE001 - an error type that wants other arguments keeps its own message
         return err

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import files
-from .common import add_yardstick_args, positive_int
+from .common import add_methods_arg, add_yardstick_args, method_keys_arg, names_all, positive_int
 
 
 def add_folder_args(p: argparse.ArgumentParser) -> None:
@@ -28,10 +28,9 @@ def add_folder_args(p: argparse.ArgumentParser) -> None:
     from ..runs.folder import BATCH_IMAGES
 
     g = p.add_argument_group("a folder of images (IMAGE is a folder or a .txt list of images; --out RUN_DIR)")
-    g.add_argument("--methods", nargs="+", default=None, metavar="KEY",
-                   help="attribution method keys, or 'all' (default: the Per-Sample Bottleneck, iba_10 at --beta-k "
-                   "10; --method readout: the Readout; --method coiba: CoIBA over --layer-range); coiba takes "
-                   "--layer-range")
+    add_methods_arg(g, "attribution method keys, or 'all' (default: the Per-Sample Bottleneck, iba_10 at --beta-k "
+                    "10; --method readout: the Readout; --method coiba: CoIBA over --layer-range); coiba takes "
+                    "--layer-range")
     g.add_argument("--labels", type=Path, default=None,
                    help="label file as `evaluate` reads it: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a "
                    "synset list (default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in the "
@@ -144,8 +143,8 @@ def method_list(args: argparse.Namespace) -> list:
             beta_k = DEFAULT_BETA_K if getattr(args, "beta_k", None) is None else args.beta_k
             keys = [PerSampleIBA(beta_k, **settings_for(PerSampleIBA()))]
     else:
-        keys = [k.strip() for text in args.methods for k in text.split(",") if k.strip()]
-        if "all" in keys:
+        keys = method_keys_arg(args.methods)
+        if names_all(keys):
             keys = method_keys()
     known = {*method_keys(), *PRESETS}  # the registry's keys and its presets beside it (m2ib)
     keys = [per_sample_at(k, settings_for) if isinstance(k, str) and k not in known else k for k in keys]
@@ -187,12 +186,13 @@ def run(args: argparse.Namespace) -> int:
                         f"{boxed[0].name}.")
     yardstick_options(args)  # its values checked before the network loads
     methods = method_list(args)
+    from ..runs.bug_log import ERROR_LOG, LOG_PLACE
     from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
     from ..runs.store import TABLE_FILE
     from .common import load_from_args, print_json, progress_bar
 
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
-    if args.methods is not None and any(k.strip() == "all" for text in args.methods for k in text.split(",")):
+    if names_all(method_keys_arg(args.methods)):
         methods = [m for m in methods if m.available_for(network) is None]
     if args.methods is None and args.method == "per-sample" and getattr(args, "beta_k", None) is None:
         from ..heads import default_beta_k
@@ -219,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
         close()
     for example in summary.error_examples:
         print(f"note: {example}", file=sys.stderr)
+    if any(LOG_PLACE in example for example in summary.error_examples):  # a bug: where its traceback is, in full
+        print(f"note: the tracebacks of rows a bug failed are in {Path(args.out) / ERROR_LOG}", file=sys.stderr)
     for part in summary.damaged:
         print(f"note: the damaged part {part} was moved to {Path(args.out) / 'damaged'}; its rows were done again",
               file=sys.stderr)

@@ -45,8 +45,8 @@ def model_arg(text: str) -> str:
 
     try:
         return check_network_key(text)
-    except (KeyError, ValueError) as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except UserError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
 
 
 def positive_int(text: str) -> int:
@@ -72,8 +72,8 @@ def layer_range_arg(text: str) -> tuple[str, str]:
 
     try:
         return parse_range(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except UserError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
 
 
 def add_layer_range_arg(p: argparse.ArgumentParser) -> None:
@@ -82,6 +82,37 @@ def add_layer_range_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer-range", type=layer_range_arg, default=None, metavar="FIRST:LAST",
                    help=f"{COIBA_HELP}: its first and last layer, names as `models` lists them (default: the "
                    "network's default layer to the last layer before the head)")
+
+
+#: --methods' word for every registered method (those that cannot run on the network are then left out).
+ALL_METHODS = "all"
+
+
+def add_methods_arg(p: Any, text: str, default: list[str] | None = None) -> None:
+    """--methods KEY … on a parser or an argument group, one form for `compare`, `evaluate` and folder runs: keys
+    separated by spaces, commas or both ("a b", "a,b", "a, b"), or "all"; `method_keys_arg` reads it. text: the
+    command's help."""
+    p.add_argument("--methods", nargs="+", default=default, metavar="KEY",
+                   help=text + " (keys separated by spaces or commas)")
+
+
+def method_keys_arg(values: str | list[str] | None) -> list[str] | None:
+    """The method keys --methods names, read the one way for every command: each argument split at commas, blanks
+    dropped, each key once in its first place; "all" stays a word (`names_all`). None when --methods is left out;
+    a UserError when it names no key (e.g. `--methods ,`)."""
+    if values is None:
+        return None
+    texts = [values] if isinstance(values, str) else list(values)
+    keys = list(dict.fromkeys(key.strip() for text in texts for key in text.split(",") if key.strip()))
+    if not keys:
+        raise UserError("--methods names no method.", cli_hint=f"Give method keys, e.g. --methods saliency,grad_cam "
+                        f"(or {ALL_METHODS}).")
+    return keys
+
+
+def names_all(keys: list[str] | None) -> bool:
+    """Whether --methods asks for every method that can run on the network ("all" among its keys)."""
+    return keys is not None and ALL_METHODS in keys
 
 
 def check_layer_range(args: argparse.Namespace) -> None:

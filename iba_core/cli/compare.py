@@ -1,4 +1,4 @@
-"""`python -m iba_core compare IMAGE --model M [--layer L] [--methods all|a,b,…] [--target N|NAME] --out DIR`.
+"""`python -m iba_core compare IMAGE --model M [--layer L] [--methods all|KEY …] [--target N|NAME] --out DIR`.
 
 Writes every map as `<key>.npy` (float32, H×W), `grid.png` (all maps side by side) and `summary.json`
 (image, network, class, and per method: name, seconds, value range, extras such as the IBA's total bits).
@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
+from ..errors import CLI_LOG_PLACE, UserError, user_message
 from . import files
-from .common import COIBA_HELP, EXIT_FAILED, EXIT_OK, add_layer_range_arg, add_network_args
+from .common import (ALL_METHODS, COIBA_HELP, EXIT_FAILED, EXIT_OK, add_layer_range_arg, add_methods_arg,
+                     add_network_args, method_keys_arg, names_all)
 
 
 def add_parser(sub) -> None:
@@ -26,11 +29,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("image", type=Path, help="image file (png, jpg, webp, bmp, tiff)")
     add_network_args(p)
-    p.add_argument(
-        "--methods", default="all",
-        help="'all' or comma-separated keys, from: " + ", ".join(method_keys()) + " (default: %(default)s; "
-        + COIBA_HELP + ", set by --layer-range)",
-    )
+    add_methods_arg(p, "'all' or keys, from: " + ", ".join(method_keys()) + " (default: all; " + COIBA_HELP
+                    + ", set by --layer-range)", default=[ALL_METHODS])
     add_layer_range_arg(p)
     p.add_argument("--target", default=None, help="class index or class name (default: top-1)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)
-    maps, failures = run_methods(network, x, target, args.methods, settings)
+    maps, failures = run_methods(network, x, target, chosen_methods(args), settings)
     summary = write_results(out, maps, failures, network, cropped, target, image_name=str(args.image))
     print(json.dumps({"out": str(out), "target": target, "class_name": summary["class_name"],
                       "methods": [m.key for m in maps], "failed": sorted(failures)}))
@@ -71,11 +71,18 @@ def method_settings(args: argparse.Namespace) -> dict[str, dict]:
     # --layer goes to every method that places a bottleneck on one layer, --layer-range to CoIBA
     settings = {key: layer_settings(get_method(key), args.layer, args.layer_range) for key in method_keys()}
     settings = {key: value for key, value in settings.items() if value}
-    refuse_unused_range(args.layer_range, resolve_methods(args.methods, settings))
+    refuse_unused_range(args.layer_range, resolve_methods(chosen_methods(args), settings))
     return settings
 
 
-def run_methods(network, x, target: int, methods_arg: str, settings: dict[str, dict]) -> tuple[list, dict[str, str]]:
+def chosen_methods(args: argparse.Namespace) -> str | list[str]:
+    """What --methods names, as `compare` takes it: "all" (those that run on the network), else the keys."""
+    keys = method_keys_arg(args.methods)
+    return ALL_METHODS if names_all(keys) else keys
+
+
+def run_methods(network, x, target: int, methods_arg: str | list[str],
+                settings: dict[str, dict]) -> tuple[list, dict[str, str]]:
     """(maps, failures by key) of the methods --methods names, with a progress bar on stderr; a failing
     method is reported and skipped."""
     from tqdm import tqdm
@@ -83,7 +90,7 @@ def run_methods(network, x, target: int, methods_arg: str, settings: dict[str, d
     from ..compare import compare
     from ..methods import resolve_methods
 
-    methods = methods_arg if methods_arg.strip() == "all" else resolve_methods(methods_arg, settings)
+    methods = methods_arg if methods_arg == ALL_METHODS else resolve_methods(methods_arg, settings)
     failures: dict[str, str] = {}
     # The total comes from compare() itself: "all" runs only the methods that can run on this network, a count
     # known once it has looked (never len("all")).
@@ -96,8 +103,11 @@ def run_methods(network, x, target: int, methods_arg: str, settings: dict[str, d
         bar.set_postfix_str(label, refresh=True)
 
     def on_error(key: str, err: BaseException) -> None:
-        failures[key] = f"{type(err).__name__}: {err}"
-        tqdm.write(f"warning: {key} failed: {err}", file=sys.stderr)
+        # a user's mistake as its sentence; a bug said to be one, its traceback on stderr (as `run_command` does)
+        if not isinstance(err, UserError):
+            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        failures[key] = user_message(err, "cli", CLI_LOG_PLACE)
+        tqdm.write(f"warning: {key} failed: {failures[key]}", file=sys.stderr)
 
     try:
         maps = compare(network, x, target, methods, settings=settings, progress=progress, on_error=on_error)

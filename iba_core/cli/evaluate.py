@@ -31,7 +31,8 @@ from ..metrics.runner import EvalOptions, finish, run_evaluation
 from ..metrics.insertion_deletion import protocol_from
 from ..precision import PRECISIONS
 from . import files
-from .common import COIBA_HELP, add_layer_range_arg, add_network_args, add_yardstick_args
+from .common import (COIBA_HELP, add_layer_range_arg, add_methods_arg, add_network_args, add_yardstick_args,
+                     method_keys_arg, names_all)
 from .common import positive_int as _positive_int
 
 
@@ -60,9 +61,8 @@ def add_parser(sub) -> None:
                    help="label file: '<image>,<class>' rows and/or '<wnid>,<index>' rows or a synset list "
                         "(default: labels.txt / labels.csv / LOC_synset_mapping.txt / synsets.txt in --images)")
     p.add_argument("--boxes", type=Path, default=None, help="folder of Pascal-VOC XML boxes (bbox and pointing)")
-    p.add_argument("--methods", nargs="+", default=None,
-                   help=f"attribution method keys (default: all registered methods; {COIBA_HELP}, set by "
-                   "--layer-range)")
+    add_methods_arg(p, f"attribution method keys, or 'all' (default: all registered methods that run on the network; "
+                    f"{COIBA_HELP}, set by --layer-range)")
     add_layer_range_arg(p)
     p.add_argument("--tile", type=_positive_int, nargs="+", default=None,
                    help="tile size(s): degradation default 8 14, sensitivity-n default 8 (1 = pixels)")
@@ -115,7 +115,9 @@ def method_list(args: argparse.Namespace) -> list:
 
     check_layer_range(args)
     settings = {key: layer_settings(get_method(key), None, args.layer_range) for key in method_keys()}
-    methods = resolve_methods(args.methods, {key: value for key, value in settings.items() if value})
+    keys = method_keys_arg(args.methods)
+    methods = resolve_methods(None if names_all(keys) else keys, {key: value for key, value in settings.items()
+                                                                  if value})
     refuse_unused_range(args.layer_range, methods)
     return methods
 
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
     methods = {} if args.metric == "beta-table" else {m.key: m for m in method_list(args)}
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
-    if args.methods is None:  # the default: every registered method that can run on this network
+    if args.methods is None or names_all(method_keys_arg(args.methods)):  # every registered method that can run here
         methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
     items = list_items(args.images, args.labels, network.class_index, args.limit, categories=network.categories)
     if not items:

@@ -29,7 +29,10 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _widths(text: str) -> tuple[int, int]:
-    parts = [int(t) for t in _names(text)]
+    try:
+        parts = [int(t) for t in _names(text)]
+    except ValueError:  # int's refusal of a word
+        parts = []
     if len(parts) != 2 or min(parts) < 1:
         raise argparse.ArgumentTypeError("give two positive widths, e.g. 128,64")
     return parts[0], parts[1]

@@ -14,10 +14,14 @@ from .common import add_network_args
 def sample_count(text: str) -> int:
     """argparse type of --n: a whole number of samples in 1 … MAX_SAMPLES (refused before anything loads)."""
     try:
-        return int(check_range("the number of samples", int(text), 1, MAX_SAMPLES, integer=True))
-    except (ValueError, OverflowError) as err:
-        raise argparse.ArgumentTypeError(str(err) if isinstance(err, UserError) else
-                                         f"the number of samples must be a whole number (you gave {text[:40]!r})")
+        number = int(text)
+    except ValueError:  # int's own refusal of a text that is no whole number
+        raise argparse.ArgumentTypeError(f"the number of samples must be a whole number (you gave {text[:40]!r})"
+                                         ) from None
+    try:
+        return int(check_range("the number of samples", number, 1, MAX_SAMPLES, integer=True))
+    except UserError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
 
 
 #: --n's help, shared with `attribute`.

@@ -18,10 +18,9 @@ import os
 import numpy as np
 import torch
 
-from ..coiba import CoIBABottleneck, CoIBASettings, branch_range, default_range, placement_of
+from ..coiba import CoIBABottleneck, CoIBASettings, branch_range, default_range, parse_range, placement_of
 from ..results import range_label
 from ..coiba import layer_range as coiba_layer_range
-from ..errors import UserError
 from ..feature_stats import FeatureStats, stats_for_layers
 from ..per_sample import AttributionResult, BottleneckSettings, PerSampleBottleneck, StepCallback
 from ..progress import ProgressFn
@@ -403,16 +402,7 @@ class CoIBAMethod(BottleneckMethod):
         given = self.settings["layers"]
         if given is None:
             return None
-        if isinstance(given, str):
-            parts = [p.strip() for p in given.split(":")]
-            if len(parts) == 1:
-                parts = parts * 2
-        else:
-            parts = [str(p) for p in given]
-        if len(parts) != 2 or not all(parts):
-            raise UserError(f"Give CoIBA's layer range as FIRST:LAST (e.g. block3_2:block7_1), not "
-                            f"{str(given)[:80]!r}.")
-        return parts[0], parts[1]
+        return parse_range(given)
 
     def placement(self, network) -> tuple[str, str]:
         """(the placement on `network`, a note for the person or ""): `coiba.placement_of`."""

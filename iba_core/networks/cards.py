@@ -92,8 +92,9 @@ def load_card(path: str | os.PathLike, weights: str | os.PathLike | None = "pret
             card, classes, state, check, title=title, outputs_wanted=outputs_wanted, trust=trust,
             trust_pickle=trust_pickle)
     except WeightsMismatchError as err:  # checked on the meta build or once read
-        if card.head is None and classes is not None and len(classes) == 2:  # built with two outputs
-            err.cli_hint = err.app_hint = BINARY_HINT
+        if card.head is None and classes is not None and len(classes) == 2 and err.file_outputs == 1:
+            err.cli_hint = err.app_hint = BINARY_HINT  # built with two outputs, the file has one
+            err.binary = True
         raise
     prep = _card_preprocessing(card, prep, model)
 

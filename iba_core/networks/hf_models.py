@@ -226,9 +226,7 @@ def build_hf(config, *, title: str = "This Hugging Face model", input_size: int 
     try:
         model = build_seeded(lambda: _from_config(config), title=title, input_size=input_size,
                              channels=int(getattr(config, "num_channels", 3) or 3), weights_check=weights_check)
-    except ValueError as err:  # not an image classifier (a text model, a backbone class)
-        if isinstance(err, UserError):  # the size cap's or the weights' own sentence
-            raise
+    except ValueError as err:  # not an image classifier (a text model, a backbone class); a UserError passes
         raise UserError(f"This Hugging Face model is no image classifier ({shown(err, 160)}).") from None
     return logits_only(model.float())
 

@@ -44,7 +44,15 @@ class UnsafeWeightsError(UserError):
 
 
 class WeightsMismatchError(UserError):
-    """A state dict that does not fit its model."""
+    """A state dict that does not fit its model.
+
+    file_outputs: the size of the file's tensor at the model's output layer (its number of outputs), None where the
+    file lacks that layer; a hint may depend on it (one output for two class names: a binary classifier).
+    binary: set where the file has one output for a class list of two names and no head was named: a binary
+    classifier, built with two outputs (`cards.load_card`)."""
+
+    file_outputs: int | None = None
+    binary: bool = False
 
 
 def weights_hash(path: str | os.PathLike, length: int = 12) -> str:
@@ -326,9 +334,13 @@ def check_state(own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tenso
                 tail, cli_hint, app_hint = found
         shown_count = 2 if tail else SHOWN  # with a source that fits, the mismatches matter less than the source
         more = f" (and {total - shown_count} more)" if total > shown_count else ""
-        raise WeightsMismatchError(
+        err = WeightsMismatchError(
             f"{lead} {shown(title)}: {total} mismatch(es): {'; '.join(problems[:shown_count])}{more}{tail}.",
             cli_hint=cli_hint, app_hint=app_hint)
+        key = output_layer(own)
+        stored = state.get(key) if key is not None else None
+        err.file_outputs = int(stored.shape[0]) if stored is not None and stored.dim() else None
+        raise err
     wrong = [(k, _dtype_name(state[k].dtype), _dtype_name(own[k].dtype)) for k in own
              if not _fits_dtype(state[k], own[k])]
     if wrong:

@@ -11,8 +11,10 @@ not suit the network, becomes an error row for each method), the network runs on
 its probability, p(target)), then each method makes its maps through the one interface,
 `method.attribute_batch` (the bottlenecks, Readout, gradient, CAM and LRP methods batch for real; the others run
 image by image); `method.prepare` runs first, so missing statistics or checkpoints stop the run before any image.
-A method that fails on a batch is tried image by image, so one bad image costs one error row. Rows go to the run folder in parts (`store.PartWriter`), also when the run is
-interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
+A method that fails on a batch is tried image by image, so one bad image costs one error row. A row a bug failed
+(anything but a `UserError`) says "a bug" with a reference, its traceback in RUN_DIR/errors.log (`bug_log`); a row
+the user's file or choice failed keeps that sentence. Rows go to the run folder in parts (`store.PartWriter`), also
+when the run is interrupted (Ctrl-C); a rerun skips every (image, method) that has a row (error rows too, unless
 `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again (`checks.heal`). Each
 image is claimed before its work (`claims.py`): two runs into one folder share its images, each computed once.
 
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import USER_ERRORS, UserError
+from ..errors import UserError
 from ..heads import head_of, probabilities
 from ..methods import Method
 from ..image_folders import ImageItem, list_items
@@ -52,6 +54,7 @@ from ..ranks import meet_ranks, shard
 from ..model_state import frozen_eval
 from ..progress import ProgressFn
 from .measures import THUMBNAIL, map_measures
+from .bug_log import row_error
 from .claims import Claims
 from .checks import heal
 from .store import (PART_ROWS, PART_SECONDS, PartWriter, decode_map, done_pairs, encode_map, part_names, start_run,
@@ -241,13 +244,10 @@ def is_bits_method(method: Method) -> bool:
     return method.unit == "bits/pixel"
 
 
-def error_text(err: BaseException) -> str:
-    """An error as one sentence for a row: a user error's message, else its type and message."""
-    if isinstance(err, UserError):
-        return err.message
-    if isinstance(err, USER_ERRORS):
-        return str(err)
-    return f"{type(err).__name__}: {err}"
+def error_text(err: BaseException, run_dir: str | os.PathLike, where: str = "") -> str:
+    """An error as one sentence for a row: a user error's message; a bug said to be one, its traceback in the run
+    folder's errors.log (`bug_log.row_error`). where: the row ("image · method")."""
+    return row_error(err, run_dir, where)
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,17 +316,19 @@ def _box_mask(boxes: Path | None, item: ImageItem, preprocess, shape: tuple[int,
         return None
     try:
         mask, _ = boxes_on_crop(parse_voc(xml), preprocess)
-    except (ValueError, OSError):
+    except (UserError, OSError):  # an unreadable box file: the row has no box measures
         return None
     return mask if mask.shape == shape else None
 
 
-def _load(network, item: ImageItem, tasks: list[Task], boxes: Path | None) -> _Loaded:
+def _load(network, item: ImageItem, tasks: list[Task], boxes: Path | None, run_dir: Path) -> _Loaded:
     pre = network.preprocess
     try:
         x = pre.normalise(pre.crop(pre.load(item.path)))
+    except OSError as err:  # the disk's or the share's refusal (the loader says its own for missing files)
+        return _Loaded(item, tasks, error=f"The file could not be read ({err.strerror or err}).")
     except Exception as err:  # noqa: BLE001 - any file that cannot be used is a row with the reason, not a crash
-        return _Loaded(item, tasks, error=error_text(err))
+        return _Loaded(item, tasks, error=error_text(err, run_dir, f"image {item.key}"))
     return _Loaded(item, tasks, x, _box_mask(boxes, item, pre, tuple(x.shape[-2:])))
 
 
@@ -420,7 +422,7 @@ class _Yardsticks:
         return out
 
 
-def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict], device,
+def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict], device, run_dir: Path,
                  yardsticks: _Yardsticks | None = None, told: Callable[[str], None] | None = None,
                  targets: list[int] | None = None) -> list[tuple[dict, np.ndarray | None]]:
     """(row, map) of `method` for each loaded image (`attribute_batch`), with the run's metric columns; a batch
@@ -441,7 +443,8 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
     for i, (b, row, result) in enumerate(zip(loaded, base, made)):
         row = {**row, "method": method.key, "method_name": method.name}
         if isinstance(result, BaseException):
-            out.append(({**row, "error": error_text(result)}, None))
+            out.append(({**row, "error": error_text(result, run_dir, f"image {b.item.key} · method {method.key}")},
+                        None))
             continue
         values, extra = np.asarray(result.values, dtype=np.float32), result.extra
         if yardsticks is not None:
@@ -453,7 +456,8 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
                 row.update(yardsticks.columns(x[i:i + 1], values, targets[i], b.box, b.item.key, method.key,
                                               said))
             except Exception as err:  # noqa: BLE001 - one image's failure is its row's error, as for the map
-                out.append(({**row, "error": f"the metrics failed: {error_text(err)}"}, None))
+                where = f"image {b.item.key} · method {method.key} · metrics"
+                out.append(({**row, "error": f"the metrics failed: {error_text(err, run_dir, where)}"}, None))
                 continue
         # seconds per image: a batched call's time split over its images (`Method._run`), so a column sum is the
         # method's time for the run, and a row is comparable across batch sizes
@@ -471,12 +475,12 @@ def _method_rows(network, method: Method, loaded: list[_Loaded], base: list[dict
 
 
 def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, Method], settings: FolderSettings,
-                device, told: Callable[[str], None], yardsticks: _Yardsticks | None = None,
+                device, told: Callable[[str], None], run_dir: Path, yardsticks: _Yardsticks | None = None,
                 prompts: _Prompts | None = None):
     """(row, map) of every pending (image, method, prompt) of `chunk`: an image that cannot be loaded, or whose
     target the network has no output for, gives an error row per task; the others go through each method in one
     batch per prompt (prompts: the run's, or None for a run that explains classes)."""
-    loaded = [_load(network, item, pending, settings.boxes) for item, pending in chunk]
+    loaded = [_load(network, item, pending, settings.boxes, run_dir) for item, pending in chunk]
     readable = [b for b in loaded if b.error is None]
     if not readable:
         base: dict[str, dict[str, dict]] = {}
@@ -499,7 +503,8 @@ def _chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, 
             told(f"{method.name} · {mine_now[0].item.key}" + (f" · {prompt}" if prompt else ""))
             targets = [prompts.network_index[prompt]] * len(mine_now) if prompt and prompts is not None else None
             yield from _method_rows(network, runners[method.key], mine_now,
-                                    [base[b.item.key][prompt] for b in mine_now], device, yardsticks, told, targets)
+                                    [base[b.item.key][prompt] for b in mine_now], device, run_dir, yardsticks, told,
+                                    targets)
 
 
 #: Seconds between two looks at images another live writer holds (its claims go when its part is written).
@@ -597,7 +602,7 @@ def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: Fo
         row = run.table.loc[index]
         image, method = str(row["image"]), str(row["method"])
         if image not in loaded:
-            loaded = {image: _load(network, keys[image], [], settings.boxes)}  # rows come by image: one kept
+            loaded = {image: _load(network, keys[image], [], settings.boxes, run_dir)}  # rows come by image: one kept
 
         def said(metric: str) -> None:
             if progress is not None:
@@ -613,7 +618,8 @@ def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: Fo
         except Exception as err:  # noqa: BLE001 - the row stays as it was; the next rerun tries again
             summary.errors += 1
             if len(summary.error_examples) < 3:
-                summary.error_examples.append(f"{image}: the metrics could not be added ({error_text(err)})")
+                summary.error_examples.append(
+                    f"{image}: the metrics could not be added ({error_text(err, run_dir, f'image {image} · {method}')})")
             continue
         kept = {k: v for k, v in row.to_dict().items()
                 if k not in ("map_file", "map_index", "map_scale", "height", "width", "rank", "finished")}
@@ -707,8 +713,8 @@ def run_folder(
 
     try:
         for chunk in _claimed_chunks(todo, settings.batch_images, claims, writer, left, summary):
-            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told, yardsticks,
-                                           prompts):
+            for row, values in _chunk_rows(network, chunk, methods, runners, settings, device, told, run_dir,
+                                           yardsticks, prompts):
                 keep(row, values)
             finished += len(chunk)
             if progress is not None:

@@ -75,7 +75,7 @@ def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) ->
                 if (table.schema.metadata or {}).get(PARTS_META) == parts_digest(names):
                     frame = table.to_pandas()
                     return frame if set(COLUMNS) <= set(frame) else with_columns(frame)
-        except (OSError, ValueError):  # damaged, pointing outside the run (RunFolderError), or a table written
+        except (OSError, ValueError, RunFolderError):  # damaged, pointing outside the run, or a table written
             pass  # before checksums: built again below
     return build_table(run_dir, names)
 

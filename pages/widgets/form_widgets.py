@@ -133,7 +133,7 @@ def target_picker(inputs: Inputs, prefix: str) -> int | str:
         index = (None if head == SIMILARITY and other.strip() else  # a prompt is added to the network at Run only
                  inputs.network.class_index(other.strip()) if other.strip() else
                  None if chosen is None else int(chosen))
-    except ValueError:  # an unknown or ambiguous name: Run says why; the link names no class meanwhile
+    except UserError:  # an unknown or ambiguous name: Run says why; the link names no class meanwhile
         index = None
     set_link(target=None if index is None else str(index))
     return other.strip() or chosen

@@ -6,6 +6,7 @@ import pytest
 
 from app_helpers import fake_network
 from iba_core.app import choices
+from iba_core.errors import UserError
 from iba_core.methods import get_method, method_keys
 
 
@@ -82,7 +83,7 @@ def test_compare_request_puts_the_chosen_readout_last(tmp_path) -> None:
     plain = choices.compare_request(["saliency"], {}, None)
     assert plain.keys == ["saliency"] and plain.settings == {}
     assert choices.compare_request([], {}, ckpt).keys == [choices.READOUT_METHOD]
-    with pytest.raises(ValueError, match="at least one method"):
+    with pytest.raises(UserError, match="at least one method"):
         choices.compare_request([], {}, None)
 
 

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from iba_core.app import inputs
+from iba_core.errors import UserError
 from iba_core.images import ImageError
 from iba_core.networks.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
@@ -44,23 +45,23 @@ def test_parse_box() -> None:
     assert inputs.parse_box("10, 20, 100, 200", 224) == (10, 20, 100, 200)
     assert inputs.parse_box("0, 0, 192, 192", 192) == (0, 0, 192, 192)  # the whole of this network's crop
     for bad in ("1, 2, 3", "a, b, c, d", "5, 5, 5, 9", "1, 2, inf, 4", "nan, 2, 3, 4"):
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError):
             inputs.parse_box(bad, 224)
-    with pytest.raises(ValueError, match=r"four numbers .*\(you gave 3 entries\)"):
+    with pytest.raises(UserError, match=r"four numbers .*\(you gave 3 entries\)"):
         inputs.parse_box("1, 2, 3", 224)
-    with pytest.raises(ValueError, match=r"you gave 1 entry\)"):
+    with pytest.raises(UserError, match=r"you gave 1 entry\)"):
         inputs.parse_box("abc", 224)
     # typos are said, never turned into another box: swapped corners, corners outside the crop
-    with pytest.raises(ValueError, match="x1 > x0"):
+    with pytest.raises(UserError, match="x1 > x0"):
         inputs.parse_box("100 200 10 20", 224)
     for outside in ("-5, 0, 300, 224", "0, 0, 200, 200 ", "1e9, 0, 2, 2"):
-        with pytest.raises(ValueError, match="inside the 192 × 192 crop"):
+        with pytest.raises(UserError, match="inside the 192 × 192 crop"):
             inputs.parse_box(outside, 192)
 
 
 def test_a_long_bad_box_is_not_echoed() -> None:
     pasted = "1, 2, " + "x" * 5000
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(UserError) as err:
         inputs.parse_box(pasted, 224)
     assert "xxxx" not in str(err.value) and len(str(err.value)) < 120
 
@@ -77,9 +78,9 @@ def test_voc_boxes_map_to_the_crop() -> None:
     # 448 → 256 (×4/7), crop offset 16: 64 → 20.57, 192 → 93.71
     assert boxes[0] == pytest.approx((64 * 4 / 7 - 16, 64 * 4 / 7 - 16, 192 * 4 / 7 - 16, 192 * 4 / 7 - 16))
     assert mask.shape == (224, 224) and mask.any()
-    with pytest.raises(ValueError, match="not XML"):
+    with pytest.raises(UserError, match="not XML"):
         inputs.voc_boxes(b"not xml", IMAGENET)
-    with pytest.raises(ValueError, match="no <object>"):
+    with pytest.raises(UserError, match="no <object>"):
         inputs.voc_boxes("<annotation><size><width>9</width><height>9</height></size></annotation>", IMAGENET)
 
 
@@ -98,11 +99,11 @@ def test_box_input_prefers_the_annotation() -> None:
     assert boxes == [(10, 20, 110, 70)] and mask.sum() == 100 * 50
     from_xml, xml_boxes = inputs.box_input("not even a box", VOC, IMAGENET)
     assert len(xml_boxes) == 1 and np.array_equal(from_xml, inputs.voc_boxes(VOC, IMAGENET)[0])
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         inputs.box_input("1, 2", None, IMAGENET)
     typed, _ = inputs.box_input("10, 20, 110, 192", None, SMALL)  # typed in this network's 192 crop
     assert typed.shape == (192, 192) and typed.sum() == 100 * (192 - 20)
-    with pytest.raises(ValueError, match="inside the 192 × 192 crop"):
+    with pytest.raises(UserError, match="inside the 192 × 192 crop"):
         inputs.box_input("10, 20, 110, 300", None, SMALL)
 
 

@@ -13,6 +13,7 @@ from iba_core.app import links
 from iba_core.app.inputs import image_digest, sample_input, upload_input
 from iba_core.app.models import TORCHVISION_CHOICE, CardChoice
 from iba_core.bottleneck import BETA_K_RANGE
+from iba_core.errors import UserError
 
 
 @pytest.fixture(autouse=True)
@@ -174,7 +175,7 @@ def test_a_damaged_or_swapped_upload_is_not_served(private_cache: Path) -> None:
     "0123456789abcdeg", "", "%2e%2e%2f", "0123456789abcde\n",
 ])
 def test_only_hex_digests_of_fixed_length_name_an_upload(digest: str) -> None:
-    with pytest.raises(ValueError, match="16 hex digits"):
+    with pytest.raises(UserError, match="16 hex digits"):
         links.upload_path(digest)
     assert links.kept_upload(digest) is None
     view, problems = links.from_params({"image": "upload:" + digest})

@@ -16,6 +16,7 @@ from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card a
 from iba_core import settings  # noqa: E402
 from iba_core.app import models  # noqa: E402
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
+from iba_core.errors import UserError  # noqa: E402
 from iba_core.networks import ModelCardError, UnsafeWeightsError, WeightsMismatchError, read_card  # noqa: E402
 from iba_core.networks.card_format import card_text, write_card  # noqa: E402
 from iba_core.trust import NotTrustedError, Trust  # noqa: E402
@@ -107,9 +108,9 @@ def test_parse_triple() -> None:
     assert models.parse_triple("0.485, 0.456, 0.406", "mean") == (0.485, 0.456, 0.406)
     assert models.parse_triple("[0.5 0.5 0.5]", "mean") == (0.5, 0.5, 0.5)
     assert models.parse_triple("  ", "mean") is None
-    with pytest.raises(ValueError, match="three numbers"):
+    with pytest.raises(UserError, match="three numbers"):
         models.parse_triple("0.5, 0.5", "mean")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(UserError, match="positive"):
         models.parse_triple("0.2, 0, 0.2", "std")
 
 
@@ -605,3 +606,42 @@ def test_a_clip_folder_uploaded_with_its_tokenizer_becomes_a_prompt_network(tmp_
         add_network(NewNetwork(name="clip2", arch="", source="folder", weights=None, classes=None,
                                folder_files=no_tokenizer), root, Trust.for_app())
     assert not (root / "clip2").exists()
+
+
+# ---- two class names: the mismatch's hint fits the weights' outputs (#38 item 7) ----------------------------------
+
+
+def _state(outputs: int) -> bytes:
+    buf = io.BytesIO()
+    torch.save(make_resnet18(outputs).state_dict(), buf)
+    return buf.getvalue()
+
+
+def test_a_two_output_model_that_does_not_fit_gets_no_binary_hint(tmp_path) -> None:
+    """A 2-output ResNet-18's weights given as a ResNet-34 with two class names: the weights do not fit, and the
+    message names neither a binary head (the file has two outputs) nor a field the form lacks (a card's `head`)."""
+    from iba_core.errors import user_message
+
+    new = new_network(_state(2), name="pair", classes=["no", "yes"], arch="resnet34")
+    with pytest.raises(WeightsMismatchError) as err:
+        add_network(new, tmp_path / "models")
+    assert err.value.file_outputs == 2 and not err.value.binary
+    for front_end in ("app", "cli"):
+        text = user_message(err.value, front_end)
+        assert "do not fit" in text and "binary" not in text and "head =" not in text, text
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_one_output_for_two_class_names_is_added_as_a_binary_network(tmp_path) -> None:
+    """The form has no head field: weights with one output and a class list of two names are added as a binary
+    classifier (the card it writes says head = "binary"), where before the form answered with a hint to edit the
+    card."""
+    from iba_core.networks import load_network
+
+    card = add_network(new_network(_state(1), name="single", classes=["benign", "malignant"]), tmp_path / "models")
+    assert 'head = "binary"' in card.read_text()
+    net = load_network(str(card), trust=Trust.for_app())
+    assert net.head == "binary" and net.categories == ["benign", "malignant"]
+    # three names for one output stay a mismatch, said as such (no binary head is guessed)
+    with pytest.raises(WeightsMismatchError, match="class list has 3 names but the weights' output layer has 1"):
+        add_network(new_network(_state(1), name="three", classes=["a", "b", "c"]), tmp_path / "models")

@@ -18,6 +18,7 @@ from card_fixtures import make_resnet18, write_card  # noqa: E402
 
 from bad_input_helpers import assert_one_sentence, cli_error, page_errors, run_cli  # noqa: E402
 from iba_core.app.models import FileGiven, NewNetwork, add_network  # noqa: E402
+from iba_core.errors import UserError  # noqa: E402
 from iba_core.networks import ModelCardError, load_network  # noqa: E402
 from iba_core.trust import Trust  # noqa: E402
 
@@ -38,7 +39,7 @@ def test_a_shared_name_needs_its_index(twice) -> None:
     card, image = twice
     network = load_network(card)
     assert network.categories == NAMES
-    with pytest.raises(ValueError, match=r"2 classes are named 'cat' \(indices 0, 2\)") as err:
+    with pytest.raises(UserError, match=r"2 classes are named 'cat' \(indices 0, 2\)") as err:
         network.class_index("cat")
     assert_one_sentence(str(err.value))
     assert network.class_index("2") == 2 and network.class_index("dog") == 1
@@ -49,7 +50,7 @@ def test_a_shared_name_needs_its_index(twice) -> None:
 
 def test_minus_one_is_an_index_out_of_range(twice) -> None:
     card, image = twice
-    with pytest.raises(ValueError, match=r"Class index -1 is out of range 0…2\."):
+    with pytest.raises(UserError, match=r"Class index -1 is out of range 0…2\."):
         load_network(card).class_index("-1")
     message = cli_error(run_cli(["attribute", image, "--model", card, "--target", "-1"]))
     assert "Class index -1 is out of range 0…2." in message

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from method_helpers import TinyConvNet, wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method
 from iba_core.methods.gradients import guided_copy
 
@@ -75,7 +76,7 @@ def test_cam_layers_exist_and_have_the_documented_strides(resnet_random, vgg_ran
 
 
 def test_grad_cam_needs_a_layer_for_unknown_networks():
-    with pytest.raises(ValueError, match="layer"):
+    with pytest.raises(UserError, match="layer"):
         get_method("grad_cam").attribute(wrap(TinyConvNet()), torch.zeros(1, 3, 8, 8), 0).values
-    with pytest.raises(ValueError, match="no module"):
+    with pytest.raises(UserError, match="no module"):
         get_method("grad_cam", layer="nope").attribute(wrap(TinyConvNet()), torch.zeros(1, 3, 8, 8), 0).values

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from method_helpers import TinyConvNet, wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method
 from iba_core.methods.gradients import GuidedReLU, guided_copy
 
@@ -116,7 +117,7 @@ def test_guided_copy_replaces_reused_and_relu6_modules(resnet_random, offline_mo
 
 def test_guided_backprop_needs_relus():
     net = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
-    with pytest.raises(ValueError, match="ReLU"):
+    with pytest.raises(UserError, match="ReLU"):
         get_method("guided_backprop").attribute(wrap(net), torch.zeros(1, 3, 2, 2), 0).values
 
 
@@ -128,5 +129,5 @@ def test_smoothgrad_reduction_as_in_the_papers_code():
     assert mean.signed and not get_method("smoothgrad").signed
     gradient = get_method("gradient").attribute(wrap(net), x, 2).values  # signed channel sum
     np.testing.assert_allclose(mean.attribute(wrap(net), x, 2).values, gradient / 3, rtol=1e-4, atol=1e-7)
-    with pytest.raises(ValueError, match="reduction"):
+    with pytest.raises(UserError, match="reduction"):
         get_method("smoothgrad", reduce="median")

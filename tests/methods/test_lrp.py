@@ -9,6 +9,7 @@ from zennit.core import Composite
 from zennit.layer import Sum
 
 from method_helpers import wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method
 from iba_core.methods.base import working_copy
 from iba_core.methods.lrp import canonizers_for
@@ -79,7 +80,7 @@ def test_lrp_names_and_settings():
     assert get_method("lrp_alpha0beta1eps5", epsilon=1).key == "lrp_alpha0beta1eps1"
     assert get_method("lrp_alpha0beta1eps5", epsilon=5).key == "lrp_alpha0beta1eps5"
     assert get_method("lrp_epsilon", epsilon=0.1).key == "lrp_epsilon0_1"
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         get_method("lrp_epsilon", gamma=1)
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from method_helpers import SMALL, TinyConvNet, fingerprint, wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method
 from iba_core.methods.pattern import (
     Patterns,
@@ -172,7 +173,7 @@ def test_vgg16_random_gives_a_finite_map_and_leaves_the_model_untouched(vgg_rand
     assert [layer.regime for layer in layers.values()] == ["relu"] * 15 + ["linear"]  # the logits: linear estimator
     assert all(not layer.batchnorms and layer.mask_node == layer.y_node == layer.node for layer in layers.values()
                if layer.rectified)  # y > 0 on the layer's own output, as in the paper
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(UserError, match="out of range"):
         get_method("pattern_attribution", patterns=vgg_patterns).attribute(vgg_random, small_x, 1000)
 
 
@@ -191,16 +192,16 @@ def test_custom_forward_functions_are_read_from_their_traced_graph():
     with_gelu = wrap(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                                    nn.Linear(4, 2)))
     assert "GELU" in method.available_for(with_gelu)
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(UserError, match="not available"):
         method.attribute(with_gelu, torch.zeros(1, 3, 8, 8), 0)
 
 
 def test_patterns_of_another_network_are_refused():
     net = _two_layer_net()
     x = torch.zeros(1, 3, 2, 2)
-    with pytest.raises(ValueError, match="another network"):  # a layer missing
+    with pytest.raises(UserError, match="another network"):  # a layer missing
         get_method("pattern_attribution", patterns={"1": torch.ones(5, 12)}).attribute(wrap(net), x, 0)
-    with pytest.raises(ValueError, match="another network"):  # a shape that does not fit
+    with pytest.raises(UserError, match="another network"):  # a shape that does not fit
         get_method("pattern_attribution", patterns={"1": torch.ones(5, 11), "4": torch.ones(3, 5)}).attribute(
             wrap(net), x, 0)
 
@@ -282,5 +283,5 @@ def test_settings_and_names():
     method = get_method("pattern_attribution")
     assert method.name == "PatternAttribution" and method.signed and method.cost == "slow"
     assert method.settings == {"images": None, "samples": 256, "patterns": None}
-    with pytest.raises(ValueError, match="no setting"):
+    with pytest.raises(UserError, match="no setting"):
         get_method("pattern_attribution", steps=3)

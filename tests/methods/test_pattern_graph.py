@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from method_helpers import TinyConvNet, wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method
 from iba_core.methods.pattern import estimate_patterns, pattern_graph
 from iba_core.methods.pattern.layer_kinds import apply_weight
@@ -372,7 +373,7 @@ def test_unsupported_networks_say_why_in_one_sentence():
         assert reason, words
         assert all(w in reason for w in words), reason
         assert reason.count(". ") == 0 and reason.endswith("."), reason  # one sentence
-    with pytest.raises(ValueError, match="not available.*GELU"):
+    with pytest.raises(UserError, match="not available.*GELU"):
         method.attribute(cases[0][0], torch.zeros(1, 3, 8, 8), 0)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from iba_core.errors import UserError
 from iba_core.methods import METHODS, UnknownMethodError, display_names, get_method, method_keys
 from iba_core.methods import Method
 
@@ -55,18 +56,18 @@ def test_settings():
     assert get_method("integrated_gradients", steps=8).settings["steps"] == 8
     assert get_method("smoothgrad", samples=3).settings["samples"] == 3
     assert get_method("iba_10", steps=2).settings == {**get_method("iba_10").settings, "steps": 2}
-    with pytest.raises(ValueError, match="no setting"):
+    with pytest.raises(UserError, match="no setting"):
         get_method("gradient", steps=3)
     # a key is a preset: settings given override it, and the method's key then names them
     assert get_method("occlusion_8", size=14).key == "occlusion_14"
     assert get_method("iba_10", beta_k=3).key == "iba_3" and get_method("iba_10", beta_k=3).settings["beta_k"] == 3
     with pytest.raises(UnknownMethodError, match="choose from"):
         get_method("deeplift")
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         get_method("lrp_epsilon", rule="gamma")
     from iba_core.methods.occlusion import Occlusion
 
-    with pytest.raises(ValueError, match="≥ 1"):
+    with pytest.raises(UserError, match="≥ 1"):
         Occlusion(0)
 
 
@@ -97,7 +98,7 @@ def test_methods_say_why_they_cannot_run(offline_model):
     assert "readout checkpoint" in get_method("readout").available_for(resnet)
     import torch
 
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(UserError, match="not available"):
         get_method("lrp_epsilon").attribute(net, torch.zeros(1, 3, 8, 8), 0)
 
 

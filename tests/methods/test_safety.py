@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from method_helpers import TinyConvNet, fast_method, fingerprint, stats_settings, wrap
+from iba_core.errors import UserError
 from iba_core.methods import get_method, method_keys
 from reference_impl import hook_count
 
@@ -53,7 +54,7 @@ def test_target_out_of_range(key, random_networks, small_x, resnet_before):
     network, _ = random_networks["resnet50"]
     before = resnet_before
     for bad in (1000, -1):
-        with pytest.raises(ValueError, match="out of range"):
+        with pytest.raises(UserError, match="out of range"):
             _method(key, random_networks).attribute(network, small_x, bad).values
     with pytest.raises(TypeError):
         _method(key, random_networks).attribute(network, small_x, 1.5).values

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from iba_core.errors import UserError
 from iba_core.metrics.bbox import (
     Annotation,
     Box,
@@ -118,5 +119,5 @@ def test_a_bad_voc_annotation_gets_a_sentence(size, box, words) -> None:
     x0, y0, x1, y1 = box.split()
     xml = (f"<annotation><size>{size}</size><object><name>cat</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin>"
            f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object></annotation>")
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(UserError, match=words):
         parse_voc(xml)

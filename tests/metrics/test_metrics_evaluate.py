@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from iba_core.cli import main
+from iba_core.errors import UserError
 from iba_core.methods import Method, get_method, resolve_methods
 from iba_core.metrics.runner import EvalOptions, finish, run_evaluation
 from iba_core.image_folders import list_items
@@ -138,7 +139,7 @@ def test_cli_smoke_on_the_offline_model(tmp_path, capsys):
 
 
 def test_unknown_method_is_a_clear_error():
-    with pytest.raises(ValueError, match="Unknown attribution method"):
+    with pytest.raises(UserError, match="Unknown attribution method"):
         resolve_methods(["no-such-method"])
 
 

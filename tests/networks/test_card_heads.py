@@ -10,6 +10,7 @@ import torch
 
 from card_fixtures import make_resnet18, write_card, write_images
 from iba_core.cli import main
+from iba_core.errors import UserError
 from iba_core.images import load_image
 from iba_core.networks import ModelCardError, load_network
 from iba_core.networks.card_format import card_text, read_card
@@ -92,7 +93,7 @@ def test_refused_heads_say_why_in_one_sentence(tmp_path):
         load_network(two_outputs)
     # two names, one-output weights, no head: the message says what to declare
     undeclared = _card(tmp_path / "undeclared", ["a", "b"], 1, None)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(UserError) as err:
         load_network(undeclared)
     assert 'head = "binary"' in err.value.cli_hint
 

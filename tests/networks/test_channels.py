@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from iba_core.errors import UserError
 from iba_core.images import ImageError
 from iba_core.band_images import MultiBandImage, load_input
 from iba_core.networks import ModelCardError, load_network
@@ -129,7 +130,7 @@ def test_channels_and_mean_helpers():
     assert fit_channels([0.5], 4) == (0.5,) * 4
     np.testing.assert_allclose(fit_channels((0.485, 0.456, 0.406), 2), [0.449, 0.449], rtol=1e-4)
     assert fit_channels([0.1, 0.2, 0.3, 0.4], 4) == (0.1, 0.2, 0.3, 0.4)
-    with pytest.raises(ValueError, match="has 2 numbers for mean or std, but the network takes 4"):
+    with pytest.raises(UserError, match="has 2 numbers for mean or std, but the network takes 4"):
         fit_channels([0.1, 0.2], 4)
     assert input_channels_of(torch.nn.Sequential(torch.nn.Conv2d(13, 8, 3), torch.nn.ReLU())) == 13
     assert input_channels_of(torch.nn.Linear(3, 2), default=None) is None

@@ -8,6 +8,7 @@ from torch import nn
 
 from any_network_sizes import SIZES
 from reference_impl import hook_count
+from iba_core.errors import UserError
 from iba_core.networks import network_from_module
 from iba_core.networks.fx_split import CutError, cut_at
 from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
@@ -102,7 +103,7 @@ def test_hooks_and_flags_restored_on_errors(any_network):
     for path in ("fx", "hook"):
         iba = (PerSampleBottleneck.for_network(net, "layer2", wrong, settings) if path == "fx"
                else PerSampleBottleneck(net.model, "layer2", wrong, settings))
-        with pytest.raises(ValueError, match="Statistics are for a layer shaped"):
+        with pytest.raises(UserError, match="Statistics are for a layer shaped"):
             iba.attribute(_image(64), 3)
         assert hook_count(net.model) == 0 and not net.model.training
         assert not any(p.requires_grad for p in net.model.parameters())

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from any_network_sizes import SIZES
+from iba_core.errors import UserError
 from iba_core.methods import get_method, method_keys
 from reference_impl import hook_count
 
@@ -63,7 +64,7 @@ def test_method_works_or_says_why(any_network, noise_stats, name, key):
         assert _is_one_sentence(reason), reason
         words = REASON_WORDS.get("lrp_alpha1beta0" if key in LRP else key, ("",))
         assert any(word in reason for word in words), reason
-        with pytest.raises(ValueError, match="not available"):
+        with pytest.raises(UserError, match="not available"):
             method.attribute(net, torch.zeros(1, 3, size, size), 3)
         return
     settings = dict(CHEAP.get(key, {}))

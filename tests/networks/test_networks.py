@@ -4,6 +4,7 @@ import time
 import pytest
 import torch
 
+from iba_core.errors import UserError
 from iba_core.networks import get_spec, network_from_module, weights
 from iba_core.images import load_sample
 from iba_core.networks import REGISTRY, UnknownModelError, WeightsUnavailableError, load_network
@@ -97,9 +98,9 @@ def test_class_index_by_number_and_name(offline_model):
     assert offline_model.class_index(967) == 967
     assert offline_model.class_index("Egyptian cat") == 285
     assert offline_model.class_index(" 12 ") == 12
-    with pytest.raises(ValueError, match="espresso"):
+    with pytest.raises(UserError, match="espresso"):
         offline_model.class_index("espress")
-    with pytest.raises(ValueError, match="range"):
+    with pytest.raises(UserError, match="range"):
         offline_model.class_index(1000)
 
 

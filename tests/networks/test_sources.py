@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from iba_core.errors import UserError
 from iba_core.networks import REGISTRY, SOURCES, UnknownModelError, check_network_key, load_network
 from iba_core.networks.sources import source_of
 
@@ -39,9 +40,9 @@ def test_checking_and_loading_follow_the_same_source(tmp_path: Path) -> None:
     folder = tmp_path / "not-a-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"hello": 1}))
-    with pytest.raises(ValueError) as checked:
+    with pytest.raises(UserError) as checked:
         check_network_key(str(folder))
-    with pytest.raises(ValueError) as loaded:
+    with pytest.raises(UserError) as loaded:
         load_network(str(folder))
     assert str(checked.value) == str(loaded.value) and "no model folder" in str(checked.value)
 

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from iba_core.bottleneck import INIT_ALPHA, lambda_from_alpha
+from iba_core.errors import UserError
 from iba_core.networks import REGISTRY, get_spec, load_network
 from iba_core.readout import (
     ALPHA_MAX,
@@ -68,9 +69,9 @@ def test_resnet50_readout_shapes_with_random_weights():
 
 
 def test_create_checks_its_arguments(offline_model):
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(UserError, match="distinct"):
         ReadoutBottleneck.create(offline_model, reads=("block2_2", "head", "head", LOGITS))
-    with pytest.raises(ValueError, match="no layer 'block9_9'"):
+    with pytest.raises(UserError, match="no layer 'block9_9'"):
         ReadoutBottleneck.create(offline_model, reads=("block2_2", "block9_9", LOGITS))
     rb = ReadoutBottleneck.create(offline_model, layer="block3_2", reads=("head", LOGITS))
     assert rb.config.reads == ("block3_2", "head", LOGITS)  # the bottleneck layer is always read

@@ -288,3 +288,63 @@ def test_seconds_are_per_image_the_batch_time_split_over_its_images(tiny_net, tm
     # The method's own checks around the batch add a little; a batch's time on every row would give 3 × it.
     assert seconds.sum() == pytest.approx(batches[0], rel=0.25, abs=0.05)
     assert seconds.sum() < 2 * batches[0] and (seconds < 0.7 * batches[0]).all()
+
+
+def test_a_row_failed_by_a_bug_says_so_and_the_runs_log_holds_its_traceback(tiny_net, twelve, tmp_path, monkeypatch):
+    """#38 item 5: a method that raises an unexpected error (a bug, not a UserError) on two images gives their rows
+    "a bug" with a reference, and RUN_DIR/errors.log the traceback under that reference (written once for the same
+    bug); a row the user's file failed keeps its own sentence and writes nothing to the log."""
+    import re
+
+    import torch
+
+    from iba_core.runs.bug_log import ERROR_LOG
+
+    method = get_method("gradient")
+    pre = tiny_net.preprocess
+    bad = [pre.normalise(pre.crop(pre.load(twelve / name))) for name in ("img03.png", "img07.png")]
+    honest = type(method).attribute_batch
+
+    def buggy(self, network, x, targets, *args, **kwargs):
+        if any(torch.equal(image.cpu(), b[0]) for image in x for b in bad):
+            raise RuntimeError("injected bug: shapes (3,) and (4,) do not align")
+        return honest(self, network, x, targets, *args, **kwargs)
+
+    monkeypatch.setattr(type(method), "attribute_batch", buggy)
+    root, items = list_images(twelve, class_index=tiny_net.class_index)
+    summary = run_folder(tiny_net, items, [method], tmp_path / "run", FolderSettings(batch_images=4), root=root)
+    assert summary.errors == 4  # the two unusable files and the two images the bug failed
+    errors = open_run(tmp_path / "run").table.set_index("image")["error"]
+    assert errors.notna().sum() == 4 and errors[["img00.png", "img05.png", "img09.png"]].isna().all()
+    log = (tmp_path / "run" / ERROR_LOG).read_text(encoding="utf-8")
+    references = []
+    for image in ("img03.png", "img07.png"):
+        row = errors[image]
+        assert "a bug" in row and "RuntimeError" in row and f"{ERROR_LOG} in the run folder" in row, row
+        assert str(tmp_path) not in row and "shapes" not in row  # the bug's text and the machine's path: in the log
+        (reference,) = re.findall(r"reference ([0-9a-f]{8})", row)
+        assert f"reference {reference} (image {image} · method gradient" in log
+        references.append(reference)
+    first, again = references
+    assert f"reference {again} (image img07.png · method gradient): the same bug as reference {first}" in log
+    assert log.count(", process ") == 1  # one full entry: the traceback once
+    assert "Traceback (most recent call last)" in log
+    assert "RuntimeError: injected bug: shapes (3,) and (4,) do not align" in log and "in buggy" in log
+    assert "not a readable image" in errors["broken.png"] and "a bug" not in errors["broken.png"]
+    assert "broken.png" not in log and "bands.npy" not in log
+
+
+def test_the_cli_names_the_log_of_a_folder_run_that_met_a_bug(tiny_card, twelve, tmp_path, monkeypatch, capsys):
+    from iba_core.runs.bug_log import ERROR_LOG
+
+    method = get_method("gradient")
+
+    def buggy(self, network, x, targets, *args, **kwargs):
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(type(method), "attribute_batch", buggy)
+    out = tmp_path / "run"
+    assert cli(tiny_card, twelve, "--out", out, "--methods", "gradient") == 0
+    err = capsys.readouterr().err
+    assert "this is a bug" in err and f"the tracebacks of rows a bug failed are in {out / ERROR_LOG}" in err
+    assert "RuntimeError: injected bug" in (out / ERROR_LOG).read_text(encoding="utf-8")

@@ -298,7 +298,7 @@ def compute_patterns(
         batches = FolderBatches(files, preprocess, batch_size)
         try:
             tensors, count = estimate_patterns(network, batches, progress=progress, total=len(files))
-        except ValueError as err:
+        except UserError as err:  # no image read: said as the folder's problem
             if batches.skipped == len(files):
                 raise UserError(f"None of the {len(files)} files below {images} could be read as an image.") from err
             raise
