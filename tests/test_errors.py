@@ -275,11 +275,10 @@ def test_class_folder_of_no_class(tmp_path) -> None:
 
 
 def test_bbox_metric_without_boxes() -> None:
-    from iba_core.metrics.runner import _run_bbox
+    from iba_core.metrics import registry
 
-    ctx = SimpleNamespace(options=SimpleNamespace(boxes=None))
     with pytest.raises(UserError) as err:
-        _run_bbox(ctx, None, {})
+        registry.get("bbox").check(SimpleNamespace(boxes=None))  # the registry's check, before any slow work
     _, app = _assert_front_ends(err.value, "--boxes DIR")
     assert "Bounding box" in app
 

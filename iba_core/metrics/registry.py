@@ -140,7 +140,7 @@ class Metric:
 
     def measure(self, batch: MapBatch, options) -> list[Measurement]:
         """One `Measurement` per map of `batch`, under `options` (`yardsticks.YardstickOptions`)."""
-        raise NotImplementedError(f"{self.name} gives no per-map numbers; `python -m iba_core evaluate` runs it.")
+        raise NotImplementedError(f"{self.name} is measured over whole images by the evaluation loop, not per map.")
 
     def nan(self) -> dict[str, float]:
         """Its columns, each NaN (a map it cannot score, e.g. the pointing game without a box)."""
