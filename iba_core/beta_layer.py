@@ -154,49 +154,18 @@ def beta_layer_grid(
     network.spec.check_layer(layer)
     base = settings or BottleneckSettings()
     layers = list(layers) if layers is not None else depth_layers(network.spec, include=layer)
-    plan = [("beta", f"β·k = {b:g}", float(b), layer, "") for b in betas]
-    if last:
-        from .coiba import layer_range
-
-        ranges = {name: layer_range(network, name, last) for name in layers}  # all checked before any run
-        plan += [("layer", range_label(name, last), LAYER_ROW_BETA, name, last) for name in layers]
-    else:
-        plan += [("layer", name, LAYER_ROW_BETA, network.spec.check_layer(name), "") for name in layers]
+    plan, ranges = _grid_plan(network, betas, layer, layers, last)
     if target is None:
         target = network.top_k(x, 1)[0][0]  # one class for every cell, so the maps are comparable
-
+    stats_of = _cached_stats(stats_for, range_stats_for)
     done: dict[tuple[float, str, str], GridCell] = {}
     cells: list[GridCell] = []
-    stats_cache: dict[str, FeatureStats] = {}
-
-    def stats_of(names: list[str]) -> dict[str, FeatureStats]:
-        missing = [name for name in names if name not in stats_cache]
-        if len(missing) > 1 and range_stats_for is not None:
-            stats_cache.update(range_stats_for(missing))  # one pass for the range's missing layers
-        for name in missing:
-            if name not in stats_cache:
-                stats_cache[name] = stats_for(name)
-        return {name: stats_cache[name] for name in names}
-
     for i, (row, label, beta_k, name, end) in enumerate(plan):
         key = (beta_k, name, end)
         if progress is not None:
             progress(i, len(plan), cell_name(beta_k, name, end))
         if key not in done:
-            from .methods import bottleneck_method
-
-            # the one door: the registry's method for the cell's settings, with the grid's statistics
-            if end:
-                from .coiba import CoIBASettings
-
-                method = bottleneck_method(CoIBASettings.for_range_row(base, beta_k), layer_range=(name, end),
-                                           stats=stats_of(ranges[name]))
-            else:
-                method = bottleneck_method(replace(base, beta_k=beta_k), layer=name, stats=stats_of([name])[name])
-            result = method.run(network, x, target)
-            done[key] = GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits,
-                                 result.p_without, bottleneck_lost_class(result.p_without, result.p_with, result.head),
-                                 int(target), result.predicted, result.p_predicted, end)
+            done[key] = _grid_cell(network, x, target, base, (row, label, beta_k, name, end), ranges, stats_of)
         cell = replace(done[key], row=row, label=label)
         cells.append(cell)
         if on_cell is not None:
@@ -204,6 +173,62 @@ def beta_layer_grid(
     if progress is not None:
         progress(len(plan), len(plan), "done")
     return cells
+
+
+def _grid_plan(network: Network, betas: Sequence[float], layer: str, layers: list[str],
+               last: str) -> tuple[list[tuple[str, str, float, str, str]], dict[str, list[str]]]:
+    """The grid's cells in order as (row, label, β·k, layer, last), and each range row's layers (by its first)."""
+    plan = [("beta", f"β·k = {b:g}", float(b), layer, "") for b in betas]
+    ranges: dict[str, list[str]] = {}
+    if last:
+        from .coiba import layer_range
+
+        ranges = {name: layer_range(network, name, last) for name in layers}  # all checked before any run
+        plan += [("layer", range_label(name, last), LAYER_ROW_BETA, name, last) for name in layers]
+    else:
+        plan += [("layer", name, LAYER_ROW_BETA, network.spec.check_layer(name), "") for name in layers]
+    return plan, ranges
+
+
+def _cached_stats(stats_for: Callable[[str], FeatureStats],
+                  range_stats_for: Callable[[list[str]], dict[str, FeatureStats]] | None,
+                  ) -> Callable[[list[str]], dict[str, FeatureStats]]:
+    """A function giving the statistics of some layers, each asked of the caller once for the whole grid."""
+    cache: dict[str, FeatureStats] = {}
+
+    def stats_of(names: list[str]) -> dict[str, FeatureStats]:
+        missing = [name for name in names if name not in cache]
+        if len(missing) > 1 and range_stats_for is not None:
+            cache.update(range_stats_for(missing))  # one pass for the range's missing layers
+        for name in missing:
+            if name not in cache:
+                cache[name] = stats_for(name)
+        return {name: cache[name] for name in names}
+
+    return stats_of
+
+
+def _grid_cell(network: Network, x: torch.Tensor, target: int, base: BottleneckSettings,
+               planned: tuple[str, str, float, str, str], ranges: dict[str, list[str]],
+               stats_of: Callable[[list[str]], dict[str, FeatureStats]]) -> GridCell:
+    """One planned cell (row, label, β·k, layer, last) computed: the bottleneck at the layer at that β·k, or CoIBA
+    from the layer to `last`."""
+    from .methods import bottleneck_method
+
+    row, label, beta_k, name, end = planned
+
+    # the one door: the registry's method for the cell's settings, with the grid's statistics
+    if end:
+        from .coiba import CoIBASettings
+
+        method = bottleneck_method(CoIBASettings.for_range_row(base, beta_k), layer_range=(name, end),
+                                   stats=stats_of(ranges[name]))
+    else:
+        method = bottleneck_method(replace(base, beta_k=beta_k), layer=name, stats=stats_of([name])[name])
+    result = method.run(network, x, target)
+    return GridCell(row, label, beta_k, name, result.heatmap, result.p_with, result.total_bits, result.p_without,
+                    bottleneck_lost_class(result.p_without, result.p_with, result.head), int(target),
+                    result.predicted, result.p_predicted, end)
 
 
 def grid_runs(betas: Sequence[float], layer: str, layers: Sequence[str], last: str = "") -> list[tuple[float, str]]:

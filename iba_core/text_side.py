@@ -17,6 +17,7 @@ As the authors run it (YingWANGG/M2IB at ce4d7a0, `scripts/iba.py`, `methods.py`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -92,42 +93,16 @@ def text_side(network, x: torch.Tensor, prompt: str, settings: TextSideSettings 
     max_length = int(getattr(model.config.text_config, "max_position_embeddings", 77))
     tokens = model._tokenizer([prompt], truncation=True, max_length=max_length, return_tensors="pt")
     ids, mask = tokens["input_ids"].to(device), tokens["attention_mask"].to(device)
-
-    def text_embedding(input_ids, attention_mask) -> torch.Tensor:
-        out = model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output.float()
-        return out / out.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-
     with frozen_eval(model):
         with torch.no_grad():
-            image = model.get_image_features(pixel_values=x.to(device)).pooler_output.float()
-            image = image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            image = _unit(model.get_image_features(pixel_values=x.to(device)).pooler_output.float())
             captured: list[torch.Tensor] = []
             with replaced_output(block, lambda out: captured.append(out.detach().clone()) or out):
-                clean = text_embedding(ids, mask)
+                clean = _text_embedding(model, ids, mask)
             r = captured[0].float()  # (1, L, D), the residual stream after the block
         similarity_without = float((clean * image).sum())
-        k = r.numel()
-        alpha = torch.full_like(r, s.init_alpha, requires_grad=True)
-        adam = torch.optim.Adam([alpha], lr=s.lr)
-        generator = torch.Generator(device=device)
-        generator.manual_seed(s.seed if s.seed is not None else int(torch.seed() % (2**63)))
-        batch_ids, batch_mask = ids.expand(s.batch, -1), mask.expand(s.batch, -1)
-
-        def noisy_pass(lam: torch.Tensor) -> torch.Tensor:
-            noise = torch.randn((s.batch, *r.shape[1:]), generator=generator, device=device)
-            z = lam * r + (1 - lam) * noise  # the standard-normal prior on the raw features
-            with replaced_output(block, lambda out: z.to(out.dtype)):
-                return (text_embedding(batch_ids, batch_mask) * image).sum(dim=-1)  # (batch,) cosines
-
-        last_kl = None
-        for _ in range(s.steps):
-            adam.zero_grad(set_to_none=True)
-            lam = torch.sigmoid(alpha)
-            kl = kl_per_element(r, lam, torch.sigmoid(-alpha))  # against N(0, 1): r is R itself
-            loss = -noisy_pass(lam).mean() + s.beta_k / k * kl.sum()
-            loss.backward()
-            last_kl = kl.detach()  # the authors' read point: the last forward pass, before its update
-            adam.step()
+        noisy_pass = _noisy_similarity(model, block, r, image, ids, mask, s, device)
+        alpha, last_kl = _fit_alpha(r, noisy_pass, s)
         with torch.no_grad():
             similarity_with = float(noisy_pass(torch.sigmoid(alpha)).mean())
     if last_kl is None:  # no steps: λ at its start
@@ -139,3 +114,50 @@ def text_side(network, x: torch.Tensor, prompt: str, settings: TextSideSettings 
     return TokenBits(prompt=prompt, layer=name, tokens=list(pieces), bits=[float(b) for b in bits], shown=shown,
                      total_bits=float(sum(bits)), similarity_without=similarity_without,
                      similarity_with=similarity_with, settings=s)
+
+
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    """`v` scaled to unit length along its last axis (so a dot product is a cosine)."""
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _text_embedding(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The CLIP model's text embedding of the tokens, of unit length."""
+    return _unit(model.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output.float())
+
+
+def _noisy_similarity(model, block: torch.nn.Module, r: torch.Tensor, image: torch.Tensor, ids: torch.Tensor,
+                      mask: torch.Tensor, s: TextSideSettings,
+                      device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function λ → the cosines of `s.batch` noisy text embeddings with the image, the bottleneck Z = λR + (1 − λ)ε
+    in place of `block`'s output `r`; its noise from one generator (on the model's `device`) seeded by `s.seed`."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(s.seed if s.seed is not None else int(torch.seed() % (2**63)))
+    batch_ids, batch_mask = ids.expand(s.batch, -1), mask.expand(s.batch, -1)
+
+    def noisy_pass(lam: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn((s.batch, *r.shape[1:]), generator=generator, device=device)
+        z = lam * r + (1 - lam) * noise  # the standard-normal prior on the raw features
+        with replaced_output(block, lambda out: z.to(out.dtype)):
+            return (_text_embedding(model, batch_ids, batch_mask) * image).sum(dim=-1)  # (batch,) cosines
+
+    return noisy_pass
+
+
+def _fit_alpha(r: torch.Tensor, noisy_pass: Callable[[torch.Tensor], torch.Tensor],
+               s: TextSideSettings) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The bottleneck's α after `s.steps` Adam steps, and the KL per element of the last forward pass (None when
+    no step ran)."""
+    k = r.numel()
+    alpha = torch.full_like(r, s.init_alpha, requires_grad=True)
+    adam = torch.optim.Adam([alpha], lr=s.lr)
+    last_kl = None
+    for _ in range(s.steps):
+        adam.zero_grad(set_to_none=True)
+        lam = torch.sigmoid(alpha)
+        kl = kl_per_element(r, lam, torch.sigmoid(-alpha))  # against N(0, 1): r is R itself
+        loss = -noisy_pass(lam).mean() + s.beta_k / k * kl.sum()
+        loss.backward()
+        last_kl = kl.detach()  # the authors' read point: the last forward pass, before its update
+        adam.step()
+    return alpha, last_kl

@@ -275,10 +275,8 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple
 # ---- the field's yardsticks ----------------------------------------------------------------------
 
 
-def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, names: dict[str, str],
-                       box: tuple[str, bytes | None]) -> None:
-    st.subheader(f"The field's yardsticks ({', '.join(m.title for m in registry.per_map())})")
-    crop = preprocess_sizes(inputs.network.preprocess)[1]
+def protocol_choice(crop: int) -> tuple[str, float | None]:
+    """The insertion / deletion protocol and pixels per step chosen (None: the protocol's), with the step's cost."""
     # The protocol and step lie outside the form, so the step's cost is said as it is typed; every choice here
     # is kept across pages (the form's on its button), each widget given no value of its own when restored.
     c1, c2 = st.columns([1, 2])
@@ -296,6 +294,11 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     if passes > MANY_PASSES:
         c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
                    "a curve): a long run on a CPU; a larger step is faster.")
+    return key, step
+
+
+def yardsticks_form() -> tuple[list, bool, bool]:
+    """The ROAD percentages and the pointing choice, and whether "Measure yardsticks" was pressed."""
     with st.form("ev_yard_form", border=False):
         # the percentages and the pointing choice each get the form's full width: in a third of it the nine chips
         # and the checkbox's sentence were cut off
@@ -311,56 +314,80 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
         pressed = c5.form_submit_button("Measure yardsticks", type="primary", icon=":material/straighten:",
                                         key="ev_yard_button", on_click=remember_choices,
                                         args=("ev_removed", "ev_pointing"))
+    return removed, pointing, pressed
+
+
+def measure_yardsticks(inputs: Inputs, methods: list[str], target: int | str, box: tuple[str, bytes | None],
+                       key: str, step: float | None, removed: list, pointing: bool) -> None:
+    """Measure the yardsticks of every chosen method and keep the run in the session (errors shown, not raised)."""
+    with shown_errors():  # previous results stay
+        protocol = protocol_from(key, step=None if step is None else int(step))
+        points = check_removed(sorted(removed))
+        mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
+        target_idx = resolve_target(inputs, target)
+        bar = st.progress(0.0, text="Starting…")
+        maps = maps_for(inputs, methods, target_idx, bar)
+        with network_turn(inputs.shared) as network:
+            results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
+                                     mask=mask, seed=stable_seed(inputs.image.digest),
+                                     progress=timed_reporting(bar))
+        bar.empty()
+        st.session_state[YARD_KEY] = yardstick_run(subject(inputs, target_idx), results, protocol,
+                                                   POINTING_TOLERANCE, mask, boxes, inputs.cropped)
+
+
+def pointing_results(run: YardstickRun, names: dict[str, str]) -> None:
+    """The picture of the box and the maps' maxima beside the pointing table, with what the scores mean."""
+    left, right = st.columns([1, 2])
+    left.image(run.picture, width=run.picture.width,
+               caption=f"The box and each map's maximum (its method's colour), circled at {run.tolerance} px")
+    with right:
+        table(pointing_rows(run, names), "ev_point_table")
+        st.caption(
+            f"Scored against the box {box_text(run.boxes or [])} (pixels of the crop). "
+            f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
+            f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
+            "map spread evenly scores); EHR: InputIBA's effective heat ratio."
+        )
+        warning = large_box_warning(run.box_share or 0.0,
+                                    "a random map hits often; the pointing game says little here.")
+        if warning:
+            st.warning(warning, icon=":material/warning:")
+
+
+def yardstick_results(run: YardstickRun, names: dict[str, str]) -> None:
+    """A yardstick run's curves, table, pointing scores and CSV download."""
+    st.caption(subject_caption(run.subject))
+    st.caption(run.protocol.describe())
+    colours = chart_colours(list(run.methods))  # one colour per method, whichever others are chosen
+    st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names,
+                                              colours=colours), key="ev_id_chart", theme=None, config=PLOT_CONFIG)
+    st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names, colours=colours),
+                    key="ev_road_chart", theme=None, config=PLOT_CONFIG)
+    table(yardstick_rows(run, names), "ev_yard_table")
+    st.caption(
+        "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
+        "the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation (at "
+        f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves. "
+        + " ".join(c.help for m in page_metrics(False) if m.name not in PAGE_CHARTED for c in m.columns)
+    )
+    if run.picture is not None:
+        pointing_results(run, names)
+    st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
+                       on_click="ignore", icon=":material/download:", key="ev_yard_csv")
+
+
+def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, names: dict[str, str],
+                       box: tuple[str, bytes | None]) -> None:
+    """The field's yardsticks: the protocol and form, a measurement when asked, and the last run's results."""
+    st.subheader(f"The field's yardsticks ({', '.join(m.title for m in registry.per_map())})")
+    key, step = protocol_choice(preprocess_sizes(inputs.network.preprocess)[1])
+    removed, pointing, pressed = yardsticks_form()
     if pressed:
-        with shown_errors():  # previous results stay
-            protocol = protocol_from(key, step=None if step is None else int(step))
-            points = check_removed(sorted(removed))
-            mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
-            target_idx = resolve_target(inputs, target)
-            bar = st.progress(0.0, text="Starting…")
-            maps = maps_for(inputs, methods, target_idx, bar)
-            with network_turn(inputs.shared) as network:
-                results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
-                                         mask=mask, seed=stable_seed(inputs.image.digest),
-                                         progress=timed_reporting(bar))
-            bar.empty()
-            st.session_state[YARD_KEY] = yardstick_run(subject(inputs, target_idx), results, protocol,
-                                                       POINTING_TOLERANCE, mask, boxes, inputs.cropped)
+        measure_yardsticks(inputs, methods, target, box, key, step, removed, pointing)
     run: YardstickRun | None = st.session_state.get(YARD_KEY)
     if run is not None:
-        st.caption(subject_caption(run.subject))
-        st.caption(run.protocol.describe())
-        colours = chart_colours(list(run.methods))  # one colour per method, whichever others are chosen
-        st.plotly_chart(insertion_deletion_figure({k: r.pixels for k, r in run.methods.items()}, names,
-                                                  colours=colours), key="ev_id_chart", theme=None, config=PLOT_CONFIG)
-        st.plotly_chart(road_figure({k: r.road for k, r in run.methods.items()}, names, colours=colours),
-                        key="ev_road_chart", theme=None, config=PLOT_CONFIG)
-        table(yardstick_rows(run, names), "ev_yard_table")
-        st.caption(
-            "Insertion: pixels in the map's order put back into the blurred image; deletion: taken away; areas by "
-            "the trapezoid on [0, 1]. ROAD: the pixels removed replaced by noisy linear imputation (at "
-            f"{', '.join(f'{v:g}' for v in run.removed)} %), MoRF and LeRF the means of their curves. "
-            + " ".join(c.help for m in page_metrics(False) if m.name not in PAGE_CHARTED for c in m.columns)
-        )
-        if run.picture is not None:
-            left, right = st.columns([1, 2])
-            left.image(run.picture, width=run.picture.width,
-                       caption=f"The box and each map's maximum (its method's colour), circled at "
-                       f"{run.tolerance} px")
-            with right:
-                table(pointing_rows(run, names), "ev_point_table")
-                st.caption(
-                    f"Scored against the box {box_text(run.boxes or [])} (pixels of the crop). "
-                    f"Pointing: a hit when the map's maximum lies within {run.tolerance} px of a box; energy: the "
-                    f"share of the map's positive mass inside the boxes ({run.box_share:.0%} of the crop, what a "
-                    "map spread evenly scores); EHR: InputIBA's effective heat ratio."
-                )
-                warning = large_box_warning(run.box_share or 0.0,
-                                            "a random map hits often; the pointing game says little here.")
-                if warning:
-                    st.warning(warning, icon=":material/warning:")
-        st.download_button("Numbers (CSV)", yardstick_csv(run, names), "yardsticks.csv", "text/csv",
-                           on_click="ignore", icon=":material/download:", key="ev_yard_csv")
+        yardstick_results(run, names)
 
 
 names = display_names()

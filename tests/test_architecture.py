@@ -1,6 +1,6 @@
 """House rules that code review would otherwise have to remember: no import cycles in iba_core, imports only
 down the layers of docs/architecture.md, every module named there, no UI in the library, modules named for what
-they hold, the pages that app.py lists are the pages there are."""
+they hold, the pages that app.py lists are the pages there are, modules and functions of a size a person reads."""
 from __future__ import annotations
 
 import ast
@@ -262,3 +262,108 @@ def test_only_settings_reads_the_environment():
                if p.name != "settings.py" or p.parent != PACKAGE
                if re.search(r"\bos\.environ\b|\bgetenv\(|\benviron\.get\(", p.read_text(encoding="utf-8"))]
     assert not readers, f"read the environment through iba_core/settings.py instead: {readers}"
+
+
+# ---- rooms of a size a person reads (#38, item 6) ------------------------------------------------
+
+#: A module longer than this, or a function longer than that, needs a reason in its docstring.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+#: The reason: a sentence of the docstring that starts "Long because", up to its full stop (or the docstring's end).
+_LONG_BECAUSE = re.compile(r"(?:\A|(?<=[.!?:;)])\s|\n)\s*(Long because\b.*?)(?:\.(?=\s|\Z)|\Z)", re.DOTALL)
+_SPLIT_IT = "split it, or say 'Long because …' in its {}docstring"
+
+
+def long_because(docstring: str | None) -> str | None:
+    """The docstring's sentence that starts 'Long because' (its stated reason to be long), on one line; None without."""
+    found = _LONG_BECAUSE.search(docstring or "")
+    return " ".join(found.group(1).split()) + "." if found else None
+
+
+def _functions(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualified name, node) of every function and method in `tree`, nested ones included."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    found.append((name, child))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def size_findings(roots: list[Path], base: Path) -> tuple[list[str], list[str]]:
+    """(offenders, exceptions) among the modules under `roots`: one line for each module over MAX_MODULE_LINES lines
+    and each function over MAX_FUNCTION_LINES (end_lineno − lineno + 1 of its def, docstring included); those whose
+    docstring says 'Long because …' are exceptions, listed with that reason, the others offenders."""
+    offenders, exceptions = [], []
+    for path in sorted(p for root in roots for p in root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        where = path.relative_to(base).as_posix()
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            reason = long_because(ast.get_docstring(tree))
+            if reason:
+                exceptions.append(f"{where} ({lines} lines): {reason}")
+            else:
+                offenders.append(f"{where} has {lines} lines (at most {MAX_MODULE_LINES}): "
+                                 + _SPLIT_IT.format("module "))
+        for name, node in _functions(tree):
+            length = node.end_lineno - node.lineno + 1
+            if length <= MAX_FUNCTION_LINES:
+                continue
+            reason = long_because(ast.get_docstring(node))
+            if reason:
+                exceptions.append(f"{where}:{node.lineno} {name} ({length} lines): {reason}")
+            else:
+                offenders.append(f"{where}:{node.lineno} {name} has {length} lines (at most {MAX_FUNCTION_LINES}): "
+                                 + _SPLIT_IT.format(""))
+    return offenders, exceptions
+
+
+def test_modules_and_functions_are_a_size_a_person_reads():
+    """No module in iba_core/ or pages/ over MAX_MODULE_LINES lines and no function over MAX_FUNCTION_LINES without
+    a reason in its docstring; the exceptions and their reasons are printed (pytest -s) and listed on failure."""
+    offenders, exceptions = size_findings([PACKAGE, ROOT / "pages"], ROOT)
+    listed = "Long, with a reason:\n" + ("\n".join(f"  {e}" for e in exceptions) or "  (none)")
+    print(listed)
+    assert not offenders, "Too long to read:\n" + "\n".join(f"  {o}" for o in offenders) + "\n" + listed
+
+
+def test_the_size_check_catches_a_long_function_and_module_and_reads_their_reasons(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    body = "    x = 1\n"
+    source = ('"""A throwaway module."""\n\n\n'
+              + "def fits():\n" + body * (MAX_FUNCTION_LINES - 1) + "\n\n"  # exactly the limit
+              + "def too_long():\n" + body * MAX_FUNCTION_LINES + "\n\n"
+              + "class Holder:\n    def method(self):\n" + ("    " + body) * MAX_FUNCTION_LINES + "\n\n"
+              + 'def excused():\n    """Draws a thing.\n\n    Long because its steps share\n    ten names. More words."""\n'
+              + body * MAX_FUNCTION_LINES)
+    (pkg / "throwaway.py").write_text(source, encoding="utf-8")
+    line = {name: source.splitlines().index(f"{indent}def {name}(self):" if name == "method" else f"def {name}():") + 1
+            for name, indent in [("too_long", ""), ("method", "    "), ("excused", "")]}
+    offenders, exceptions = size_findings([pkg], tmp_path)
+    assert [o.split(" has ")[0] for o in offenders] == [f"pkg/throwaway.py:{line['too_long']} too_long",
+                                                       f"pkg/throwaway.py:{line['method']} Holder.method"], offenders
+    assert all("split it, or say 'Long because …' in its docstring" in o for o in offenders), offenders
+    assert f"too_long has {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})" in offenders[0]
+    assert exceptions == [f"pkg/throwaway.py:{line['excused']} excused ({MAX_FUNCTION_LINES + 5} lines): "
+                          "Long because its steps share ten names."]
+    # A long module: an offender, until its module docstring gives the reason (a word like "Longer" does not).
+    (pkg / "big.py").write_text('"""Longer because of nothing."""\n' + "x = 1\n" * MAX_MODULE_LINES, encoding="utf-8")
+    offenders, _ = size_findings([pkg], tmp_path)
+    assert any(o.startswith(f"pkg/big.py has {MAX_MODULE_LINES + 1} lines") and "module docstring" in o
+               for o in offenders), offenders
+    (pkg / "big.py").write_text('"""Holds data. Long because it is a table.\n"""\n' + "x = 1\n" * MAX_MODULE_LINES,
+                                encoding="utf-8")
+    offenders, exceptions = size_findings([pkg], tmp_path)
+    assert not any(o.startswith("pkg/big.py") for o in offenders)
+    assert f"pkg/big.py ({MAX_MODULE_LINES + 2} lines): Long because it is a table." in exceptions

@@ -226,10 +226,7 @@ def insertion_deletion(
     x = x.detach()
     values = resolve_map(attribution, x, target)
     h, w = values.shape
-    order = pixel_order(values, seed)
-    rank = np.empty(h * w, dtype=np.int64)
-    rank[order] = np.arange(h * w)
-    rank_map = torch.from_numpy(rank.reshape(h, w)).to(x.device)
+    rank_map = _rank_map(values, seed).to(x.device)
     counts = step_counts(h * w, protocol.step)
     blur = blurred(x, protocol)
     # A deletion step is x with its first k pixels set to the baseline; an insertion step is the blur with
@@ -237,6 +234,26 @@ def insertion_deletion(
     starts = {DELETION: (x, torch.zeros_like(x[0]) if protocol.deletion_baseline == "zeros" else blur[0]),
               INSERTION: (blur, x[0])}
     jobs = [(kind, int(k)) for kind in which for k in counts]
+    p = _step_probabilities(model, jobs, which, starts, rank_map, target, head, batch_size, progress)
+    curves = {kind: p[i * len(counts):(i + 1) * len(counts)] for i, kind in enumerate(which)}
+    return InsertionDeletionCurves(
+        fraction=counts / float(h * w), insertion=curves.get(INSERTION), deletion=curves.get(DELETION),
+        target=int(target), protocol=protocol,
+    )
+
+
+def _rank_map(values: np.ndarray, seed: int) -> torch.Tensor:
+    """Each pixel's place in the map's order (`pixel_order`), as an (H, W) map: 0 for the first pixel moved."""
+    h, w = values.shape
+    rank = np.empty(h * w, dtype=np.int64)
+    rank[pixel_order(values, seed)] = np.arange(h * w)
+    return torch.from_numpy(rank.reshape(h, w))
+
+
+def _step_probabilities(model: nn.Module, jobs: list[tuple[str, int]], which: Sequence[str], starts: dict,
+                        rank_map: torch.Tensor, target: int, head: str, batch_size: int,
+                        progress: ProgressFn | None) -> np.ndarray:
+    """p(target) of every (curve, k) step in `jobs`, the perturbed images built and run `batch_size` at a time."""
     total = len(jobs)
     probs: list[torch.Tensor] = []
     for begin in range(0, total, batch_size):
@@ -251,12 +268,7 @@ def insertion_deletion(
         probs.append(probabilities(logits.double(), head)[:, target])
         if progress is not None:
             progress(begin + len(chunk), total, chunk[-1][0])
-    p = torch.cat(probs).numpy()
-    curves = {kind: p[i * len(counts):(i + 1) * len(counts)] for i, kind in enumerate(which)}
-    return InsertionDeletionCurves(
-        fraction=counts / float(h * w), insertion=curves.get(INSERTION), deletion=curves.get(DELETION),
-        target=int(target), protocol=protocol,
-    )
+    return torch.cat(probs).numpy()
 
 
 # --------------------------------------------------------------------------------------------

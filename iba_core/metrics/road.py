@@ -92,26 +92,42 @@ def noisy_linear_impute(
     unknowns: one sparse system for all removed pixels, factorised once and solved for every channel
     (on the CPU, in float64).
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.linalg import splu
-
     batched = x.dim() == 4
     if batched and x.shape[0] != 1:
         raise ValueError(f"noisy_linear_impute takes one image, not a batch of {x.shape[0]}.")
     image = (x[0] if batched else x).detach().to("cpu", torch.float64)
     channels, height, width = image.shape
+    flat_mask = _removed_mask(removed, (height, width)).ravel()
+    unknown = np.flatnonzero(flat_mask)
+    if unknown.size == 0:
+        return x.clone()
+    if unknown.size == flat_mask.size:
+        raise UserError("ROAD cannot impute an image with every pixel removed: keep at least one.")
+    matrix, rhs = _imputation_system(image.reshape(channels, -1).numpy(), flat_mask, unknown, height, width)
+    filled = torch.from_numpy(_solve_symmetric(matrix, rhs).T.copy())
+    if noise > 0:
+        filled = filled + noise * torch.randn(filled.shape, generator=generator, dtype=torch.float64)
+    out = image.reshape(channels, -1).clone()
+    out[:, torch.from_numpy(unknown)] = filled
+    out = out.reshape(channels, height, width).to(dtype=x.dtype, device=x.device)
+    return out[None] if batched else out
+
+
+def _removed_mask(removed, shape: tuple[int, int]) -> np.ndarray:
+    """`removed` (array or tensor) as (H, W) booleans, checked against the image's `shape`."""
     mask = removed.detach().cpu().numpy() if isinstance(removed, torch.Tensor) else np.asarray(removed)
     mask = mask.astype(bool)
-    if mask.shape != (height, width):
-        raise ValueError(f"The removed-pixel mask is shaped {mask.shape}, the image {(height, width)}.")
-    flat_mask = mask.ravel()
-    unknown = np.flatnonzero(flat_mask)
-    n = unknown.size
-    if n == 0:
-        return x.clone()
-    if n == flat_mask.size:
-        raise UserError("ROAD cannot impute an image with every pixel removed: keep at least one.")
-    pixels = image.reshape(channels, -1).numpy()
+    if mask.shape != shape:
+        raise ValueError(f"The removed-pixel mask is shaped {mask.shape}, the image {shape}.")
+    return mask
+
+
+def _imputation_system(pixels: np.ndarray, flat_mask: np.ndarray, unknown: np.ndarray, height: int, width: int):
+    """The sparse system (n × n matrix, (n, C) right-hand side) whose solution gives each removed pixel the
+    weighted mean of its neighbours (`noisy_linear_impute`); `pixels` is the image as (C, H·W)."""
+    from scipy.sparse import coo_matrix
+
+    n, channels = unknown.size, pixels.shape[0]
     variable = np.full(flat_mask.size, -1, dtype=np.int64)  # pixel index → unknown's index
     variable[unknown] = np.arange(n)
     rows, cols = unknown // width, unknown % width
@@ -136,19 +152,19 @@ def noisy_linear_impute(
          (np.concatenate([equation, *off_rows]), np.concatenate([equation, *off_cols]))),
         shape=(n, n),
     ).tocsc()
+    return matrix, rhs
+
+
+def _solve_symmetric(matrix, rhs: np.ndarray) -> np.ndarray:
+    """The imputation system solved for every channel at once (one factorisation), as (n, C)."""
+    from scipy.sparse.linalg import splu
+
     # Each connected group of removed pixels touches a known one (else every pixel would be removed),
     # so the matrix is irreducibly diagonally dominant and the system has one solution.
     # The matrix is symmetric (each neighbour pair shares its weight): an ordering of A + Aᵀ with
     # symmetric pivoting measured 25–35 % faster than the default COLAMD on 224 × 224 maps.
     lu = splu(matrix, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True})
-    solution = lu.solve(rhs)  # (n, C): one factorisation, every channel
-    filled = torch.from_numpy(solution.T.copy())
-    if noise > 0:
-        filled = filled + noise * torch.randn(filled.shape, generator=generator, dtype=torch.float64)
-    out = image.reshape(channels, -1).clone()
-    out[:, torch.from_numpy(unknown)] = filled
-    out = out.reshape(channels, height, width).to(dtype=x.dtype, device=x.device)
-    return out[None] if batched else out
+    return lu.solve(rhs)
 
 
 def removed_count(percent: float, pixels: int) -> int:

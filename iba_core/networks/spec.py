@@ -346,10 +346,7 @@ def derive_spec(
     """
     # The sources that name their layers (timm, transformers) have blocks returning (hidden states, attention).
     infos = find_layers(model, input_size, tuples=layer_names is not None, channels=fields.get("channels", 3))
-    listed = infos
-    if layer_names is not None:
-        wanted = set(layer_names)
-        listed = [info for info in infos if info.name in wanted and info.usable] or infos
+    listed = _offered_layers(infos, layer_names)
     usable = [info.name for info in listed if info.usable]
     if not usable:
         raise UserError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
@@ -365,24 +362,30 @@ def derive_spec(
     if guess_cam_layer:
         # Among the offered layers where the source names them: the last stage, not a wrapper around it (a
         # transformers base model's output object, an Identity norm) that happens to pass the same map on.
-        pool = listed if layer_names is not None else infos
-        order = [info.name for info in pool]
-        after = order.index(blocks[-1]) if blocks else -1
-        spatial = [info.name for i, info in enumerate(pool)
-                   if info.usable and info.kind == "map" and max(info.shape[-2:]) > 1 and i > after]
-        if spatial:
-            fields.setdefault("cam_layer", (spatial[-1], False))
+        cam_layer = _last_map_after_blocks(listed if layer_names is not None else infos, blocks)
+        if cam_layer is not None:
+            fields.setdefault("cam_layer", (cam_layer, False))
+    return NetworkSpec(key=key, title=title or key, build=lambda state: _load_into(model_ref, state),
+                       layers=tuple(usable), default_layer=default, hook_modules={n: n for n in usable},
+                       layer_info=tuple(listed), **fields)
 
-    return NetworkSpec(
-        key=key,
-        title=title or key,
-        build=lambda state: _load_into(model_ref, state),
-        layers=tuple(usable),
-        default_layer=default,
-        hook_modules={n: n for n in usable},
-        layer_info=tuple(listed),
-        **fields,
-    )
+
+def _offered_layers(infos: list[LayerInfo], layer_names: Sequence[str] | None) -> list[LayerInfo]:
+    """The layers a spec offers: those of `layer_names` that are usable (all of `infos` if none is, or no names)."""
+    if layer_names is None:
+        return infos
+    wanted = set(layer_names)
+    return [info for info in infos if info.name in wanted and info.usable] or infos
+
+
+def _last_map_after_blocks(pool: list[LayerInfo], blocks: list[str]) -> str | None:
+    """The last usable CNN map larger than 1×1 in `pool` that runs after every transformer block, if any (the
+    Grad-CAM layer `derive_spec` guesses)."""
+    order = [info.name for info in pool]
+    after = order.index(blocks[-1]) if blocks else -1
+    spatial = [info.name for i, info in enumerate(pool)
+               if info.usable and info.kind == "map" and max(info.shape[-2:]) > 1 and i > after]
+    return spatial[-1] if spatial else None
 
 
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:

@@ -7,6 +7,7 @@ the curves are read by their attributes only, so drawing runs no metric). Colour
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -144,6 +145,130 @@ _TITLE_NAME_LINES = 3
 _LINE_EM = 1.3
 
 
+@dataclass
+class _GridPlan:
+    """What the β × layer grid draws and where: its rows' cells, their scales and titles, and the figure's sizes."""
+
+    rows: Sequence[str]
+    by_row: dict[str, list["GridCell"]]
+    own: dict[str, bool]  # whether a row gives each map its own scale
+    shown: dict[str, list["GridCell"]]  # the maps drawn, on the scales (no lost cell)
+    ncols: int
+    maps: dict[int, np.ndarray]  # by id(cell): the pooled map the browser gets
+    tops: dict[int, float]  # by id(cell): the full-resolution map's maximum
+    titles: dict[int, str]
+    font_px: int
+    zoom: float
+    bands: list[int]  # space above each row's maps for its titles, in px
+    top_margin: int
+    left: int
+    right: int
+    height: int
+
+
+def _plan_grid(cells: Sequence["GridCell"], title: str, rows: Sequence[str], downsample: int, height: int | None,
+               shared_scale: bool, own_scale_rows: Sequence[str], zoom: float, ncols: int | None,
+               cell_px: int | None, room: tuple[float, float] | None) -> _GridPlan:
+    """The grid's cells by row, their scales, titles and the figure's sizes (`grid_figure`'s arguments)."""
+    by_row = {r: [c for c in cells if c.row == r] for r in rows}
+    own = {r: not shared_scale or r in own_scale_rows for r in rows}
+    ncols = max([len(v) for v in by_row.values()] + [ncols or 1])
+    maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets
+    # Maxima of the full-resolution maps: pooling averages a peak away (0.683 pooled against Per-Sample's 0.695).
+    tops = {id(c): max(float(np.max(c.heatmap)) if np.size(c.heatmap) else 0.0, 1e-6) for c in cells}
+    shown = {r: [c for c in by_row[r] if not c.lost_class] for r in rows}
+    font_px = round(GRID_FONT_PX * zoom)
+    line_chars = max(8, int(_TITLE_LINE_CHARS / zoom))
+    titles = {id(c): _cell_title(c, tops[id(c)] if own[c.row] and not c.lost_class else None, line_chars)
+              for c in cells if c.row in own}
+    # Space above each row's maps for its cell titles: as many lines as the row's longest title (at least the
+    # 3 or 4 lines of a full row, so a grid that fills live does not jump).
+    lines = {r: max([3 + own[r]] + [titles[id(c)].count("<br>") + 1 for c in by_row[r]]) for r in rows}
+    bands = [round(lines[r] * _LINE_EM * font_px) + 8 for r in rows]
+    cell_px = cell_px or round(_GRID_CELL_PX * zoom)
+    top_margin = bands[0] + (round(1.6 * font_px) if title else 0)
+    left, right = _grid_sides(font_px, zoom)
+    if room is not None:
+        cell_px = fitting_cell_px(room, ncols, len(rows), left + right, top_margin + sum(bands[1:]) + 10, cell_px)
+    height = height or top_margin + len(rows) * cell_px + sum(bands[1:]) + 10
+    return _GridPlan(rows, by_row, own, shown, ncols, maps, tops, titles, font_px, zoom, bands, top_margin, left,
+                     right, height)
+
+
+def _row_colour_bar(fig: go.Figure, plan: _GridPlan, i: int) -> dict:
+    """The colour bar of row `i` (1-based): the row's whole height, level with its maps."""
+    y0, y1 = fig.get_subplot(i, 1).yaxis.domain
+    # The row's whole height (its maps' side): level with the maps, not taller, not offset.
+    return dict(thickness=round(12 * plan.zoom), outlinewidth=0, lenmode="fraction", len=y1 - y0, y=(y0 + y1) / 2,
+                yanchor="middle", x=1.0, xpad=8, ypad=0, tickfont=dict(size=plan.font_px))
+
+
+def _add_grid_cell(fig: go.Figure, plan: _GridPlan, cell: "GridCell", i: int, j: int, bar: dict,
+                   axis: str) -> dict | None:
+    """Draw one cell's title and map at row `i`, column `j`; a lost cell's mark is returned to be added last."""
+    # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
+    k = (i - 1) * plan.ncols + j
+    font_px = plan.font_px
+    fig.add_annotation(
+        text=plan.titles[id(cell)], showarrow=False, font=dict(size=font_px),
+        x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
+        y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
+    )
+    if cell.lost_class:
+        return _add_lost_cell(fig, cell, plan.maps[id(cell)].shape, i, j, k, font_px)
+    if plan.own[cell.row]:
+        # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (its title's
+        # "max 13.4"), in bits per pixel.
+        last = cell is plan.shown[cell.row][-1]
+        top = plan.tops[id(cell)]
+        scale = dict(zmin=0.0, zmax=top, colorscale=BITS_COLORSCALE, showscale=last,
+                     colorbar=dict(bar, tickvals=[0.0, top], ticktext=["0", "max"],
+                                   # Two short lines: one long line overran a small map's row.
+                                   title=dict(text=f"{BITS_UNIT},<br>own scale", side="right",
+                                              font=dict(size=font_px))))
+    else:
+        scale = dict(coloraxis=axis)
+    fig.add_trace(
+        go.Heatmap(z=plan.maps[id(cell)], **scale,
+                   hovertemplate=f"{cell.label}<br>%{{z:.3g}} {BITS_UNIT}<extra></extra>"),
+        row=i, col=j,
+    )
+    return None
+
+
+def _add_grid_row(fig: go.Figure, plan: _GridPlan, i: int, r: str) -> list[dict]:
+    """Draw row `i` (1-based, cells of row kind `r`): its cells, axes, row title and shared scale; returns the
+    marks of its lost cells."""
+    axis = "coloraxis" if i == 1 else f"coloraxis{i}"
+    bar = _row_colour_bar(fig, plan, i)
+    marks = [mark for j, cell in enumerate(plan.by_row[r], start=1)
+             if (mark := _add_grid_cell(fig, plan, cell, i, j, bar, axis)) is not None]
+    for j in range(1, plan.ncols + 1):
+        _image_axes(fig, row=i, col=j)
+    fig.update_yaxes(title_text=_row_title(plan.by_row[r]), title_font=dict(size=plan.font_px), row=i, col=1)
+    if not plan.own[r] and plan.shown[r]:
+        fig.layout[axis] = dict(
+            cmin=0.0, cmax=max(plan.tops[id(c)] for c in plan.shown[r]), colorscale=BITS_COLORSCALE,
+            colorbar=dict(bar, title=dict(text=BITS_UNIT, side="right", font=dict(size=plan.font_px))),
+        )
+    return marks
+
+
+def _finish_grid(fig: go.Figure, plan: _GridPlan, title: str) -> None:
+    """Square cells, and the grid's title, height, margins and look."""
+    # Square cells: anchor every y axis to its own x axis.
+    for k in range(1, len(plan.rows) * plan.ncols + 1):
+        suffix = "" if k == 1 else str(k)
+        fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=round(1.2 * plan.font_px))) if title else None,
+        height=plan.height,
+        margin=dict(l=plan.left, r=plan.right, t=plan.top_margin, b=10),
+        font=dict(_FONT, size=plan.font_px),
+        template=_TEMPLATE,
+    )
+
+
 def grid_figure(
     cells: Sequence["GridCell"],
     title: str = "",
@@ -178,89 +303,19 @@ def grid_figure(
     Cells not yet computed may be missing: their slot stays empty, so the figure can fill live; `ncols` (the
     full grid's columns) keeps the layout of a filling grid from changing as cells arrive.
     """
-    by_row = {r: [c for c in cells if c.row == r] for r in rows}
-    own = {r: not shared_scale or r in own_scale_rows for r in rows}
-    ncols = max([len(v) for v in by_row.values()] + [ncols or 1])
-    maps = {id(c): pooled(c.heatmap, downsample) for c in cells}  # what the browser gets
-    # Maxima of the full-resolution maps: pooling averages a peak away (0.683 pooled against Per-Sample's 0.695).
-    tops = {id(c): max(float(np.max(c.heatmap)) if np.size(c.heatmap) else 0.0, 1e-6) for c in cells}
-    shown = {r: [c for c in by_row[r] if not c.lost_class] for r in rows}  # the maps drawn, on the scales
-    font_px = round(GRID_FONT_PX * zoom)
-    line_chars = max(8, int(_TITLE_LINE_CHARS / zoom))
-    titles = {id(c): _cell_title(c, tops[id(c)] if own[c.row] and not c.lost_class else None, line_chars)
-              for c in cells if c.row in own}
-    # Space above each row's maps for its cell titles: as many lines as the row's longest title (at least the
-    # 3 or 4 lines of a full row, so a grid that fills live does not jump).
-    lines = {r: max([3 + own[r]] + [titles[id(c)].count("<br>") + 1 for c in by_row[r]]) for r in rows}
-    bands = [round(lines[r] * _LINE_EM * font_px) + 8 for r in rows]
-    cell_px = cell_px or round(_GRID_CELL_PX * zoom)
-    top_margin = bands[0] + (round(1.6 * font_px) if title else 0)
-    left, right = _grid_sides(font_px, zoom)
-    if room is not None:
-        cell_px = fitting_cell_px(room, ncols, len(rows), left + right, top_margin + sum(bands[1:]) + 10, cell_px)
-    height = height or top_margin + len(rows) * cell_px + sum(bands[1:]) + 10
-    plot_px = max(height - top_margin - 10, 1)
+    plan = _plan_grid(cells, title, rows, downsample, height, shared_scale, own_scale_rows, zoom, ncols, cell_px,
+                      room)
+    plot_px = max(plan.height - plan.top_margin - 10, 1)
     fig = make_subplots(
-        rows=len(rows), cols=ncols, horizontal_spacing=_GRID_GAP,
-        vertical_spacing=min(max(bands[1:] + [0]) / plot_px, 0.5) if len(rows) > 1 else 0.0,
+        rows=len(rows), cols=plan.ncols, horizontal_spacing=_GRID_GAP,
+        vertical_spacing=min(max(plan.bands[1:] + [0]) / plot_px, 0.5) if len(rows) > 1 else 0.0,
     )
     lost_marks: list[dict] = []  # added after every title: annotation i is cell i's title
     for i, r in enumerate(rows, start=1):
-        axis = "coloraxis" if i == 1 else f"coloraxis{i}"
-        y0, y1 = fig.get_subplot(i, 1).yaxis.domain
-        # The row's whole height (its maps' side): level with the maps, not taller, not offset.
-        bar = dict(thickness=round(12 * zoom), outlinewidth=0, lenmode="fraction", len=y1 - y0, y=(y0 + y1) / 2,
-                   yanchor="middle", x=1.0, xpad=8, ypad=0, tickfont=dict(size=font_px))
-        for j, cell in enumerate(by_row[r], start=1):
-            # The title sits on the map's own (square-constrained) domain, so it stays right above the map.
-            k = (i - 1) * ncols + j
-            fig.add_annotation(
-                text=titles[id(cell)], showarrow=False, font=dict(size=font_px),
-                x=0.5, xref=f"x{k if k > 1 else ''} domain", xanchor="center",
-                y=1.0, yref=f"y{k if k > 1 else ''} domain", yanchor="bottom", yshift=2,
-            )
-            if cell.lost_class:
-                lost_marks.append(_add_lost_cell(fig, cell, maps[id(cell)].shape, i, j, k, font_px))
-                continue
-            if own[r]:
-                # No shared bar: the row's last map carries one that reads 0 … "max", each map's own (its title's
-                # "max 13.4"), in bits per pixel.
-                last = cell is shown[r][-1]
-                scale = dict(zmin=0.0, zmax=tops[id(cell)], colorscale=BITS_COLORSCALE, showscale=last,
-                             colorbar=dict(bar, tickvals=[0.0, tops[id(cell)]], ticktext=["0", "max"],
-                                           # Two short lines: one long line overran a small map's row.
-                                           title=dict(text=f"{BITS_UNIT},<br>own scale", side="right",
-                                                      font=dict(size=font_px))))
-            else:
-                scale = dict(coloraxis=axis)
-            fig.add_trace(
-                go.Heatmap(
-                    z=maps[id(cell)], **scale,
-                    hovertemplate=f"{cell.label}<br>%{{z:.3g}} {BITS_UNIT}<extra></extra>",
-                ),
-                row=i, col=j,
-            )
-        for j in range(1, ncols + 1):
-            _image_axes(fig, row=i, col=j)
-        fig.update_yaxes(title_text=_row_title(by_row[r]), title_font=dict(size=font_px), row=i, col=1)
-        if not own[r] and shown[r]:
-            fig.layout[axis] = dict(
-                cmin=0.0, cmax=max(tops[id(c)] for c in shown[r]), colorscale=BITS_COLORSCALE,
-                colorbar=dict(bar, title=dict(text=BITS_UNIT, side="right", font=dict(size=font_px))),
-            )
+        lost_marks += _add_grid_row(fig, plan, i, r)
     for mark in lost_marks:
         fig.add_annotation(**mark)
-    # Square cells: anchor every y axis to its own x axis.
-    for k in range(1, len(rows) * ncols + 1):
-        suffix = "" if k == 1 else str(k)
-        fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
-    fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=round(1.2 * font_px))) if title else None,
-        height=height,
-        margin=dict(l=left, r=right, t=top_margin, b=10),
-        font=dict(_FONT, size=font_px),
-        template=_TEMPLATE,
-    )
+    _finish_grid(fig, plan, title)
     return fig
 
 

@@ -256,9 +256,91 @@ def _cluster_highlight(members: "pd.DataFrame", c: int, k: int, name: str, few_s
                      "class.", method, target, _names(members.sort_values("total_bits")["image"]))
 
 
+def _few_bits_highlight(rows, few_set: set, method: str, reference_bits: float | None) -> Highlight:
+    """The highlight of the images in `few_set` (those that need very few bits) among `rows`."""
+    group = rows[rows["image"].isin(few_set)].sort_values("total_bits")
+    rest = rows[~rows["image"].isin(few_set)]["total_bits"]
+    return Highlight(
+        "few_bits", f"{len(group)} of {len(rows)} images need very few bits",
+        f"Their decisions pass through a median of {_bits_text(float(group['total_bits'].median()))} bits, "
+        f"against {_bits_text(float(rest.median()))} for the other images (flagged: at least "
+        f"{FEW_BITS_FACTOR:.0f}× below the run's upper quartile, {_bits_text(reference_bits)} bits). A "
+        "network that needs almost nothing from an image often decides by one small cue (a mark, a watermark)."
+        + _flat_words(group),
+        method, None, _names(group["image"]))
+
+
+def _cluster_highlights(run: "Run", method: str, target: int, name: str, amounts: np.ndarray, thumbnails,
+                        few_set: set, found: RunHighlights) -> list[Highlight]:
+    """The flagged clusters of one class's maps; widens `found.cluster_scale` to every cluster's mean map."""
+    groups = map_clusters(run, method, target, thumbnails=thumbnails)  # rows in the class's mapped order
+    items = []
+    for c in range(groups.k):
+        where = (groups.rows["cluster"] == c).to_numpy()
+        found.cluster_scale = max(found.cluster_scale, float(amounts[where].mean(axis=0).max()))
+        item = _cluster_highlight(groups.members(c), c, groups.k, name, few_set, method, target)
+        if item is not None:
+            items.append(item)
+    return items
+
+
+def _class_mean_highlight(members, name: str, amounts: np.ndarray, method: str, target: int) -> Highlight | None:
+    """The highlight of a class whose mean map concentrates in one region (`concentration_region`), if it does."""
+    region = concentration_region(amounts.mean(axis=0))
+    if region is None:
+        return None
+    where, share, area = region
+    top = members.sort_values("border_share", ascending=False)
+    return Highlight(
+        "class_mean", f"Class {name}: its mean map puts {share:.0%} in the {where} ({area:.0%} of the image)",
+        f"Over its {len(members)} images the maps of this class concentrate in the {where}; an object "
+        "rarely sits in the same place in every image, a mark or a frame does.", method, target,
+        _names(top["image"]))
+
+
+def _class_outliers(members):
+    """The rows of one class whose map lies far from the class's mean map (module docstring), or None when the
+    class has too few maps to say."""
+    distances = members["distance_to_class_mean"].to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = distances[np.isfinite(distances)]
+    if finite.size < OUTLIER_MIN_ROWS:
+        return None
+    median = float(np.median(finite))
+    spread = 1.4826 * float(np.median(np.abs(finite - median)))
+    limit = max(OUTLIER_DISTANCE, median + OUTLIER_MADS * spread)
+    return members[distances > limit]
+
+
+def _outliers_highlight(outlier_rows: list, method: str) -> Highlight | None:
+    """The highlight of every class's outliers together, if there are any."""
+    import pandas as pd
+
+    if not outlier_rows:
+        return None
+    outliers = pd.concat(outlier_rows).sort_values("distance_to_class_mean", ascending=False)
+    if not len(outliers):
+        return None
+    return Highlight(
+        "outliers", f"{len(outliers)} images unlike the rest of their class",
+        f"Their maps lie far from their class's mean map (distance to the class mean above "
+        f"{OUTLIER_DISTANCE:g} and {OUTLIER_MADS:g} robust deviations above the class's median): the "
+        "network looks elsewhere in these images.", method, None, _names(outliers["image"]))
+
+
+def _checked_text(maps: int, classes: int, bits: bool, unclustered: list[str]) -> str:
+    """What `run_highlights` looked at, in one sentence (and the classes too large to cluster)."""
+    skipped = (f" Classes with more than {MAX_ITEMS:,} maps were not clustered: {', '.join(unclustered)}."
+               if unclustered else "")
+    return (f"Checked {maps} maps of {classes} classes: total bits"
+            f"{'' if bits else ' (none: this method is not in bits)'}, clusters of similar maps, where each "
+            f"class's mean map lies, and each map's distance to its class's mean.{skipped}")
+
+
 def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlights:
     """What stands out in `method`'s maps across every class of `run` (module docstring); `units` maps method keys to
     their unit (run.json's)."""
+    import pandas as pd
+
     table = run.table
     rows = class_rows(run, method)
     rows = rows[rows["error"].isna()]
@@ -269,73 +351,27 @@ def run_highlights(run: "Run", method: str, units: dict[str, str]) -> RunHighlig
     bits = units.get(method) == BITS_UNIT
     few = few_bits_mask(table, units) & (table["method"] == method).to_numpy()
     few_set = set(table["image"][few])
-    totals = rows["total_bits"].to_numpy(dtype=np.float64, na_value=np.nan)
     if bits:
-        found.reference_bits = few_bits_reference(totals)
-    items: list[Highlight] = []
-    if few_set:
-        group = rows[rows["image"].isin(few_set)].sort_values("total_bits")
-        rest = rows[~rows["image"].isin(few_set)]["total_bits"]
-        items.append(Highlight(
-            "few_bits", f"{len(group)} of {len(rows)} images need very few bits",
-            f"Their decisions pass through a median of {_bits_text(float(group['total_bits'].median()))} bits, "
-            f"against {_bits_text(float(rest.median()))} for the other images (flagged: at least "
-            f"{FEW_BITS_FACTOR:.0f}× below the run's upper quartile, {_bits_text(found.reference_bits)} bits). A "
-            "network that needs almost nothing from an image often decides by one small cue (a mark, a watermark)."
-            + _flat_words(group),
-            method, None, _names(group["image"])))
-    cluster_items, mean_items, outlier_rows = [], [], []
+        found.reference_bits = few_bits_reference(rows["total_bits"].to_numpy(dtype=np.float64, na_value=np.nan))
+    items: list[Highlight] = [_few_bits_highlight(rows, few_set, method, found.reference_bits)] if few_set else []
+    cluster_items, mean_items, outlier_rows, unclustered = [], [], [], []
     targets = sorted(int(t) for t in rows["target"].dropna().unique())
-    import pandas as pd
-
     # every thumbnail read once (one file per part), then handed to each class's clustering
     mapped = class_rows(run, method)
     thumbnails = pd.Series(list(run.thumbnails(mapped)), index=mapped.index)
-    unclustered = []
     for target in targets:
-        members_all = rows[rows["target"] == target]
-        name = _class_name(members_all, target)
+        members = rows[rows["target"] == target]
+        name = _class_name(members, target)
         mapped_class = mapped[mapped["target"] == target]
         amounts = mass_thumbnails(np.stack(thumbnails.loc[mapped_class.index].to_list()), mapped_class, bits)
         if len(mapped_class) > MAX_ITEMS:  # clustering compares every pair: such a class is left unclustered, said
             unclustered.append(name)
         else:
-            groups = map_clusters(run, method, target, thumbnails=thumbnails)  # rows in mapped_class's order
-            for c in range(groups.k):
-                where = (groups.rows["cluster"] == c).to_numpy()
-                found.cluster_scale = max(found.cluster_scale, float(amounts[where].mean(axis=0).max()))
-                item = _cluster_highlight(groups.members(c), c, groups.k, name, few_set, method, target)
-                if item is not None:
-                    cluster_items.append(item)
-        region = concentration_region(amounts.mean(axis=0))
-        if region is not None:
-            where, share, area = region
-            top = members_all.sort_values("border_share", ascending=False)
-            mean_items.append(Highlight(
-                "class_mean", f"Class {name}: its mean map puts {share:.0%} in the {where} ({area:.0%} of the image)",
-                f"Over its {len(members_all)} images the maps of this class concentrate in the {where}; an object "
-                "rarely sits in the same place in every image, a mark or a frame does.", method, target,
-                _names(top["image"])))
-        distances = members_all["distance_to_class_mean"].to_numpy(dtype=np.float64, na_value=np.nan)
-        finite = distances[np.isfinite(distances)]
-        if finite.size >= OUTLIER_MIN_ROWS:
-            median = float(np.median(finite))
-            spread = 1.4826 * float(np.median(np.abs(finite - median)))
-            limit = max(OUTLIER_DISTANCE, median + OUTLIER_MADS * spread)
-            outlier_rows.append(members_all[distances > limit])
+            cluster_items += _cluster_highlights(run, method, target, name, amounts, thumbnails, few_set, found)
+        mean_items += [h for h in [_class_mean_highlight(members, name, amounts, method, target)] if h is not None]
+        outlier_rows += [o for o in [_class_outliers(members)] if o is not None]
     items += cluster_items + mean_items
-    if outlier_rows:
-        outliers = pd.concat(outlier_rows).sort_values("distance_to_class_mean", ascending=False)
-        if len(outliers):
-            items.append(Highlight(
-                "outliers", f"{len(outliers)} images unlike the rest of their class",
-                f"Their maps lie far from their class's mean map (distance to the class mean above "
-                f"{OUTLIER_DISTANCE:g} and {OUTLIER_MADS:g} robust deviations above the class's median): the "
-                "network looks elsewhere in these images.", method, None, _names(outliers["image"])))
-    found.items = items
-    skipped = (f" Classes with more than {MAX_ITEMS:,} maps were not clustered: {', '.join(unclustered)}."
-               if unclustered else "")
-    found.checked = (f"Checked {len(rows)} maps of {len(targets)} classes: total bits"
-                     f"{'' if bits else ' (none: this method is not in bits)'}, clusters of similar maps, where each "
-                     f"class's mean map lies, and each map's distance to its class's mean.{skipped}")
+    outliers = _outliers_highlight(outlier_rows, method)
+    found.items = items + ([outliers] if outliers is not None else [])
+    found.checked = _checked_text(len(rows), len(targets), bits, unclustered)
     return found
