@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Protocol, TypeVar
 
 import streamlit as st
 
@@ -17,8 +17,16 @@ from iba_core.feature_stats import FeatureStats
 
 from pages.widgets.page import app_trust
 
-if TYPE_CHECKING:
-    from pages.widgets.inputs import Inputs
+
+class Inputs(Protocol):
+    """What the progress helpers read of a page's inputs (`inputs.Inputs`): the shared network and the network.
+    Named here, not imported, so `inputs.py` (which shows progress) and this module form no import circle."""
+
+    shared: SharedModel
+
+    @property
+    def network(self) -> Network: ...
+
 
 T = TypeVar("T")
 
