@@ -183,6 +183,25 @@ def layer_text(run: Run) -> str:
     return ", ".join(layers + ranges) if layers or ranges else "none (its methods read the whole network)"
 
 
+def method_layer_text(run: Run, method: str) -> str:
+    """The layer(s) `method`'s maps were made at, in words (a report's header): as the run recorded them
+    (run.json's methods' `layers`: a bottleneck's layer or CoIBA's range, Grad-CAM's target layer); for a run made
+    before they were recorded, a layer its settings name, or a bottleneck's the run's (`layer_text`)."""
+    recorded = run.info.get("methods", {}).get(method, {})
+    settings = recorded.get("settings", {})
+    if "layers" in recorded:
+        layers = [str(name) for name in recorded["layers"]]
+    elif settings.get("layers"):
+        layers = list(_range_ends(settings["layers"]))
+    elif settings.get("layer") or "beta_k" in settings:
+        return str(settings.get("layer") or layer_text(run))
+    else:
+        return "not recorded (a run made before reports named each method's layer)"
+    if not layers:
+        return "none (the method reads the whole network)"
+    return layers[0] if len(layers) == 1 else _range_text(layers)
+
+
 def _range_ends(layers) -> tuple[str, str]:
     """(first, last) of CoIBA's layers as run.json records them (a list, first to last; or "first:last")."""
     names = [str(name) for name in layers] if not isinstance(layers, str) else layers.split(":")
@@ -801,7 +820,7 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
     summary = {
         # the run as a visitor may see it: relative to the allowed folder, not the server's layout (issue #40)
         "run": visitor_path(run.path, trust), "network": run.info.get("network") or "unknown",
-        "layer": layer_text(run),
+        "layer": method_layer_text(run, method),  # the method's own (Grad-CAM's target layer), not the run's
         "method": method_names(run).get(method, method), "images": int(table["image"].nunique()),
         "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
         "scale": scale if units.get(method) == BITS_UNIT else None,
