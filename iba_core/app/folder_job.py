@@ -277,13 +277,20 @@ class RunEstimate:
     images: int
     methods: tuple[str, ...]
     untimed: tuple[str, ...] = ()
-    #: For the untimed methods: the statistics' samples still to be read, and the seconds of one forward pass
-    #: timed here (the statistics take about one pass per sample, once).
+    #: For the methods whose statistics are still to be estimated: their samples, and the seconds of one forward
+    #: pass timed here (the statistics take about one pass per sample, once).
     stats_samples: int = 0
     forward_seconds: float = 0.0
     #: of `seconds`, those the field's metrics took (measured on the same image, for each method timed)
     metric_seconds: float = 0.0
     metrics: tuple[str, ...] = ()
+    #: Of `methods`, those timed on a stand-in prior (`_stand_in`): their statistics are still to be estimated
+    stand_in: tuple[str, ...] = ()
+
+    @property
+    def stats_seconds(self) -> float:
+        """About how long the statistics still to be estimated take: one forward pass per sample (0: none)."""
+        return self.stats_samples * self.forward_seconds if self.stats_samples and self.forward_seconds > 0 else 0.0
 
     def text(self) -> str:
         """What the page says before the run: the time per image, for the folder, and what it leaves out."""
@@ -293,14 +300,31 @@ class RunEstimate:
         if self.methods and self.metrics:
             text += (f", of which the metrics ({', '.join(self.metrics)}) take {self.metric_seconds:.1f} s per image "
                      f"(about {duration(self.metric_seconds * self.images)} in all)")
+        stats = (f"about {duration(self.stats_seconds)} for {self.stats_samples} samples: one forward pass each, "
+                 f"{self.forward_seconds:.2f} s here") if self.stats_seconds else ""
+        if self.stand_in:
+            text += (f"; first, once, the feature statistics of {', '.join(self.stand_in)} are estimated and kept"
+                     + (f" ({stats})" if stats else "") + ": until they exist, "
+                     + ("its" if len(self.stand_in) == 1 else "their")
+                     + " pace was timed with a standard-normal prior in their place")
         if self.untimed:
-            stats = ""
-            if self.stats_samples and self.forward_seconds > 0:
-                stats = (f" (about {duration(self.stats_samples * self.forward_seconds)} for their "
-                         f"{self.stats_samples} samples: one forward pass each, {self.forward_seconds:.2f} s here)")
             text += (f"; not timed: {', '.join(self.untimed)}, whose feature statistics are estimated first, once, "
-                     f"then kept{stats}, and whose pace the first batch measures")
+                     f"then kept{f' ({stats})' if stats and not self.stand_in else ''}, and whose pace the first "
+                     "batch measures")
         return text + ". Other work on this machine (other sessions' pages) makes it slower."
+
+
+def _stand_in(method: "Method") -> "Method | None":
+    """A copy of a bottleneck `method` whose statistics are not on disk yet that runs without them, to time its
+    pace: the same steps and noisy copies with the standard-normal prior (M2IB's) in place of the estimated one
+    (the prior changes the map, not the passes it takes). None for a method that cannot (CoIBA's range)."""
+    from ..methods.bottlenecks import PerSampleIBA
+
+    if not isinstance(method, PerSampleIBA):
+        return None
+    stand_in = method.with_settings(prior="standard_normal")
+    stand_in.needs_stats = False  # this copy only: it builds its bottleneck without estimating statistics
+    return stand_in
 
 
 #: Images tried for one that can be timed (a file that cannot be read is skipped, as the run skips it).
@@ -336,8 +360,9 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                    prompts: Sequence[str] = ()) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
-    starts. A method whose feature statistics are not yet on disk is left out (estimating them would take
-    minutes) and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
+    starts. A method whose feature statistics are not yet on disk is timed with a stand-in prior (`_stand_in`;
+    estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
+    and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
     import torch
 
     from ..runs.folder import list_images
@@ -356,7 +381,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                         "nothing could be timed; the run would give each an error row.")
     from ..feature_stats import run_stats_source
 
-    timed, untimed, seconds, samples, metric_seconds = [], [], 0.0, 0, 0.0
+    timed, untimed, stand_ins, seconds, samples, metric_seconds = [], [], [], 0.0, 0, 0.0
     with shared.busy():
         scoring = None
         if metrics:
@@ -377,16 +402,20 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
         if target is None:
             target = int(outputs.argmax())
         for method in methods:
+            name, timed_as = method.name, method
             if method.needs_stats and not _stats_ready(network, method):
-                untimed.append(method.name)
                 st = method.settings
                 samples = max(samples, run_stats_source(network, st.get("stats_images"), st.get("stats_samples"))[1])
-                continue
-            method.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
+                timed_as = _stand_in(method)  # estimating its statistics here would take minutes
+                if timed_as is None:
+                    untimed.append(name)
+                    continue
+                stand_ins.append(name)
+            timed_as.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
             began = time.perf_counter()
-            made = method.attribute_batch(network, x, [target])
+            made = timed_as.attribute_batch(network, x, [target])
             seconds += time.perf_counter() - began
-            timed.append(method.name)
+            timed.append(name)
             if scoring is not None:
                 from ..heads import head_of
                 from ..metrics.yardsticks import yardstick_columns
@@ -396,7 +425,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                 metric_seconds += time.perf_counter() - began
     maps = max(len(prompts), 1)  # a map per prompt and method
     return RunEstimate((seconds + metric_seconds) * maps, len(items), tuple(timed), tuple(untimed), samples, forward,
-                       metric_seconds * maps, metrics)
+                       metric_seconds * maps, metrics, tuple(stand_ins))
 
 
 def job_text(job: FolderJob) -> str:
