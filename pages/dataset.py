@@ -147,7 +147,7 @@ def start_section() -> None:
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return
                 if job is before and job.running:  # the user's own run: its progress is shown below
-                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is below.",
+                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
                             icon=":material/hourglass_top:")
                 else:
                     st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
@@ -521,9 +521,13 @@ def downloads(run, method_for_report: str | None, found) -> None:
 pending = st.session_state.pop(PATH_KEY + "_next", None)
 if pending is not None:  # the run folder of a run just started, for Open run
     st.session_state[PATH_KEY] = pending
+# The background run's progress at the top of the run section, above the start form it is started from: after
+# Start it is in view at 1280 × 800 (below the form it was a screen further down).
+job_slot = st.container()
 open_section()
 start_section()
-job_section()
+with job_slot:
+    job_section()
 run = st.session_state.get(RUN_KEY)
 introduction(run is not None)
 if run is not None:

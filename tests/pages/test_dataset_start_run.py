@@ -107,7 +107,7 @@ def test_a_second_press_shows_the_own_run_as_progress_not_an_error(data_root, sl
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     assert folder_job.current_job() is job
-    assert any("Your folder run into" in t and "is going" in t for t in infos(at)), infos(at)
+    assert any("Your folder run into" in t and "its progress is at the top" in t for t in infos(at)), infos(at)
     assert any(t.startswith("Your folder run into") for t in progress_texts(at)), progress_texts(at)
     assert at.button(key="ds_stop")  # the own run can be stopped
 
@@ -156,3 +156,33 @@ def _shared_of_page():
     from iba_core.app.state import load_shared
 
     return load_shared(at.selectbox(key="network").value)
+
+
+def _in_page_order(at: AppTest) -> list:
+    """Every element and block of the page, in the order the browser lays them out (top to bottom)."""
+    out = []
+
+    def walk(node) -> None:
+        out.append(node)
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    return out
+
+
+def test_a_started_runs_progress_comes_before_the_long_start_form(data_root, slow_run) -> None:
+    """Issue #38, item 7: after Start the progress sat below the whole start form, out of view at 1280 × 800; it
+    comes first, above the form's fields and its buttons (the open-run form, one line, is the only thing above)."""
+    at = fill(dataset_page(), data_root, "run_in_view")
+    at.button(key="ds_start_button").click().run()
+    assert_clean(at)
+    assert folder_job.current_job() is not None
+    order = _in_page_order(at)
+    progress = [i for i, node in enumerate(order) if node.type == "progress"]
+    assert progress, "no progress shown after Start"
+
+    def place(key: str) -> int:
+        return next(i for i, node in enumerate(order) if getattr(node, "key", None) == key)
+
+    assert progress[0] < place("ds_source") < place("ds_methods") < place("ds_start_button")
