@@ -19,7 +19,7 @@ from iba_core.runs.highlights import named
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
-from pages.widgets.page import app_trust, presentation, through_app
+from pages.widgets.page import app_trust, bring_into_view, presentation, through_app
 from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
@@ -35,6 +35,8 @@ HIGHLIGHT_THUMBS = 6  # columns wide enough at 1280 px for a name like "marked/0
 ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
 #: The start section's open state, and the request to fold it (a run was just opened).
 START_OPEN_KEY, FOLD_KEY = "ds_start_open", "_ds_fold_start"
+#: The container of the background run's progress (at the top of the run section).
+JOB_KEY = "ds_job"
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
@@ -152,6 +154,7 @@ def start_section() -> None:
                 else:
                     st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
                     st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
+                    bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
 
 
 def _showing(run_dir) -> bool:
@@ -521,9 +524,10 @@ def downloads(run, method_for_report: str | None, found) -> None:
 pending = st.session_state.pop(PATH_KEY + "_next", None)
 if pending is not None:  # the run folder of a run just started, for Open run
     st.session_state[PATH_KEY] = pending
-# The background run's progress at the top of the run section, above the start form it is started from: after
-# Start it is in view at 1280 × 800 (below the form it was a screen further down).
-job_slot = st.container()
+# The background run's progress at the top of the run section, above the start form it is started from, and
+# scrolled to on Start (`bring_into_view`): below the form, and with the page scrolled down to the button, it was
+# out of view at 1280 × 800.
+job_slot = st.container(key=JOB_KEY)
 open_section()
 start_section()
 with job_slot:

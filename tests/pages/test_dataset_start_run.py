@@ -173,7 +173,7 @@ def _in_page_order(at: AppTest) -> list:
 
 def test_a_started_runs_progress_comes_before_the_long_start_form(data_root, slow_run) -> None:
     """Issue #38, item 7: after Start the progress sat below the whole start form, out of view at 1280 × 800; it
-    comes first, above the form's fields and its buttons (the open-run form, one line, is the only thing above)."""
+    comes first, above the form's fields and its buttons, and the page scrolls to it."""
     at = fill(dataset_page(), data_root, "run_in_view")
     at.button(key="ds_start_button").click().run()
     assert_clean(at)
@@ -186,3 +186,5 @@ def test_a_started_runs_progress_comes_before_the_long_start_form(data_root, slo
         return next(i for i, node in enumerate(order) if getattr(node, "key", None) == key)
 
     assert progress[0] < place("ds_source") < place("ds_methods") < place("ds_start_button")
+    # and the page, scrolled down to the button, is scrolled up to it (tests/test_browser_dataset_start.py: in view)
+    assert any(".st-key-ds_job" in h.proto.body and "scrollIntoView" in h.proto.body for h in at.get("html"))
