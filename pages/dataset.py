@@ -13,6 +13,7 @@ import streamlit as st
 from iba_core.app import dataset as ds
 from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
+from iba_core.app.stats_source import stats_folder
 from iba_core.networks.clip_models import is_clip
 from iba_core.render.text import count_of
 from iba_core.runs.highlights import named
@@ -109,6 +110,13 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
+            own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
+            stats_images = st.text_input(
+                "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
+                placeholder=own or "the offline sample photos",
+                help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
+                "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
+                "folder keeps the folder it was made with. Another folder here needs no new network.")
             prompt_text = st.text_area(
                 "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
                 help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
@@ -133,8 +141,8 @@ def start_section() -> None:
         if estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics,
-                                                                   prompts=prompts).text()
+                                                                   trust=trust, metrics=metrics, prompts=prompts,
+                                                                   stats_images=stats_images).text()
         if metrics and not st.session_state.get(ESTIMATE_KEY):
             st.caption(plain(ds.metric_cost_text(network, metrics)))
         if st.session_state.get(ESTIMATE_KEY):
@@ -144,7 +152,8 @@ def start_section() -> None:
             with shown_errors():
                 try:
                     job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics, prompts=prompts)
+                                              owner=session_owner(), metrics=metrics, prompts=prompts,
+                                              stats_images=stats_images)
                 except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return

@@ -38,7 +38,7 @@ from ..trust import NotTrustedError, Trust, check_server_path, visitor_path
 from . import links
 from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here
     PAGE_BATCH_IMAGES, PAGE_METRICS, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text,
-    metric_cost_text, start_folder_job, time_one_image,
+    metric_cost_text, start_folder_job, stats_images_folder, time_one_image,
 )
 
 if TYPE_CHECKING:
@@ -888,7 +888,7 @@ def label_note(table) -> str:
 __all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE", "PAGE_METRICS", "metric_cost_text",
            "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
            "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
-           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "metric_columns",
+           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "method_layer_text", "metric_columns",
            "metric_help", "metric_means", "metric_report", "MetricMeans", "open_run_folder",
            "page_scale", "per_sample_link", "report_html", "result_rows", "run_line", "start_folder_job", "table_csv",
-           "table_parquet", "thumbnails_on_one_scale", "time_one_image", "value_range", "with_flags"]
+           "table_parquet", "thumbnails_on_one_scale", "stats_images_folder", "time_one_image", "value_range", "with_flags"]

@@ -61,8 +61,9 @@ class FolderJob:
 
     def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
                  batch: int, owner: str | None = None, metrics: tuple[str, ...] = (),
-                 prompts: tuple[str, ...] = ()):
+                 prompts: tuple[str, ...] = (), stats_images: str | None = None):
         self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.stats_images = stats_images  # the statistics' image folder (`FolderSettings.stats_images`)
         self.prompts = prompts  # a CLIP network's text prompts (`FolderSettings.prompts`); () explains classes
         self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
         self.metrics = metrics  # the field's metrics per map (`metrics.yardsticks`), with their default protocol
@@ -110,7 +111,8 @@ class FolderJob:
                 root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
                                           categories=network.categories)
             self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts)
+            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts,
+                                      stats_images=self.stats_images)
             for start in range(0, len(items), self.batch):
                 if self._cancel.is_set():
                     self.label = "stopped"
@@ -218,15 +220,37 @@ def _image_folder(source: str, trust: Trust) -> Path:
     return folder
 
 
+def stats_images_folder(text: str | None, trust: Trust) -> str | None:
+    """The folder a run's feature statistics are to come from, typed on the page (checked against `trust`: a visitor
+    names only folders under the allowed ones), or None when left empty (the network's own: its model card's
+    `stats_images`, else the sample photos). Changing it needs no new network, only this field."""
+    if not (text or "").strip():
+        return None
+    folder = check_server_path(Path(text.strip()).expanduser(), trust, what="statistics image folder", folder=True)
+    if not folder.is_dir():
+        raise UserError(f"The statistics image folder {folder} does not exist.")
+    return str(folder)
+
+
+def _with_stats_images(methods: list["Method"], stats_images: str | None) -> list["Method"]:
+    """The methods with the run's statistics folder, as the run gives it to them (`runs.folder._for_this_run`)."""
+    if not stats_images:
+        return methods
+    return [m.with_settings(stats_images=stats_images)
+            if "stats_images" in m.settings and not m.settings["stats_images"] else m for m in methods]
+
+
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
                      batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
-                     prompts: Sequence[str] = ()) -> FolderJob:
+                     prompts: Sequence[str] = (), stats_images: str | None = None) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
     (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
-    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`)."""
+    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`).
+    stats_images: the folder the bottlenecks' feature statistics come from (`stats_images_folder`; empty: the
+    network's own)."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -241,13 +265,14 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     methods = _checked_methods(shared, method_keys, layer)
     _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
+    stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
         if mine is not None:
             return mine
         out.mkdir(parents=True, exist_ok=True)
         _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics,
-                         tuple(prompts))
+                         tuple(prompts), stats_images)
         _JOB._thread.start()
         return _JOB
 
@@ -357,18 +382,19 @@ def _stats_ready(network, method: "Method") -> bool:
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
                    limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = (),
-                   prompts: Sequence[str] = ()) -> RunEstimate:
+                   prompts: Sequence[str] = (), stats_images: str | None = None) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
     starts. A method whose feature statistics are not yet on disk is timed with a stand-in prior (`_stand_in`;
     estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
-    and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
+    and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number).
+    stats_images: the run's statistics folder, as for `start_folder_job`."""
     import torch
 
     from ..runs.folder import list_images
 
     folder = _image_folder(source, trust)
-    methods = _checked_methods(shared, method_keys, layer)
+    methods = _with_stats_images(_checked_methods(shared, method_keys, layer), stats_images_folder(stats_images, trust))
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)
