@@ -642,13 +642,20 @@ def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
 inputs = input_section(widths=(1.55, 3))
 if inputs is not None:
     with inputs.controls:  # the live view / replay, then the form, next to the image
-        panel = st.empty()
+        # A run's live view takes the replay's place (one slot: st.empty), then the replay takes it back. Any other
+        # rerun draws the replay straight at that place, as the same keyed container: an st.empty sent again at
+        # each rerun first clears its place, so the replay slider was mounted anew at every step it showed, lost
+        # its focus, and its arrow keys moved the page instead of the step.
+        running = bool(st.session_state.get("ps_run_button"))
+        panel = st.empty() if running else None
+        replay_box = (st.container(border=True, key="ps_replay")
+                      if not running and RESULT_KEY in st.session_state else None)
         submitted = form(inputs)
     if submitted is not None:
         with inputs.controls:
-            execute(inputs, *submitted, panel=panel)
+            execute(inputs, *submitted, panel=panel or st.empty())
     if RESULT_KEY in st.session_state:
-        with panel.container(border=True, key="ps_replay"):
+        with replay_box if replay_box is not None else panel.container(border=True, key="ps_replay"):
             prompt_choice()  # several prompts: which one the replay and the result show
             replay(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]), inputs.network.key)
 if RESULT_KEY in st.session_state:
