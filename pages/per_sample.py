@@ -27,7 +27,7 @@ from iba_core.render import figures
 from iba_core.render.animation import (
     animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
 )
-from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale, step_scale, tick_text
+from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale, step_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, few_bits_text, full_resolution_overlay, not_needed_fraction, not_needed_outline,
     overlay_image, part_of_total_text, png_bytes, token_strip,
@@ -338,7 +338,7 @@ def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps:
     info = history[-1]
     where = f"step {info.step} of {steps}"
     bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
-    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}, 0 – {tick_text(top)} bits / pixel")
+    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")  # its top: written on its colour bar
     drain.image(drain_image(all_steps or history, total_steps=steps, mark=info.step if all_steps else None,
                             width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
                 width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
