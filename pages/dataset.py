@@ -13,13 +13,14 @@ import streamlit as st
 from iba_core.app import dataset as ds
 from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
+from iba_core.app.stats_source import stats_folder
 from iba_core.networks.clip_models import is_clip
 from iba_core.render.text import count_of
 from iba_core.runs.highlights import named
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
-from pages.widgets.page import app_trust, presentation, through_app
+from pages.widgets.page import app_trust, bring_into_view, presentation, through_app
 from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
@@ -35,6 +36,8 @@ HIGHLIGHT_THUMBS = 6  # columns wide enough at 1280 px for a name like "marked/0
 ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
 #: The start section's open state, and the request to fold it (a run was just opened).
 START_OPEN_KEY, FOLD_KEY = "ds_start_open", "_ds_fold_start"
+#: The container of the background run's progress (at the top of the run section).
+JOB_KEY = "ds_job"
 #: Seconds between two looks at a background run's progress.
 POLL_S = 1.0
 
@@ -107,6 +110,13 @@ def start_section() -> None:
                                  key=f"ds_layer_{spec.key}", format_func=network.layer_label)
             limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
                                     placeholder="all")
+            own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
+            stats_images = st.text_input(
+                "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
+                placeholder=own or "the offline sample photos",
+                help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
+                "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
+                "folder keeps the folder it was made with. Another folder here needs no new network.")
             prompt_text = st.text_area(
                 "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
                 help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
@@ -131,8 +141,8 @@ def start_section() -> None:
         if estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics,
-                                                                   prompts=prompts).text()
+                                                                   trust=trust, metrics=metrics, prompts=prompts,
+                                                                   stats_images=stats_images).text()
         if metrics and not st.session_state.get(ESTIMATE_KEY):
             st.caption(plain(ds.metric_cost_text(network, metrics)))
         if st.session_state.get(ESTIMATE_KEY):
@@ -142,16 +152,18 @@ def start_section() -> None:
             with shown_errors():
                 try:
                     job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics, prompts=prompts)
+                                              owner=session_owner(), metrics=metrics, prompts=prompts,
+                                              stats_images=stats_images)
                 except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
                     st.info(plain(busy.message), icon=":material/hourglass_top:")
                     return
                 if job is before and job.running:  # the user's own run: its progress is shown below
-                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is below.",
+                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
                             icon=":material/hourglass_top:")
                 else:
                     st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
                     st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
+                    bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
 
 
 def _showing(run_dir) -> bool:
@@ -521,9 +533,14 @@ def downloads(run, method_for_report: str | None, found) -> None:
 pending = st.session_state.pop(PATH_KEY + "_next", None)
 if pending is not None:  # the run folder of a run just started, for Open run
     st.session_state[PATH_KEY] = pending
+# The background run's progress at the top of the run section, above the start form it is started from, and
+# scrolled to on Start (`bring_into_view`): below the form, and with the page scrolled down to the button, it was
+# out of view at 1280 × 800.
+job_slot = st.container(key=JOB_KEY)
 open_section()
 start_section()
-job_section()
+with job_slot:
+    job_section()
 run = st.session_state.get(RUN_KEY)
 introduction(run is not None)
 if run is not None:

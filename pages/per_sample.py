@@ -27,7 +27,7 @@ from iba_core.render import figures
 from iba_core.render.animation import (
     animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
 )
-from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale
+from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale, step_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, few_bits_text, full_resolution_overlay, not_needed_fraction, not_needed_outline,
     overlay_image, part_of_total_text, png_bytes, token_strip,
@@ -60,7 +60,7 @@ CURVES_SIZE = (420, 300)
 SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
 #: The scale's top when none is typed (`colours.SCALE_BASES`, the first the default), as the radio names them.
-SCALE_BASIS_NAMES = {"final": "the final map's largest value", "run": "the whole run's largest value"}
+SCALE_BASIS_NAMES = {"final": "each map's own largest value", "run": "the whole run's largest value"}
 
 through_app()
 # the colour-scale basis holds for the session, not only while this page is shown (the typed top is not restored:
@@ -85,8 +85,9 @@ def fixed_top() -> float | None:
 
 
 def record_scale(record: RunRecord) -> ColourScale:
-    """The run's one colour scale (`run_scale`: the top typed in, else the final map's largest value or the
-    whole run's, as chosen), for the replay, the GIF, the final map and the overlays alike."""
+    """The run's colour scale (`run_scale`: the top typed in, else the final map's largest value or the whole
+    run's, as chosen), for the final map and the overlays; the replay's and the GIF's steps are drawn on it, or
+    by default each on its own top (`step_scale`)."""
     return run_scale(record.result, fixed_top(), st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]))
 
 
@@ -94,16 +95,16 @@ def scale_controls() -> None:
     """The run's colour scale, in a popover beside the replay slider: right above the maps it sets (the replay's,
     and the Result's below), in one line, so the replayed bits map stays in view beside the inputs."""
     with st.popover("Colour scale", icon=":material/palette:", width="stretch",
-                    help="The top of the bits maps' one colour scale: the final map's largest value (default), the "
+                    help="The top of the bits maps' colour scale: each map's own largest value (default), the "
                     "whole run's, or a top you type."):
         st.selectbox("Top of the bits maps' scale", list(SCALE_BASIS_NAMES), format_func=SCALE_BASIS_NAMES.get,
                      key=SCALE_BASIS_KEY, disabled=fixed_top() is not None, on_change=remember_choice,
                      args=(SCALE_BASIS_KEY,),
-                     help="The final map's largest value (default): the result uses the whole colour range and "
-                     "reads at a glance; earlier steps, which pass more bits, are drawn in the top colour, marked ≥ "
-                     "on the colour bar (the drain shows in the chart of total bits per step). The whole run's "
-                     "largest value: the maps themselves show the bits draining from the first step, and the final "
-                     "map looks dark. Either way the colours are bits per pixel, never rescaled per map.")
+                     help="Each map's own largest value (default): every step's map, and the final map, runs from "
+                     "0 bits to its own largest value, written at the top of its colour bar, so each reads at a "
+                     "glance while the bits drain (the drain itself is the chart of total bits per step). The "
+                     "whole run's largest value: one scale for every step, so the maps themselves show the drain "
+                     "and the later ones look dark. Either way 0 is dark and the colours are bits per pixel.")
         st.number_input("Or a top (bits / pixel)", min_value=0.0, value=None, step=0.1, format="%.3g",
                         key=SCALE_TOP_KEY, placeholder="none typed",
                         help="A top of your own for the run's one colour scale: the replay, the GIF, the final map "
@@ -266,10 +267,13 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
         heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
         lam.image(blank, width="stretch", alt="λ: waiting for the first step")
+        one_scale = bool(fixed) or st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]) == "run"
         st.caption(f"Bits maps: {live_scale([], fixed).describe()}." if fixed else
-                   "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it); the "
-                   "replay, the GIF and the final map then use the final map's largest value (or the whole run's, "
-                   "as chosen under *Colour scale* beside the replay step).")
+                   "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it), as chosen "
+                   "under *Colour scale*." if one_scale else
+                   "Bits maps: each step from 0 to its own largest value, written at the top of its colour bar, "
+                   "so the map stays readable while the bits drain; the drain itself is the chart of total bits "
+                   "per step beside it.")
         history: list[StepInfo] = []
 
         def on_step(info: StepInfo) -> None:
@@ -279,7 +283,9 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
                 f"{format_target_score(info.p_target, head)} · {'−cos' if score == 'similarity' else 'L_CE'} = "
                 f"{info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
             ))
-            top = live_scale(history, fixed).top  # the largest so far: only grows, ends at the run's scale
+            # one scale: the largest so far (it only grows); else the step's own top (`step_scale`), which keeps a
+            # draining map readable: on step 1's top (4.3 bits / pixel) the maps from step 5 on were nearly black
+            top = live_scale(history, fixed).top if one_scale else step_scale(info.bits_per_pixel).top
             draw_step((heat, drain, lam, curves), history, info.steps, top, head=head,
                       lambda_title=shared_lambda_title(layers))
 
@@ -332,7 +338,7 @@ def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps:
     info = history[-1]
     where = f"step {info.step} of {steps}"
     bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
-    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")
+    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")  # its top: written on its colour bar
     drain.image(drain_image(all_steps or history, total_steps=steps, mark=info.step if all_steps else None,
                             width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
                 width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
@@ -453,7 +459,7 @@ def replay(record: RunRecord, scale: ColourScale, current_key: str | None = None
     # The pictures' hover toolbar (44 px) rises above their top edge: a gap keeps it off the step line, whose
     # end (p(target)) it covered.
     st.space(20)
-    draw_step(step_slots(), history[:step], steps, scale.top, all_steps=history,
+    draw_step(step_slots(), history[:step], steps, step_scale(info.bits_per_pixel, scale).top, all_steps=history,
               lambda_title=shared_lambda_title(record.layers), head=r.head)
     read = ("after the step's update, so the last step is the final map below" if r.settings.read_point == "final"
             else "from the step's forward pass, as the final map below")
@@ -625,8 +631,9 @@ def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
         "Animation GIF", lambda: animation_gif(r, scale, lambda_title=shared_lambda_title(record.layers)),
         f"{stem}_steps.gif", "image/gif", on_click="ignore",
         icon=":material/animation:", width="stretch", disabled=not r.history,
-        help="One frame per step (bits and λ, with the step, the bits and p(target) written on each), then the "
-        "final map, held; all on the run's colour scale.",
+        help="One frame per step (bits, the drain of total bits so far and λ, with the step, the bits and p(target) "
+        "written on each), then the final map, held; each bits map on the scale chosen under *Colour scale* (by "
+        "default its own largest value, written on its colour bar).",
     )
 
 
@@ -635,13 +642,20 @@ def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
 inputs = input_section(widths=(1.55, 3))
 if inputs is not None:
     with inputs.controls:  # the live view / replay, then the form, next to the image
-        panel = st.empty()
+        # A run's live view takes the replay's place (one slot: st.empty), then the replay takes it back. Any other
+        # rerun draws the replay straight at that place, as the same keyed container: an st.empty sent again at
+        # each rerun first clears its place, so the replay slider was mounted anew at every step it showed, lost
+        # its focus, and its arrow keys moved the page instead of the step.
+        running = bool(st.session_state.get("ps_run_button"))
+        panel = st.empty() if running else None
+        replay_box = (st.container(border=True, key="ps_replay")
+                      if not running and RESULT_KEY in st.session_state else None)
         submitted = form(inputs)
     if submitted is not None:
         with inputs.controls:
-            execute(inputs, *submitted, panel=panel)
+            execute(inputs, *submitted, panel=panel or st.empty())
     if RESULT_KEY in st.session_state:
-        with panel.container(border=True, key="ps_replay"):
+        with replay_box if replay_box is not None else panel.container(border=True, key="ps_replay"):
             prompt_choice()  # several prompts: which one the replay and the result show
             replay(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]), inputs.network.key)
 if RESULT_KEY in st.session_state:

@@ -14,7 +14,8 @@ from run_fixtures import write_noise_images  # noqa: E402
 
 def test_enter_starts_nothing_and_a_second_press_shows_the_own_run(tmp_path: Path) -> None:
     write_noise_images(tmp_path / "images", 4)
-    with streamlit_server(tmp_path) as server, chromium_page() as page:  # on 127.0.0.1: any path may be typed
+    # on 127.0.0.1: any path may be typed; 1280 × 800, where the progress must be in view after Start
+    with streamlit_server(tmp_path) as server, chromium_page(viewport=(1280, 800)) as page:
         from playwright.sync_api import expect
 
         page.goto(f"{server}/dataset")
@@ -31,8 +32,10 @@ def test_enter_starts_nothing_and_a_second_press_shows_the_own_run(tmp_path: Pat
         start = page.get_by_role("button", name="Start run")
         start.click()
         expect(page.get_by_text("Your folder run into").first).to_be_visible()
+        # the progress in view without scrolling (below the start form it was a screen further down, issue #38)
+        expect(page.locator('[data-testid="stProgress"]').first).to_be_in_viewport()
         start.click()  # again, while it goes (4 images of the Per-Sample Bottleneck take seconds each)
-        expect(page.get_by_text("is going; its progress is below")).to_be_visible()
+        expect(page.get_by_text("is going; its progress is at the top")).to_be_visible()
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(tmp_path / "second_press.png"), full_page=True)

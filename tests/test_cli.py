@@ -59,6 +59,12 @@ def test_attribute_json_has_no_note_for_a_recognised_image(chelsea_jpg, capsys):
     assert main(["attribute", str(chelsea_jpg), "--n", "96", "--steps", "1"]) == 0
     summary = json.loads(capsys.readouterr().out.strip())
     assert summary["predicted"] == summary["target"] == 285 and "target_note" not in summary
+    # the precision that ran, as the page says it (never "auto"), and the one asked for beside it, as the reports
+    assert summary["precision"] in ("fp32", "bf16", "fp16") and summary["precision_asked"] == "auto"
+    assert main(["attribute", str(chelsea_jpg), "--n", "96", "--steps", "1", "--batch", "2",
+                 "--precision", "fp32"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert (summary["precision"], summary["precision_asked"]) == ("fp32", "fp32")
 
 
 def test_progress_bar_only_while_statistics_are_computed(chelsea_jpg, capsys, tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ from ..trust import NotTrustedError, Trust, check_server_path, visitor_path
 from . import links
 from .folder_job import (  # noqa: F401 - the Dataset page's folder run, kept importable from here
     PAGE_BATCH_IMAGES, PAGE_METRICS, FolderJob, FolderRunBusy, GPU_ROAD, RunEstimate, current_job, job_text,
-    metric_cost_text, start_folder_job, time_one_image,
+    metric_cost_text, start_folder_job, stats_images_folder, time_one_image,
 )
 
 if TYPE_CHECKING:
@@ -182,6 +182,25 @@ def layer_text(run: Run) -> str:
     layers = sorted({str(s.get("layer")) for s in settings if s.get("layer") and not s.get("layers")}
                     | ({str(info["layer"])} if info.get("layer") and not ranges else set()))
     return ", ".join(layers + ranges) if layers or ranges else "none (its methods read the whole network)"
+
+
+def method_layer_text(run: Run, method: str) -> str:
+    """The layer(s) `method`'s maps were made at, in words (a report's header): as the run recorded them
+    (run.json's methods' `layers`: a bottleneck's layer or CoIBA's range, Grad-CAM's target layer); for a run made
+    before they were recorded, a layer its settings name, or a bottleneck's the run's (`layer_text`)."""
+    recorded = run.info.get("methods", {}).get(method, {})
+    settings = recorded.get("settings", {})
+    if "layers" in recorded:
+        layers = [str(name) for name in recorded["layers"]]
+    elif settings.get("layers"):
+        layers = list(_range_ends(settings["layers"]))
+    elif settings.get("layer") or "beta_k" in settings:
+        return str(settings.get("layer") or layer_text(run))
+    else:
+        return "not recorded (a run made before reports named each method's layer)"
+    if not layers:
+        return "none (the method reads the whole network)"
+    return layers[0] if len(layers) == 1 else _range_text(layers)
 
 
 def _range_ends(layers) -> tuple[str, str]:
@@ -805,7 +824,7 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
     summary = {
         # the run as a visitor may see it: relative to the allowed folder, not the server's layout (issue #40)
         "run": visitor_path(run.path, trust), "network": run.info.get("network") or "unknown",
-        "layer": layer_text(run),
+        "layer": method_layer_text(run, method),  # the method's own (Grad-CAM's target layer), not the run's
         "method": method_names(run).get(method, method), "images": int(table["image"].nunique()),
         "rows": len(table), "errors": int(table["error"].notna().sum()), "border_flag": BORDER_FLAG,
         "scale": scale if units.get(method) == BITS_UNIT else None,
@@ -873,7 +892,7 @@ def label_note(table) -> str:
 __all__ = ["BORDER_FLAG", "FEW_BITS_COLUMN", "ClassView", "ClusterView", "FolderJob", "FolderRunBusy", "GALLERY_PAGE", "PAGE_METRICS", "metric_cost_text",
            "GPU_ROAD", "GalleryCell", "PAGE_BATCH_IMAGES", "RowFilter", "RunEstimate", "class_targets", "class_view",
            "cluster_words", "current_job", "error_rows", "filter_rows", "flagged_rows", "gallery", "highlight_rows",
-           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "metric_columns",
+           "highlights", "image_thumbnail", "job_text", "label_note", "layer_text", "map_png", "method_layer_text", "metric_columns",
            "metric_help", "metric_means", "metric_report", "MetricMeans", "open_run_folder",
            "page_scale", "per_sample_link", "report_html", "result_rows", "run_line", "start_folder_job", "table_csv",
-           "table_parquet", "thumbnails_on_one_scale", "time_one_image", "value_range", "with_flags"]
+           "table_parquet", "thumbnails_on_one_scale", "stats_images_folder", "time_one_image", "value_range", "with_flags"]

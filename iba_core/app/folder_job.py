@@ -62,8 +62,9 @@ class FolderJob:
 
     def __init__(self, shared: "SharedModel", source: Path, run_dir: Path, methods: list, limit: int | None,
                  batch: int, owner: str | None = None, metrics: tuple[str, ...] = (),
-                 prompts: tuple[str, ...] = ()):
+                 prompts: tuple[str, ...] = (), stats_images: str | None = None):
         self.shared, self.source, self.run_dir = shared, source, run_dir
+        self.stats_images = stats_images  # the statistics' image folder (`FolderSettings.stats_images`)
         self.prompts = prompts  # a CLIP network's text prompts (`FolderSettings.prompts`); () explains classes
         self.methods, self.limit, self.batch, self.owner = methods, limit, batch, owner
         self.metrics = metrics  # the field's metrics per map (`metrics.yardsticks`), with their default protocol
@@ -111,7 +112,8 @@ class FolderJob:
                 root, items = list_images(self.source, class_index=network.class_index, limit=self.limit,
                                           categories=network.categories)
             self.total = len(items)
-            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts)
+            settings = FolderSettings(batch_images=self.batch, metrics=self.metrics, prompts=self.prompts,
+                                      stats_images=self.stats_images)
             for start in range(0, len(items), self.batch):
                 if self._cancel.is_set():
                     self.label = "stopped"
@@ -221,15 +223,37 @@ def _image_folder(source: str, trust: Trust) -> Path:
     return folder
 
 
+def stats_images_folder(text: str | None, trust: Trust) -> str | None:
+    """The folder a run's feature statistics are to come from, typed on the page (checked against `trust`: a visitor
+    names only folders under the allowed ones), or None when left empty (the network's own: its model card's
+    `stats_images`, else the sample photos). Changing it needs no new network, only this field."""
+    if not (text or "").strip():
+        return None
+    folder = check_server_path(Path(text.strip()).expanduser(), trust, what="statistics image folder", folder=True)
+    if not folder.is_dir():
+        raise UserError(f"The statistics image folder {folder} does not exist.")
+    return str(folder)
+
+
+def _with_stats_images(methods: list["Method"], stats_images: str | None) -> list["Method"]:
+    """The methods with the run's statistics folder, as the run gives it to them (`runs.folder._for_this_run`)."""
+    if not stats_images:
+        return methods
+    return [m.with_settings(stats_images=stats_images)
+            if "stats_images" in m.settings and not m.settings["stats_images"] else m for m in methods]
+
+
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
                      batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
-                     prompts: Sequence[str] = ()) -> FolderJob:
+                     prompts: Sequence[str] = (), stats_images: str | None = None) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
     (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
-    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`)."""
+    prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`).
+    stats_images: the folder the bottlenecks' feature statistics come from (`stats_images_folder`; empty: the
+    network's own)."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -244,13 +268,14 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     methods = _checked_methods(shared, method_keys, layer)
     _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
+    stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
         if mine is not None:
             return mine
         out.mkdir(parents=True, exist_ok=True)
         _JOB = FolderJob(shared, folder, out, methods, limit, batch or PAGE_BATCH_IMAGES, owner, metrics,
-                         tuple(prompts))
+                         tuple(prompts), stats_images)
         _JOB._thread.start()
         return _JOB
 
@@ -280,13 +305,20 @@ class RunEstimate:
     images: int
     methods: tuple[str, ...]
     untimed: tuple[str, ...] = ()
-    #: For the untimed methods: the statistics' samples still to be read, and the seconds of one forward pass
-    #: timed here (the statistics take about one pass per sample, once).
+    #: For the methods whose statistics are still to be estimated: their samples, and the seconds of one forward
+    #: pass timed here (the statistics take about one pass per sample, once).
     stats_samples: int = 0
     forward_seconds: float = 0.0
     #: of `seconds`, those the field's metrics took (measured on the same image, for each method timed)
     metric_seconds: float = 0.0
     metrics: tuple[str, ...] = ()
+    #: Of `methods`, those timed on a stand-in prior (`_stand_in`): their statistics are still to be estimated
+    stand_in: tuple[str, ...] = ()
+
+    @property
+    def stats_seconds(self) -> float:
+        """About how long the statistics still to be estimated take: one forward pass per sample (0: none)."""
+        return self.stats_samples * self.forward_seconds if self.stats_samples and self.forward_seconds > 0 else 0.0
 
     def text(self) -> str:
         """What the page says before the run: the time per image, for the folder, and what it leaves out."""
@@ -296,14 +328,31 @@ class RunEstimate:
         if self.methods and self.metrics:
             text += (f", of which the metrics ({', '.join(self.metrics)}) take {self.metric_seconds:.1f} s per image "
                      f"(about {duration(self.metric_seconds * self.images)} in all)")
+        stats = (f"about {duration(self.stats_seconds)} for {self.stats_samples} samples: one forward pass each, "
+                 f"{self.forward_seconds:.2f} s here") if self.stats_seconds else ""
+        if self.stand_in:
+            text += (f"; first, once, the feature statistics of {', '.join(self.stand_in)} are estimated and kept"
+                     + (f" ({stats})" if stats else "") + ": until they exist, "
+                     + ("its" if len(self.stand_in) == 1 else "their")
+                     + " pace was timed with a standard-normal prior in their place")
         if self.untimed:
-            stats = ""
-            if self.stats_samples and self.forward_seconds > 0:
-                stats = (f" (about {duration(self.stats_samples * self.forward_seconds)} for their "
-                         f"{self.stats_samples} samples: one forward pass each, {self.forward_seconds:.2f} s here)")
             text += (f"; not timed: {', '.join(self.untimed)}, whose feature statistics are estimated first, once, "
-                     f"then kept{stats}, and whose pace the first batch measures")
+                     f"then kept{f' ({stats})' if stats and not self.stand_in else ''}, and whose pace the first "
+                     "batch measures")
         return text + ". Other work on this machine (other sessions' pages) makes it slower."
+
+
+def _stand_in(method: "Method") -> "Method | None":
+    """A copy of a bottleneck `method` whose statistics are not on disk yet that runs without them, to time its
+    pace: the same steps and noisy copies with the standard-normal prior (M2IB's) in place of the estimated one
+    (the prior changes the map, not the passes it takes). None for a method that cannot (CoIBA's range)."""
+    from ..methods.bottlenecks import PerSampleIBA
+
+    if not isinstance(method, PerSampleIBA):
+        return None
+    stand_in = method.with_settings(prior="standard_normal")
+    stand_in.needs_stats = False  # this copy only: it builds its bottleneck without estimating statistics
+    return stand_in
 
 
 #: Images tried for one that can be timed (a file that cannot be read is skipped, as the run skips it).
@@ -336,17 +385,19 @@ def _stats_ready(network, method: "Method") -> bool:
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
                    limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = (),
-                   prompts: Sequence[str] = ()) -> RunEstimate:
+                   prompts: Sequence[str] = (), stats_images: str | None = None) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
-    starts. A method whose feature statistics are not yet on disk is left out (estimating them would take
-    minutes) and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number)."""
+    starts. A method whose feature statistics are not yet on disk is timed with a stand-in prior (`_stand_in`;
+    estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
+    and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number).
+    stats_images: the run's statistics folder, as for `start_folder_job`."""
     import torch
 
     from ..runs.folder import list_images
 
     folder = _image_folder(source, trust)
-    methods = _checked_methods(shared, method_keys, layer)
+    methods = _with_stats_images(_checked_methods(shared, method_keys, layer), stats_images_folder(stats_images, trust))
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)
@@ -359,7 +410,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                         "nothing could be timed; the run would give each an error row.")
     from ..feature_stats import run_stats_source
 
-    timed, untimed, seconds, samples, metric_seconds = [], [], 0.0, 0, 0.0
+    timed, untimed, stand_ins, seconds, samples, metric_seconds = [], [], [], 0.0, 0, 0.0
     with shared.busy():
         scoring = None
         if metrics:
@@ -380,16 +431,20 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
         if target is None:
             target = int(outputs.argmax())
         for method in methods:
+            name, timed_as = method.name, method
             if method.needs_stats and not _stats_ready(network, method):
-                untimed.append(method.name)
                 st = method.settings
                 samples = max(samples, run_stats_source(network, st.get("stats_images"), st.get("stats_samples"))[1])
-                continue
-            method.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
+                timed_as = _stand_in(method)  # estimating its statistics here would take minutes
+                if timed_as is None:
+                    untimed.append(name)
+                    continue
+                stand_ins.append(name)
+            timed_as.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
             began = time.perf_counter()
-            made = method.attribute_batch(network, x, [target])
+            made = timed_as.attribute_batch(network, x, [target])
             seconds += time.perf_counter() - began
-            timed.append(method.name)
+            timed.append(name)
             if scoring is not None:
                 from ..heads import head_of
                 from ..metrics.yardsticks import yardstick_columns
@@ -399,7 +454,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
                 metric_seconds += time.perf_counter() - began
     maps = max(len(prompts), 1)  # a map per prompt and method
     return RunEstimate((seconds + metric_seconds) * maps, len(items), tuple(timed), tuple(untimed), samples, forward,
-                       metric_seconds * maps, metrics)
+                       metric_seconds * maps, metrics, tuple(stand_ins))
 
 
 def job_text(job: FolderJob) -> str:

@@ -258,7 +258,10 @@ def _write(args: argparse.Namespace, network, cropped, result, layer: str, layer
         "total_bits": round(result.total_bits, 3),
         "beta_k": result.settings.beta_k,
         "stats_samples": stats_samples,
+        # the precision that ran ("auto" resolved, as the page and the reports say) and the one asked for beside it,
+        # as in the run summaries (`AttributionResult.summary`)
         "precision": getattr(result, "precision", "fp32"),
+        "precision_asked": getattr(result.settings, "precision", "fp32"),
         "seconds": round(result.seconds, 3),
         # only where they say something: a traced or hooked network, bits without a place on the image (ViT)
         **({"path": result.path} if getattr(result, "path", "stages") != "stages" else {}),

@@ -96,6 +96,12 @@ class Method:
         one); a run records the first (its information is counted there)."""
         return []
 
+    def layers_read(self, network) -> list[str]:
+        """The layers the method's maps are made at on `network`, first to last, as a report names them per method
+        (a run records them beside the method's settings): its bottleneck's layers, a CAM's target layer; [] for a
+        method that reads the whole network."""
+        return self.bottleneck_layers(network)
+
     #: Whether `_compute_batch` computes a batch faster than image by image (one pass, one private copy of the
     #: network); otherwise `attribute_batch` runs `attribute` per image. Either way a batch's maps equal the
     #: images' maps one by one (up to float rounding).

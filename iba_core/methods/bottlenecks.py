@@ -294,6 +294,12 @@ class ReadoutMethod(Method):
             return f"no readout checkpoint was trained for {network.spec.title} yet; one is trained from a folder of its images."
         return None
 
+    def layers_read(self, network) -> list[str]:
+        """The bottleneck layer its checkpoint was trained at ([] where it has none to load)."""
+        if self.available_for(network) is not None:
+            return []
+        return [self._readout(network).config.layer]
+
     batched = True  # the readout predicts a batch's maps in one pass
     takes_label_sets = False  # its λ does not depend on the target at all
 

@@ -82,6 +82,14 @@ class CamMethod(Method):
     def available_for(self, network) -> str | None:
         return no_cam_layer(network, self.settings["layer"])
 
+    def layers_read(self, network) -> list[str]:
+        """The CAM's target layer (the setting, else the spec's; "… (input)" where the module's input is used): a
+        Grad-CAM report names it, not the run's bottleneck layer."""
+        if self.available_for(network) is not None:
+            return []
+        path, is_input = cam_layer(network, self.settings["layer"], self.settings["layer_input"])
+        return [f"{path} (input)" if is_input else path]
+
 
 class GradCam(CamMethod):
     key = "grad_cam"

@@ -2,7 +2,7 @@
 
 - `figures`: interactive Plotly figures (bits heatmaps, the β × layer grid, degradation curves, the sanity
   check's SSIM);
-- `colours`: colour maps, one colour scale per run (`run_scale`, `live_scale`), colour bars and legends;
+- `colours`: colour maps, the scales of a run's maps (`run_scale`, `step_scale`, `live_scale`), colour bars and legends;
 - `animation`: a Per-Sample run step by step (live view, replay, GIF, loss curves);
 - `overlays`: PIL images (heatmap over the photo, the "not needed" view, boxes) and PNG bytes;
 - `comparison`: the comparison grid as one PNG (`grid_png`, `cell_png`) and the colour range of a map (`limits_text`);
@@ -21,7 +21,7 @@ from ..lazy import lazy_exports
 _PUBLIC = {
     "heatmap_figure": "figures", "grid_figure": "figures", "degradation_figure": "figures", "ssim_figure": "figures",
     "BITS_COLORSCALE": "figures", "BITS_UNIT": "figures",
-    "ColourScale": "colours", "run_scale": "colours", "live_scale": "colours", "colour_legend": "colours",
+    "ColourScale": "colours", "run_scale": "colours", "step_scale": "colours", "live_scale": "colours", "colour_legend": "colours",
     "colour_bar": "colours", "BITS_LABEL": "colours", "BITS_CMAP": "colours",
     "colorize": "overlays", "overlay_image": "overlays", "not_needed_mask": "overlays",
     "not_needed_fraction": "overlays", "not_needed_outline": "overlays", "png_bytes": "overlays",

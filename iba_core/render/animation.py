@@ -6,7 +6,8 @@ the drain (`drain_image`: the total bits per step, one dot per step). The same d
 between, unlike a chart that is mounted anew), its replay slider and the downloadable GIF, so all
 three look alike.
 
-Colours, scales and colour bars come from `colours` (one scale per run: `colours.run_scale`).
+Colours, scales and colour bars come from `colours`: by default each step's map on its own top
+(`colours.step_scale`, written on its colour bar), the totals per step as the drain's line beside it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .arrays import as_map
 from .text import SIMILARITY_HEAD, format_target_score, target_score_name
 from .colours import (
     BITS_CMAP, BITS_LABEL, LAMBDA_CMAP, LAMBDA_LABEL, TEXT_RGB, WHITE_RGB, ColourScale, colour_bar, colour_map,
-    round_ticks, run_scale, text_font, text_size, tick_text,
+    round_ticks, run_scale, step_scale, text_font, text_size, tick_text,
 )
 
 if TYPE_CHECKING:  # type hints only: drawing needs no torch
@@ -116,43 +117,73 @@ def final_text(result: "AttributionResult") -> str:
 
 
 def _frame(text: str, bits: np.ndarray, lambda_mean: np.ndarray, top: float, side: int, font_size: int,
-           lambda_title: str | None = None) -> Image.Image:
-    bits_pic = bits_panel(bits, top, side=side, font_size=font_size)
+           lambda_title: str | None = None, drain: Image.Image | None = None,
+           bits_width: int = 0) -> Image.Image:
+    """The step's line on top, then its bits map (0 – `top`, padded to `bits_width`), the drain chart when given,
+    and λ, side by side."""
+    bits_pic = padded_to(bits_panel(bits, top, side=side, font_size=font_size), bits_width)
     titled = {"title": lambda_title} if lambda_title else {}  # CoIBA's shared mask says so
     lam = lambda_panel(lambda_mean, side=side, font_size=font_size, **titled)
+    panels = [bits_pic, *([drain] if drain is not None else []), lam]
     head_font = text_font(font_size + 3, bold=True)
     head_h = font_size + 16
     gap, margin = 16, 8
-    width = margin + bits_pic.width + gap + lam.width + margin
-    out = Image.new("RGB", (width, head_h + max(bits_pic.height, lam.height) + margin), WHITE_RGB)
+    width = 2 * margin + sum(p.width for p in panels) + gap * (len(panels) - 1)
+    out = Image.new("RGB", (width, head_h + max(p.height for p in panels) + margin), WHITE_RGB)
     ImageDraw.Draw(out).text((margin, 4), text, fill=TEXT_RGB, font=head_font)
-    out.paste(bits_pic, (margin, head_h))
-    out.paste(lam, (margin + bits_pic.width + gap, head_h))
+    x = margin
+    for panel in panels:
+        out.paste(panel, (x, head_h))
+        x += panel.width + gap
     return out
 
 
 def step_frame(info: "StepInfo", top: float, *, side: int = MAP_SIDE, font_size: int = 13,
-               head: str = "softmax", lambda_title: str | None = None) -> Image.Image:
-    """One GIF frame: the step's text on top, then bits (0 – `top`) and λ side by side (`lambda_title`: the λ
-    picture's title where it is not the mean over channels, e.g. CoIBA's shared mask)."""
+               head: str = "softmax", lambda_title: str | None = None, drain: Image.Image | None = None,
+               bits_width: int = 0) -> Image.Image:
+    """One GIF frame: the step's text on top, then bits (0 – `top`), the drain chart (`drain`, when given) and λ
+    side by side (`lambda_title`: the λ picture's title where it is not the mean over channels, e.g. CoIBA's
+    shared mask)."""
     return _frame(step_text(info, head=head), info.bits_per_pixel, info.lambda_mean, top, side, font_size,
-                  lambda_title)
+                  lambda_title, drain, bits_width)
 
 
 def final_frame(result: "AttributionResult", top: float, *, side: int = MAP_SIDE, font_size: int = 13,
-                lambda_title: str | None = None) -> Image.Image:
+                lambda_title: str | None = None, drain: Image.Image | None = None,
+                bits_width: int = 0) -> Image.Image:
     """The GIF's last frame: the result's heatmap and λ, its total bits and p(target) with the bottleneck."""
-    return _frame(final_text(result), result.heatmap, result.lambda_mean, top, side, font_size, lambda_title)
+    return _frame(final_text(result), result.heatmap, result.lambda_mean, top, side, font_size, lambda_title, drain,
+                  bits_width)
+
+
+def frame_tops(result: "AttributionResult", scale: ColourScale | None = None) -> list[float]:
+    """The top of each GIF frame's bits scale (each step's, then the final map's): on the run's one fixed scale
+    when `scale` is one ("run", "set"), else each step on its own largest value (`colours.step_scale`) and the
+    final map on `scale` (default: `run_scale(result)`, the final map's largest value)."""
+    scale = scale or run_scale(result)
+    return [*(step_scale(h.bits_per_pixel, scale).top for h in result.history), scale.top]
 
 
 def run_frames(result: "AttributionResult", scale: ColourScale | None = None, *, side: int = GIF_SIDE,
                font_size: int = GIF_FONT, lambda_title: str | None = None) -> list[Image.Image]:
-    """One frame per step, then the final frame, all on `scale` (default: `run_scale(result)`)."""
-    top = (scale or run_scale(result)).top
+    """One frame per step, then the final frame, each on its top (`frame_tops`), each with the drain (the total
+    bits of the steps so far) beside its bits map, so the drain shows while each map keeps its full range."""
+    tops = frame_tops(result, scale)
     head = getattr(result, "head", "softmax")  # a CLIP model's frames say "similarity"
-    return [*(step_frame(h, top, side=side, font_size=font_size, head=head, lambda_title=lambda_title)
-              for h in result.history),
-            final_frame(result, top, side=side, font_size=font_size, lambda_title=lambda_title)]
+    history, steps = result.history, len(result.history)
+    # the bits panels of one width (their colour bars' labels differ): the drain and λ stay put from frame to frame
+    bits_width = max(bits_panel(np.zeros((1, 1)), top, side=side, font_size=font_size).width for top in tops)
+    probe = bits_panel(np.zeros((1, 1)), tops[-1], side=side, font_size=font_size)
+
+    def drain(upto: int, mark: int | None = None) -> Image.Image:
+        return drain_image(history[:upto], total_steps=steps, mark=mark, width=int(side * 0.9), height=probe.height,
+                           font_size=font_size - 2)
+
+    frames = [step_frame(h, top, side=side, font_size=font_size, head=head, lambda_title=lambda_title,
+                         drain=drain(i + 1), bits_width=bits_width)
+              for i, (h, top) in enumerate(zip(history, tops))]
+    return [*frames, final_frame(result, tops[-1], side=side, font_size=font_size, lambda_title=lambda_title,
+                                 drain=drain(steps, mark=steps), bits_width=bits_width)]
 
 
 def _one_size(frames: list[Image.Image]) -> list[Image.Image]:
@@ -174,8 +205,9 @@ def animation_gif(result: "AttributionResult", scale: ColourScale | None = None,
                   font_size: int = GIF_FONT, frame_ms: int = FRAME_MS, final_ms: int = FINAL_FRAME_MS,
                   lambda_title: str | None = None) -> bytes:
     """An animated GIF of the run (looping): one frame per step, each labelled with the step, its bits and
-    p(target), `frame_ms` each; then the final map, named so, held `final_ms`. All frames on one scale
-    (default: the run's, `run_scale`). ValueError for a run without steps."""
+    p(target), `frame_ms` each; then the final map, named so, held `final_ms`. Each frame's bits map on its top
+    (`frame_tops`: by default the step's own largest value, written on its colour bar), the drain beside it.
+    ValueError for a run without steps."""
     if not result.history:
         raise ValueError("The run has no steps to animate.")
     frames = _one_size(run_frames(result, scale, side=side, font_size=font_size, lambda_title=lambda_title))

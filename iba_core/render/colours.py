@@ -1,10 +1,11 @@
 """Colours, colour scales and their legends, with no Streamlit: one home for every picture's scale.
 
 - the colour maps and labels of the bits maps (inferno, "bits / pixel") and of λ (viridis);
-- `ColourScale`: one scale per run (`run_scale`, `live_scale`): every bits map of a run — each step, the final
-  map, the overlays — runs from 0 to the final map's largest bits per pixel (earlier, larger steps clip, marked ≥),
-  to the run's largest value over all its steps, or to a top the user sets; the live view uses the largest value
-  so far, which only grows;
+- `ColourScale`: the scales of a run's bits maps (`run_scale`, `step_scale`, `live_scale`). By default (basis
+  "final") each step's map runs from 0 to its own largest value, written at the top of its colour bar, so the
+  drain stays visible while the bits fall from ~4 to ~0.7 bits / pixel (the totals per step are the drain chart's
+  line); the last step's scale is then the final map's, which the final map and the overlays use. On request every
+  map of a run shares one scale: the run's largest value over all its steps, or a top the user sets;
 - `colour_lut` / `colour_map`: a map as RGB on such a scale; `plotly_colorscale`: the same colours for Plotly;
 - round ticks and their labels (`scale_labels`), a vertical `colour_bar` beside a map and a horizontal
   `colour_legend` under a picture; the font their text is written in.
@@ -80,9 +81,10 @@ _MIN_TOP = 1e-6
 class ColourScale:
     """The colour scale of a run's bits maps: 0 – `top` bits / pixel.
 
-    source says where the top comes from: "final" (the final map's largest value: a finished run's default),
-    "run" (the run's largest value over all its steps and the final map), "set" (a value the user gave), "so
-    far" (the live view: the largest value of the steps so far).
+    source says where the top comes from: "final" (the final map's largest value: a finished run's default; its
+    steps each on their own, `step_scale`), "step" (one step's own largest value), "run" (the run's largest value
+    over all its steps and the final map), "set" (a value the user gave), "so far" (the live view on the run's
+    scale: the largest value of the steps so far).
     """
 
     top: float
@@ -95,10 +97,12 @@ class ColourScale:
             return f"one scale for the whole run, {span} (set by you)"
         if self.source == "so far":
             return f"{span}, the largest value so far (it grows only when a step exceeds it)"
+        if self.source == "step":
+            return f"{span}, this step's largest value"
         if self.source == "final":
-            return (f"one scale for the whole run, {span}: the final map's largest value (earlier steps above it "
-                    "are drawn in the top colour, marked ≥, so the first steps may look uniformly bright; the "
-                    "whole run's largest value shows the drain in the maps themselves)")
+            return (f"each step's map from 0 to its own largest value (written at the top of its colour bar), so "
+                    f"the draining map stays readable; the totals per step are the drain chart's line. The final "
+                    f"map: {span}, its largest value")
         return f"one scale for the whole run, {span}: the run's largest value over all steps and the final map"
 
     def clips(self, values: np.ndarray) -> bool:
@@ -135,6 +139,20 @@ def run_scale(result: "AttributionResult", fixed: float | None = None, basis: st
     if basis == "final":
         return _scale([result.heatmap], fixed, "final")
     return _scale([*(h.bits_per_pixel for h in result.history), result.heatmap], fixed, "run")
+
+
+def step_scale(bits: np.ndarray, scale: ColourScale | None = None) -> ColourScale:
+    """The scale one step's bits map is drawn on within a run on `scale`: a run on one fixed scale ("run", "set",
+    "so far") draws every step on it; by default ("final", or no scale) each step runs from 0 to its own largest
+    value (source "step"), so the last step's scale is the final map's.
+
+    Why not one scale for the steps: the bits drain from ~4.3 to ~0.7 bits / pixel in a few steps, so on step
+    1's top the later maps are nearly black, and on the final map's top the first ones are flat squares in the
+    top colour. On its own top a map is still absolute (0 is dark, the top is written on its colour bar), and no
+    pixel clips."""
+    if scale is not None and scale.source not in ("final", "step"):
+        return scale
+    return ColourScale(largest_bits([bits]), "step")
 
 
 def live_scale(history: Sequence["StepInfo"], fixed: float | None = None) -> ColourScale:

@@ -146,7 +146,9 @@ def list_images(source: str | os.PathLike, labels: str | os.PathLike | None = No
 def method_identity(network, method: Method) -> dict:
     """A method's settings as they decide its maps (`Method.settings_identity`: e.g. the layer resolved, a
     readout checkpoint by its hash)."""
-    return {"name": method.name, "unit": method.unit, "settings": method.settings_identity(network)}
+    # "layers": where its maps are made (a report's header names them per method), beside the settings compared
+    return {"name": method.name, "unit": method.unit, "settings": method.settings_identity(network),
+            "layers": method.layers_read(network)}
 
 
 def run_identity(network, methods: Sequence[Method], settings: FolderSettings, root: str | os.PathLike) -> dict:

@@ -120,6 +120,33 @@ def _format_caption(chosen: ImageInput) -> None:
         st.caption(note)
 
 
+class ControlsSlot:
+    """The page's controls' place in the right column, made when first needed: an st.empty where the image or the
+    network changed (cleared, or saying that a network loads, so no layer or class of the previous one stays on
+    screen meanwhile), else a plain container at the same place. An st.empty sent again at every run first clears
+    its place: every widget of the controls was mounted anew at each rerun, so the one in use lost its focus (the
+    replay slider's arrow keys moved the page after one step)."""
+
+    def __init__(self, column: DeltaGenerator):
+        self.column, self.slot = column, None
+
+    def emptied(self) -> DeltaGenerator:
+        """The place as an st.empty, cleared (made now, or its content so far removed)."""
+        if self.slot is None:
+            self.slot = self.column.empty()
+        else:
+            self.slot.empty()
+        return self.slot
+
+    def info(self, *args, **kwargs) -> None:
+        """A note in the emptied place (a network loads)."""
+        self.emptied().info(*args, **kwargs)
+
+    def container(self) -> DeltaGenerator:
+        """The controls' container: in the emptied place when there is one, else straight in the column."""
+        return (self.slot or self.column).container()
+
+
 def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     """Image and network on the left, the page's controls on the right (Inputs.controls).
 
@@ -133,8 +160,8 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     link_note = st.empty()  # what of the page's link could not be used
     left, right = st.columns(list(widths), gap="large")
     # The page's controls, in one slot: emptied (or saying that a network loads) while another image or
-    # network is set up, so no layer or class of the previous one stays on screen meanwhile.
-    slot = right.empty()
+    # network is set up, so no layer or class of the previous one stays on screen meanwhile (`ControlsSlot`).
+    slot = ControlsSlot(right)
     with left:
         # The image is shown above the network but read after it: its channels are the network's (a gray or a
         # multi-band network reads a .npy or TIFF of its own bands).
@@ -169,7 +196,7 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     x = network.preprocess.normalise(cropped)
     shown_for = (shared.source, image.digest)
     if st.session_state.get(CONTROLS_FOR_KEY) != shown_for:
-        slot.empty()  # another image: its classes come with its top-5, none of the previous image's meanwhile
+        slot.emptied()  # another image: its classes come with its top-5, none of the previous image's meanwhile
     right = slot.container()
     with right, network_turn(shared):
         # a CLIP model before any prompt has no outputs to rank (its prompts are typed in the page's form)

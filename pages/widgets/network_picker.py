@@ -36,8 +36,9 @@ CONTROLS_FOR_KEY = "_controls_for"
 def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None:
     """Network choice: the built-ins, your networks (the model cards in the models folder), any torchvision
     classifier; then the "Add your network" form. A network that cannot be loaded shows its reason as
-    st.error and returns None. controls: the page's controls (`input_section`), which say that the network
-    loads instead of showing the previous network's layers and classes meanwhile."""
+    st.error and returns None. controls: the page's controls (`input_section`: a `ControlsSlot`, or any place with
+    `.info`), which say that the network loads instead of showing the previous network's layers and classes
+    meanwhile."""
     trust = app_trust()
     cards = find_cards(trust=trust)
     options = network_options(cards)

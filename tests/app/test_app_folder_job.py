@@ -105,8 +105,12 @@ def test_the_time_left_comes_from_the_last_batch_while_the_run_goes(shared, tmp_
 
 def test_one_image_is_timed_before_a_run_and_methods_without_statistics_are_named(shared, tmp_path,
                                                                                   monkeypatch):
+    """Issue #38, item 7: on a freshly added network (no statistics yet) the estimate said "no method could be
+    timed"; now a bottleneck is timed with a stand-in prior, and its statistics' cost is said beside it."""
     # a cache of its own: statistics an earlier test estimated for the same tiny card would be found (and timed)
     monkeypatch.setenv("IBA_CACHE_DIR", str(tmp_path / "cache"))
+    from iba_core.feature_stats import find_run_stats, run_stats_source
+
     images = write_folder_with_bad_files(tmp_path / "images")
     trust = Trust(server_paths=(tmp_path.resolve(),))
     calls = []
@@ -117,17 +121,23 @@ def test_one_image_is_timed_before_a_run_and_methods_without_statistics_are_name
         return real(self, network, x, targets)
 
     monkeypatch.setattr(type(get_method("saliency")), "attribute_batch", counted)
-    estimate = folder_job.time_one_image(shared, str(images), ["saliency", "iba_10"], trust=trust)
+    iba = get_method("iba_10")
+    network = shared.network
+    assert find_run_stats(network, network.spec.default_layer) is None  # fresh: nothing estimated yet
+    estimate = folder_job.time_one_image(shared, str(images), ["saliency", iba.key], trust=trust)
     assert len(calls) == 1 and calls[0][0] == 1  # one image, once
-    assert estimate.seconds > 0 and estimate.images == 12 and estimate.methods == ("Saliency",)
-    assert estimate.untimed == (get_method("iba_10").name,)  # statistics not estimated here: not run now
+    assert estimate.seconds > 0 and estimate.images == 12
+    assert estimate.methods == ("Saliency", iba.name) and estimate.stand_in == (iba.name,) and not estimate.untimed
+    assert find_run_stats(network, network.spec.default_layer) is None  # timing it estimated no statistics
     text = estimate.text()
-    assert "one image took" in text and "12 images take about" in text and "statistics" in text
+    assert "no method could be timed" not in text and "12 images take about" in text
+    assert f"the feature statistics of {iba.name} are estimated and kept" in text and "standard-normal prior" in text
     # the statistics still to estimate are given a time too: one forward pass per sample, timed here
-    from iba_core.feature_stats import run_stats_source
-
-    assert estimate.stats_samples == run_stats_source(shared.network)[1] > 0 and estimate.forward_seconds > 0
-    assert f"for their {estimate.stats_samples} samples" in text
+    assert estimate.stats_samples == run_stats_source(network)[1] > 0 and estimate.forward_seconds > 0
+    assert f"for {estimate.stats_samples} samples" in text
+    # only a bottleneck: timed all the same (it said "no method could be timed")
+    alone = folder_job.time_one_image(shared, str(images), [iba.key], trust=trust)
+    assert alone.methods == (iba.name,) and alone.seconds > 0 and "no method could be timed" not in alone.text()
     assert folder_job.time_one_image(shared, str(images), ["saliency"], limit=3, trust=trust).images == 3
 
 

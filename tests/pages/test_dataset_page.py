@@ -282,7 +282,7 @@ def test_a_run_without_a_bottleneck_names_no_layer_and_still_leads_with_what_it_
     table = at.dataframe[0].value
     assert not table["needs_few_bits"].any()  # saliency maps have no bits to be few
     report = made_report(at)
-    assert "<td>layer</td><td>none (its methods read the whole network)</td>" in report and ">None<" not in report
+    assert "<td>layer</td><td>none (the method reads the whole network)</td>" in report and ">None<" not in report
 
 
 def test_opening_a_run_folds_the_start_form_and_the_table_says_seconds_are_per_image(shortcut) -> None:

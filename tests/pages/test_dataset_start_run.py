@@ -107,7 +107,7 @@ def test_a_second_press_shows_the_own_run_as_progress_not_an_error(data_root, sl
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
     assert folder_job.current_job() is job
-    assert any("Your folder run into" in t and "is going" in t for t in infos(at)), infos(at)
+    assert any("Your folder run into" in t and "its progress is at the top" in t for t in infos(at)), infos(at)
     assert any(t.startswith("Your folder run into") for t in progress_texts(at)), progress_texts(at)
     assert at.button(key="ds_stop")  # the own run can be stopped
 
@@ -156,3 +156,68 @@ def _shared_of_page():
     from iba_core.app.state import load_shared
 
     return load_shared(at.selectbox(key="network").value)
+
+
+def _in_page_order(at: AppTest) -> list:
+    """Every element and block of the page, in the order the browser lays them out (top to bottom)."""
+    out = []
+
+    def walk(node) -> None:
+        out.append(node)
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main)
+    return out
+
+
+def test_a_started_runs_progress_comes_before_the_long_start_form(data_root, slow_run) -> None:
+    """Issue #38, item 7: after Start the progress sat below the whole start form, out of view at 1280 × 800; it
+    comes first, above the form's fields and its buttons, and the page scrolls to it."""
+    at = fill(dataset_page(), data_root, "run_in_view")
+    at.button(key="ds_start_button").click().run()
+    assert_clean(at)
+    assert folder_job.current_job() is not None
+    order = _in_page_order(at)
+    progress = [i for i, node in enumerate(order) if node.type == "progress"]
+    assert progress, "no progress shown after Start"
+
+    def place(key: str) -> int:
+        return next(i for i, node in enumerate(order) if getattr(node, "key", None) == key)
+
+    assert progress[0] < place("ds_source") < place("ds_methods") < place("ds_start_button")
+    # and the page, scrolled down to the button, is scrolled up to it (tests/test_browser_dataset_start.py: in view)
+    assert any(".st-key-ds_job" in h.proto.body and "scrollIntoView" in h.proto.body for h in at.get("html"))
+
+
+def test_a_runs_statistics_folder_is_chosen_on_the_form_within_the_allowed_folders(data_root, slow_run,
+                                                                                   tmp_path) -> None:
+    """Issue #38, item 7: a folder run's statistics folder could only be changed by adding the network again under
+    another name; the start form takes it (a visitor names only folders under the allowed ones), and the run
+    records it."""
+    import json
+
+    outside = tmp_path / "elsewhere"  # not under IBA_DATA_DIRS
+    write_noise_images(outside, 2)
+    at = fill(dataset_page(), data_root, "run_stats_outside")
+    field = next(t for t in at.text_input if t.key.startswith("ds_stats_images_"))
+    assert field.placeholder  # says where the statistics come from when it is left empty
+    field.input(str(outside))
+    at.button(key="ds_start_button").click().run()
+    assert_clean(at)
+    assert folder_job.current_job() is None  # refused before any work, in words
+    assert any("statistics image folder" in e.value for e in at.error), [e.value for e in at.error]
+
+    write_noise_images(data_root / "stats", 2)
+    at = fill(dataset_page(), data_root, "run_stats")
+    next(t for t in at.text_input if t.key.startswith("ds_stats_images_")).input(str(data_root / "stats"))
+    at.button(key="ds_start_button").click().run()
+    assert_clean(at)
+    job = folder_job.current_job()
+    assert job is not None and job.stats_images == str((data_root / "stats").resolve())
+    deadline = time.monotonic() + 120
+    while not (data_root / "run_stats" / "run.json").is_file():
+        assert time.monotonic() < deadline and job.running, job.error
+        time.sleep(0.05)
+    info = json.loads((data_root / "run_stats" / "run.json").read_text())
+    assert info["settings"]["stats_images"] == str((data_root / "stats").resolve())

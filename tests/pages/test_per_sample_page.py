@@ -152,30 +152,45 @@ def colour_bar_top(at: AppTest) -> float:
     return heat["zmax"]
 
 
-def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, downloads) -> None:
-    """The replay, the final map, the overlay and the GIF state one scale: by default the final map's largest
-    value (the result reads at a glance; earlier steps clip, marked ≥), the whole run's on request, or the
-    user's top."""
+def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, downloads, monkeypatch) -> None:
+    """By default each step's map is drawn from 0 to its own largest value, live and in the replay (the drain stays
+    visible as the maps empty: on one scale they went black or flat), and the final map, the overlay and the GIF's
+    last frame on the final map's largest value; the whole run's on request, or the user's top, for every map."""
+    from iba_core.render import animation
     from iba_core.render.animation import GIF_SIDE
     from iba_core.render.colours import BITS_LABEL, run_scale
 
+    drawn: list[tuple[float, float]] = []  # (the map's largest value, the top it was drawn on)
+    real = animation.bits_panel
+
+    def recording(bits, top, **kw):
+        drawn.append((float(np.max(bits)), float(top)))
+        return real(bits, top, **kw)
+
+    monkeypatch.setattr(animation, "bits_panel", recording)  # the page imports it at each run
     at = open_page("per_sample")
     at.number_input(key="ps_steps").set_value(3)
     run_button(at).click().run()
     assert_clean(at)
     result = at.session_state["ps_run"].result
     basis = at.selectbox(key="ps_scale_basis")
-    assert basis.value == "final" and basis.options[0] == "the final map's largest value"
+    assert basis.value == "final" and basis.options[0] == "each map's own largest value"
     final_top = float(result.heatmap.max())
     run_top = max(float(m.max()) for m in [*(h.bits_per_pixel for h in result.history), result.heatmap])
     assert final_top < run_top  # the bits drain: step 1 tops above the result
+    live = [top for _, top in drawn[1:4]]  # after the blank stand-in: one per step
+    assert live == pytest.approx([float(h.bits_per_pixel.max()) for h in result.history], rel=1e-6)
+    assert drawn[-1] == pytest.approx((final_top, final_top), rel=1e-6)  # the replay's last step: the final map
     assert run_scale(result).top == pytest.approx(final_top, rel=1e-6)
     assert colour_bar_top(at) == pytest.approx(final_top, rel=1e-6)
     heat = plotly_specs(at)["ps_heatmap"]["data"][0]
     assert heat["colorbar"]["title"]["text"] == BITS_LABEL  # absolute bits, never a normalised 0–1
     assert stated_top(at) == f"{final_top:.3g}"
-    assert "marked ≥" in " ".join(c.value for c in at.caption if c.value.startswith("Bits maps:"))
+    assert "each step's map from 0 to its own largest value" in " ".join(
+        c.value for c in at.caption if c.value.startswith("Bits maps:"))
     assert any(f"{final_top:.3g} bits / pixel" in c.value for c in at.caption if c.value.startswith("Inferno"))
+    replay_slider(at).set_value(1).run()
+    assert drawn[-1] == pytest.approx((run_top, run_top), rel=1e-6)  # step 1 on its own top: no flat square
     overlay = Image.open(io.BytesIO(download(downloads, "_overlay.png")))
     assert overlay.width == 451 and overlay.height > 300  # chelsea at its size, the legend below
     gif = Image.open(io.BytesIO(download(downloads, "_steps.gif")))
@@ -185,6 +200,8 @@ def test_one_colour_scale_across_replay_final_map_overlay_and_gif(open_page, dow
     at.selectbox(key="ps_scale_basis").set_value("run").run()
     assert_clean(at)
     assert colour_bar_top(at) == pytest.approx(run_top, rel=1e-6) and stated_top(at) == f"{run_top:.3g}"
+    replay_slider(at).set_value(3).run()
+    assert drawn[-1] == pytest.approx((final_top, run_top), rel=1e-6)  # the last step on the run's one scale
     at.selectbox(key="ps_scale_basis").set_value("final").run()
 
     # A top the user sets replaces it everywhere.
@@ -238,8 +255,8 @@ def test_replay_slider_shows_the_chosen_step(open_page) -> None:
     assert first.startswith("Step 1 / 3 · ") and f"{history[0].bits_per_pixel.sum():,.0f} bits" in first
     assert [im.proto.imgs[0].url for im in at.image] != pictures, "the maps must change with the step"
 
-    # The colour scale: the final map's largest value, or a value typed in.
-    assert "the final map's largest value" in " ".join(c.value for c in at.caption)
+    # The colour scale: each map's own largest value, or a value typed in.
+    assert "each step's map from 0 to its own largest value" in " ".join(c.value for c in at.caption)
     at.number_input(key="ps_scale_top").set_value(0.25).run()
     assert_clean(at)
     assert "0.25 bits / pixel (set by you)" in " ".join(c.value for c in at.caption)

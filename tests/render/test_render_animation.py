@@ -61,17 +61,18 @@ def test_animation_gif_steps_then_a_held_final_frame() -> None:
     # Every frame writes its own line (step, bits, p(target); then "Final map"): the headers differ.
     headers = [f[:40] for f in frames]
     assert all(not np.array_equal(a, b) for a, b in zip(headers, headers[1:]))
-    # The GIF shows what the frame functions draw, on the run's one scale.
-    top = colours.run_scale(res).top
-    expected = np.asarray(animation.step_frame(res.history[0], top, side=animation.GIF_SIDE,
-                                               font_size=animation.GIF_FONT))
+    # The GIF shows what the frame functions draw: each step on its own top, the final map on the run's scale.
+    tops = animation.frame_tops(res)
+    assert tops[0] == pytest.approx(float(res.history[0].bits_per_pixel.max()))
+    assert tops[-1] == colours.run_scale(res).top
+    drawn = animation.run_frames(res)
+    expected = np.asarray(drawn[0])
     assert frames[0].shape == expected.shape
     assert np.abs(frames[0].astype(int) - expected.astype(int)).mean() < 8
-    final = np.asarray(animation.final_frame(res, top, side=animation.GIF_SIDE, font_size=animation.GIF_FONT))
-    assert np.abs(frames[-1].astype(int) - final.astype(int)).mean() < 8
+    assert np.abs(frames[-1].astype(int) - np.asarray(drawn[-1]).astype(int)).mean() < 8
     assert animation.final_text(res).startswith(f"{animation.FINAL_TITLE} · {res.total_bits:,.0f} bits")
     # A fixed top changes every frame's colours.
-    fixed, _ = _gif_frames(animation.animation_gif(res, colours.ColourScale(top / 4, "set"), side=64,
+    fixed, _ = _gif_frames(animation.animation_gif(res, colours.ColourScale(tops[-1] / 4, "set"), side=64,
                                                    font_size=9))
     assert fixed[0].shape[1] < frames[0].shape[1]
     with pytest.raises(ValueError):
@@ -81,12 +82,12 @@ def test_animation_gif_steps_then_a_held_final_frame() -> None:
 
 
 def test_gif_frames_draw_each_label_once_when_early_steps_clip() -> None:
-    """On the final map's scale the early steps clip ("≥ top" on their colour bar) and the later ones do not.
+    """On a top the user sets the early steps clip ("≥ top" on their colour bar) and the later ones do not.
     Every frame, decoded as the viewer composes it (GIF frames are stored as the part that changed), must show
     exactly what was drawn: the λ colour bar with its one label where the first frame has it, not a second "λ"
     left standing from a wider frame."""
     res = draining_result(10)
-    scale = colours.run_scale(res, basis="final")
+    scale = colours.run_scale(res, fixed=float(res.heatmap.max()))
     drawn = animation.run_frames(res, scale)
     assert scale.clips(res.history[0].bits_per_pixel) and not scale.clips(res.history[-1].bits_per_pixel)
     assert len({f.size for f in drawn}) == 1  # a clipped bar is not wider: nothing beside it moves
@@ -157,11 +158,57 @@ def test_drain_chart_names_its_axis_and_keeps_its_title_off_the_edge() -> None:
 def test_gif_frames_title_lambda_as_the_page_does() -> None:
     """A CoIBA run's λ is one mask shared by its layers, not a mean over channels: the frames say what the page says."""
     res = draining_result(3)
-    top = colours.run_scale(res).top
     default = animation.run_frames(res, side=64, font_size=9)
     shared = animation.run_frames(res, side=64, font_size=9, lambda_title="λ (shared by 12 layers)")
     assert len(shared) == len(default) == 4
     for a, b in zip(default, shared):  # the λ picture's title differs in every frame, steps and final
         assert a.size[1] == b.size[1] and not np.array_equal(np.asarray(a), np.asarray(b))
-    same = animation.step_frame(res.history[0], top, side=64, font_size=9, lambda_title="λ (mean over channels)")
-    assert np.array_equal(np.asarray(same), np.asarray(default[0]))  # the default title is the one-layer bottleneck's
+    same = animation.run_frames(res, side=64, font_size=9, lambda_title="λ (mean over channels)")
+    assert np.array_equal(np.asarray(same[0]), np.asarray(default[0]))  # the default title is the one-layer bottleneck's
+
+
+def _map_indices(frame: np.ndarray, side: int, font_size: int) -> np.ndarray:
+    """The bits map of a frame (`animation._frame`'s layout: the step's line, then the bits panel's title) as
+    indices into the inferno colours (0 = the scale's bottom, 255 = its top), by the nearest colour."""
+    top_y = (font_size + 16) + (font_size + 10)
+    pixels = frame[top_y:top_y + side, 8:8 + side].reshape(-1, 3).astype(int)
+    lut = colours.colour_lut(colours.BITS_CMAP).astype(int)
+    return np.argmin(((pixels[:, None, :] - lut[None]) ** 2).sum(axis=2), axis=1)
+
+
+def test_a_real_runs_frames_are_neither_flat_saturated_nor_black_and_state_their_scale(
+        offline_model, offline_stats, chelsea_x) -> None:
+    """A real run drains from ~4 to ~0.7 bits / pixel within a few steps. On one scale its frames were flat squares
+    in the top colour (the final map's top) or nearly black (step 1's top): every frame of the GIF must keep its
+    map readable, and its colour bar must state the top it is drawn on — that step's own largest value."""
+    from iba_core.per_sample import BottleneckSettings, PerSampleBottleneck
+
+    layer = offline_model.spec.default_layer
+    res = PerSampleBottleneck.for_network(offline_model, layer, offline_stats,
+                                          BottleneckSettings(steps=6, batch=4)).attribute(chelsea_x)
+    firsts, lasts = res.history[0].bits_per_pixel, res.history[-1].bits_per_pixel
+    assert float(firsts.max()) > 2 * float(lasts.max())  # the drain the old single scales could not show
+    side, font = 128, 12
+    frames, _ = _gif_frames(animation.animation_gif(res, side=side, font_size=font))
+    tops = animation.frame_tops(res)
+    assert len(frames) == len(tops) == len(res.history) + 1
+    for i, frame in enumerate(frames):
+        idx = _map_indices(frame, side, font)
+        assert (idx >= 250).mean() < 0.05, f"frame {i}: {100 * (idx >= 250).mean():.0f} % of the map at the top colour"
+        assert (idx <= 12).mean() < 0.5, f"frame {i}: {100 * (idx <= 12).mean():.0f} % of the map nearly black"
+    # the old scales fail the same test: the final map's top saturates step 1, step 1's top blackens the last step
+    assert (_map_indices(np.asarray(animation.step_frame(res.history[0], float(res.heatmap.max()), side=side,
+                                                         font_size=font)), side, font) >= 250).mean() > 0.5
+    assert (_map_indices(np.asarray(animation.step_frame(res.history[-1], float(firsts.max()), side=side,
+                                                         font_size=font)), side, font) <= 12).mean() > 0.5
+    # Honest: each frame's colour bar is the one drawn for its stated top, and that top is the map's largest value.
+    drawn = animation.run_frames(res, side=side, font_size=font)
+    maps = [*(h.bits_per_pixel for h in res.history), res.heatmap]
+    y0 = (font + 16) + (font + 10)
+    for i, (frame, top, bits) in enumerate(zip(drawn, tops, maps)):
+        assert top == pytest.approx(float(bits.max()), rel=1e-6)
+        bar = np.asarray(colours.colour_bar(side, top, colours.BITS_CMAP, colours.BITS_LABEL, font_size=font))
+        shown = np.asarray(frame)[y0:y0 + side, 8 + side + 8:8 + side + 8 + bar.shape[1]]
+        assert np.array_equal(shown, bar), f"frame {i}: its colour bar does not say {top:.3g}"
+        other = np.asarray(colours.colour_bar(side, 1.5 * top, colours.BITS_CMAP, colours.BITS_LABEL, font_size=font))
+        assert not np.array_equal(shown, other)

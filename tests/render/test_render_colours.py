@@ -18,7 +18,8 @@ def test_run_scale_tops_at_the_final_map_by_default_or_the_runs_largest_value_or
     default = colours.run_scale(res)
     assert default == colours.ColourScale(pytest.approx(final), "final")
     assert default.clips(res.history[0].bits_per_pixel) and not default.clips(res.heatmap)  # earlier steps: "≥"
-    assert "the final map's largest value" in default.describe() and "marked ≥" in default.describe()
+    assert "each step's map from 0 to its own largest value" in default.describe()
+    assert f"The final map: 0 – {colours.tick_text(default.top)} bits / pixel, its largest value" in default.describe()
     run = colours.run_scale(res, basis="run")
     assert run.top == pytest.approx(largest)
     assert colours.run_scale(res, fixed=0.5) == colours.ColourScale(0.5, "set")
@@ -34,6 +35,19 @@ def test_run_scale_tops_at_the_final_map_by_default_or_the_runs_largest_value_or
     assert "0.5 bits / pixel (set by you)" in colours.run_scale(res, 0.5).describe()
     with pytest.raises(ValueError):
         colours.run_scale(res, basis="first")
+
+
+def test_each_step_on_its_own_top_unless_the_run_has_one_fixed_scale() -> None:
+    res = draining_result()
+    default = colours.run_scale(res)
+    for h in res.history:
+        own = colours.step_scale(h.bits_per_pixel, default)
+        assert own == colours.ColourScale(pytest.approx(float(h.bits_per_pixel.max())), "step")
+        assert not own.clips(h.bits_per_pixel) and "this step's largest value" in own.describe()
+    # the last step is the final map: its own top is the final map's, so the replay's last step and the result agree
+    assert colours.step_scale(res.history[-1].bits_per_pixel, default).top == pytest.approx(default.top)
+    for fixed in (colours.run_scale(res, basis="run"), colours.run_scale(res, 0.5)):
+        assert colours.step_scale(res.history[0].bits_per_pixel, fixed) is fixed
 
 
 def test_live_scale_only_grows_and_ends_on_the_run_wide_scale() -> None:
@@ -108,5 +122,5 @@ def test_run_scale_can_top_at_the_final_map_and_earlier_steps_clip() -> None:
     final = run_scale(result)  # the default
     assert final.source == "final"
     assert final.top == 0.5 and final.clips(steps[0].bits_per_pixel) and not final.clips(result.heatmap)
-    assert "final map's largest value" in final.describe()
+    assert "The final map: 0 – 0.5 bits / pixel, its largest value" in final.describe()
     assert run_scale(result, 2.0, basis="final").top == 2.0  # a typed top wins

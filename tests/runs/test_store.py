@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,31 @@ def test_the_report_shows_the_run_relative_to_the_allowed_folder(tiny_net, run, 
     assert str(out.parent.resolve()) not in html and f"{out.parent.name}/{out.name}" in html
     assert visitor_path(out, Trust.local()) == str(out)
     assert visitor_path("/somewhere/else/run", served) == "run"  # outside every allowed folder: its name only
+
+
+def test_a_reports_header_names_the_layer_its_method_made_its_maps_at(tiny_net, tmp_path):
+    """Issue #38, item 7: a Grad-CAM report's header named the run's bottleneck layer; each method's report names
+    the layer that method used (Grad-CAM's target layer), and a method reading the whole network says so."""
+    from iba_core.app.dataset import report_html
+    from iba_core.methods.cam import cam_layer
+    from iba_core.trust import Trust
+
+    folder = tmp_path / "images"
+    write_noise_images(folder, 2)
+    root, items = list_images(folder, class_index=tiny_net.class_index)
+    out = tmp_path / "run"
+    iba = get_method("iba_10", steps=1, batch=2)
+    run_folder(tiny_net, items, [iba, get_method("grad_cam"), get_method("gradient")], out, TWO_A_PART, root=root)
+    finish_run(out)
+    opened = open_run(out)
+    bottleneck, cam = opened.info["layer"], cam_layer(tiny_net)[0]
+    assert bottleneck and cam != bottleneck
+    assert opened.info["methods"]["grad_cam"]["layers"] == [cam]
+
+    def header_layer(method: str) -> str:
+        html = report_html(opened, method, Trust.local()).decode("utf-8")
+        return re.search(r"<tr><td>layer</td><td>(.*?)</td></tr>", html).group(1)
+
+    assert header_layer("grad_cam") == cam
+    assert header_layer("iba_10") == bottleneck
+    assert header_layer("gradient") == "none (the method reads the whole network)"
