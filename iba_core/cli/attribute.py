@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..bottleneck import DEFAULT_BETA_K
 from ..coiba import PLACEMENTS
+from ..methods import BottleneckRequest
 from ..per_sample import BottleneckSettings
 from ..precision import PRECISIONS
 from . import attribute_folder, files
@@ -123,9 +124,46 @@ def bottleneck_settings(args: argparse.Namespace) -> BottleneckSettings:
         from ..methods import get_method
 
         return get_method("m2ib", **given, inactive_threshold=args.inactive_threshold).bottleneck_settings()
-    # β·k left out: the paper's 10 for now, the network's head's default once it is loaded (`run`)
+    # β·k left out: the paper's 10 for now, the network's head's default once it is loaded (`attribute_image`)
     given.setdefault("beta_k", DEFAULT_BETA_K)
     return BottleneckSettings(**given, inactive_threshold=args.inactive_threshold)
+
+
+@dataclass(frozen=True)
+class AttributeRequest:
+    """Everything `attribute IMAGE` was asked, read from the options once (`request_of`) and checked before the
+    network loads; the rest of the command reads this, not the options."""
+
+    image: Path
+    method: str  # one of METHODS
+    #: the bottleneck as the library takes it (the Per-Sample page builds the same object); None for the readout
+    bottleneck: BottleneckRequest | None
+    #: whether β·k was given: if not, the Per-Sample Bottleneck takes the network's head's default once it is loaded
+    beta_k_given: bool
+    target: str | None
+    prompts: tuple = ()  # PromptTarget per --prompt
+    readout: str | None = None
+    batch: int = 10
+    seed: int | None = 0
+    out: Path | None = None
+    png: Path | None = None
+
+
+def request_of(args: argparse.Namespace) -> AttributeRequest:
+    """The command's one request from its options; a UserError for what cannot work, before the network loads."""
+    from ..errors import UserError
+    from ..methods.targets import PromptTarget
+
+    prompts = tuple(PromptTarget(text) for text in (getattr(args, "prompt", None) or ()))  # an empty one refused
+    if prompts and args.method == "readout":
+        raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method readout.")
+    bottleneck = None
+    if args.method != "readout":  # the settings are checked (with their ranges) here
+        bottleneck = BottleneckRequest(bottleneck_settings(args), layer=args.layer, layer_range=args.layer_range,
+                                       stats_images=args.stats_images, stats_samples=args.n)
+    return AttributeRequest(image=args.image, method=args.method, bottleneck=bottleneck,
+                            beta_k_given=args.beta_k is not None, target=args.target, prompts=prompts,
+                            readout=args.readout, batch=args.batch, seed=args.seed, out=args.out, png=args.png)
 
 
 def prompt_path(path: Path, index: int, prompt: str) -> Path:
@@ -142,89 +180,77 @@ def run(args: argparse.Namespace) -> int:
         return attribute_folder.run(args)
     attribute_folder.refuse_folder_options(args)
     check_files(args)
-    prompts = getattr(args, "prompt", None)
-    if prompts:
-        from ..errors import UserError
-        from ..methods.targets import PromptTarget
-
-        if args.method == "readout":
-            raise UserError("Text prompts are explained by the Per-Sample Bottleneck (M2IB); leave out --method "
-                            "readout.")
-        prompts = [PromptTarget(text) for text in prompts]  # an empty prompt is refused before the network loads
-    # the settings are checked (with their ranges) before the network loads; β·k then follows the network's head
-    settings = bottleneck_settings(args)
+    request = request_of(args)
     from ..band_images import photo_or_path
-    from .common import load_from_args, progress_bar
+    from .common import load_from_args
 
-    image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
-    network = load_from_args(args)
-    if args.beta_k is None and args.method == "per-sample":
-        from ..heads import default_beta_k
+    image = photo_or_path(request.image)  # a damaged photo is refused before the network loads
+    return attribute_image(load_from_args(args), image, request)
 
-        settings = replace(settings, beta_k=default_beta_k(network))
+
+def attribute_image(network, image, request: AttributeRequest) -> int:
+    """The request's maps of one image on a loaded network, each written with its JSON line."""
     image = network.preprocess.load(image)  # for its channels: the photo (in gray for one), or a .npy / TIFF
-    layers = None  # CoIBA's range
-    method = None
-    if args.method != "readout":
-        from ..methods import bottleneck_method
-
-        # the one door: the registry's method for these settings resolves its layers on this network (CoIBA: the
-        # placement and the range; M2IB: its depth; the Per-Sample Bottleneck: --layer or the default layer)
-        method = bottleneck_method(settings, layer=args.layer, layer_range=args.layer_range,
-                                   stats_images=args.stats_images, stats_samples=args.n)
-        resolved = method.resolve(network)[1]
-        layer = resolved[0]
-        if args.method == "coiba":
-            layers = resolved
-            note = method.placement(network)[1]
-            if note:
-                print(f"note: {note}", file=sys.stderr)
-    target = None if args.target is None else network.class_index(args.target)
-    if prompts:
-        from ..methods.base import check_target
-
-        # each prompt's index (new ones added to the network's prompts); a classifier refuses them in one sentence
-        targets = list(dict.fromkeys(check_target(network, prompt).index for prompt in prompts))
+    target = None if request.target is None else network.class_index(request.target)
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
-    if args.method == "readout":
+    if request.method == "readout":
         from ..readout import readout_attribute
 
         # The readout's bottleneck layer and statistics come from its checkpoint.
-        results = [readout_attribute(network, args.readout, x, target, batch=args.batch, seed=args.seed)]
-        layer, stats_samples = results[0].readout["layer"], None
+        results = [readout_attribute(network, request.readout, x, target, batch=request.batch, seed=request.seed)]
+        layers, stats_samples = [results[0].readout["layer"]], None
     else:
-        from ..results import range_label
-
-        progress, close = progress_bar(f"statistics {network.key}/{range_label(layer, resolved[-1])}")
-        try:  # the one policy (also `attribute FOLDER`'s and the app's), every layer of a range in one pass
-            stats = method.statistics(network, progress) if method.needs_stats else {}
-        finally:
-            close()
-        bottleneck = method.bottleneck(network)
-        stats_samples = min((s.n for s in stats.values()), default=0)  # 0: a prior, nothing estimated (M2IB)
-    if args.method != "readout":
-        if prompts:  # one fit per prompt, together (each as it would be alone)
-            results = bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets)
-        else:
-            results = [bottleneck.attribute(x, target)]
+        results, layers, stats_samples = _bottleneck_results(network, request, x, target)
     several = len(results) > 1
     for i, result in enumerate(results):
         name = network.class_name(result.target)
-        out = args.out and (prompt_path(files.npy_path(args.out), i, name) if several else args.out)
-        png = args.png and (prompt_path(args.png, i, name) if several else args.png)
+        out = request.out and (prompt_path(files.npy_path(request.out), i, name) if several else request.out)
+        png = request.png and (prompt_path(request.png, i, name) if several else request.png)
         text = None
-        if prompts:  # which words carry the information: M2IB's text side, beside the image's map
+        if request.prompts:  # which words carry the information: M2IB's text side, beside the image's map
             from ..text_side import TextSideSettings, text_side
 
-            text = text_side(network, x, name, TextSideSettings(seed=args.seed)).summary()
-        _write(args, network, cropped, result, layer, layers, stats_samples, out, png, prompt=bool(prompts),
-               text=text)
+            text = text_side(network, x, name, TextSideSettings(seed=request.seed)).summary()
+        _write(request, network, cropped, result, layers, stats_samples, out, png, text=text)
     return 0
 
 
-def _write(args: argparse.Namespace, network, cropped, result, layer: str, layers: list[str] | None, stats_samples,
-           out, png, *, prompt: bool, text: dict | None = None) -> None:
+def _bottleneck_results(network, request: AttributeRequest, x, target) -> tuple[list, list[str], int]:
+    """(the bottleneck's results, its layers, the statistics' samples) for x: one fit, or one per prompt."""
+    from ..results import range_label
+    from .common import progress_bar
+
+    asked = request.bottleneck
+    if not request.beta_k_given and request.method == "per-sample":
+        from ..heads import default_beta_k
+
+        asked = replace(asked, settings=replace(asked.settings, beta_k=default_beta_k(network)))
+    # the one door: the registry's method for these settings resolves its layers on this network (CoIBA: the
+    # placement and the range; M2IB: its depth; the Per-Sample Bottleneck: --layer or the default layer)
+    method = asked.method()
+    layers = method.resolve(network)[1]
+    if request.method == "coiba" and (note := method.placement(network)[1]):
+        print(f"note: {note}", file=sys.stderr)
+    progress, close = progress_bar(f"statistics {network.key}/{range_label(layers[0], layers[-1])}")
+    try:  # the one policy (also `attribute FOLDER`'s and the app's), every layer of a range in one pass
+        stats = method.statistics(network, progress) if method.needs_stats else {}
+    finally:
+        close()
+    bottleneck = method.bottleneck(network)
+    stats_samples = min((s.n for s in stats.values()), default=0)  # 0: a prior, nothing estimated (M2IB)
+    if not request.prompts:
+        return [bottleneck.attribute(x, target)], layers, stats_samples
+    from ..methods.base import check_target
+
+    # each prompt's index (new ones added to the network's prompts); a classifier refuses them in one sentence;
+    # one fit per prompt, together (each as it would be alone)
+    targets = list(dict.fromkeys(check_target(network, prompt).index for prompt in request.prompts))
+    return bottleneck.attribute_batch(x.expand(len(targets), *x.shape[1:]), targets), layers, stats_samples
+
+
+def _write(request: AttributeRequest, network, cropped, result, layers: list[str], stats_samples, out, png, *,
+           text: dict | None = None) -> None:
     """One map's files (.npy, .png) and its JSON line."""
     from .common import print_json
 
@@ -237,15 +263,15 @@ def _write(args: argparse.Namespace, network, cropped, result, layer: str, layer
         # the run's one scale (as the app's views), with its legend in bits per pixel
         files.save_image(png, overlay_image(cropped, result.heatmap, top=run_scale(result).top, legend=True))
     print_json({
-        "image": str(args.image),
-        "method": args.method,
+        "image": str(request.image),
+        "method": request.method,
         "model": network.key,
-        "layer": layer,
-        **({"layers": layers} if layers is not None else {}),  # CoIBA's range; "layer" is its first
+        "layer": layers[0],
+        **({"layers": layers} if request.method == "coiba" else {}),  # CoIBA's range; "layer" is its first
         "target": result.target,
         "class_name": network.class_name(result.target),
         **({"prompt": network.class_name(result.target), "out": str(files.npy_path(out)) if out else None}
-           if prompt else {}),
+           if request.prompts else {}),
         # what p means (iba_core.heads): softmax over classes, σ per label (multi-label), or binary
         "head": network.head,
         "p_without": round(result.p_without, 6),

@@ -170,28 +170,29 @@ def folder_prompts(args: argparse.Namespace) -> tuple[str, ...]:
     return prompts
 
 
-def run(args: argparse.Namespace) -> int:
-    from .. import ranks
+def check_folder_options(args: argparse.Namespace) -> list:
+    """The run's methods, with every option checked before the network loads (files, boxes a metric needs, the
+    yardsticks' values)."""
+    from ..metrics import registry
     from .common import yardstick_options
 
-    rank, world = ranks.rank_and_world()
     folder_prompts(args)
     check_files(args)
-    from ..metrics import registry
-
     boxed = [registry.get(m) for m in args.metrics or () if registry.get(m).needs_boxes]
     if boxed and args.boxes is None:  # the pointing game, and any other metric that scores against boxes
         raise UserError(f"{boxed[0].title} needs the objects' boxes.",
                         cli_hint="Give --boxes DIR (Pascal-VOC XML files named like the images), or leave out "
                         f"{boxed[0].name}.")
     yardstick_options(args)  # its values checked before the network loads
-    methods = method_list(args)
-    from ..runs.bug_log import ERROR_LOG, LOG_PLACE
-    from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
-    from ..runs.store import TABLE_FILE
-    from .common import load_from_args, print_json, progress_bar
+    return method_list(args)
 
-    network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
+
+def folder_settings(args: argparse.Namespace, network, methods: list) -> tuple[list, object, list, object]:
+    """(the methods as they run on `network`, the folder's root, its items, the `runs.folder.FolderSettings`): the
+    one settings object of a folder run, as the Dataset page builds it too."""
+    from ..runs.folder import FolderSettings, list_images
+    from .common import yardstick_options
+
     if names_all(method_keys_arg(args.methods)):
         methods = [m for m in methods if m.available_for(network) is None]
     if args.methods is None and args.method == "per-sample" and getattr(args, "beta_k", None) is None:
@@ -210,6 +211,32 @@ def run(args: argparse.Namespace) -> int:
                               batch_images=args.batch_images, retry_errors=args.retry_errors,
                               metrics=tuple(args.metrics or ()), yardsticks=yardstick_options(args),
                               prompts=prompts)
+    return methods, root, items, settings
+
+
+def print_notes(summary, out: Path) -> None:
+    """What the user should know about the rows: examples of errors, where a bug's traceback is, damaged parts."""
+    from ..runs.bug_log import ERROR_LOG, LOG_PLACE
+
+    for example in summary.error_examples:
+        print(f"note: {example}", file=sys.stderr)
+    if any(LOG_PLACE in example for example in summary.error_examples):  # a bug: where its traceback is, in full
+        print(f"note: the tracebacks of rows a bug failed are in {out / ERROR_LOG}", file=sys.stderr)
+    for part in summary.damaged:
+        print(f"note: the damaged part {part} was moved to {out / 'damaged'}; its rows were done again",
+              file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import ranks
+    from ..runs.folder import finish_run, run_folder
+    from ..runs.store import TABLE_FILE
+    from .common import load_from_args, print_json, progress_bar
+
+    rank, world = ranks.rank_and_world()
+    methods = check_folder_options(args)
+    network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
+    methods, root, items, settings = folder_settings(args, network, methods)
     progress, close = (None, lambda: None) if args.no_progress else progress_bar(
         f"attribute {Path(args.image).name}" + (f" rank {rank}/{world}" if world > 1 else ""))
     try:
@@ -217,13 +244,7 @@ def run(args: argparse.Namespace) -> int:
                              progress=progress)
     finally:
         close()
-    for example in summary.error_examples:
-        print(f"note: {example}", file=sys.stderr)
-    if any(LOG_PLACE in example for example in summary.error_examples):  # a bug: where its traceback is, in full
-        print(f"note: the tracebacks of rows a bug failed are in {Path(args.out) / ERROR_LOG}", file=sys.stderr)
-    for part in summary.damaged:
-        print(f"note: the damaged part {part} was moved to {Path(args.out) / 'damaged'}; its rows were done again",
-              file=sys.stderr)
+    print_notes(summary, Path(args.out))
     table = finish_run(args.out, rank, world)
     record = {
         "run": str(args.out), "model": network.key, "weights": network.weights_id,

@@ -15,9 +15,11 @@ below (or `register_method` from any module, e.g. a plug-in or a test).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Iterable, Sequence
 
+from ..bottleneck import BottleneckSettings
 from ..errors import UserError
 from .base import AttributionMap, Method, key_number
 from .bottlenecks import M2IB, BottleneckMethod, CoIBAMethod, PerSampleIBA, ReadoutMethod
@@ -147,6 +149,25 @@ def bottleneck_method(settings, *, layer: str | None = None, layer_range=None, s
     return get_method(key, **{k: v for k, v in values.items() if k in accepted}, **extra, **common)
 
 
+@dataclass(frozen=True)
+class BottleneckRequest:
+    """One bottleneck as a user asks for it, the same object from the CLI's options (`cli.attribute.request_of`) and
+    from the Per-Sample page's widgets: the preset's settings (a `BottleneckSettings`, CoIBA's `CoIBASettings`, M2IB's
+    standard-normal prior), where it sits (`layer`, or CoIBA's `layer_range`: None for the preset's default) and where
+    its statistics come from (`stats_images`, `stats_samples`: None for the network's own)."""
+
+    settings: BottleneckSettings
+    layer: str | None = None
+    layer_range: tuple[str, str] | None = None
+    stats_images: str | None = None
+    stats_samples: int | None = None
+
+    def method(self) -> BottleneckMethod:
+        """The registry's method for it (`bottleneck_method`, the one door)."""
+        return bottleneck_method(self.settings, layer=self.layer, layer_range=self.layer_range,
+                                 stats_images=self.stats_images, stats_samples=self.stats_samples)
+
+
 def display_names() -> dict[str, str]:
     """key → display name with default settings, e.g. {"occlusion_8": "Occlusion-8×8", …}."""
     return {key: get_method(key).name for key in METHODS}
@@ -177,7 +198,7 @@ def resolve_methods(methods: str | Sequence[str] | None, settings: dict[str, dic
 
 
 __all__ = [
-    "ALIASES", "M2IB", "PRESETS", "BottleneckMethod", "bottleneck_method",
+    "ALIASES", "M2IB", "PRESETS", "BottleneckMethod", "BottleneckRequest", "bottleneck_method",
     "AttributionMap", "ClassTarget", "LabelSetTarget", "METHODS", "Method", "MethodFactory", "Target",
     "PER_SAMPLE_KEY", "UnknownMethodError", "as_target", "display_names", "per_sample_key",
     "get_method", "method_keys", "register_method", "resolve_methods", "unregister_method",
