@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import streamlit as st
-from PIL import Image
 from streamlit.delta_generator import DeltaGenerator
 
+from iba_core.app.bottleneck_choice import (
+    BOTTLENECKS, bottleneck_help, coiba_caption, coiba_defaults, m2ib_defaults, offered_bottlenecks,
+    shared_lambda_title,
+)
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.inputs import prompts_from_text
 from iba_core.app.state import RunRecord
@@ -22,12 +26,10 @@ from iba_core.heads import PROBABILITY_NOTES
 from iba_core.methods.base import check_target
 from iba_core.methods.targets import PromptTarget
 from iba_core.networks.clip_models import is_clip
-from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings, StepInfo
+from iba_core.per_sample import LOST_CLASS_MESSAGE, BottleneckSettings
 from iba_core.render import figures
-from iba_core.render.animation import (
-    animation_gif, bits_panel, curves_image, drain_image, lambda_panel, padded_to, step_bits, step_text,
-)
-from iba_core.render.colours import SCALE_BASES, ColourScale, live_scale, run_scale, step_scale
+from iba_core.render.animation import animation_gif, step_text
+from iba_core.render.colours import SCALE_BASES, ColourScale, run_scale, step_scale
 from iba_core.render.overlays import (
     bits_below, centre_crop_box, few_bits_text, full_resolution_overlay, not_needed_fraction, not_needed_outline,
     overlay_image, part_of_total_text, png_bytes, token_strip,
@@ -45,17 +47,22 @@ from pages.widgets.page import (
     bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
 )
 from pages.widgets.progress import method_stats_with_progress, network_turn
+from pages.widgets.step_view import LiveView, draw_step, step_slots
 from pages.widgets.text import plain
+
+if TYPE_CHECKING:  # type hints only: the page loads no torch of its own
+    import torch
+
+    from iba_core.methods.bottlenecks import BottleneckMethod
+    from iba_core.networks import Network
+    from iba_core.results import AttributionResult
+    from iba_core.text_side import TokenBits
 
 RESULT_KEY = "ps_run"
 #: A CLIP run's records, one per prompt (RESULT_KEY holds the one shown), and the choice of the one shown.
 PROMPT_RUNS_KEY, PROMPT_SHOWN_KEY = "ps_prompt_runs", "ps_prompt_shown"
 #: Maps are read, not explored: no Plotly tool bar over their titles.
 MAP_CONFIG = {"displayModeBar": False}
-#: Pictures in the live view and the replay: map side and text size (px, before the browser scales them).
-PANEL_SIDE, PANEL_FONT = 224, 17
-#: The loss curves beside λ: drawn about as wide as a map panel, so both shrink alike into their columns.
-CURVES_SIZE = (420, 300)
 #: Widget key of the colour-scale control (read by the live run, set in the replay panel).
 SCALE_TOP_KEY = "ps_scale_top"
 SCALE_BASIS_KEY = "ps_scale_basis"
@@ -144,12 +151,8 @@ def form(inputs: Inputs) -> tuple | None:
 
 # ---- CoIBA: one mask shared by the bottlenecks of a layer range (issue #30) ----------------------
 
-#: The "Bottleneck" choice above the form: the paper's one-layer bottleneck, or CoIBA over a range of layers.
+#: The "Bottleneck" choice above the form: the paper's one-layer bottleneck, CoIBA or M2IB (`BOTTLENECKS`).
 BOTTLENECK_KEY = "ps_bottleneck"
-BOTTLENECKS = {"per_sample": "Per-Sample (one layer)", "coiba": "CoIBA (a layer range)",
-               "m2ib": "M2IB (its authors' setting)"}
-#: Offered for CLIP models only: M2IB explains image–text similarity.
-CLIP_ONLY = ("m2ib",)
 
 
 def bottleneck_choice(inputs: Inputs) -> str:
@@ -157,57 +160,17 @@ def bottleneck_choice(inputs: Inputs) -> str:
     a link names a layer range, whose `range` leaves the link when Per-Sample is chosen)."""
     if linked_range(inputs.network) is not None:
         keep_choice(BOTTLENECK_KEY, "coiba")
-    offered = [key for key in BOTTLENECKS if key not in CLIP_ONLY or is_clip(inputs.network)]
+    offered = offered_bottlenecks(inputs.network)
     if kept_choice(BOTTLENECK_KEY, st.session_state.get(BOTTLENECK_KEY)) not in (*offered, None):
         forget_choice(BOTTLENECK_KEY)  # M2IB chosen for a CLIP model, now a classifier: back to the default
         st.session_state.pop(BOTTLENECK_KEY, None)
     restore_choice(BOTTLENECK_KEY, "per_sample")
     choice = st.radio(
         "Bottleneck", offered, format_func=BOTTLENECKS.get, key=BOTTLENECK_KEY, horizontal=True,
-        on_change=remember_choice, args=(BOTTLENECK_KEY,),
-        help="Per-Sample: the paper's bottleneck at one layer. CoIBA (Hong et al., CVPR 2025): one mask, shared by "
-        "bottlenecks at every layer from the first to the last of a range, each adding noise with its own layer's "
-        "statistics; its information is counted at the first layer, so the bits map is that layer's."
-        + (" M2IB (Wang et al., NeurIPS 2023) as its authors run it: a standard-normal prior on the raw features "
-           "(no statistics), β·k 0.1, no smoothing, the map of the last forward pass." if len(offered) > 2 else ""))
+        on_change=remember_choice, args=(BOTTLENECK_KEY,), help=bottleneck_help(offered))
     if choice != "coiba":
         set_link(range=None)
     return choice
-
-
-def m2ib_defaults():
-    """M2IB's settings as its authors run it (`methods.bottlenecks.M2IB`: the standard-normal prior, β·k 0.1)."""
-    from iba_core.methods import get_method
-
-    return get_method("m2ib").bottleneck_settings()
-
-
-def coiba_defaults():
-    """CoIBA's settings as its authors run it (`coiba.CoIBASettings`: no smoothing of the mask)."""
-    from iba_core.coiba import CoIBASettings
-
-    return CoIBASettings()
-
-
-def coiba_caption(layers: tuple[str, ...]) -> str:
-    """What a CoIBA run's pictures show, for the live view and the replay; what its bits bound follows the placement
-    (at the attention branches' inputs the residual stream stays clean, so they bound only what passes there)."""
-    from iba_core.coiba import block_of
-
-    named = " → ".join(layers) if len(layers) <= 4 else f"{layers[0]} … {layers[-1]}"
-    shared = ("one λ, shared by the bottlenecks of every one of them (each adds noise with its own layer's "
-              f"statistics), drawn on {layers[0]}'s grid; the bits are counted at {layers[0]}")
-    if block_of(layers[0]) != layers[0]:  # the authors' placement: each block's attention-branch input
-        return (f"CoIBA at the attention-branch inputs of {len(layers)} blocks, {named}: {shared}. The blocks' "
-                "residual stream stays clean, so these bits bound what passes the branches, not all that reaches "
-                "the prediction.")
-    return f"CoIBA at {len(layers)} layers, {named}: {shared}, an upper bound for the deeper layers."
-
-
-def shared_lambda_title(layers: tuple[str, ...]) -> str | None:
-    """The λ picture's title for a CoIBA run: its one mask serves every layer of the range (not "mean over
-    channels": a location's λ is the same in every channel); None for the one-layer bottleneck's own title."""
-    return f"λ (shared by {len(layers)} layers)" if layers else None
 
 
 def bottleneck_parts(inputs: Inputs, layer: str, settings: BottleneckSettings, folder: str | None, n: int,
@@ -229,11 +192,6 @@ def bottleneck_parts(inputs: Inputs, layer: str, settings: BottleneckSettings, f
     return method, layers, described
 
 
-def _blank_like(picture: Image.Image) -> Image.Image:
-    """A light-grey stand-in of the same size, so the live view does not jump when the first step arrives."""
-    return Image.new("RGB", picture.size, (240, 242, 246))
-
-
 class PromptBox(str):
     """The prompt box's text (a CLIP model): what the form returns in place of a class."""
 
@@ -241,18 +199,14 @@ class PromptBox(str):
 def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | PromptTarget,
              folder: str | None, n: int, panel: DeltaGenerator, layer_range: tuple[str, str] | None = None, *,
              live_key: str = "ps_live", heading: str | None = None) -> RunRecord:
-    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel`; with
-    `layer_range`, CoIBA's over that range (its shared mask drawn as λ, its first layer's bits map).
-
-    Every picture has its own placeholder and is replaced in place each step (an image swaps without a
-    blank frame; a chart would be mounted anew), on the largest value so far (`live_scale`). target: a class
-    index, or a text prompt (a CLIP model), resolved in the network's turn (a new prompt is added to it there).
-    live_key, heading: the panel's key and a line above it (one run per prompt).
+    """Statistics, then T optimisation steps with a live heatmap, λ map and loss curves in `panel` (`LiveView`, on
+    the largest value so far or each step's own, as chosen); with `layer_range`, CoIBA's over that range (its
+    shared mask drawn as λ, its first layer's bits map). target: a class index, or a text prompt (a CLIP model),
+    resolved in the network's turn (a new prompt is added to it there). live_key, heading: the panel's key and a
+    line above it (one run per prompt).
     """
     fixed = fixed_top()
     timing: dict = {}
-    head = inputs.network.head
-    score = target_score_name(head)
     with panel.container(border=True, key=live_key):
         bring_into_view(live_key)  # after a later run's Run click, the panel may lie above the window
         if heading:
@@ -262,56 +216,18 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         if layer_range is not None:
             layers, layer = tuple(resolved), resolved[0]
             st.caption(coiba_caption(layers))
-        bar = st.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network…")
-        heat, drain, lam, curves = step_slots()
-        blank = _blank_like(bits_panel(np.zeros((1, 1)), 1.0, side=PANEL_SIDE, font_size=PANEL_FONT))
-        heat.image(blank, width="stretch", alt="Bits per pixel: waiting for the first step")
-        lam.image(blank, width="stretch", alt="λ: waiting for the first step")
         one_scale = bool(fixed) or st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]) == "run"
-        st.caption(f"Bits maps: {live_scale([], fixed).describe()}." if fixed else
-                   "Bits maps: 0 up to the largest value so far (it grows only when a step exceeds it), as chosen "
-                   "under *Colour scale*." if one_scale else
-                   "Bits maps: each step from 0 to its own largest value, written at the top of its colour bar, "
-                   "so the map stays readable while the bits drain; the drain itself is the chart of total bits "
-                   "per step beside it.")
-        history: list[StepInfo] = []
-
-        def on_step(info: StepInfo) -> None:
-            history.append(info)
-            bar.progress(info.step / info.steps, text=(
-                f"**Step {info.step} / {info.steps}** · {step_bits(info):,.0f} bits · {score} = "
-                f"{format_target_score(info.p_target, head)} · {'−cos' if score == 'similarity' else 'L_CE'} = "
-                f"{info.ce:.3f} · β·L_I = {info.beta_info:.3f} nats"
-            ))
-            # one scale: the largest so far (it only grows); else the step's own top (`step_scale`), which keeps a
-            # draining map readable: on step 1's top (4.3 bits / pixel) the maps from step 5 on were nearly black
-            top = live_scale(history, fixed).top if one_scale else step_scale(info.bits_per_pixel).top
-            draw_step((heat, drain, lam, curves), history, info.steps, top, head=head,
-                      lambda_title=shared_lambda_title(layers))
-
+        view = LiveView(settings.steps, inputs.network.head, fixed, one_scale, shared_lambda_title(layers))
         # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
         # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
         # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
         # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
         with network_turn(inputs.shared, timing) as network:
-            text = None
-            if isinstance(target, PromptTarget):  # its index among the network's prompts, added if new
-                prompt, target = target.text, check_target(network, target).index
-            else:
-                prompt = None
-            iba = method.bottleneck(network)
-            if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
-                bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
-                                       "this layer also measures which precision is fastest here (once)…")
-            result = iba.attribute(inputs.x, target=target, callback=on_step)
-            if prompt is not None:  # which words carry the information: M2IB's text side, in the same turn
-                from iba_core.text_side import TextSideSettings, text_side
-
-                bar.progress(1.0, text=f"**Step {settings.steps} / {settings.steps}** · the prompt's words…")
-                text = text_side(network, inputs.x, prompt, TextSideSettings(seed=settings.seed))
+            result, prompt, text = fit_in_turn(network, method, inputs.x, target, settings, view)
     pre = inputs.network.preprocess
     return RunRecord(
-        image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key, model_title=inputs.network.spec.title, layer=layer,
+        image_name=inputs.image.name, image_digest=inputs.image.digest, model_key=inputs.network.key,
+        model_title=inputs.network.spec.title, layer=layer,
         class_name=prompt or inputs.network.class_name(result.target), cropped=inputs.cropped, result=result,
         stats_description=stats_description, original=inputs.image.image,
         crop_box=centre_crop_box(inputs.image.image.size, pre.resize, pre.crop_size),
@@ -319,36 +235,24 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
     )
 
 
-def step_slots() -> tuple[DeltaGenerator, DeltaGenerator, DeltaGenerator, DeltaGenerator]:
-    """Where a step is drawn, live and in the replay: the bits map beside the drain (total bits per step), then
-    λ beside the loss curves."""
-    top = st.columns(2, gap="small", vertical_alignment="center")
-    bottom = st.columns(2, gap="small", vertical_alignment="center")
-    return top[0].empty(), top[1].empty(), bottom[0].empty(), bottom[1].empty()
+def fit_in_turn(network: Network, method: BottleneckMethod, x: torch.Tensor, target: int | PromptTarget,
+                settings: BottleneckSettings, view: LiveView) -> tuple[AttributionResult, str | None, TokenBits | None]:
+    """In the network's turn: (the fit drawn live, the prompt or None, its words' bits (M2IB's text side) or None);
+    a prompt target becomes its index among the network's prompts, added if new."""
+    prompt = text = None
+    if isinstance(target, PromptTarget):
+        prompt, target = target.text, check_target(network, target).index
+    iba = method.bottleneck(network)
+    if iba.measures_precision():  # asked in the turn: the remembered choice depends on its thread count
+        view.bar.progress(0.0, text=f"**Step 0 / {settings.steps}** · preparing the network; this first run at "
+                                    "this layer also measures which precision is fastest here (once)…")
+    result = iba.attribute(x, target=target, callback=view.on_step)
+    if prompt is not None:  # which words carry the information: M2IB's text side, in the same turn
+        from iba_core.text_side import TextSideSettings, text_side
 
-
-def draw_step(slots: tuple[DeltaGenerator, ...], history: list[StepInfo], steps: int, top: float, *,
-              all_steps: list[StepInfo] | None = None, lambda_title: str | None = None,
-              head: str = "softmax") -> None:
-    """The last step of `history` in `slots` (`step_slots`): its bits map (0 – `top`), the drain (total bits per
-    step), its λ and the curves so far. all_steps: the whole run's, in the drain with the step ringed (the
-    replay); else the drain ends at this step (the live view). All pictures: each swaps in place, with no blank
-    frame (a chart would be mounted anew at every step)."""
-    heat, drain, lam, curves = slots
-    info = history[-1]
-    where = f"step {info.step} of {steps}"
-    bits = bits_panel(info.bits_per_pixel, top, side=PANEL_SIDE, font_size=PANEL_FONT)
-    heat.image(bits, width="stretch", alt=f"Bits per pixel at {where}")  # its top: written on its colour bar
-    drain.image(drain_image(all_steps or history, total_steps=steps, mark=info.step if all_steps else None,
-                            width=bits.width, height=bits.height, font_size=PANEL_FONT - 2),
-                width="stretch", alt=f"Total bits per step, up to {where}" if not all_steps else
-                f"Total bits per step, step {info.step} ringed")
-    titled = {"title": lambda_title} if lambda_title else {}  # CoIBA's shared mask says so (`shared_lambda_title`)
-    lam.image(padded_to(lambda_panel(info.lambda_mean, side=PANEL_SIDE, font_size=PANEL_FONT, **titled), bits.width),
-              width="stretch", alt=f"λ at {where}")  # as wide as the bits panel: both maps at one size
-    curves.image(curves_image(history, total_steps=steps, mark=info.step if all_steps else None,
-                              width=CURVES_SIZE[0], height=CURVES_SIZE[1], font_size=PANEL_FONT - 2, head=head),
-                 width="stretch", alt=f"Losses and {target_score_name(head)} up to {where}")
+        view.bar.progress(1.0, text=f"**Step {settings.steps} / {settings.steps}** · the prompt's words…")
+        text = text_side(network, x, prompt, TextSideSettings(seed=settings.seed))
+    return result, prompt, text
 
 
 def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: int | str,
@@ -375,7 +279,8 @@ def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, te
     with shown_errors() as outcome:
         prompts = prompts_from_text(text)
         settings = settings.validate()
-        records = [run_live(inputs, layer, settings, PromptTarget(prompt), folder, n, panel, layer_range, live_key=f"ps_live_{i}",
+        records = [run_live(inputs, layer, settings, PromptTarget(prompt), folder, n, panel, layer_range,
+                            live_key=f"ps_live_{i}",
                             heading=f"**Prompt {i + 1} / {len(prompts)}:** “{plain(prompt)}”" if len(prompts) > 1
                             else None)
                    for i, prompt in enumerate(prompts)]

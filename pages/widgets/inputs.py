@@ -163,29 +163,8 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     # network is set up, so no layer or class of the previous one stays on screen meanwhile (`ControlsSlot`).
     slot = ControlsSlot(right)
     with left:
-        # The image is shown above the network but read after it: its channels are the network's (a gray or a
-        # multi-band network reads a .npy or TIFF of its own bands).
-        image_slot = st.container()
-        shared = network_picker(slot)
-        stats_note = st.empty()
-        with image_slot:
-            image = image_picker(shared.network if shared is not None else None)
-        pending = st.session_state.get(LINK_PENDING_KEY)
-        link_section(pending[0].step if pending is not None else None)
-    st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
-                                    image.digest if image is not None else None,
-                                    shared.network.spec.title if shared is not None else None)
-    if shared is None:  # the chosen network did not load: the link names it, and no layer or class of another
-        set_link(image=links.image_value(image) if image is not None else None,
-                  network=st.session_state.get(NETWORK_CHOICE_KEY), layer=None, target=None, step=None)
-    else:
-        set_link(image=links.image_value(image) if image is not None else None, network=shared.network.key)
-    if shared is not None:
-        fit_link(shared.network)
-    problems = st.session_state.pop(LINK_PROBLEMS_KEY, None)
-    if problems:
-        link_note.warning("This link could not be opened in full. " + " ".join(plain(p) for p in problems),
-                          icon=":material/link_off:")
+        image, shared, stats_note = _image_and_network(slot)
+    _link_to_choices(image, shared, link_note)
     if image is None or shared is None:
         slot.info("Choose a usable image and network on the left to set up a run.", icon=":material/arrow_back:")
         st.session_state.pop(CONTROLS_FOR_KEY, None)
@@ -194,6 +173,48 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
     show_domain_warning(stats_note, network)
     cropped = network.preprocess.crop(image.image)
     x = network.preprocess.normalise(cropped)
+    right, top5, present = _predictions(slot, shared, image, x)
+    with left:
+        _crop_view(image, network, cropped, top5, present)
+    return Inputs(image, shared, cropped, x, top5, right, stats_note)
+
+
+def _image_and_network(slot: ControlsSlot) -> tuple[ImageInput | None, SharedModel | None, DeltaGenerator]:
+    """The image and the network pickers, the link's section below them; returns (image, network, its stats note)."""
+    # The image is shown above the network but read after it: its channels are the network's (a gray or a
+    # multi-band network reads a .npy or TIFF of its own bands).
+    image_slot = st.container()
+    shared = network_picker(slot)
+    stats_note = st.empty()
+    with image_slot:
+        image = image_picker(shared.network if shared is not None else None)
+    pending = st.session_state.get(LINK_PENDING_KEY)
+    link_section(pending[0].step if pending is not None else None)
+    return image, shared, stats_note
+
+
+def _link_to_choices(image: ImageInput | None, shared: SharedModel | None, link_note: DeltaGenerator) -> None:
+    """The page's link follows the image and network chosen; what of an opened link could not be used is said."""
+    st.session_state[CHOSEN_KEY] = (image.name if image is not None else None,
+                                    image.digest if image is not None else None,
+                                    shared.network.spec.title if shared is not None else None)
+    if shared is None:  # the chosen network did not load: the link names it, and no layer or class of another
+        set_link(image=links.image_value(image) if image is not None else None,
+                 network=st.session_state.get(NETWORK_CHOICE_KEY), layer=None, target=None, step=None)
+    else:
+        set_link(image=links.image_value(image) if image is not None else None, network=shared.network.key)
+    if shared is not None:
+        fit_link(shared.network)
+    problems = st.session_state.pop(LINK_PROBLEMS_KEY, None)
+    if problems:
+        link_note.warning("This link could not be opened in full. " + " ".join(plain(p) for p in problems),
+                          icon=":material/link_off:")
+
+
+def _predictions(slot: ControlsSlot, shared: SharedModel, image: ImageInput, x: torch.Tensor
+                 ) -> tuple[DeltaGenerator, list[tuple[int, str, float]], list[tuple[int, str, float]] | None]:
+    """(the controls' container, the network's top-5, a multi-label network's labels above 50 % or None)."""
+    network = shared.network
     shown_for = (shared.source, image.digest)
     if st.session_state.get(CONTROLS_FOR_KEY) != shown_for:
         slot.emptied()  # another image: its classes come with its top-5, none of the previous image's meanwhile
@@ -204,19 +225,23 @@ def input_section(widths: tuple[float, float] = (2, 3)) -> Inputs | None:
         # a multi-label network sees every label above 50 %, not just its top one
         present = network.labels_above(x) if network.head == "sigmoid" else None
     st.session_state[CONTROLS_FOR_KEY] = shown_for
-    with left:
-        size = network.preprocess.crop_size
-        labels = "" if present is None else (
-            " · Labels above 50 %: " + (", ".join(f"{plain(n)} ({format_probability(p)})" for _, n, p in present)
-                                        or "none") + ". " + PROBABILITY_NOTES[network.head])
-        shown = shown_note(cropped, network.preprocess.channels)  # a gray image, or which bands make the colours
-        st.image(cropped.convert("RGB"), width=224, caption=(
-            f"The {size} × {size} centre crop the network sees{'; ' + shown if shown else ''}. "
-            + prediction_text(network.head, top5) + labels
-        ))
-        for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
-            st.warning(warning, icon=":material/crop:")
-    return Inputs(image, shared, cropped, x, top5, right, stats_note)
+    return right, top5, present
+
+
+def _crop_view(image: ImageInput, network: Network, cropped: Image.Image, top5: list[tuple[int, str, float]],
+               present: list[tuple[int, str, float]] | None) -> None:
+    """The crop the network sees, captioned with its prediction, and warnings where preprocessing distorts it."""
+    size = network.preprocess.crop_size
+    labels = "" if present is None else (
+        " · Labels above 50 %: " + (", ".join(f"{plain(n)} ({format_probability(p)})" for _, n, p in present)
+                                    or "none") + ". " + PROBABILITY_NOTES[network.head])
+    shown = shown_note(cropped, network.preprocess.channels)  # a gray image, or which bands make the colours
+    st.image(cropped.convert("RGB"), width=224, caption=(
+        f"The {size} × {size} centre crop the network sees{'; ' + shown if shown else ''}. "
+        + prediction_text(network.head, top5) + labels
+    ))
+    for warning in size_warnings(image.image.size, network.preprocess.resize, network.preprocess.crop_size):
+        st.warning(warning, icon=":material/crop:")
 
 
 def prediction_text(head: str, top: list[tuple[int, str, float]]) -> str:
