@@ -176,13 +176,15 @@ def bottleneck_choice(inputs: Inputs) -> str:
 def bottleneck_parts(inputs: Inputs, layer: str, settings: BottleneckSettings, folder: str | None, n: int,
                      layer_range: tuple[str, str] | None, timing: dict):
     """(the method, its layers, its statistics' description) of a run: the bottleneck from the method registry (the
-    one door, `methods.bottleneck_method`: CoIBA over `layer_range`, else the one-layer bottleneck), its layers
-    resolved (a bad range is refused in words before any statistics), every layer's statistics with a bar."""
+    one door: a `methods.BottleneckRequest`, the object the CLI builds too: CoIBA over `layer_range`, else the
+    one-layer bottleneck), its layers resolved (a bad range is refused in words before any statistics), every
+    layer's statistics with a bar."""
     from iba_core.app.stats_source import range_stats_description
     from iba_core.results import range_label
-    from iba_core.methods import bottleneck_method
+    from iba_core.methods import BottleneckRequest
 
-    method = bottleneck_method(settings, layer=layer, layer_range=layer_range, stats_images=folder, stats_samples=n)
+    method = BottleneckRequest(settings, layer=layer, layer_range=layer_range, stats_images=folder,
+                               stats_samples=n).method()
     layers = method.resolve(inputs.network)[1]
     label = layers[0] if layer_range is None else range_label(layers[0], layers[-1])
     stats = method_stats_with_progress(inputs, method, label, folder, timing=timing)

@@ -461,3 +461,25 @@ def test_compare_names_a_failing_method_a_bug_or_a_mistake(chelsea_jpg, tmp_path
     assert "this is a bug" in failed["random"] and "injected bug" not in failed["random"]
     assert "Traceback" in err and "RuntimeError: injected bug" in err
     assert failed["gradient"] == "This method needs something you did not give."
+
+
+def test_attribute_builds_one_request_the_page_builds_too(tmp_path):
+    """`attribute`'s options are read once into one request; its bottleneck is the library's BottleneckRequest, equal
+    to what the Per-Sample page builds from the same choices, so both reach the same method."""
+    from iba_core.cli import build_parser
+    from iba_core.cli.attribute import request_of
+    from iba_core.coiba import CoIBASettings
+    from iba_core.methods import BottleneckRequest
+    from iba_core.per_sample import BottleneckSettings
+
+    args = build_parser().parse_args(["attribute", "cat.png", "--method", "coiba", "--layer-range", "block3_2:block7_1",
+                                      "--beta-k", "3", "--steps", "4", "--stats-images", str(tmp_path)])
+    request = request_of(args)
+    page = BottleneckRequest(CoIBASettings(beta_k=3, steps=4), layer_range=("block3_2", "block7_1"),
+                             stats_images=str(tmp_path))
+    assert request.bottleneck == page and request.beta_k_given
+    mine, theirs = request.bottleneck.method(), page.method()
+    assert (mine.key, mine.settings) == (theirs.key, theirs.settings) and mine.key.startswith("coiba")
+    plain = request_of(build_parser().parse_args(["attribute", "cat.png", "--layer", "block4_1"]))
+    assert plain.bottleneck == BottleneckRequest(BottleneckSettings(), layer="block4_1") and not plain.beta_k_given
+    assert request_of(build_parser().parse_args(["attribute", "cat.png", "--method", "readout"])).bottleneck is None
