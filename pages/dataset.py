@@ -6,6 +6,7 @@ dataset_report, folder_job); this page gathers input and draws."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -86,7 +87,24 @@ def open_section() -> None:
             st.session_state[FOLD_KEY] = True
 
 
+@dataclass(frozen=True)
+class StartForm:
+    """What the start form held when a button was pressed: the folders, the run's choices, and which button."""
+
+    source: str
+    out: str
+    methods: list[str]
+    layer: str
+    limit: int | None
+    stats_images: str
+    prompt_text: str
+    metrics: list[str]
+    estimate: bool
+    pressed: bool
+
+
 def start_section() -> None:
+    """The folded section that times and starts a folder run of the chosen network in the background."""
     # folded again when a run is opened (FOLD_KEY), so a form used before does not push the run's first screen down
     if st.session_state.pop(FOLD_KEY, False):
         st.session_state[START_OPEN_KEY] = False
@@ -99,74 +117,84 @@ def start_section() -> None:
         if shared is None:
             return
         network = shared.network
-        choices, names, defaults = folder_run_choices(network)  # a CLIP model: M2IB's β·k first
-        # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
-        with st.form("ds_start_form", border=False, enter_to_submit=False):
-            c1, c2 = st.columns(2)
-            source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
-            out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
-            methods = method_picker("Methods", "ds_methods", choices, names, defaults,
-                                       help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
-            c3, c4 = st.columns(2)
-            spec = network.spec
-            layer = c3.selectbox("Layer (bottlenecks)", spec.layers, index=spec.layers.index(spec.default_layer),
-                                 key=f"ds_layer_{spec.key}", format_func=network.layer_label)
-            limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
-                                    placeholder="all")
-            own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
-            stats_images = st.text_input(
-                "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
-                placeholder=own or "the offline sample photos",
-                help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
-                "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
-                "folder keeps the folder it was made with. Another folder here needs no new network.")
-            prompt_text = st.text_area(
-                "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
-                help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
-                "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
-            metrics = st.multiselect(
-                "The field's metrics per map (optional)", folder_job.PAGE_METRICS, key="ds_metrics", placeholder="none",
-                help="Each metric (insertion and deletion under RISE's protocol) as a column of the table and "
-                     "means per method and class. Each costs forward passes per image and method: "
-                     + plain(folder_job.metric_cost_text(network, folder_job.PAGE_METRICS)) + " The pointing game needs boxes: "
-                     "run it from the command line with --boxes.")
-            b1, b2 = st.columns(2)
-            estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
-                                             help="Time one image of the folder with these methods now.")
-            pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
-        limit = None if limit is None else int(limit)
+        form = start_form(network)
         prompts: list[str] = []
-        if (estimate or pressed) and is_clip(network):
+        if (form.estimate or form.pressed) and is_clip(network):
             with shown_errors() as outcome:
-                prompts = prompts_from_text(prompt_text)
+                prompts = prompts_from_text(form.prompt_text)
             if outcome.failed:
                 return
-        if estimate:
+        if form.estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
-                st.session_state[ESTIMATE_KEY] = folder_job.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics, prompts=prompts,
-                                                                   stats_images=stats_images).text()
-        if metrics and not st.session_state.get(ESTIMATE_KEY):
-            st.caption(plain(folder_job.metric_cost_text(network, metrics)))
+                st.session_state[ESTIMATE_KEY] = folder_job.time_one_image(
+                    shared, form.source, form.methods, form.layer, form.limit, trust=trust, metrics=form.metrics,
+                    prompts=prompts, stats_images=form.stats_images).text()
+        if form.metrics and not st.session_state.get(ESTIMATE_KEY):
+            st.caption(plain(folder_job.metric_cost_text(network, form.metrics)))
         if st.session_state.get(ESTIMATE_KEY):
             st.info(plain(st.session_state[ESTIMATE_KEY]), icon=":material/timer:")
-        if pressed:
-            before = folder_job.current_job()
-            with shown_errors():
-                try:
-                    job = folder_job.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics, prompts=prompts,
-                                              stats_images=stats_images)
-                except folder_job.FolderRunBusy as busy:  # another session's run: its progress, politely
-                    st.info(plain(busy.message), icon=":material/hourglass_top:")
-                    return
-                if job is before and job.running:  # the user's own run: its progress is shown below
-                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
-                            icon=":material/hourglass_top:")
-                else:
-                    st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
-                    st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
-                    bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
+        if form.pressed:
+            start_run(shared, form, prompts)
+
+
+def start_form(network) -> StartForm:
+    """The start form's fields for `network` (its layers, its methods, prompts for a CLIP model) and its buttons."""
+    choices, names, defaults = folder_run_choices(network)  # a CLIP model: M2IB's β·k first
+    # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
+    with st.form("ds_start_form", border=False, enter_to_submit=False):
+        c1, c2 = st.columns(2)
+        source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
+        out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
+        methods = method_picker("Methods", "ds_methods", choices, names, defaults,
+                                help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
+        c3, c4 = st.columns(2)
+        spec = network.spec
+        layer = c3.selectbox("Layer (bottlenecks)", spec.layers, index=spec.layers.index(spec.default_layer),
+                             key=f"ds_layer_{spec.key}", format_func=network.layer_label)
+        limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit", placeholder="all")
+        own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
+        stats_images = st.text_input(
+            "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
+            placeholder=own or "the offline sample photos",
+            help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
+            "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
+            "folder keeps the folder it was made with. Another folder here needs no new network.")
+        prompt_text = st.text_area(
+            "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
+            help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
+            "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
+        metrics = st.multiselect(
+            "The field's metrics per map (optional)", folder_job.PAGE_METRICS, key="ds_metrics", placeholder="none",
+            help="Each metric (insertion and deletion under RISE's protocol) as a column of the table and "
+                 "means per method and class. Each costs forward passes per image and method: "
+                 + plain(folder_job.metric_cost_text(network, folder_job.PAGE_METRICS))
+                 + " The pointing game needs boxes: run it from the command line with --boxes.")
+        b1, b2 = st.columns(2)
+        estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
+                                         help="Time one image of the folder with these methods now.")
+        pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
+    return StartForm(source, out, methods, layer, None if limit is None else int(limit), stats_images, prompt_text,
+                     metrics, estimate, pressed)
+
+
+def start_run(shared, form: StartForm, prompts: list[str]) -> None:
+    """Start the form's folder run in the background, or say whose run is going; the page then shows its progress."""
+    before = folder_job.current_job()
+    with shown_errors():
+        try:
+            job = folder_job.start_folder_job(shared, form.source, form.out, form.methods, form.layer, form.limit,
+                                              trust=trust, owner=session_owner(), metrics=form.metrics,
+                                              prompts=prompts, stats_images=form.stats_images)
+        except folder_job.FolderRunBusy as busy:  # another session's run: its progress, politely
+            st.info(plain(busy.message), icon=":material/hourglass_top:")
+            return
+        if job is before and job.running:  # the user's own run: its progress is shown below
+            st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
+                    icon=":material/hourglass_top:")
+        else:
+            st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
+            st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
+            bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
 
 
 def _showing(run_dir) -> bool:
@@ -192,7 +220,8 @@ def job_section() -> None:
     def status() -> None:
         done, total, _ = job.progress()
         if job.running:
-            st.progress(done / max(total, 1), text=f"{whose} into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}")
+            st.progress(done / max(total, 1),
+                        text=f"{whose} into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}")
             st.caption(folder_job.GPU_ROAD)
             if mine and st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
                 job.cancel()
@@ -293,7 +322,8 @@ def prompt_section(run) -> None:
     wanted = " ".join(typed.split()) or chosen
     held = prompt_search.held_prompt(run, wanted)
     if held is None:
-        st.warning(plain(prompt_search.missing_prompt_text(run, wanted, command=False)), icon=":material/manage_search:")
+        st.warning(plain(prompt_search.missing_prompt_text(run, wanted, command=False)),
+                   icon=":material/manage_search:")
         st.code(prompt_search.add_prompt_command(run, wanted), language="bash")
         return
     methods = prompt_search.prompt_methods(run, held)
@@ -303,7 +333,8 @@ def prompt_section(run) -> None:
         found = prompt_search.search_prompt(run, held, method)
         top = found.rows.head(prompt_search.PROMPT_HITS)
         scale = dataset_gallery.page_scale(run, top)
-        pictures = [dataset_gallery.image_thumbnail(run, row, trust, size=2 * dataset_gallery.THUMB_PX, top=scale if scale > 0 else None)
+        pictures = [dataset_gallery.image_thumbnail(run, row, trust, size=2 * dataset_gallery.THUMB_PX,
+                                                    top=scale if scale > 0 else None)
                     for _, row in top.iterrows()]
     if outcome.failed:
         return
@@ -436,7 +467,8 @@ def gallery_section(run, rows) -> None:
         cells = dataset_gallery.gallery(run, shown, trust, scale)
     if outcome.failed:
         return
-    st.caption(f"Rows {(int(page) - 1) * dataset_gallery.GALLERY_PAGE + 1}–{(int(page) - 1) * dataset_gallery.GALLERY_PAGE + len(shown)} of "
+    first = (int(page) - 1) * dataset_gallery.GALLERY_PAGE
+    st.caption(f"Rows {first + 1}–{first + len(shown)} of "
                f"{len(rows)}. {dataset_gallery.scale_note(run, shown, scale)}")
     per_row = 3 if presentation() else 4
     cols = st.container(key="ds_gallery").columns(per_row)
