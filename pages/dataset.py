@@ -1,22 +1,26 @@
 """Dataset page: a whole folder run (issue #22) — where does the network take its information across a data set?
 Open a run folder (or start a run on a folder of the server), filter its table, look through the overlays, the
 class means and the clusters of similar maps, open an image on the Per-Sample page, download the table and report.
-The logic lives in iba_core.app.dataset; this page gathers input and draws."""
+The logic lives in iba_core.app.dataset and its neighbours (dataset_gallery, dataset_classes, prompt_search,
+dataset_report, folder_job); this page gathers input and draws."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from iba_core.app import dataset as ds
+from iba_core.app import dataset_classes, dataset_gallery, dataset_report, folder_job, prompt_search
 from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
 from iba_core.app.stats_source import stats_folder
 from iba_core.networks.clip_models import is_clip
 from iba_core.render.text import count_of
-from iba_core.runs.highlights import named
+from iba_core.runs.highlights import BITS_UNIT, BORDER_FLAG, named
+from iba_core.runs.store import YARDSTICK_COLUMNS
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
@@ -83,7 +87,24 @@ def open_section() -> None:
             st.session_state[FOLD_KEY] = True
 
 
+@dataclass(frozen=True)
+class StartForm:
+    """What the start form held when a button was pressed: the folders, the run's choices, and which button."""
+
+    source: str
+    out: str
+    methods: list[str]
+    layer: str
+    limit: int | None
+    stats_images: str
+    prompt_text: str
+    metrics: list[str]
+    estimate: bool
+    pressed: bool
+
+
 def start_section() -> None:
+    """The folded section that times and starts a folder run of the chosen network in the background."""
     # folded again when a run is opened (FOLD_KEY), so a form used before does not push the run's first screen down
     if st.session_state.pop(FOLD_KEY, False):
         st.session_state[START_OPEN_KEY] = False
@@ -91,79 +112,89 @@ def start_section() -> None:
                      on_change="rerun"):
         st.caption("The network comes from the menu below; the run goes on in the background (one per server), a "
                    "few images at a time, so this and other pages stay usable. A run folder that exists is resumed: "
-                   "what is done is skipped. *Estimate time* times one image first. " + ds.GPU_ROAD)
+                   "what is done is skipped. *Estimate time* times one image first. " + folder_job.GPU_ROAD)
         shared = network_picker()
         if shared is None:
             return
         network = shared.network
-        choices, names, defaults = folder_run_choices(network)  # a CLIP model: M2IB's β·k first
-        # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
-        with st.form("ds_start_form", border=False, enter_to_submit=False):
-            c1, c2 = st.columns(2)
-            source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
-            out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
-            methods = method_picker("Methods", "ds_methods", choices, names, defaults,
-                                       help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
-            c3, c4 = st.columns(2)
-            spec = network.spec
-            layer = c3.selectbox("Layer (bottlenecks)", spec.layers, index=spec.layers.index(spec.default_layer),
-                                 key=f"ds_layer_{spec.key}", format_func=network.layer_label)
-            limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit",
-                                    placeholder="all")
-            own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
-            stats_images = st.text_input(
-                "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
-                placeholder=own or "the offline sample photos",
-                help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
-                "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
-                "folder keeps the folder it was made with. Another folder here needs no new network.")
-            prompt_text = st.text_area(
-                "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
-                help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
-                "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
-            metrics = st.multiselect(
-                "The field's metrics per map (optional)", ds.PAGE_METRICS, key="ds_metrics", placeholder="none",
-                help="Each metric (insertion and deletion under RISE's protocol) as a column of the table and "
-                     "means per method and class. Each costs forward passes per image and method: "
-                     + plain(ds.metric_cost_text(network, ds.PAGE_METRICS)) + " The pointing game needs boxes: "
-                     "run it from the command line with --boxes.")
-            b1, b2 = st.columns(2)
-            estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
-                                             help="Time one image of the folder with these methods now.")
-            pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
-        limit = None if limit is None else int(limit)
+        form = start_form(network)
         prompts: list[str] = []
-        if (estimate or pressed) and is_clip(network):
+        if (form.estimate or form.pressed) and is_clip(network):
             with shown_errors() as outcome:
-                prompts = prompts_from_text(prompt_text)
+                prompts = prompts_from_text(form.prompt_text)
             if outcome.failed:
                 return
-        if estimate:
+        if form.estimate:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
-                st.session_state[ESTIMATE_KEY] = ds.time_one_image(shared, source, methods, layer, limit,
-                                                                   trust=trust, metrics=metrics, prompts=prompts,
-                                                                   stats_images=stats_images).text()
-        if metrics and not st.session_state.get(ESTIMATE_KEY):
-            st.caption(plain(ds.metric_cost_text(network, metrics)))
+                st.session_state[ESTIMATE_KEY] = folder_job.time_one_image(
+                    shared, form.source, form.methods, form.layer, form.limit, trust=trust, metrics=form.metrics,
+                    prompts=prompts, stats_images=form.stats_images).text()
+        if form.metrics and not st.session_state.get(ESTIMATE_KEY):
+            st.caption(plain(folder_job.metric_cost_text(network, form.metrics)))
         if st.session_state.get(ESTIMATE_KEY):
             st.info(plain(st.session_state[ESTIMATE_KEY]), icon=":material/timer:")
-        if pressed:
-            before = ds.current_job()
-            with shown_errors():
-                try:
-                    job = ds.start_folder_job(shared, source, out, methods, layer, limit, trust=trust,
-                                              owner=session_owner(), metrics=metrics, prompts=prompts,
-                                              stats_images=stats_images)
-                except ds.FolderRunBusy as busy:  # another session's run: its progress, politely
-                    st.info(plain(busy.message), icon=":material/hourglass_top:")
-                    return
-                if job is before and job.running:  # the user's own run: its progress is shown below
-                    st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
-                            icon=":material/hourglass_top:")
-                else:
-                    st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
-                    st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
-                    bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
+        if form.pressed:
+            start_run(shared, form, prompts)
+
+
+def start_form(network) -> StartForm:
+    """The start form's fields for `network` (its layers, its methods, prompts for a CLIP model) and its buttons."""
+    choices, names, defaults = folder_run_choices(network)  # a CLIP model: M2IB's β·k first
+    # Only a button starts the run: Enter in a text field commits the field, it does not submit the form.
+    with st.form("ds_start_form", border=False, enter_to_submit=False):
+        c1, c2 = st.columns(2)
+        source = c1.text_input("Image folder on the server", key="ds_source", placeholder="/data/val")
+        out = c2.text_input("Run folder (created if missing)", key="ds_out", placeholder="/data/runs/val")
+        methods = method_picker("Methods", "ds_methods", choices, names, defaults,
+                                help="The Per-Sample Bottleneck takes seconds per image on a CPU.")
+        c3, c4 = st.columns(2)
+        spec = network.spec
+        layer = c3.selectbox("Layer (bottlenecks)", spec.layers, index=spec.layers.index(spec.default_layer),
+                             key=f"ds_layer_{spec.key}", format_func=network.layer_label)
+        limit = c4.number_input("At most this many images", 1, 100_000, None, key="ds_limit", placeholder="all")
+        own = stats_folder(network)  # the network's own: its model card's folder, else the sample photos
+        stats_images = st.text_input(
+            "Feature statistics from this image folder (optional)", key=f"ds_stats_images_{spec.key}",
+            placeholder=own or "the offline sample photos",
+            help="The bottlenecks' feature statistics (μ_R, σ_R of the layer) come from these images; empty: "
+            "the network's own folder (its model card's stats_images), else the offline sample photos. A run "
+            "folder keeps the folder it was made with. Another folder here needs no new network.")
+        prompt_text = st.text_area(
+            "Text prompts (one a line)", key="ds_prompts", placeholder="a photo of a dog\na watermark",
+            help="A CLIP model explains text prompts: a map per image, method and prompt. A run folder that "
+            "exists gets the prompts it lacks; those it holds are skipped.") if is_clip(network) else ""
+        metrics = st.multiselect(
+            "The field's metrics per map (optional)", folder_job.PAGE_METRICS, key="ds_metrics", placeholder="none",
+            help="Each metric (insertion and deletion under RISE's protocol) as a column of the table and "
+                 "means per method and class. Each costs forward passes per image and method: "
+                 + plain(folder_job.metric_cost_text(network, folder_job.PAGE_METRICS))
+                 + " The pointing game needs boxes: run it from the command line with --boxes.")
+        b1, b2 = st.columns(2)
+        estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_estimate_button",
+                                         help="Time one image of the folder with these methods now.")
+        pressed = b2.form_submit_button("Start run", icon=":material/play_arrow:", key="ds_start_button")
+    return StartForm(source, out, methods, layer, None if limit is None else int(limit), stats_images, prompt_text,
+                     metrics, estimate, pressed)
+
+
+def start_run(shared, form: StartForm, prompts: list[str]) -> None:
+    """Start the form's folder run in the background, or say whose run is going; the page then shows its progress."""
+    before = folder_job.current_job()
+    with shown_errors():
+        try:
+            job = folder_job.start_folder_job(shared, form.source, form.out, form.methods, form.layer, form.limit,
+                                              trust=trust, owner=session_owner(), metrics=form.metrics,
+                                              prompts=prompts, stats_images=form.stats_images)
+        except folder_job.FolderRunBusy as busy:  # another session's run: its progress, politely
+            st.info(plain(busy.message), icon=":material/hourglass_top:")
+            return
+        if job is before and job.running:  # the user's own run: its progress is shown below
+            st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
+                    icon=":material/hourglass_top:")
+        else:
+            st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
+            st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
+            bring_into_view(JOB_KEY)  # the page is scrolled down to the button: its progress is above
 
 
 def _showing(run_dir) -> bool:
@@ -179,7 +210,7 @@ def session_owner() -> str:
 
 def job_section() -> None:
     """The server's background run, redrawn every POLL_S seconds while it runs (a fragment: the page stays)."""
-    job = ds.current_job()
+    job = folder_job.current_job()
     if job is None:
         return
     mine = job.owner is None or job.owner == st.session_state.get(OWNER_KEY)
@@ -189,17 +220,18 @@ def job_section() -> None:
     def status() -> None:
         done, total, _ = job.progress()
         if job.running:
-            st.progress(done / max(total, 1), text=f"{whose} into {plain(job.run_dir)}: {plain(ds.job_text(job))}")
-            st.caption(ds.GPU_ROAD)
+            st.progress(done / max(total, 1),
+                        text=f"{whose} into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}")
+            st.caption(folder_job.GPU_ROAD)
             if mine and st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
                 job.cancel()
         elif job.error:
             st.error(f"The folder run into {plain(job.run_dir)} stopped: {plain(job.error)}",
                      icon=":material/error:")
         elif _showing(job.run_dir):  # its run is open below: the box would only push it down
-            st.caption(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}; shown below.")
+            st.caption(f"Folder run into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}; shown below.")
         else:
-            st.success(f"Folder run into {plain(job.run_dir)}: {plain(ds.job_text(job))}.",
+            st.success(f"Folder run into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}.",
                        icon=":material/check_circle:")
             if st.button("Open this run", key="ds_open_job", icon=":material/folder_open:"):
                 with shown_errors():
@@ -258,7 +290,7 @@ def stands_out_section(run, found) -> None:
 def highlight_pictures(run, h) -> None:
     """A highlight's first images, their maps over them on one bits scale, and the names of all its images."""
     with shown_errors() as outcome:
-        cells, scale = ds.thumbnails_on_one_scale(
+        cells, scale = dataset_gallery.thumbnails_on_one_scale(
             run, ds.highlight_rows(run, h.images[:HIGHLIGHT_THUMBS], h.method), trust)
     if outcome.failed:
         return
@@ -278,7 +310,7 @@ def prompt_section(run) -> None:
     """For a run with text prompts (a CLIP network): one of its prompts (or one typed) → the images ranked by the
     bits their map needs for it (or by similarity), as thumbnails with their numbers; a prompt the run does not
     hold says how to add it."""
-    prompts = ds.run_prompts(run)
+    prompts = prompt_search.run_prompts(run)
     if not prompts:
         return
     st.subheader("Search the run for a prompt")
@@ -288,19 +320,21 @@ def prompt_section(run) -> None:
     typed = c2.text_input("…or type a prompt", key="ds_prompt_typed", placeholder="e.g. a watermark",
                           help="Overrides the choice on the left. A prompt the run does not hold says how to add it.")
     wanted = " ".join(typed.split()) or chosen
-    held = ds.held_prompt(run, wanted)
+    held = prompt_search.held_prompt(run, wanted)
     if held is None:
-        st.warning(plain(ds.missing_prompt_text(run, wanted, command=False)), icon=":material/manage_search:")
-        st.code(ds.add_prompt_command(run, wanted), language="bash")
+        st.warning(plain(prompt_search.missing_prompt_text(run, wanted, command=False)),
+                   icon=":material/manage_search:")
+        st.code(prompt_search.add_prompt_command(run, wanted), language="bash")
         return
-    methods = ds.prompt_methods(run, held)
+    methods = prompt_search.prompt_methods(run, held)
     method = c3.selectbox("Ranked by the maps of", methods, key="ds_prompt_method",
                           format_func=lambda k: plain(names.get(k, k)))
     with shown_errors() as outcome:
-        found = ds.search_prompt(run, held, method)
-        top = found.rows.head(ds.PROMPT_HITS)
-        scale = ds.page_scale(run, top)
-        pictures = [ds.image_thumbnail(run, row, trust, size=2 * ds.THUMB_PX, top=scale if scale > 0 else None)
+        found = prompt_search.search_prompt(run, held, method)
+        top = found.rows.head(prompt_search.PROMPT_HITS)
+        scale = dataset_gallery.page_scale(run, top)
+        pictures = [dataset_gallery.image_thumbnail(run, row, trust, size=2 * dataset_gallery.THUMB_PX,
+                                                    top=scale if scale > 0 else None)
                     for _, row in top.iterrows()]
     if outcome.failed:
         return
@@ -319,7 +353,7 @@ def prompt_section(run) -> None:
                 st.info("The image cannot be read on this server.", icon=":material/image_not_supported:")
             else:
                 st.image(png, width="stretch")
-            st.caption(plain(ds.prompt_caption(row, i + 1, found.by)))
+            st.caption(plain(prompt_search.prompt_caption(row, i + 1, found.by)))
 
 
 def metrics_section(run) -> None:
@@ -385,7 +419,7 @@ def filters(run) -> ds.RowFilter:
 
 TABLE_COLUMNS = ["image", "method", "class_name", "label", "predicted_name", "correct", "p_target", "total_bits",
                  ds.FEW_BITS_COLUMN, "border_share", "box_share", "concentration", "distance_to_class_mean",
-                 *ds.YARDSTICK_COLUMNS, "seconds"]
+                 *YARDSTICK_COLUMNS, "seconds"]
 
 
 def table_section(run, rows) -> None:
@@ -394,9 +428,9 @@ def table_section(run, rows) -> None:
                f"{ds.FEW_BITS_COLUMN}: total bits at least ten times below the run's upper quartile of this method.")
     # a measure no row has (box_share without boxes, a metric the run did not measure) is left out rather than shown
     # as a column of "None"
-    optional = {"box_share", *ds.YARDSTICK_COLUMNS}
+    optional = {"box_share", *YARDSTICK_COLUMNS}
     shown = [c for c in TABLE_COLUMNS if c in rows and not (c in optional and len(rows) and rows[c].isna().all())]
-    metric_help = ds.metric_help([c for c in shown if c in ds.YARDSTICK_COLUMNS])
+    metric_help = ds.metric_help([c for c in shown if c in YARDSTICK_COLUMNS])
     st.dataframe(rows[shown], hide_index=True, key="ds_table", column_config={
         **{c: st.column_config.NumberColumn(c, format="%.3f", help=text) for c, text in metric_help.items()},
         "seconds": st.column_config.NumberColumn(
@@ -424,17 +458,18 @@ def gallery_section(run, rows) -> None:
     # fewest bits first by default: the images that need very few bits lead the gallery too
     order = c1.selectbox("Order by", orders, key="ds_order")
     descending = c2.toggle("Highest first", value=order not in ("image", "total_bits"), key=f"ds_desc_{order}")
-    pages = -(-len(rows) // ds.GALLERY_PAGE)
+    pages = -(-len(rows) // dataset_gallery.GALLERY_PAGE)
     page = c3.number_input(f"Page (of {pages})", 1, pages, 1, key="ds_page")
     shown = rows.sort_values(order, ascending=not descending, na_position="last", kind="stable")
-    shown = shown.iloc[(int(page) - 1) * ds.GALLERY_PAGE:int(page) * ds.GALLERY_PAGE]
+    shown = shown.iloc[(int(page) - 1) * dataset_gallery.GALLERY_PAGE:int(page) * dataset_gallery.GALLERY_PAGE]
     with shown_errors() as outcome:
-        scale = ds.page_scale(run, shown)
-        cells = ds.gallery(run, shown, trust, scale)
+        scale = dataset_gallery.page_scale(run, shown)
+        cells = dataset_gallery.gallery(run, shown, trust, scale)
     if outcome.failed:
         return
-    st.caption(f"Rows {(int(page) - 1) * ds.GALLERY_PAGE + 1}–{(int(page) - 1) * ds.GALLERY_PAGE + len(shown)} of "
-               f"{len(rows)}. {ds.scale_note(run, shown, scale)}")
+    first = (int(page) - 1) * dataset_gallery.GALLERY_PAGE
+    st.caption(f"Rows {first + 1}–{first + len(shown)} of "
+               f"{len(rows)}. {dataset_gallery.scale_note(run, shown, scale)}")
     per_row = 3 if presentation() else 4
     cols = st.container(key="ds_gallery").columns(per_row)
     for i, cell in enumerate(cells):
@@ -454,7 +489,7 @@ def class_section(run, found) -> None:
     methods = ds.methods_bits_first(run)
     c1, c2 = st.columns(2)
     method = c1.selectbox("Method", methods, key="ds_class_method", format_func=lambda k: names[k])
-    targets = ds.class_targets(run, method)
+    targets = dataset_classes.class_targets(run, method)
     if not targets:
         st.info("No map of this method to group.", icon=":material/info:")
         return
@@ -471,22 +506,22 @@ def class_section(run, found) -> None:
         cache = st.session_state.setdefault(CLASS_CACHE_KEY, {})
         key = (str(run.path), len(run.table), method, int(target))
         view = cache.get(key) or cache.setdefault(
-            key, ds.class_view(run, method, target, found.cluster_scale if found else None))
+            key, dataset_classes.class_view(run, method, target, found.cluster_scale if found else None))
     if outcome.failed:
         return
-    unit = "bits / pixel" if units.get(method) == ds.BITS_UNIT else (units.get(method) or "attribution")
+    unit = "bits / pixel" if units.get(method) == BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
-    left.image(ds.map_png(view.mean_map, unit), width="stretch",
+    left.image(dataset_gallery.map_png(view.mean_map, unit), width="stretch",
                caption=f"Mean map of {plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
     with right:
         st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
-                   f"eigengap). A cluster whose maps put {ds.BORDER_FLAG:.0%} or more in the border is flagged. "
+                   f"eigengap). A cluster whose maps put {BORDER_FLAG:.0%} or more in the border is flagged. "
                    f"Each cluster's first picture is the mean of its maps ({plain(view.cluster_unit)}) on one scale, "
                    f"0 – {view.cluster_scale:.3g}, for every cluster of the run: a cluster whose maps hold few bits "
                    "is dark. Its members show their maps over the images, on one scale per class.")
         shown = [c.members.head(7) for c in view.clusters]
         with shown_errors() as outcome:
-            scale = ds.page_scale(run, pd.concat(shown)) if shown else 0.0
+            scale = dataset_gallery.page_scale(run, pd.concat(shown)) if shown else 0.0
         if outcome.failed:
             return
         for c, members in zip(view.clusters, shown):
@@ -494,16 +529,16 @@ def class_section(run, found) -> None:
             bits = f" · median {c.median_bits:.3g} bits" if c.median_bits == c.median_bits else ""
             st.markdown(f"**Cluster {c.cluster + 1}** · {count_of(len(c.members), 'image')} · mean border share "
                         f"{c.border_share:.0%}{bits}{flag}")
-            words = ds.cluster_words(c, found.reference_bits if found else None)
+            words = dataset_classes.cluster_words(c, found.reference_bits if found else None)
             if words:
                 st.caption(plain(words))
             cols = st.columns([2] + [1] * 7)  # the cluster's mean map wider: its legend must read
-            cols[0].image(ds.map_png(c.mean_map, view.cluster_unit, size=96, top=view.cluster_scale),
+            cols[0].image(dataset_gallery.map_png(c.mean_map, view.cluster_unit, size=96, top=view.cluster_scale),
                           width="stretch")
             cols[0].caption(f"Mean of its maps: peak {float(c.mean_map.max()):.3g} on the common 0 – "
                             f"{view.cluster_scale:.3g} {plain(view.cluster_unit)}")
             for i, (_, row) in enumerate(members.iterrows(), start=1):
-                png = ds.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
+                png = dataset_gallery.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
                 if png is not None:
                     cols[i].image(png, width="stretch")
             st.caption("Members: " + ", ".join(plain(m) for m in c.members["image"]))
@@ -523,7 +558,7 @@ def downloads(run, method_for_report: str | None, found) -> None:
                  help="Class means, clusters and flagged images in one file, pictures embedded."):
         with shown_errors():
             with st.spinner("Drawing the report…"):
-                st.session_state[REPORT_KEY] = ds.report_html(run, method_for_report, trust, found)
+                st.session_state[REPORT_KEY] = dataset_report.report_html(run, method_for_report, trust, found)
     report = st.session_state.get(REPORT_KEY)
     if report is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",

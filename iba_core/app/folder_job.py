@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -392,8 +392,6 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
     and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number).
     stats_images: the run's statistics folder, as for `start_folder_job`."""
-    import torch
-
     from ..runs.folder import list_images
 
     folder = _image_folder(source, trust)
@@ -408,53 +406,84 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     if x is None:
         raise UserError(f"None of the first {TRIED_IMAGES} images of {folder} could be read for this network, so "
                         "nothing could be timed; the run would give each an error row.")
-    from ..feature_stats import run_stats_source
-
-    timed, untimed, stand_ins, seconds, samples, metric_seconds = [], [], [], 0.0, 0, 0.0
     with shared.busy():
         scoring = None
         if metrics:
             from ..metrics.common import scoring_model
 
             scoring = scoring_model(network, "fp32")  # built once, as a run builds it
-        device = next(network.model.parameters()).device
-        target = None
-        if prompts:  # the first prompt's map (its index, added to the network if new: before its outputs exist)
-            from ..methods.base import check_target
-            from ..methods.targets import PromptTarget
-
-            target = check_target(network, PromptTarget(prompts[0])).index
-        with torch.no_grad():
-            began = time.perf_counter()
-            outputs = network.model(x.to(device))
-            forward = time.perf_counter() - began
-        if target is None:
-            target = int(outputs.argmax())
-        for method in methods:
-            name, timed_as = method.name, method
-            if method.needs_stats and not _stats_ready(network, method):
-                st = method.settings
-                samples = max(samples, run_stats_source(network, st.get("stats_images"), st.get("stats_samples"))[1])
-                timed_as = _stand_in(method)  # estimating its statistics here would take minutes
-                if timed_as is None:
-                    untimed.append(name)
-                    continue
-                stand_ins.append(name)
-            timed_as.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
-            began = time.perf_counter()
-            made = timed_as.attribute_batch(network, x, [target])
-            seconds += time.perf_counter() - began
-            timed.append(name)
-            if scoring is not None:
-                from ..heads import head_of
-                from ..metrics.yardsticks import yardstick_columns
-
-                began = time.perf_counter()
-                yardstick_columns(scoring, x.to(device), made[0].values, target, metrics, head=head_of(network))
-                metric_seconds += time.perf_counter() - began
+        target, forward = _first_forward(network, x, prompts)
+        timings = _time_methods(network, methods, x, target, scoring, metrics)
     maps = max(len(prompts), 1)  # a map per prompt and method
-    return RunEstimate((seconds + metric_seconds) * maps, len(items), tuple(timed), tuple(untimed), samples, forward,
-                       metric_seconds * maps, metrics, tuple(stand_ins))
+    return RunEstimate((timings.seconds + timings.metric_seconds) * maps, len(items), tuple(timings.timed),
+                       tuple(timings.untimed), timings.samples, forward, timings.metric_seconds * maps, metrics,
+                       tuple(timings.stand_ins))
+
+
+def _first_forward(network, x: "torch.Tensor", prompts: Sequence[str]) -> tuple[int, float]:
+    """The target the image is timed for (the first prompt's, else the network's top-1) and the seconds of one
+    forward pass (what the statistics still to be estimated cost per sample)."""
+    import torch
+
+    target = None
+    if prompts:  # the first prompt's map (its index, added to the network if new: before its outputs exist)
+        from ..methods.base import check_target
+        from ..methods.targets import PromptTarget
+
+        target = check_target(network, PromptTarget(prompts[0])).index
+    device = next(network.model.parameters()).device
+    with torch.no_grad():
+        began = time.perf_counter()
+        outputs = network.model(x.to(device))
+        forward = time.perf_counter() - began
+    return (int(outputs.argmax()) if target is None else target), forward
+
+
+@dataclass
+class _Timings:
+    """What timing one image gave: the methods timed (those on a stand-in prior named too) and left out, the
+    seconds of their maps and of the metrics on them, and the most statistics samples a method still needs."""
+
+    timed: list[str] = field(default_factory=list)
+    untimed: list[str] = field(default_factory=list)
+    stand_ins: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    metric_seconds: float = 0.0
+    samples: int = 0
+
+
+def _time_methods(network, methods: Sequence["Method"], x: "torch.Tensor", target: int, scoring,
+                  metrics: Sequence[str]) -> _Timings:
+    """Time each method's map of `x` (and the metrics on it, with a `scoring` model); a method whose statistics are
+    not on disk yet on its stand-in prior, or left out where it has none. Runs under the network's lock."""
+    from ..feature_stats import run_stats_source
+
+    timings = _Timings()
+    device = next(network.model.parameters()).device
+    for method in methods:
+        name, timed_as = method.name, method
+        if method.needs_stats and not _stats_ready(network, method):
+            st = method.settings
+            timings.samples = max(timings.samples,
+                                  run_stats_source(network, st.get("stats_images"), st.get("stats_samples"))[1])
+            timed_as = _stand_in(method)  # estimating its statistics here would take minutes
+            if timed_as is None:
+                timings.untimed.append(name)
+                continue
+            timings.stand_ins.append(name)
+        timed_as.prepare(network)  # one-time work (a readout, patterns) is not the pace of the run
+        began = time.perf_counter()
+        made = timed_as.attribute_batch(network, x, [target])
+        timings.seconds += time.perf_counter() - began
+        timings.timed.append(name)
+        if scoring is not None:
+            from ..heads import head_of
+            from ..metrics.yardsticks import yardstick_columns
+
+            began = time.perf_counter()
+            yardstick_columns(scoring, x.to(device), made[0].values, target, metrics, head=head_of(network))
+            timings.metric_seconds += time.perf_counter() - began
+    return timings
 
 
 def job_text(job: FolderJob) -> str:

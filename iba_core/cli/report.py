@@ -1,5 +1,5 @@
 """`python -m iba_core report RUN_DIR --out report.html`: a folder run's HTML report, the one the Dataset page
-offers (`app.dataset.report_html`): what stands out across the run first, then per class the mean map and the
+offers (`app.dataset_report.report_html`): what stands out across the run first, then per class the mean map and the
 clusters of similar maps, then the images flagged by their border share; every picture embedded. A run that
 measured the field's metrics (`attribute FOLDER --metrics …`) gets their means per method and per class too."""
 from __future__ import annotations
@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the run (a one-sentence error for a missing or damaged folder), draw the report, write it atomically,
     print one JSON line (the file, the method, the highlights' titles)."""
-    from ..app.dataset import highlights, method_names, methods_bits_first, metric_columns, report_html
+    from ..app.dataset import highlights, method_names, methods_bits_first, metric_columns
+    from ..app.dataset_report import report_html
     from ..errors import UserError
     from ..runs.tables import open_run
 

@@ -160,6 +160,63 @@ def _metrics_section(metrics: dict) -> list[str]:
     return out
 
 
+def _stands_out_section(stands_out: list[dict], checked: str) -> list[str]:
+    """The report's first section: each highlight with its pictures (or the earlier one naming the same images)."""
+    import html
+
+    e = html.escape
+    out = ['<h2 id="stands-out">What stands out</h2>']
+    if not stands_out:
+        out.append(f"<p>Nothing stands out. {e(checked)}</p>")
+    for item in stands_out:
+        out.append(f'<h3 class="highlight">{e(item["title"])}</h3><p>{e(item["detail"])}</p>')
+        if item.get("same_as"):
+            out.append(f'<p class="note">The same images as “{e(item["same_as"])}”: '
+                       f'{e(str(item.get("images", "")))}.</p>')
+        else:
+            out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
+    return out
+
+
+def _classes_section(classes: list[dict]) -> list[str]:
+    """The report's classes: each one's mean map, then its clusters with their mean map and members."""
+    import html
+
+    e = html.escape
+    out = ["<h2>Classes: mean map and clusters of similar maps</h2>"]
+    for c in classes:
+        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {count_of(int(c['images']), 'image')})</h3>")
+        out.append('<div class="cells"><figure>' + _img(c.get("mean_png"), f"mean map of {c['name']}")
+                   + "<figcaption>mean map</figcaption></figure></div>")
+        for k in c.get("clusters", []):
+            note = ' <span class="flag">border shortcut?</span>' if k.get("flagged") else ""
+            out.append(f"<p>Cluster {int(k['cluster']) + 1}: {count_of(int(k['size']), 'image')}, mean border share "
+                       f"{float(k['border_share']):.0%}{note}</p>")
+            if k.get("near_zero"):
+                out.append(f'<p class="note">{e(k["near_zero"])}</p>')
+            cells = ['<figure>' + _img(k.get("mean_png"), "cluster mean") + "<figcaption>where its maps put their "
+                     "mass (the mean of its maps, on one scale for every cluster)</figcaption></figure>"]
+            cells += [f'<figure class="thumb">{_img(png, name)}<figcaption>{e(name)}</figcaption></figure>'
+                      for name, png in k.get("members", [])]
+            out.append(_scale_line(k.get("scale")) + '<div class="cells">' + "".join(cells) + "</div>")
+    return out
+
+
+def _flagged_section(flagged: list[dict], flag: float, scale: float | None) -> list[str]:
+    """The report's images whose maps lie mostly in the border, on one bits scale where they are in bits."""
+    import html
+
+    out = ["<h2>Flagged images</h2>"]
+    if not flagged:
+        return out + [f"<p>No map puts {flag:.0%} or more of its mass in the border.</p>"]
+    if scale is not None:
+        out.append(f"<p>One colour scale for all: 0 – {float(scale):.3g} bits per pixel.</p>")
+    out.append('<div class="cells">' + "".join(
+        f"<figure>{_img(f.get('png'), f['image'])}<figcaption>{html.escape(f['caption'])}</figcaption></figure>"
+        for f in flagged) + "</div>")
+    return out
+
+
 def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
                         stands_out: list[dict] | None = None, metrics: dict | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
@@ -185,47 +242,14 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
     for key in ("missing", "empty"):  # rows left out, methods with no map: said before anything is counted
         if summary.get(key):
             out.append(f'<p class="warning">{e(str(summary[key]))}</p>')
-    out.append('<h2 id="stands-out">What stands out</h2>')
-    if not stands_out:
-        out.append(f"<p>Nothing stands out. {e(str(summary.get('checked', '')))}</p>")
-    for item in stands_out or []:
-        out.append(f'<h3 class="highlight">{e(item["title"])}</h3><p>{e(item["detail"])}</p>')
-        if item.get("same_as"):
-            out.append(f'<p class="note">The same images as “{e(item["same_as"])}”: '
-                       f'{e(str(item.get("images", "")))}.</p>')
-        else:
-            out.append(_scale_line(item.get("scale")) + _cells(item.get("cells", [])))
+    out += _stands_out_section(stands_out or [], str(summary.get("checked", "")))
     if metrics:
         out.extend(_metrics_section(metrics))
     flag = float(summary.get("border_flag", 0.5))
     out.append(f"<p>Border share: the share of a map's mass (bits for the bottlenecks) in the outer 10 % of the "
                f"image on each side, 36 % of its area. A cluster or image at {flag:.0%} or more is flagged: the "
                "network takes most of what it uses from the border (a ruler, a watermark, a corner mark).</p>")
-    out.append("<h2>Classes: mean map and clusters of similar maps</h2>")
-    for c in classes:
-        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {count_of(int(c['images']), 'image')})</h3>")
-        out.append('<div class="cells"><figure>' + _img(c.get("mean_png"), f"mean map of {c['name']}")
-                   + "<figcaption>mean map</figcaption></figure></div>")
-        for k in c.get("clusters", []):
-            note = ' <span class="flag">border shortcut?</span>' if k.get("flagged") else ""
-            out.append(f"<p>Cluster {int(k['cluster']) + 1}: {count_of(int(k['size']), 'image')}, mean border share "
-                       f"{float(k['border_share']):.0%}{note}</p>")
-            if k.get("near_zero"):
-                out.append(f'<p class="note">{e(k["near_zero"])}</p>')
-            cells = ['<figure>' + _img(k.get("mean_png"), "cluster mean") + "<figcaption>where its maps put their "
-                     "mass (the mean of its maps, on one scale for every cluster)</figcaption></figure>"]
-            cells += [f'<figure class="thumb">{_img(png, name)}<figcaption>{e(name)}</figcaption></figure>'
-                      for name, png in k.get("members", [])]
-            out.append(_scale_line(k.get("scale")) + '<div class="cells">' + "".join(cells) + "</div>")
-    out.append("<h2>Flagged images</h2>")
-    if not flagged:
-        out.append(f"<p>No map puts {flag:.0%} or more of its mass in the border.</p>")
-    else:
-        scale = summary.get("scale")
-        if scale is not None:
-            out.append(f"<p>One colour scale for all: 0 – {float(scale):.3g} bits per pixel.</p>")
-        out.append('<div class="cells">' + "".join(
-            f"<figure>{_img(f.get('png'), f['image'])}<figcaption>{e(f['caption'])}</figcaption></figure>"
-            for f in flagged) + "</div>")
+    out += _classes_section(classes)
+    out += _flagged_section(flagged, flag, summary.get("scale"))
     out.append("</body></html>")
     return "\n".join(out)

@@ -113,7 +113,7 @@ class Run:
     def image_path(self, row) -> Path:
         """The image file of a row, below the run's image folder: a key that climbs out of it (`../`, an absolute
         path) is a RunFolderError. Links inside the image folder are followed (data sets are often linked
-        together); whether the app may read the file is the trust rules' call (`app.dataset`)."""
+        together); whether the app may read the file is the trust rules' call (`app.dataset_gallery`)."""
         key = str(self.row(row)["image"])
         relative = os.path.normpath(key)
         if os.path.isabs(relative) or relative == ".." or relative.startswith(".." + os.sep):

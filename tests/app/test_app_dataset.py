@@ -14,9 +14,12 @@ from run_fixtures import load_card, write_card, write_folder_with_bad_files  # n
 
 from iba_core import open_run  # noqa: E402
 from iba_core.app import dataset as ds  # noqa: E402
+from iba_core.app import dataset_gallery as gallery  # noqa: E402
 from iba_core.app import folder_job  # noqa: E402
+from iba_core.app.folder_job import start_folder_job  # noqa: E402
 from iba_core.app.state import SharedModel  # noqa: E402
 from iba_core.errors import UserError  # noqa: E402
+from iba_core.runs.highlights import BITS_UNIT  # noqa: E402
 from iba_core.runs.store import as_table  # noqa: E402
 from iba_core.trust import NotTrustedError, Trust  # noqa: E402
 
@@ -72,10 +75,10 @@ def test_job_text_gives_the_time_left_at_the_pace_of_the_last_batch():
 
     job = Job()
     job.started = clock.time() - 10.0
-    text = ds.job_text(job)
+    text = folder_job.job_text(job)
     assert text.startswith("2 / 8 images · images 3–4: b.png · 10 s") and "about 30 s left" in text
     job.finished = job.started + 40.0
-    assert "left" not in ds.job_text(job)
+    assert "left" not in folder_job.job_text(job)
 
 
 def test_map_png_states_its_scale_below_the_map():
@@ -84,7 +87,7 @@ def test_map_png_states_its_scale_below_the_map():
     from PIL import Image
     import io
 
-    picture = Image.open(io.BytesIO(ds.map_png(values, "bits / pixel", size=96)))
+    picture = Image.open(io.BytesIO(gallery.map_png(values, "bits / pixel", size=96)))
     # 96 px is too narrow for a legible legend: the map grows 3× (blocks kept), the legend goes under it
     assert picture.width == 288 and picture.height > 288
     assert np.asarray(picture.convert("RGB"))[0, 0].sum() > np.asarray(picture.convert("RGB"))[287, 287].sum()
@@ -107,13 +110,13 @@ def test_a_background_run_reports_progress_holds_the_lock_and_writes_the_run(tin
 
     monkeypatch.setattr(SharedModel, "busy", recording)
     trust = Trust(server_paths=(tmp_path.resolve(),))
-    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    job = start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
     assert job.wait(120) and job.error is None, job.error
     assert job.progress()[:2] == (12, 12) and job.label == "finished"
     assert len(taken) == 3  # one turn of the network's lock per batch of 5: other pages run between batches
     table = open_run(tmp_path / "run").table
     assert len(table) == 12 and table["error"].notna().sum() == 2
-    assert "12 / 12 images" in ds.job_text(job)
+    assert "12 / 12 images" in folder_job.job_text(job)
 
 
 def test_a_background_run_is_refused_outside_the_allowed_folders_and_while_another_runs(tiny_shared, tmp_path,
@@ -121,8 +124,8 @@ def test_a_background_run_is_refused_outside_the_allowed_folders_and_while_anoth
     (tmp_path / "images").mkdir()
     trust = Trust(server_paths=((tmp_path / "allowed").resolve(),))
     with pytest.raises(NotTrustedError, match="outside the folders this app may read"):
-        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "allowed" / "run"), ["saliency"],
-                            trust=trust)
+        start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "allowed" / "run"), ["saliency"],
+                         trust=trust)
 
     class Running:
         running, run_dir = True, tmp_path / "other"
@@ -133,11 +136,11 @@ def test_a_background_run_is_refused_outside_the_allowed_folders_and_while_anoth
     monkeypatch.setattr(folder_job, "_JOB", Running())
     anywhere = Trust(server_paths=(tmp_path.resolve(),))
     with pytest.raises(UserError, match=r"going on this server \(3 of 10 images"):
-        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), ["saliency"],
-                            trust=anywhere)
+        start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), ["saliency"],
+                         trust=anywhere)
     monkeypatch.setattr(folder_job, "_JOB", None)
     with pytest.raises(UserError, match="at least one attribution method"):
-        ds.start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), [], trust=anywhere)
+        start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), [], trust=anywhere)
 
 
 def test_opening_a_run_folder_checks_the_trust_rules_first(tmp_path):
@@ -152,7 +155,7 @@ def test_a_damaged_run_opens_with_what_is_missing_and_a_background_resume_heals_
 
     images = write_folder_with_bad_files(tmp_path / "images")
     trust = Trust(server_paths=(tmp_path.resolve(),))
-    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    job = start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
     assert job.wait(120) and job.error is None, job.error
     run_dir = tmp_path / "run"
     name = next(n for n in part_names(run_dir) if (run_dir / MAPS / f"{n}.npz").exists())
@@ -162,7 +165,7 @@ def test_a_damaged_run_opens_with_what_is_missing_and_a_background_resume_heals_
     assert set(run.table["image"]) == {i.name for i in images.iterdir()} - lost
     assert run.missing.startswith(f"1 part of this run is damaged ({name}: its map file differs from its checksum)")
     assert f"the rows of {len(lost)} images ({', '.join(sorted(lost)[:3])}" in run.missing  # the first three named
-    job = ds.start_folder_job(tiny_shared, str(images), str(run_dir), ["saliency"], trust=trust, batch=5)
+    job = start_folder_job(tiny_shared, str(images), str(run_dir), ["saliency"], trust=trust, batch=5)
     assert job.wait(120) and job.error is None, job.error
     rows = read_parts(run_dir)
     assert len(rows) == 12 and rows["image"].is_unique  # exactly the damaged rows were redone
@@ -177,22 +180,22 @@ def test_maps_not_in_bits_are_never_labelled_bits(tiny_shared, tmp_path, monkeyp
 
     images = write_folder_with_bad_files(tmp_path / "images")
     trust = Trust(server_paths=(tmp_path.resolve(),))
-    job = ds.start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
+    job = start_folder_job(tiny_shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust, batch=5)
     assert job.wait(120) and job.error is None, job.error
     run = ds.open_run_folder(str(tmp_path / "run"), trust)
     rows = run.table[run.table["error"].isna()].head(3)
     labels = []
     real = overlays.overlay_image
     monkeypatch.setattr(overlays, "overlay_image", lambda *a, **k: labels.append(k["label"]) or real(*a, **k))
-    cells = ds.gallery(run, rows, trust, ds.page_scale(run, rows), with_links=False)
+    cells = gallery.gallery(run, rows, trust, gallery.page_scale(run, rows), with_links=False)
     assert len(cells) == 3 and labels == ["|attribution|"] * 3
-    note = ds.scale_note(run, rows, ds.page_scale(run, rows))
+    note = gallery.scale_note(run, rows, gallery.page_scale(run, rows))
     assert "bits per pixel" not in note and "not in bits" in note
-    assert ds.map_label({"iba_10": ds.BITS_UNIT}, "iba_10") == "bits / pixel"
+    assert gallery.map_label({"iba_10": BITS_UNIT}, "iba_10") == "bits / pixel"
     mixed = pd.concat([rows, rows.assign(method="iba_10")])
-    run.info["methods"]["iba_10"] = {"unit": ds.BITS_UNIT, "name": "Per-Sample"}
-    assert ds.scale_note(run, mixed, 0.5).startswith("One colour scale for the bottleneck maps of this view: 0 – 0.5 "
-                                                      "bits per pixel")
+    run.info["methods"]["iba_10"] = {"unit": BITS_UNIT, "name": "Per-Sample"}
+    assert gallery.scale_note(run, mixed, 0.5).startswith("One colour scale for the bottleneck maps of this view: 0 – 0.5 "
+                                                   "bits per pixel")
 
 
 def test_the_bits_scale_never_stretches_maps_that_hold_almost_nothing():
@@ -201,7 +204,7 @@ def test_the_bits_scale_never_stretches_maps_that_hold_almost_nothing():
     uniformly bright square; a concentrated few-bits map above that floor keeps its own top."""
 
     class HandRun:
-        info = {"methods": {"iba": {"unit": ds.BITS_UNIT}}}
+        info = {"methods": {"iba": {"unit": BITS_UNIT}}}
 
         def __init__(self, maps):
             self.maps = maps
@@ -215,8 +218,8 @@ def test_the_bits_scale_never_stretches_maps_that_hold_almost_nothing():
     flat = np.full((10, 10), 0.05)  # 5 bits spread evenly
     run = HandRun(ordinary + [flat])
     few = run.table.iloc[[6]]
-    assert ds.page_scale(run, few) == pytest.approx(10.0, rel=1e-6)  # the typical mean, not 0.05
+    assert gallery.page_scale(run, few) == pytest.approx(10.0, rel=1e-6)  # the typical mean, not 0.05
     spot = np.zeros((10, 10))
     spot[0, 0] = 40.0  # a few bits on one pixel: its own top lies above the floor
     run = HandRun(ordinary + [spot])
-    assert ds.page_scale(run, run.table.iloc[[6]]) == pytest.approx(40.0, rel=1e-6)
+    assert gallery.page_scale(run, run.table.iloc[[6]]) == pytest.approx(40.0, rel=1e-6)

@@ -13,7 +13,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from iba_core.app import dataset as ds  # noqa: E402
+from iba_core.app import prompt_search as ps  # noqa: E402
 from iba_core.errors import UserError  # noqa: E402
 from iba_core.methods import get_method  # noqa: E402
 from iba_core.runs import FolderSettings, finish_run, list_images, open_run, run_folder  # noqa: E402
@@ -42,42 +42,42 @@ def prompt_run(clip_folder, tmp_path_factory) -> Path:
 
 def test_a_prompt_ranks_the_runs_images_by_bits(prompt_run):
     run = open_run(prompt_run)
-    assert ds.run_prompts(run) == ["a cat", "a dog"]
-    found = ds.search_prompt(run, "  A   CAT ")  # spaces and case as typed
+    assert ps.run_prompts(run) == ["a cat", "a dog"]
+    found = ps.search_prompt(run, "  A   CAT ")  # spaces and case as typed
     assert found.prompt == "a cat" and found.method == "iba_0_1" and found.by == "total_bits"
     assert len(found.rows) == 4 and set(found.rows["prompt"]) == {"a cat"}
     bits = found.rows["total_bits"].to_numpy()
     assert (np.diff(bits) <= 0).all() and bits[-1] > 0  # most bits first
-    by_similarity = ds.search_prompt(run, "a dog", "gradient")  # maps not in bits: the highest similarity first
+    by_similarity = ps.search_prompt(run, "a dog", "gradient")  # maps not in bits: the highest similarity first
     assert by_similarity.by == "p_target" and (np.diff(by_similarity.rows["p_target"].to_numpy()) <= 0).all()
-    caption = ds.prompt_caption(found.rows.iloc[0], 1, found.by)
+    caption = ps.prompt_caption(found.rows.iloc[0], 1, found.by)
     assert caption.startswith(f"1. {found.rows.iloc[0]['image']} · ") and " bits · similarity " in caption
 
 
 def test_what_a_search_cannot_find_it_says(prompt_run):
     run = open_run(prompt_run)
     with pytest.raises(UserError, match="Type a prompt"):
-        ds.search_prompt(run, "   ")
+        ps.search_prompt(run, "   ")
     with pytest.raises(UserError, match="holds no maps for the prompt “a watermark” \\(its prompts: a cat, a dog\\)"):
-        ds.search_prompt(run, "a watermark")
+        ps.search_prompt(run, "a watermark")
     classes = Run(prompt_run, {"methods": {}}, as_table([{"image": "a.png", "method": "iba_10", "target": 3, "map_index": -1, "rank": 0, "finished": 0.0}]))
-    assert ds.run_prompts(classes) == []
+    assert ps.run_prompts(classes) == []
     with pytest.raises(UserError, match="explains classes, not text prompts"):
-        ds.search_prompt(classes, "a cat")
+        ps.search_prompt(classes, "a cat")
 
 
 def test_the_command_for_a_missing_prompt_adds_it(prompt_run, clip_folder, capsys):
     from iba_core.cli import main
 
     run = open_run(prompt_run)
-    command = ds.add_prompt_command(run, "a watermark")
+    command = ps.add_prompt_command(run, "a watermark")
     # the run's network is keyed by its folder's name, which no command takes: the text says what stands for it
-    assert ds.MODEL_PLACEHOLDER in command and ds.MODEL_PLACEHOLDER in ds.missing_prompt_text(run, "a watermark")
-    args = shlex.split(command.replace(ds.MODEL_PLACEHOLDER, f"clip:{clip_folder}"))
+    assert ps.MODEL_PLACEHOLDER in command and ps.MODEL_PLACEHOLDER in ps.missing_prompt_text(run, "a watermark")
+    args = shlex.split(command.replace(ps.MODEL_PLACEHOLDER, f"clip:{clip_folder}"))
     assert args[:4] == ["python", "-m", "iba_core", "attribute"]
     assert args[args.index("--steps") + 1] == "2" and args[args.index("--n") + 1] == "16"  # run.json's settings
     assert main([*args[3:], "--no-progress"]) == 0
     table = open_run(prompt_run).table
     added = table[table["prompt"] == "a watermark"]
     assert len(added) == 8 and added["error"].isna().all() and (added["target"] == 2).all()
-    assert ds.run_prompts(open_run(prompt_run)) == ["a cat", "a dog", "a watermark"]
+    assert ps.run_prompts(open_run(prompt_run)) == ["a cat", "a dog", "a watermark"]

@@ -102,7 +102,7 @@ def test_a_folder_run_with_the_branch_placement_links_its_range_by_blocks(tmp_pa
     its rows names the blocks, as the Per-Sample page's range picker does (an unknown layer would drop the range)."""
     from urllib.parse import parse_qs, urlsplit
 
-    from iba_core.app import dataset as ds
+    from iba_core.app import dataset_gallery
     from iba_core.cli import main
     from iba_core.runs import open_run
     from iba_core.trust import Trust
@@ -119,7 +119,7 @@ def test_a_folder_run_with_the_branch_placement_links_its_range_by_blocks(tmp_pa
     settings = run.info["methods"]["coiba"]["settings"]
     assert settings["placement"] == "branch" and settings["layers"] == ["blocks.1.norm1", "blocks.2.norm1"]
     monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path / "data"))
-    link = ds.per_sample_link(run, run.table.iloc[0], Trust.for_app())
+    link = dataset_gallery.per_sample_link(run, run.table.iloc[0], Trust.for_app())
     params = parse_qs(urlsplit(link).query)
     assert params["range"] == ["blocks.1:blocks.2"] and params["layer"] == ["blocks.1"]
     # --placement reaches CoIBA in a folder run (--methods), and the run's links keep the layers' own names

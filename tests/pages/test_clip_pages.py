@@ -185,7 +185,7 @@ def test_a_prompt_the_run_lacks_says_how_to_add_it(open_page, prompt_run) -> Non
 
 
 def test_the_start_form_runs_a_clip_folder_with_prompts(open_page, models, prompt_run) -> None:
-    from iba_core.app.dataset import current_job
+    from iba_core.app.folder_job import current_job
     from iba_core.runs import open_run as read_run
 
     at = added(open_page("dataset"), models)

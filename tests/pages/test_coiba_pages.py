@@ -204,12 +204,12 @@ def test_dataset_page_shows_a_coiba_folder_run(tmp_path, monkeypatch) -> None:
     # a CoIBA row's link opens CoIBA on the Per-Sample page with the run's range; a saliency row's names none
     from urllib.parse import parse_qs, urlsplit
 
-    from iba_core.app import dataset as ds
+    from iba_core.app import dataset_gallery
     from iba_core.runs import open_run
     from iba_core.trust import Trust
 
     run = open_run(run_dir)
     for method, wanted in ((key, [f"{FIRST}:{LAST}"]), ("saliency", None)):
         row = run.table[run.table["method"] == method].iloc[0]
-        params = parse_qs(urlsplit(ds.per_sample_link(run, row, Trust.for_app())).query)
+        params = parse_qs(urlsplit(dataset_gallery.per_sample_link(run, row, Trust.for_app())).query)
         assert params.get("range") == wanted, (method, params)

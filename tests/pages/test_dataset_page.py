@@ -187,6 +187,8 @@ def test_a_highlight_narrows_the_table_and_gallery_to_its_images(shortcut) -> No
 
 def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) -> None:
     from iba_core.app import dataset as ds
+    from iba_core.app import dataset_classes
+    from iba_core.app import dataset_gallery
     from iba_core.trust import Trust
 
     run_dir, keys = shortcut
@@ -195,14 +197,14 @@ def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) 
     assert any("These maps hold almost no bits" in c.value for c in at.caption)
     run = open_run(run_dir)
     found = ds.highlights(run)
-    marked = ds.class_view(run, "iba_10", 0, found.cluster_scale)
-    other = ds.class_view(run, "iba_10", 1, found.cluster_scale)
+    marked = dataset_classes.class_view(run, "iba_10", 0, found.cluster_scale)
+    other = dataset_classes.class_view(run, "iba_10", 1, found.cluster_scale)
     assert marked.cluster_scale == other.cluster_scale == pytest.approx(found.cluster_scale)
     # One scale for every class even where the run's largest mean and a class's differ by float rounding (they
     # are summed in other orders); a scale truly below a class's maps gives way to the class's own top.
     brightest = max(float(c.mean_map.max()) for c in [*marked.clusters, *other.clusters])
     for given in (brightest * (1 - 1e-6), brightest * 0.5):
-        scales = {ds.class_view(run, "iba_10", t, given).cluster_scale for t in (0, 1)}
+        scales = {dataset_classes.class_view(run, "iba_10", t, given).cluster_scale for t in (0, 1)}
         assert scales == {given} if given > 0.9 * brightest else brightest in scales, (given, scales)
     assert all(c.near_zero for c in marked.clusters) and not any(c.near_zero for c in other.clusters)
     # on the common bits scale the near-empty cluster is dark, not a saturated square
@@ -210,8 +212,8 @@ def test_a_cluster_whose_maps_hold_almost_no_bits_is_dark_and_said_so(shortcut) 
     # its members show their maps over the images, not the photos alone
     row = marked.clusters[0].members.iloc[0]
     trust = Trust.local()
-    overlay = ds.image_thumbnail(run, row, trust)
-    photo = ds.network_crop(run, row, trust)
+    overlay = dataset_gallery.image_thumbnail(run, row, trust)
+    photo = dataset_gallery.network_crop(run, row, trust)
     import io
 
     import numpy as np

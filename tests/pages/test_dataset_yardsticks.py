@@ -101,7 +101,7 @@ def test_the_report_from_the_page_and_the_command_holds_the_means(measured, tmp_
 def test_a_run_without_metrics_has_no_metric_section(tmp_path) -> None:
     from run_fixtures import load_card, write_card, write_noise_images
 
-    from iba_core.app.dataset import metric_report
+    from iba_core.app.dataset_report import metric_report
     from iba_core.methods import get_method
     from iba_core.runs import finish_run, list_images, run_folder
 

@@ -228,7 +228,8 @@ def test_a_resume_removes_the_temp_files_of_dead_writers_only(tiny_net, run):
 def test_the_report_says_which_rows_a_damaged_part_left_out_and_which_method_made_no_map(tiny_net, run):
     """Issue #40, item 6: a part cut short left the report counting fewer rows without a word; a method whose every
     row failed is named too."""
-    from iba_core.app.dataset import empty_methods_sentence, report_html
+    from iba_core.app.dataset import empty_methods_sentence
+    from iba_core.app.dataset_report import report_html
     from iba_core.trust import Trust
 
     out, _, _ = run
@@ -249,7 +250,7 @@ def test_the_report_says_which_rows_a_damaged_part_left_out_and_which_method_mad
 def test_the_report_shows_the_run_relative_to_the_allowed_folder(tiny_net, run, tmp_path):
     """Issue #40, item 5: a served report named the run by its absolute path on the server; a visitor sees it
     relative to the folder the owner allowed (the local user still sees the whole path)."""
-    from iba_core.app.dataset import report_html
+    from iba_core.app.dataset_report import report_html
     from iba_core.trust import Trust, visitor_path
 
     out, _, _ = run
@@ -264,7 +265,7 @@ def test_the_report_shows_the_run_relative_to_the_allowed_folder(tiny_net, run, 
 def test_a_reports_header_names_the_layer_its_method_made_its_maps_at(tiny_net, tmp_path):
     """Issue #38, item 7: a Grad-CAM report's header named the run's bottleneck layer; each method's report names
     the layer that method used (Grad-CAM's target layer), and a method reading the whole network says so."""
-    from iba_core.app.dataset import report_html
+    from iba_core.app.dataset_report import report_html
     from iba_core.methods.cam import cam_layer
     from iba_core.trust import Trust
 
