@@ -35,6 +35,7 @@ from .measures import map_measures
 from .metric_columns import Yardsticks
 from .run_settings import FolderSettings
 
+
 def for_this_run(method: Method, settings: FolderSettings) -> Method:
     """The method as this run runs it: a statistics folder given to the run goes to every method that reads
     statistics and names none itself (their `stats_images` setting)."""
@@ -68,6 +69,7 @@ class Prompts:
 
     @classmethod
     def of_run(cls, network, texts: Sequence[str]) -> "Prompts":
+        """The run's prompts, each resolved on the network once."""
         from ..methods.base import check_target
         from ..methods.targets import PromptTarget
 
