@@ -101,7 +101,9 @@ class FolderJob:
         return not self.running
 
     def _work(self) -> None:
-        from ..runs.folder import FolderSettings, finish_run, list_images, run_folder
+        from ..runs.folder import finish_run, run_folder
+        from ..runs.image_list import list_images
+        from ..runs.run_settings import FolderSettings
 
         try:
             network = self.shared.network
@@ -236,7 +238,7 @@ def stats_images_folder(text: str | None, trust: Trust) -> str | None:
 
 
 def _with_stats_images(methods: list["Method"], stats_images: str | None) -> list["Method"]:
-    """The methods with the run's statistics folder, as the run gives it to them (`runs.folder._for_this_run`)."""
+    """The methods with the run's statistics folder, as the run gives it to them (`runs.rows.for_this_run`)."""
     if not stats_images:
         return methods
     return [m.with_settings(stats_images=stats_images)
@@ -392,7 +394,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
     and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number).
     stats_images: the run's statistics folder, as for `start_folder_job`."""
-    from ..runs.folder import list_images
+    from ..runs.image_list import list_images
 
     folder = _image_folder(source, trust)
     methods = _with_stats_images(_checked_methods(shared, method_keys, layer), stats_images_folder(stats_images, trust))

@@ -25,7 +25,7 @@ from .common import add_methods_arg, add_yardstick_args, method_keys_arg, names_
 def add_folder_args(p: argparse.ArgumentParser) -> None:
     """The options of a folder run (on `attribute`'s parser)."""
     from ..metrics.yardsticks import YARDSTICKS
-    from ..runs.folder import BATCH_IMAGES
+    from ..runs.run_settings import BATCH_IMAGES
 
     g = p.add_argument_group("a folder of images (IMAGE is a folder or a .txt list of images; --out RUN_DIR)")
     add_methods_arg(g, "attribution method keys, or 'all' (default: the Per-Sample Bottleneck, iba_10 at --beta-k "
@@ -53,7 +53,7 @@ def add_folder_args(p: argparse.ArgumentParser) -> None:
 
 def is_folder_source(path: Path) -> bool:
     """Whether `attribute`'s argument asks for a folder run: a folder, or a .txt list of images."""
-    from ..runs.folder import LIST_SUFFIX
+    from ..runs.image_list import LIST_SUFFIX
 
     path = Path(path).expanduser()
     return path.is_dir() or path.suffix.lower() == LIST_SUFFIX
@@ -61,7 +61,7 @@ def is_folder_source(path: Path) -> bool:
 
 def refuse_folder_options(args: argparse.Namespace) -> None:
     """For one image: a UserError naming the folder-run options given (they would be ignored)."""
-    from ..runs.folder import BATCH_IMAGES
+    from ..runs.run_settings import BATCH_IMAGES
 
     given = [flag for flag, value in (("--methods", args.methods), ("--labels", args.labels), ("--boxes", args.boxes),
                                       ("--limit", args.limit), ("--retry-errors", args.retry_errors or None),
@@ -190,7 +190,7 @@ def check_folder_options(args: argparse.Namespace) -> list:
 def folder_settings(args: argparse.Namespace, network, methods: list) -> tuple[list, object, list, object]:
     """(the methods as they run on `network`, the folder's root, its items, the `runs.folder.FolderSettings`): the
     one settings object of a folder run, as the Dataset page builds it too."""
-    from ..runs.folder import FolderSettings, list_images
+    from ..runs import FolderSettings, list_images
     from .common import yardstick_options
 
     if names_all(method_keys_arg(args.methods)):
@@ -229,7 +229,7 @@ def print_notes(summary, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import ranks
-    from ..runs.folder import finish_run, run_folder
+    from ..runs import finish_run, run_folder
     from ..runs.store import TABLE_FILE
     from .common import load_from_args, print_json, progress_bar
 

@@ -1,7 +1,11 @@
 """Folder runs: attribution over a whole image folder, a results table any tool reads, per-map measures.
 
-- `folder`: the loop (images × methods, batched, resumable, sharded across torchrun ranks): `list_images`,
-  `run_folder`, `finish_run`;
+- `folder`: the loop (images × methods, batched, resumable, sharded across torchrun ranks): `run_folder`,
+  `finish_run`;
+- `run_settings`: a run's settings (`FolderSettings`), what a call did (`RunSummary`), its identity in run.json;
+- `image_list`: the images of a folder or of a `.txt` list (`list_images`, `read_image_list`);
+- `rows`: how a chunk of images becomes rows, every method through its one interface (class or prompt targets);
+- `metric_columns`: the field's metrics per map, as a row's columns;
 - `store`: the run folder on disk (run.json, checksummed parts, maps);
 - `checks`: each part checked against its checksum; `heal` moves damaged parts aside before a resume;
 - `tables`: results.parquet (`write_table`) and `open_run` → `Run` (`.table`, `.heatmap(row)`, `.thumbnails(rows)`,
@@ -22,8 +26,8 @@ from ..lazy import lazy_exports
 
 #: public name → module (in this package) that defines it
 _PUBLIC = {
-    "FolderSettings": "folder", "RunSummary": "folder", "list_images": "folder", "run_folder": "folder",
-    "finish_run": "folder", "read_image_list": "folder",
+    "FolderSettings": "run_settings", "RunSummary": "run_settings", "list_images": "image_list",
+    "read_image_list": "image_list", "run_folder": "folder", "finish_run": "folder",
     "Run": "tables", "RunFolderError": "store", "open_run": "tables", "build_table": "tables",
     "write_table": "tables",
     "border_share": "measures", "box_share": "measures", "concentration": "measures", "thumbnail": "measures",

@@ -211,7 +211,7 @@ def merged_prompts(old: Iterable[str] | None, new: Iterable[str] | None) -> list
 
 def record_settings(run_dir: str | os.PathLike, **settings) -> dict:
     """Write `settings` into run.json's settings (atomically): a run that adds to what the folder records, once it
-    has checked that the rows made before stay valid (metrics added to a run: `folder.check_yardsticks`)."""
+    has checked that the rows made before stay valid (metrics added to a run: `run_settings.check_yardsticks`)."""
     info = read_info(run_dir)
     if info is None:
         raise RunFolderError(f"{Path(run_dir) / RUN_FILE} is missing.")
