@@ -188,7 +188,7 @@ def check_folder_options(args: argparse.Namespace) -> list:
 
 
 def folder_settings(args: argparse.Namespace, network, methods: list) -> tuple[list, object, list, object]:
-    """(the methods as they run on `network`, the folder's root, its items, the `runs.folder.FolderSettings`): the
+    """(the methods as they run on `network`, the folder's root, its items, the `runs.run_settings.FolderSettings`): the
     one settings object of a folder run, as the Dataset page builds it too."""
     from ..runs import FolderSettings, list_images
     from .common import yardstick_options
