@@ -16,8 +16,11 @@ Pictures (docs/images/…):
   downloads it (the app's own GIF, `iba_core.render.animation.animation_gif`, not frames of the browser);
 - cli/<command>.png (names `cli_attribute`, `cli_compare`, `cli_report`): what a command writes, run on skimage's
   chelsea: `attribute --png` (the overlay), `compare` (grid.png, the Compare page's default methods and the shipped
-  Readout), `report` (its HTML, of the Dataset page's folder run, as Chromium shows it at 1280 × 800).
-  `evaluate`, `stats`, `models` and `train-readout` write no picture.
+  Readout), `report` (its HTML, of the Dataset page's folder run, as Chromium shows it at 1280 × 800);
+- cli/<command>.png of the commands that write no picture (names `cli_models`, `cli_stats`, `cli_evaluate`,
+  `cli_train_readout`): the command line and what it prints, drawn as a terminal (at most 1280 px wide and
+  TERMINAL_LINES lines), run with small settings on TERMINAL_PHOTOS (so each takes seconds on a CPU) from inside
+  the temporary folder, so the paths it prints are short and relative.
 
 PNGs are at most 300 KB (full colour when it fits, else a dithered palette), the GIF at most 2 MB.
 
@@ -75,6 +78,11 @@ DRAWING_FOLDERS = ("pages/", "iba_core/render/")
 #: and cropped, so the network's classes have three images each (class means and clusters to show).
 FOLDER_PHOTOS = ("chelsea", "coffee", "rocket")
 FOLDER_VARIANTS = ("photo", "mirrored", "crop")
+#: The folder `stats` and `evaluate` read in their terminal pictures: eight skimage photos (all in the package).
+TERMINAL_PHOTOS = ("astronaut", "chelsea", "coffee", "colorwheel", "hubble_deep_field", "immunohistochemistry",
+                   "retina", "rocket")
+TERMINAL_LINES = 40
+TERMINAL_FONT_PX = 15
 
 
 # ---- what a picture is made from ----------------------------------------------------------------------------
@@ -98,6 +106,9 @@ PICTURES: dict[str, Picture] = {
     "cli_attribute": Picture("cli_attribute", "cli/attribute.png", ("iba_core/cli/attribute.py",)),
     "cli_compare": Picture("cli_compare", "cli/compare.png", ("iba_core/cli/compare.py",)),
     "cli_report": Picture("cli_report", "cli/report.png", ("iba_core/cli/report.py", "iba_core/render/report.py")),
+    **{f"cli_{cmd}": Picture(f"cli_{cmd}", f"cli/{cmd}.png", (f"iba_core/cli/{cmd}.py",))
+       for cmd in ("models", "stats", "evaluate")},
+    "cli_train_readout": Picture("cli_train_readout", "cli/train-readout.png", ("iba_core/cli/readout.py",)),
 }
 
 
@@ -357,20 +368,48 @@ class Session:
         """skimage.data's `name` photo as a PNG file in the temporary folder."""
         import skimage.data
 
-        path = self.tmp / "photos" / f"{name}.png"
+        path = self.tmp / "skimage" / f"{name}.png"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(getattr(skimage.data, name)()).save(path)
         return path
 
-    def cli(self, *args: str) -> str:
-        """`python -m iba_core ARGS` with the session's cache; its stdout. A failure raises with its output."""
-        done = subprocess.run([sys.executable, "-m", "iba_core", *args], cwd=ROOT, env=self.env, capture_output=True,
-                              text=True)
+    def _cli_env(self) -> dict[str, str]:
+        """The session's environment with this checkout first on the path: a command run in the temporary folder
+        must import this checkout's iba_core, not an installed one."""
+        return {**self.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), self.env.get("PYTHONPATH"))))}
+
+    def cli(self, *args: str, cwd: Path = ROOT) -> str:
+        """`python -m iba_core ARGS` with the session's cache, run in `cwd`; its stdout. A failure raises with its
+        output."""
+        done = subprocess.run([sys.executable, "-m", "iba_core", *args], cwd=cwd, env=self._cli_env(),
+                              capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"`iba_core {shlex.join(args)}` exited with {done.returncode}:\n"
                                f"{(done.stdout + done.stderr)[-3000:]}")
         return done.stdout
+
+    def terminal(self, *args: str) -> str:
+        """`python -m iba_core ARGS` run inside the temporary folder; its stdout and stderr as a terminal shows
+        them (interleaved: unbuffered), with the folder's path, should one still appear, shortened to `.`."""
+        done = subprocess.run([sys.executable, "-m", "iba_core", *args], cwd=self.tmp,
+                              env={**self._cli_env(), "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # Bytes, decoded here: text mode would turn a progress bar's carriage returns into new lines.
+        output = done.stdout.decode("utf-8", errors="replace")
+        if done.returncode:
+            raise RuntimeError(f"`iba_core {shlex.join(args)}` exited with {done.returncode}:\n{output[-3000:]}")
+        return output.replace(str(self.tmp), ".").replace(str(Path.home()), "~")
+
+    def photo_folder(self, name: str, photos: Iterable[str]) -> Path:
+        """A folder `name` in the temporary folder holding skimage.data's `photos` as PNG files."""
+        folder = self.tmp / name
+        folder.mkdir(exist_ok=True)
+        for photo in photos:
+            target = folder / f"{photo}.png"
+            if not target.exists():
+                target.write_bytes(self.photo(photo).read_bytes())
+        return folder
 
     def folder_run(self) -> Path:
         """A finished folder run (the Per-Sample Bottleneck's defaults) of FOLDER_PHOTOS in FOLDER_VARIANTS."""
@@ -385,7 +424,8 @@ class Session:
                 for variant in FOLDER_VARIANTS:
                     variants[variant].save(folder / f"{name}_{variant}.png")
             start = time.monotonic()
-            self.cli("attribute", str(folder), "--out", str(self.tmp / "run"), "--no-progress")
+            self.cli("attribute", folder.name, "--out", "run", "--no-progress", cwd=self.tmp)  # relative: the
+            # report names its run as it was given, and the temporary folder's path must not show in the picture
             print(f"  (folder run of {len(FOLDER_PHOTOS) * len(FOLDER_VARIANTS)} photos: "
                   f"{time.monotonic() - start:.0f} s)", flush=True)
             self._run_dir = self.tmp / "run"
@@ -571,7 +611,7 @@ def cli_report(browser, session: Session) -> None:
     run_dir = session.folder_run()
     start = time.monotonic()
     html = session.tmp / "report.html"
-    session.cli("report", str(run_dir), "--out", str(html))
+    session.cli("report", run_dir.name, "--out", html.name, cwd=session.tmp)  # relative: the report shows `run`
     page = browser.new_page(viewport=VIEWPORT)
     try:
         page.goto(html.as_uri())
@@ -581,12 +621,86 @@ def cli_report(browser, session: Session) -> None:
     finally:
         page.close()
     session.save("cli_report", data, time.monotonic() - start,
-                 "python -m iba_core attribute FOLDER --out RUN_DIR  (the Dataset page's folder of photos); "
-                 "python -m iba_core report RUN_DIR --out report.html")
+                 "python -m iba_core attribute photos_folder --out run --no-progress  (the Dataset page's folder "
+                 "of photos); python -m iba_core report run --out report.html")
+
+
+def terminal_lines(text: str, columns: int) -> list[str]:
+    """`text` as a terminal's lines: a progress bar's carriage returns keep only its last state, colour codes
+    are dropped, and lines longer than `columns` wrap (at spaces where they can, keeping the line's indent)."""
+    import re
+    import textwrap
+
+    lines: list[str] = []
+    for raw in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).rstrip("\n").split("\n"):
+        shown = next((part for part in reversed(raw.split("\r")) if part.strip()), "").rstrip()
+        indent = shown[: len(shown) - len(shown.lstrip())]
+        lines += (textwrap.wrap(shown, columns, subsequent_indent=indent, break_on_hyphens=False)
+                  if len(shown) > columns else [shown])
+    return lines
+
+
+def terminal_png(command: str, output: str) -> bytes:
+    """The command line and its output drawn as a terminal (light text on a dark background, DejaVu Sans Mono):
+    at most 1280 px wide (longer lines wrap) and TERMINAL_LINES lines (the middle cut, marked with "…", so the
+    start and the results at the end both show)."""
+    import matplotlib
+    from PIL import ImageDraw, ImageFont
+
+    font = ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSansMono.ttf"),
+                              TERMINAL_FONT_PX)
+    pad, char_w = 16, font.getlength("M")
+    line_h = round(TERMINAL_FONT_PX * 1.35)
+    columns = int((VIEWPORT["width"] - 2 * pad) // char_w)
+    prompt = terminal_lines("$ " + command, columns)
+    body = terminal_lines(output, columns)
+    room = TERMINAL_LINES - len(prompt)
+    if len(body) > room:
+        head = (room - 1) // 2
+        tail = room - 1 - head
+        body = body[:head] + [f"… ({len(body) - head - tail} lines cut)"] + body[-tail:]
+    width = min(VIEWPORT["width"], round(max(map(font.getlength, prompt + body)) + 2 * pad))
+    image = Image.new("RGB", (max(width, 480), (len(prompt) + len(body)) * line_h + 2 * pad), (30, 30, 30))
+    draw = ImageDraw.Draw(image)
+    for i, line in enumerate(prompt + body):
+        colour = (130, 220, 130) if i < len(prompt) else (225, 225, 225)
+        draw.text((pad, pad + i * line_h), line, font=font, fill=colour)
+    return small_png(_png(image))
+
+
+def _terminal_picture(session: Session, name: str, *args: str) -> None:
+    start = time.monotonic()
+    output = session.terminal(*args)
+    command = "python -m iba_core " + shlex.join(args)
+    session.save(name, terminal_png(command, output), time.monotonic() - start, command)
+
+
+def cli_models(browser, session: Session) -> None:
+    _terminal_picture(session, "cli_models", "models")
+
+
+def cli_stats(browser, session: Session) -> None:
+    session.photo_folder("photos", TERMINAL_PHOTOS)
+    _terminal_picture(session, "cli_stats", "stats", "--images", "photos", "--n", "8")
+
+
+def cli_evaluate(browser, session: Session) -> None:
+    session.photo_folder("photos", TERMINAL_PHOTOS)
+    _terminal_picture(session, "cli_evaluate", "evaluate", "degradation", "--images", "photos", "--limit", "2",
+                      "--methods", "saliency,grad_cam", "--tile", "14", "--points", "9",
+                      "--out", "eval/degradation.jsonl")
+
+
+def cli_train_readout(browser, session: Session) -> None:
+    """The tiniest training that still shows every part of the output: two epochs of two steps of four crops of
+    the offline photos (about half a minute on a CPU)."""
+    _terminal_picture(session, "cli_train_readout", "train-readout", "--sample-photos", "8", "--epochs", "2",
+                      "--batch-size", "4", "--stats-n", "8", "--out", "readout")
 
 
 CLI_ACTIONS: dict[str, Callable] = {"cli_attribute": cli_attribute, "cli_compare": cli_compare,
-                                    "cli_report": cli_report}
+                                    "cli_report": cli_report, "cli_models": cli_models, "cli_stats": cli_stats,
+                                    "cli_evaluate": cli_evaluate, "cli_train_readout": cli_train_readout}
 
 
 def main() -> None:
