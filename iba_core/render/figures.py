@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,8 +19,6 @@ from .arrays import downsample as pooled
 
 if TYPE_CHECKING:  # imported for type hints only: figures must not pull in torch-heavy modules
     from ..results import GridCell
-    from ..metrics.insertion_deletion import InsertionDeletionCurves
-    from ..metrics.road import RoadCurves
 
 
 #: Sequential colour scale for information maps; dark = few bits, bright = many.
@@ -450,6 +448,27 @@ def _curves_layout(fig: go.Figure, height: int) -> None:
     """The layout the metric curves share: template, margins, fonts ≥ 13 px on screen."""
     fig.update_layout(height=height, template=_TEMPLATE, margin=dict(l=60, r=10, t=40, b=50),
                       font=dict(_FONT, size=FIGURE_FONT_PX), legend=dict(font=dict(size=FIGURE_FONT_PX - 1)))
+
+
+class InsertionDeletionCurves(Protocol):
+    """What the insertion / deletion chart reads of `metrics.insertion_deletion.InsertionDeletionCurves` (named here,
+    so drawing imports nothing of the metrics, not even for type hints)."""
+
+    fraction: np.ndarray
+    insertion: np.ndarray | None
+    deletion: np.ndarray | None
+    insertion_auc: float
+    deletion_auc: float
+
+
+class RoadCurves(Protocol):
+    """What the ROAD chart reads of `metrics.road.RoadCurves` (named here for the same reason)."""
+
+    removed: np.ndarray
+    morf: np.ndarray
+    lerf: np.ndarray
+    morf_score: float
+    lerf_score: float
 
 
 def insertion_deletion_figure(curves: Mapping[str, "InsertionDeletionCurves"], names: Mapping[str, str], *,
