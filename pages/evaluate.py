@@ -88,15 +88,13 @@ st.markdown(
 
 
 def choices(inputs: Inputs, names: dict[str, str]) -> tuple[list[str], int | str]:
-    """Methods and class for every section (no form: each section has its own button)."""
-    c1, c2 = st.columns(2)
-    with c1:
-        methods = method_picker(
-            "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
-            help="Maps are shared with the Compare page: one computed there is not computed again.", remember=True,
-        )
-    with c2:
-        target = target_picker(inputs, "ev")
+    """Methods and class for every section (no form: each section has its own button). The methods get the whole
+    width: in half of it only the first method's chip showed in full."""
+    methods = method_picker(
+        "Methods", "ev_methods", method_choices(inputs.network), names, DEFAULT_EVALUATE_METHODS,
+        help="Maps are shared with the Compare page: one computed there is not computed again.", remember=True,
+    )
+    target = target_picker(inputs, "ev")
     return methods, target
 
 

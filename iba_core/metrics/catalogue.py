@@ -194,7 +194,7 @@ class Road(Metric):
 
 
 class Pointing(Metric):
-    name, title = "pointing", "The pointing game"
+    name, title = "pointing", "Pointing game"
     measures = ("whether the map's maximum lies on an object box, the share of its mass inside the boxes, and "
                 "InputIBA's effective heat ratio")
     units = "hit (0/1), shares (0–1)"

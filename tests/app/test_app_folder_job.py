@@ -159,7 +159,7 @@ def test_the_page_run_measures_the_chosen_metrics_and_the_estimate_times_them(sh
     cost = folder_job.metric_cost_text(shared.network, ["deletion", "road"])
     assert "forward passes per image and method" in cost and "64 × 64 crop" in cost
     assert folder_job.metric_cost_text(shared.network, []) == ""
-    with pytest.raises(folder_job.UserError, match="pointing game needs the objects' boxes"):
+    with pytest.raises(folder_job.UserError, match="Pointing game needs the objects' boxes"):
         folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,
                                     metrics=["pointing"])
     job = folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,

@@ -320,7 +320,7 @@ def test_cli_insertion_deletion_and_pointing_on_the_offline_model(tmp_path, caps
 @pytest.mark.parametrize("argv, sentence", [
     (["deletion", "--blur-kernel", "10"], "blur kernel must be an odd number"),
     (["insertion", "--blur-sigma", "-1"], "σ must be between 0.1 and 1000 pixels"),
-    (["pointing"], "pointing game needs --boxes"),
+    (["pointing"], "Pointing game needs --boxes"),
     (["pointing", "--boxes", ".", "--tolerance", "-2"], "--tolerance must be 0 pixels or more"),
 ])
 def test_cli_bad_insertion_deletion_and_pointing_values_get_one_sentence(tmp_path, capsys, argv, sentence):

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from iba_core.errors import UserError
 from iba_core.image_folders import list_items
 from iba_core.labels import read_label_file
 from iba_core.metrics.results import (
@@ -64,7 +65,14 @@ def test_labels_from_index_folders_wnid_mappings_and_label_files(tmp_path):
     write_images(tmp_path / "n01440764", 1)
     write_images(tmp_path / "loose", 2)
     (tmp_path / "labels.csv").write_text("# image or wnid, class\nn01440764,0\nloose/img01.png,tabby\n")
-    items = list_items(tmp_path, class_index=lambda name: {"tabby": 281}[name] if not name.isdigit() else int(name))
+    def class_index(name: str) -> int:  # as a network's: an unknown class name is the user's mistake (a UserError)
+        if name.isdigit():
+            return int(name)
+        if name != "tabby":
+            raise UserError(f"No class is named {name!r}.")
+        return 281
+
+    items = list_items(tmp_path, class_index=class_index)
     labels = {i.key: i.label for i in items}
     assert labels == {"285/img00.png": 285, "n01440764/img00.png": 0, "loose/img00.png": None,
                       "loose/img01.png": 281}

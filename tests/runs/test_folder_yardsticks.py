@@ -116,7 +116,7 @@ def test_the_cli_measures_refuses_mixing_and_says_what_to_give(tiny_card, tmp_pa
     assert "measured deletion, road another way (protocol.name rise, modified (this run: rise); protocol.step 1024 " \
            "(this run: 224))" in err
     assert main([*base, "--metrics", "pointing"]) == 1
-    assert "The pointing game needs the objects' boxes" in capsys.readouterr().err
+    assert "Pointing game needs the objects' boxes" in capsys.readouterr().err
     assert main([*base, "--metrics", "insertion", "--blur-kernel", "4"]) == 1
     assert "The blur kernel must be an odd number of pixels" in capsys.readouterr().err
     # adding a metric measures it for the rows already there (the same protocol)
