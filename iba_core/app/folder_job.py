@@ -237,14 +237,6 @@ def stats_images_folder(text: str | None, trust: Trust) -> str | None:
     return str(folder)
 
 
-def _with_stats_images(methods: list["Method"], stats_images: str | None) -> list["Method"]:
-    """The methods with the run's statistics folder, as the run gives it to them (`runs.rows.for_this_run`)."""
-    if not stats_images:
-        return methods
-    return [m.with_settings(stats_images=stats_images)
-            if "stats_images" in m.settings and not m.settings["stats_images"] else m for m in methods]
-
-
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
                      batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
@@ -397,7 +389,10 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     from ..runs.image_list import list_images
 
     folder = _image_folder(source, trust)
-    methods = _with_stats_images(_checked_methods(shared, method_keys, layer), stats_images_folder(stats_images, trust))
+    from ..runs.rows import for_this_run
+
+    run_stats = stats_images_folder(stats_images, trust)
+    methods = [for_this_run(m, run_stats) for m in _checked_methods(shared, method_keys, layer)]
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)

@@ -219,7 +219,7 @@ class _Left:
 
 def _ready_runners(network, started: _Started, todo: list) -> dict[str, Method]:
     """Each method as this run runs it, prepared where it has work left."""
-    runners = {m.key: for_this_run(m, started.settings) for m in started.methods}
+    runners = {m.key: for_this_run(m, started.settings.stats_images) for m in started.methods}
     for key in dict.fromkeys(m.key for _, pending in todo for m, _ in pending):
         runners[key].prepare(network)  # statistics, a checkpoint: a problem stops the run before any image
     return runners

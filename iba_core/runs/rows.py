@@ -36,11 +36,12 @@ from .metric_columns import Yardsticks
 from .run_settings import FolderSettings
 
 
-def for_this_run(method: Method, settings: FolderSettings) -> Method:
-    """The method as this run runs it: a statistics folder given to the run goes to every method that reads
-    statistics and names none itself (their `stats_images` setting)."""
-    if settings.stats_images and "stats_images" in method.settings and not method.settings["stats_images"]:
-        return method.with_settings(stats_images=settings.stats_images)
+def for_this_run(method: Method, stats_images: str | None) -> Method:
+    """The method as a run with the statistics folder `stats_images` runs it: the folder goes to every method that
+    reads statistics and names none itself (their `stats_images` setting); the Dataset page's time estimate asks the
+    same."""
+    if stats_images and "stats_images" in method.settings and not method.settings["stats_images"]:
+        return method.with_settings(stats_images=stats_images)
     return method
 
 
