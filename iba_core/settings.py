@@ -10,6 +10,8 @@
 | IBA_MAX_PARAMS      | the largest network built: parameters (and activations   | 700000000                |
 |                     | at batch 1), counted on the meta device before anything  |                          |
 |                     | is allocated (`networks.model_size`)                     |                          |
+| IBA_MAX_REQUEST_PASSES | the most network passes one request of a served app's  | 10000 (in an app on      |
+|                     | visitor may cost (`iba_core.budget`)                     | localhost: no limit)     |
 | IBA_TORCH_THREADS   | torch threads for app computations                       | usable cores − 1         |
 | IBA_TRUST_CODE      | 1: the app runs code model cards name (builders, modules) | off                      |
 |                     | and follows card paths outside the card's folder         |                          |
@@ -41,6 +43,7 @@ STATS_SAMPLES_ENV = "IBA_STATS_SAMPLES"
 MAX_STATS_SAMPLES_ENV = "IBA_MAX_STATS_SAMPLES"
 THREADS_ENV = "IBA_TORCH_THREADS"
 MAX_PARAMS_ENV = "IBA_MAX_PARAMS"
+MAX_REQUEST_PASSES_ENV = "IBA_MAX_REQUEST_PASSES"
 TRUST_CODE_ENV = "IBA_TRUST_CODE"
 DATA_DIRS_ENV = "IBA_DATA_DIRS"
 #: Hugging Face's switch (not this project's): read the hub cache only, never download.
@@ -59,6 +62,10 @@ DEFAULT_MAX_STATS_SAMPLES = 2000
 #: the app keeps a few networks, their statistics and a batch of activations for the backward pass beside it.
 #: ViT-g/14 (1.0 B: 4 GB, 140 s to build on 2 cores) and ConvNeXt-XXLarge (846 M) are refused before they are built.
 DEFAULT_MAX_PARAMS = 700_000_000
+#: The most network passes (a backward pass counts as one) a served app's visitor may ask for in one request unless
+#: its owner sets IBA_MAX_REQUEST_PASSES: about 6 minutes of EfficientNet-Lite0 on 2 busy CPU cores (28 passes a
+#: second), 25 default Per-Sample runs, or the field's yardsticks for 18 methods at their default protocol.
+DEFAULT_MAX_REQUEST_PASSES = 10_000
 #: The most samples any front end estimates statistics from (the paper's statistics use far fewer).
 MAX_SAMPLES = 1_000_000
 #: Samples behind feature statistics unless told otherwise (paper appendix: statistics over many images).
@@ -171,6 +178,13 @@ def max_params() -> int:
     """The largest network any front end builds, in parameters (IBA_MAX_PARAMS, else `DEFAULT_MAX_PARAMS`); one
     image's activations are held to as many numbers (`networks.model_size`)."""
     return _positive_int(MAX_PARAMS_ENV) or DEFAULT_MAX_PARAMS
+
+
+def max_request_passes(localhost: bool) -> int | None:
+    """The most network passes one request may cost (`iba_core.budget`): IBA_MAX_REQUEST_PASSES wherever its owner
+    sets it; else `DEFAULT_MAX_REQUEST_PASSES` in an app served to others, and no limit in an app on localhost
+    (`localhost`: its one visitor is its owner) or the command line, which pass True."""
+    return _positive_int(MAX_REQUEST_PASSES_ENV) or (None if localhost else DEFAULT_MAX_REQUEST_PASSES)
 
 
 def torch_threads() -> int:

@@ -8,18 +8,21 @@ from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.maps import grid_key, keep
 from iba_core.app.state import GridRun, Subject
+from iba_core.budget import Cost
 from iba_core.app.stats_source import seconds_left
 from iba_core.beta_layer import (
     DEFAULT_BETAS, LAYER_ROW_BETA, GridCell, GridKey, beta_layer_grid, cached_grid, depth_layers, grid_progress_text,
     grid_runs, grid_target_note, lost_class_warning, range_row,
 )
+from iba_core.methods import bottleneck_method
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.figures import LOST_CLASS_MARK, PRESENTATION_ZOOM, grid_figure
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import layer_picker, resolve_target, settings_row, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
 from pages.widgets.page import bring_into_view, presentation, remember_choice, restore_choice, through_app
-from pages.widgets.progress import network_turn, range_stats_with_progress, stats_with_progress
+from pages.widgets.progress import (check_request, network_turn, range_stats_with_progress, stats_with_progress,
+                                   stoppable, stopped_note, taking_turns)
 
 GRIDS_KEY, LAST_KEY = "bl_grids", "bl_last"
 PER_MAP_KEY = "bl_per_map"  # the checkbox: the β row's maps on their own colour scales too (off: one scale)
@@ -121,6 +124,8 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
     layers = list(key.layers)
     total = len(key.betas) + len(layers)
     runs = grid_runs(key.betas, key.layer, layers, key.last)
+    per_run = bottleneck_method(settings, layer=key.layer).forward_passes(inputs.network, *inputs.x.shape[-2:])
+    check_request(Cost.part("bottleneck runs", len(runs) * per_run), f"This grid of {len(runs)} bottleneck runs")
     with grid_box:
         bring_into_view(GRID_BOX_KEY)
         bar = st.progress(0.0, text=grid_progress_text(0, total, f"β·k = {key.betas[0]:g} at {key.layer}", None))
@@ -139,11 +144,12 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
         left = seconds_left(computed, len(runs), time.monotonic() - started)
         bar.progress(done / total, text=grid_progress_text(done, total, label, left))
 
-    with grid_box, network_turn(inputs.shared) as network:
+    with grid_box, stoppable("bl_stop"), network_turn(inputs.shared) as network:
         result = beta_layer_grid(
             network, inputs.x, key.target, key.layer, betas=key.betas,
             stats_for=lambda name: stats_with_progress(inputs, name, folder, n),
-            layers=layers, settings=settings, progress=progress, on_cell=on_cell, last=key.last,
+            layers=layers, settings=settings, progress=taking_turns(inputs.shared, progress), on_cell=on_cell,
+            last=key.last,
             range_stats_for=lambda names: range_stats_with_progress(inputs, names, f"{len(names)} layers", folder, n),
         )
     bar.empty()
@@ -310,6 +316,7 @@ with controls:
     if inputs is not None:
         with inputs.controls:
             submitted = form(inputs)
+            stopped_note("bl_stop")
             done = execute(inputs, *submitted, grid_box) if submitted is not None else None
             if submitted is not None:  # a failed run leaves no "ready" line beside its error
                 st.session_state[READY_KEY] = None if done is None else (st.session_state[LAST_KEY], done)

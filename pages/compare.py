@@ -14,6 +14,7 @@ from iba_core.app.choices import (
 from iba_core.app.error_log import error_text
 from iba_core.app.maps import CachedMap, cell_pictures, map_key
 from iba_core.app.state import CompareRun, Subject
+from iba_core.budget import methods_cost
 from iba_core.compare import compare_target_note
 from iba_core.methods import display_names
 from iba_core.render.comparison import grid_png, image_cell_png, limits_text
@@ -22,7 +23,8 @@ from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
 from pages.widgets.page import map_cache, through_app
-from pages.widgets.progress import network_turn, stats_for_methods_with_progress
+from pages.widgets.progress import (check_request, network_turn, stats_for_methods_with_progress, stoppable,
+                                   stopped_note, taking_turns)
 from pages.widgets.text import plain
 
 LAST_KEY = "cmp_last"
@@ -88,6 +90,9 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
         keys, settings, labels = request.keys, request.settings, request.names
         target_idx = resolve_target(inputs, target)
         cache = map_cache()
+        missing = cache.missing(inputs.network, inputs.image.digest, target_idx, keys, settings)
+        check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:], settings=settings),
+                      "This comparison")
         stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
         live = st.empty()
         with live.container():
@@ -108,9 +113,10 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
         def on_error(key: str, err: BaseException) -> None:
             failed.append(f"{labels[key]}: {error_text(err)}")  # a bug is logged, and said to be one
 
-        with network_turn(inputs.shared) as network:
+        with stoppable("cmp_stop"), network_turn(inputs.shared) as network:
             maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
-                              names=labels, progress=progress, on_map=on_map, on_error=on_error)
+                              names=labels, progress=taking_turns(inputs.shared, progress), on_map=on_map,
+                              on_error=on_error)
             note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
         live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = CompareRun(
@@ -192,6 +198,7 @@ if inputs is not None:
         readout_note(checkpoints, inputs)
         if submitted is not None:
             execute(inputs, *submitted, names)
+        stopped_note("cmp_stop")
 last = st.session_state.get(LAST_KEY)
 if last is not None:
     show(last)

@@ -24,7 +24,7 @@ from iba_core.runs.store import YARDSTICK_COLUMNS
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
-from pages.widgets.page import app_trust, bring_into_view, presentation, through_app
+from pages.widgets.page import app_trust, bring_into_view, presentation, request_budget, through_app
 from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
@@ -184,7 +184,7 @@ def start_run(shared, form: StartForm, prompts: list[str]) -> None:
         try:
             job = folder_job.start_folder_job(shared, form.source, form.out, form.methods, form.layer, form.limit,
                                               trust=trust, owner=session_owner(), metrics=form.metrics,
-                                              prompts=prompts, stats_images=form.stats_images)
+                                              prompts=prompts, stats_images=form.stats_images, budget=request_budget())
         except folder_job.FolderRunBusy as busy:  # another session's run: its progress, politely
             st.info(plain(busy.message), icon=":material/hourglass_top:")
             return

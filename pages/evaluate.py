@@ -23,6 +23,7 @@ from iba_core.app.evaluation import (
     box_text,
     chart_colours,
     degradation_for,
+    degradation_passes,
     degradation_rows,
     forward_passes,
     large_box_warning,
@@ -38,10 +39,12 @@ from iba_core.app.evaluation import (
     yardstick_csv,
     yardstick_rows,
     yardstick_run,
+    yardsticks_cost,
     yardsticks_for,
 )
 from iba_core.app.inputs import box_input
 from iba_core.app.state import Subject
+from iba_core.budget import Cost, methods_cost
 from iba_core.errors import UserError
 from iba_core.methods import display_names
 from iba_core.metrics import registry
@@ -59,8 +62,10 @@ from iba_core.render.sanity import sanity_strip_png, sanity_strip_width
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker, resolve_target, target_picker
 from pages.widgets.inputs import Inputs, input_section, subject_caption
-from pages.widgets.page import map_cache, presentation, remember_choice, restore_choice, through_app
-from pages.widgets.progress import network_turn, stats_for_methods_with_progress
+from pages.widgets.page import (map_cache, presentation, remember_choice, request_budget, restore_choice,
+                                through_app)
+from pages.widgets.progress import (check_request, network_turn, stats_for_methods_with_progress, stoppable,
+                                   stopped_note, taking_turns)
 
 DEG_KEY, SAN_KEY, BOX_KEY, YARD_KEY = "ev_degradation", "ev_sanity", "ev_bbox", "ev_yardsticks"
 PLOT_CONFIG = {"displayModeBar": False}
@@ -124,15 +129,23 @@ def timed_reporting(bar) -> ProgressFn:
     return progress
 
 
-def maps_for(inputs: Inputs, methods: list[str], target: int, bar) -> dict:
-    """{key: AttributionMap}, computing the maps not in the session's cache (progress on `bar`)."""
+def check_cost(inputs: Inputs, methods: list[str], target: int, measured: Cost, what: str) -> None:
+    """Refuse a section's request above the app's budget before anything runs: the maps not cached yet and what
+    the section measures on them (`measured`)."""
     if not methods:
         raise UserError("Choose at least one method.")
+    missing = map_cache().missing(inputs.network, inputs.image.digest, target, methods)
+    check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:]) + measured, what)
+
+
+def maps_for(inputs: Inputs, methods: list[str], target: int, bar) -> dict:
+    """{key: AttributionMap}, computing the maps not in the session's cache (progress on `bar`), making way for
+    other sessions between methods."""
     cache = map_cache()
     stats_for_methods_with_progress(inputs, cache.missing(inputs.network, inputs.image.digest, target, methods))
     with network_turn(inputs.shared) as network:
         entries = cache.maps(network, inputs.x, inputs.image.digest, target, methods,
-                             progress=reporting(bar, "Maps"))
+                             progress=taking_turns(inputs.shared, reporting(bar, "Maps")))
     return {k: e.amap for k, e in entries.items()}
 
 
@@ -160,13 +173,18 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
     if pressed:
         with shown_errors():  # previous results stay
             target_idx = resolve_target(inputs, target)
+            per_map = degradation_passes(*inputs.x.shape[-2:], int(tile), int(points))
+            check_cost(inputs, methods, target_idx, Cost.part("curves", len(methods) * per_map),
+                       "These degradation curves")
             bar = st.progress(0.0, text="Starting…")
-            maps = maps_for(inputs, methods, target_idx, bar)
-            with network_turn(inputs.shared) as network:
-                curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points),
-                                         reporting(bar, "Curves"))
+            with stoppable("ev_deg_stop"):
+                maps = maps_for(inputs, methods, target_idx, bar)
+                with network_turn(inputs.shared) as network:
+                    curves = degradation_for(network, inputs.x, maps, target_idx, int(tile), int(points),
+                                             taking_turns(inputs.shared, reporting(bar, "Curves")))
             bar.empty()
             st.session_state[DEG_KEY] = DegradationRun(subject(inputs, target_idx), curves, int(tile))
+    stopped_note("ev_deg_stop")
     run: DegradationRun | None = st.session_state.get(DEG_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
@@ -199,11 +217,16 @@ def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> 
     if pressed:
         with shown_errors():
             target_idx = resolve_target(inputs, target)
+            check_request(methods_cost([method], inputs.network, *inputs.x.shape[-2:], repeat=int(n_levels) + 1),
+                          "This sanity check")
             bar = st.progress(0.0, text="Starting…")
-            with network_turn(inputs.shared) as network:
-                strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels), reporting(bar, "Step"))
+            with stoppable("ev_san_stop"), network_turn(inputs.shared) as network:
+                # each step maps a randomised copy of the network: the shared one may serve others in between
+                strip = sanity_strip(network, inputs.x, target_idx, method, int(n_levels),
+                                     taking_turns(inputs.shared, reporting(bar, "Step")))
             bar.empty()
             st.session_state[SAN_KEY] = SanityRun(subject(inputs, target_idx), strip)
+    stopped_note("ev_san_stop")
     run: SanityRun | None = st.session_state.get(SAN_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))
@@ -290,8 +313,10 @@ def protocol_choice(crop: int) -> tuple[str, float | None]:
         f"({', '.join(f'{PROTOCOL_NAMES.get(k, k)}: {p.step:,}' for k, p in PROTOCOLS.items())}). More is faster and coarser.")
     passes = forward_passes(crop, PROTOCOLS[key].step if step is None else int(step))
     if passes > MANY_PASSES:
+        budget = request_budget()
         c2.caption(f"{passes:,} forward passes per method for insertion and deletion (⌈{crop}·{crop} / step⌉ + 1 "
-                   "a curve): a long run on a CPU; a larger step is faster.")
+                   "a curve): a long run on a CPU; a larger step is faster."
+                   + (f" This app allows {budget:,} passes a request." if budget else ""))
     return key, step
 
 
@@ -323,12 +348,16 @@ def measure_yardsticks(inputs: Inputs, methods: list[str], target: int | str, bo
         points = check_removed(sorted(removed))
         mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
         target_idx = resolve_target(inputs, target)
+        pixels = int(inputs.x.shape[-2]) * int(inputs.x.shape[-1])
+        check_cost(inputs, methods, target_idx, yardsticks_cost(len(methods), pixels, protocol, points, pointing),
+                   "These yardsticks")
         bar = st.progress(0.0, text="Starting…")
-        maps = maps_for(inputs, methods, target_idx, bar)
-        with network_turn(inputs.shared) as network:
-            results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
-                                     mask=mask, seed=stable_seed(inputs.image.digest),
-                                     progress=timed_reporting(bar))
+        with stoppable("ev_yard_stop"):
+            maps = maps_for(inputs, methods, target_idx, bar)
+            with network_turn(inputs.shared) as network:
+                results = yardsticks_for(network, inputs.x, maps, target_idx, protocol, removed=points,
+                                         mask=mask, seed=stable_seed(inputs.image.digest),
+                                         progress=taking_turns(inputs.shared, timed_reporting(bar)))
         bar.empty()
         st.session_state[YARD_KEY] = yardstick_run(subject(inputs, target_idx), results, protocol,
                                                    POINTING_TOLERANCE, mask, boxes, inputs.cropped)
@@ -383,6 +412,7 @@ def yardsticks_section(inputs: Inputs, methods: list[str], target: int | str, na
     removed, pointing, pressed = yardsticks_form()
     if pressed:
         measure_yardsticks(inputs, methods, target, box, key, step, removed, pointing)
+    stopped_note("ev_yard_stop")
     run: YardstickRun | None = st.session_state.get(YARD_KEY)
     if run is not None:
         yardstick_results(run, names)

@@ -22,7 +22,9 @@ from iba_core.app.bottleneck_choice import (
 from iba_core.app.choices import DEFAULT_THRESHOLD, THRESHOLD_CHOICES
 from iba_core.app.inputs import prompts_from_text
 from iba_core.app.state import RunRecord
+from iba_core.budget import Cost
 from iba_core.heads import PROBABILITY_NOTES
+from iba_core.methods import bottleneck_method
 from iba_core.methods.base import check_target
 from iba_core.methods.targets import PromptTarget
 from iba_core.networks.clip_models import is_clip
@@ -46,7 +48,7 @@ from pages.widgets.links import linked_range, replay_step_key, result_note, resu
 from pages.widgets.page import (
     bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
 )
-from pages.widgets.progress import method_stats_with_progress, network_turn
+from pages.widgets.progress import check_request, method_stats_with_progress, network_turn, taking_turns
 from pages.widgets.step_view import LiveView, draw_step, step_slots
 from pages.widgets.text import plain
 
@@ -214,17 +216,20 @@ def run_live(inputs: Inputs, layer: str, settings: BottleneckSettings, target: i
         if heading:
             st.markdown(heading)
         layers: tuple[str, ...] = ()
-        method, resolved, stats_description = bottleneck_parts(inputs, layer, settings, folder, n, layer_range, timing)
-        if layer_range is not None:
-            layers, layer = tuple(resolved), resolved[0]
-            st.caption(coiba_caption(layers))
-        one_scale = bool(fixed) or st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]) == "run"
-        view = LiveView(settings.steps, inputs.network.head, fixed, one_scale, shared_lambda_title(layers))
-        # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
-        # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
-        # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
-        # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
+        # One turn for the statistics and the steps: a turn each would let a long request of another session
+        # (which makes way between its steps) take the network back between them, and this run wait twice.
         with network_turn(inputs.shared, timing) as network:
+            method, resolved, stats_description = bottleneck_parts(inputs, layer, settings, folder, n, layer_range,
+                                                                   timing)
+            if layer_range is not None:
+                layers, layer = tuple(resolved), resolved[0]
+                st.caption(coiba_caption(layers))
+            one_scale = bool(fixed) or st.session_state.get(SCALE_BASIS_KEY, SCALE_BASES[0]) == "run"
+            view = LiveView(settings.steps, inputs.network.head, fixed, one_scale, shared_lambda_title(layers))
+            # No pause after a step for the page's sake: the turn runs torch on all cores but one (settings.
+            # torch_threads), and with two CPU burners each step's message still left the server within 21 ms
+            # (benchmarks/bench_live_view.py). Steps go missing only when the *browser* is busy, e.g. drawing its
+            # first Plotly chart (1.4–1.7 s); a pause here would not help that, only slow every run.
             result, prompt, text = fit_in_turn(network, method, inputs.x, target, settings, view)
     pre = inputs.network.preprocess
     return RunRecord(
@@ -265,6 +270,7 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
         execute_prompts(inputs, layer, settings, target, folder, n, panel, layer_range)
         return
     with shown_errors() as outcome:  # previous results stay
+        check_runs(inputs, layer, settings.validate(), layer_range, 1)
         record = run_live(inputs, layer, settings.validate(), resolve_target(inputs, target), folder, n, panel,
                           layer_range)
     if outcome.failed:
@@ -274,6 +280,15 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
     st.session_state.pop(PROMPT_RUNS_KEY, None)
 
 
+def check_runs(inputs: Inputs, layer: str, settings: BottleneckSettings, layer_range: tuple[str, str] | None,
+               runs: int) -> None:
+    """Refuse `runs` bottleneck runs (one per prompt) above the app's budget before anything runs."""
+    method = bottleneck_method(settings, layer=layer, layer_range=layer_range)
+    per_run = method.forward_passes(inputs.network, *inputs.x.shape[-2:])
+    check_request(Cost.part("bottleneck steps", runs * per_run),
+                  "This run" if runs == 1 else f"These {runs} runs (one per prompt)")
+
+
 def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, text: str, folder: str | None, n: int,
                     panel: DeltaGenerator, layer_range: tuple[str, str] | None = None) -> None:
     """A CLIP model: one live run per prompt of the box, one after the other in the panel; the records replace
@@ -281,11 +296,18 @@ def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, te
     with shown_errors() as outcome:
         prompts = prompts_from_text(text)
         settings = settings.validate()
-        records = [run_live(inputs, layer, settings, PromptTarget(prompt), folder, n, panel, layer_range,
-                            live_key=f"ps_live_{i}",
-                            heading=f"**Prompt {i + 1} / {len(prompts)}:** “{plain(prompt)}”" if len(prompts) > 1
-                            else None)
-                   for i, prompt in enumerate(prompts)]
+        check_runs(inputs, layer, settings, layer_range, len(prompts))
+        records = []
+        # one turn for all prompts, making way between them: released and retaken at once, the lock would rarely
+        # pass to a session that waits
+        with network_turn(inputs.shared):
+            make_way = taking_turns(inputs.shared, None)
+            for i, prompt in enumerate(prompts):
+                make_way(i, len(prompts), prompt)
+                records.append(run_live(
+                    inputs, layer, settings, PromptTarget(prompt), folder, n, panel, layer_range,
+                    live_key=f"ps_live_{i}",
+                    heading=f"**Prompt {i + 1} / {len(prompts)}:** “{plain(prompt)}”" if len(prompts) > 1 else None))
     if outcome.failed:
         panel.empty()
         return

@@ -1,7 +1,8 @@
 """Watching the Per-Sample live view in a real browser: which "Step t / T" the page drew, when, and in what order.
 
 Shared by tests/test_browser_live.py (steps drawn in order under load) and benchmarks/bench_live_view.py (the
-same records turned into seconds). Timing lives in the benchmark; tests assert order and completeness only.
+same records turned into seconds); with `open_evaluate`, a long Evaluate request beside the live run
+(tests/test_browser_turns.py, benchmarks/bench_taking_turns.py). Timing lives in the benchmark; tests assert order and completeness only.
 """
 from __future__ import annotations
 
@@ -139,4 +140,19 @@ def open_page(browser, url: str, steps: int, width: int = 1280, height: int = 80
     expect(page.get_by_text("Top prediction")).to_be_visible(timeout=180_000)
     page.evaluate(WATCH_LIVE)
     set_steps(page, steps)
+    return page
+
+
+def open_evaluate(browser, url: str, step: int):
+    """The Evaluate page in a new browser session with its default methods and the yardsticks' insertion /
+    deletion step typed in (pixels a step: a small one makes a long request)."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(180_000)
+    page.goto(f"{url}/evaluate")
+    expect(page.get_by_text("Top prediction")).to_be_visible(timeout=180_000)
+    box = page.get_by_role("spinbutton", name="Pixels per step")
+    box.fill(str(step))
+    box.press("Tab")
     return page

@@ -115,3 +115,21 @@ def test_the_readme_link_pattern_reads_images_links_and_addresses():
     """The pattern the check above relies on picks up images and links, and leaves web addresses aside."""
     text = "![a](docs/x.png) and [b](docs/y.md#part) and [c](https://example.org) and [d](#here)"
     assert _LINK.findall(text) == ["docs/x.png", "docs/y.md#part", "https://example.org", "#here"]
+
+
+def test_the_serving_page_quotes_the_budgets_refusal_as_the_code_words_it():
+    """The refusal quoted in docs/operations/serving.md is what `iba_core.budget` says for the issue's case:
+    Saliency's yardsticks at 1 pixel a step on the 224 × 224 crop, in an app served with the default budget."""
+    from iba_core import settings
+    from iba_core.app.evaluation import yardsticks_cost
+    from iba_core.budget import Cost, RequestTooLarge, check_budget
+    from iba_core.errors import user_message
+    from iba_core.metrics.insertion_deletion import protocol_from
+
+    cost = Cost.part("maps", 2) + yardsticks_cost(1, 224 * 224, protocol_from("rise", step=1))
+    try:
+        check_budget(cost, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")
+    except RequestTooLarge as refused:
+        said = user_message(refused, "app")
+    quoted = re.search(r"\n> (These yardsticks.*?)\n\n", (ROOT / "docs/operations/serving.md").read_text(), re.S)
+    assert quoted is not None and " ".join(quoted.group(1).replace("\n> ", " ").split()) == said

@@ -21,6 +21,7 @@ from ..networks import Network
 from .state import Subject
 
 if TYPE_CHECKING:  # type hints only: the yardsticks' modules load when the section runs
+    from ..budget import Cost
     from ..metrics.insertion_deletion import InsertionDeletionCurves, PixelProtocol
     from ..metrics.road import RoadCurves
 
@@ -102,6 +103,13 @@ def degradation_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], t
     if progress is not None:
         progress(len(maps), len(maps), "done")
     return out
+
+
+def degradation_passes(height: int, width: int, tile: int, points: int | None) -> int:
+    """Forward passes of one method's degradation curves: MoRF and LeRF, one pass per point of each."""
+    from ..metrics.degradation import removal_steps
+
+    return 2 * len(removal_steps(-(-height // tile) * -(-width // tile), points))
 
 
 @dataclass
@@ -341,6 +349,21 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     if progress is not None:
         progress(total, total, "done")
     return out
+
+
+def yardsticks_cost(methods: int, pixels: int, protocol: "PixelProtocol", removed: Sequence[int] | None = None,
+                    boxed: bool = False) -> "Cost":
+    """The network passes `yardsticks_for` costs for `methods` maps of `pixels` pixels: each metric's
+    (`Metric.forward_passes`) per map, by metric."""
+    from ..budget import Cost
+    from ..metrics.road import ROAD_REMOVED
+    from ..metrics.yardsticks import YardstickOptions
+
+    options = YardstickOptions(protocol=protocol, road_removed=tuple(ROAD_REMOVED if removed is None else removed))
+    cost = Cost()
+    for metric in page_metrics(boxed):
+        cost = cost + Cost.part(metric.title, methods * metric.forward_passes(pixels, options))
+    return cost
 
 
 #: Forward passes per method above which the page says how many a step gives, before anything runs (a step of a

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from ..budget import Cost, check_budget
 from ..errors import UserError
 from ..metrics import registry as metric_registry
 from ..trust import Trust, check_server_path
@@ -240,14 +241,16 @@ def stats_images_folder(text: str | None, trust: Trust) -> str | None:
 def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_keys: Sequence[str],
                      layer: str | None = None, limit: int | None = None, *, trust: Trust,
                      batch: int | None = None, owner: str | None = None, metrics: Sequence[str] = (),
-                     prompts: Sequence[str] = (), stats_images: str | None = None) -> FolderJob:
+                     prompts: Sequence[str] = (), stats_images: str | None = None,
+                     budget: int | None = None) -> FolderJob:
     """Start a folder run of `source` into `run_dir` with the shared network, one per server at a time, and return
     it. While `owner`'s own run goes, that run is returned (nothing new starts); while another session's goes,
     FolderRunBusy says so with its progress. Both paths are checked against `trust`, the methods before any work
     (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
     prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`).
     stats_images: the folder the bottlenecks' feature statistics come from (`stats_images_folder`; empty: the
-    network's own)."""
+    network's own). budget: the most network passes one image of the run may cost (`budget`; None: no limit): a run
+    takes its turns with the network image by image, so an image is what one visitor's request holds it for."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -262,6 +265,7 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     methods = _checked_methods(shared, method_keys, layer)
     _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
+    check_budget(image_cost(shared.network, methods, metrics, prompts), budget, "One image of this run")
     stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
@@ -272,6 +276,17 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
                          tuple(prompts), stats_images)
         _JOB._thread.start()
         return _JOB
+
+
+def image_cost(network, methods: Sequence["Method"], metrics: Sequence[str], prompts: Sequence[str] = ()) -> Cost:
+    """The network passes one image of a folder run costs: every method's map and the metrics on it, once per
+    prompt (a CLIP network) or once (a class)."""
+    from ..metrics.yardsticks import forward_passes
+
+    crop = int(getattr(network.preprocess, "crop_size", None) or 224)
+    targets = max(1, len(prompts))
+    maps = Cost.of_methods(methods, network, crop, crop, repeat=targets)
+    return maps + Cost.part("metrics", targets * len(methods) * forward_passes(metrics, crop * crop))
 
 
 def _check_prompts(network, prompts: Sequence[str]) -> None:

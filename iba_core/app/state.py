@@ -15,6 +15,7 @@ from PIL import Image
 
 from ..networks import Network, load_network
 from ..per_sample import AttributionResult
+from ..progress import ProgressFn
 from ..settings import torch_threads
 from ..trust import Trust
 
@@ -67,15 +68,32 @@ class SharedModel:
     Streamlit serves all sessions from one process; the model's modules are shared and the
     bottleneck temporarily changes their state (eval flags, hooks), so runs must not interleave.
     RLock: a helper that takes the lock may call another that takes it too.
+
+    Long work takes turns: at a point where it leaves the network as it found it (between methods, images, cells
+    or batches of passes: no hook, no changed flag) it calls `make_way`, which lets a session that waits go first
+    once the lock has been held `SHARE_AFTER_S`, then waits for its own turn again.
     """
 
     network: Network
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: What it was loaded from: a registered key, torchvision:NAME or a model card's path.
     source: str = ""
+    # Who holds the lock, how often (its RLock depth), since when; how many threads wait, how often it was taken
+    # (a handoff's sign). Changed only by the holder, or under `_counts`.
+    _owner: int | None = field(default=None, init=False, repr=False)
+    _depth: int = field(default=0, init=False, repr=False)
+    _since: float = field(default=0.0, init=False, repr=False)
+    _waiting: int = field(default=0, init=False, repr=False)
+    _taken: int = field(default=0, init=False, repr=False)
+    _counts: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     #: Seconds between two on_wait calls while another session holds the network.
     WAIT_POLL_S = 0.5
+    #: Seconds long work holds the network before `make_way` lets a waiting session go first: short against a
+    #: Per-Sample run (seconds), long against a handoff (microseconds).
+    SHARE_AFTER_S = 1.0
+    #: Seconds `make_way` waits for the waiting session to take the lock before it queues again itself.
+    HANDOFF_S = 1.0
 
     @contextmanager
     def busy(self, on_wait: Callable[[float], None] | None = None,
@@ -93,22 +111,79 @@ class SharedModel:
             with TORCH_THREADS.held():
                 yield self.network
         finally:
-            self.lock.release()
+            if self.holds():  # not after a `make_way` whose wait was stopped
+                self.release()
+
+    def holds(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
 
     def acquire(self, on_wait: Callable[[float], None] | None = None, poll_s: float | None = None) -> float:
         """Take the lock (see `busy`); returns the seconds spent waiting for it."""
         if self.lock.acquire(blocking=False):
+            self._took()
             return 0.0
-        if on_wait is None:
-            start = time.monotonic()
-            self.lock.acquire()
-            return time.monotonic() - start
-        poll = self.WAIT_POLL_S if poll_s is None else poll_s
+        with self._counts:
+            self._waiting += 1
         start = time.monotonic()
-        on_wait(0.0)
-        while not self.lock.acquire(timeout=poll):
-            on_wait(time.monotonic() - start)
+        try:
+            if on_wait is None:
+                self.lock.acquire()
+            else:
+                poll = self.WAIT_POLL_S if poll_s is None else poll_s
+                on_wait(0.0)
+                while not self.lock.acquire(timeout=poll):
+                    on_wait(time.monotonic() - start)
+        finally:
+            with self._counts:
+                self._waiting -= 1
+        self._took()
         return time.monotonic() - start
+
+    def _took(self) -> None:
+        if self._depth == 0:
+            self._owner, self._since = threading.get_ident(), time.monotonic()
+            with self._counts:
+                self._taken += 1
+        self._depth += 1
+
+    def release(self) -> None:
+        """Give back one level of the lock (the caller holds it)."""
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self.lock.release()
+
+    def make_way(self, on_wait: Callable[[float], None] | None = None) -> float:
+        """At a point where the caller leaves the network as it found it: if another session waits and the
+        caller has held the lock (once, not nested) for `SHARE_AFTER_S`, let that session go first and wait for
+        the lock again (`on_wait` as in `busy`; if it raises, the caller no longer holds the lock). Returns the
+        seconds spent waiting (0.0 when nobody waits)."""
+        if not self.holds() or self._depth != 1 or self._waiting == 0:
+            return 0.0
+        if time.monotonic() - self._since < self.SHARE_AFTER_S:
+            return 0.0
+        taken = self._taken
+        self.release()
+        deadline = time.monotonic() + self.HANDOFF_S
+        # A plain lock is not fair: without this pause the releasing thread could take it straight back.
+        while self._taken == taken and self._waiting > 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return self.acquire(on_wait)
+
+
+def sharing(shared: SharedModel, progress: ProgressFn | None,
+            on_wait: Callable[[float], None] | None = None) -> ProgressFn:
+    """`progress` that first makes way (`SharedModel.make_way`) for a session waiting for `shared`: for long work
+    whose progress calls come where the network is as it found it (between methods, images, grid cells, batches
+    of a metric's passes; never inside a bottleneck's steps, whose hooks stay on the network)."""
+
+    def report(done: int, total: int, label: str) -> None:
+        shared.make_way(on_wait)
+        if progress is not None:
+            progress(done, total, label)
+
+    return report
 
 
 def load_shared(key: str, trust: Trust | None = None) -> SharedModel:

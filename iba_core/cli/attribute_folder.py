@@ -231,12 +231,15 @@ def run(args: argparse.Namespace) -> int:
     from .. import ranks
     from ..runs import finish_run, run_folder
     from ..runs.store import TABLE_FILE
-    from .common import load_from_args, print_json, progress_bar
+    from .common import load_from_args, print_json, progress_bar, say_cost
 
     rank, world = ranks.rank_and_world()
     methods = check_folder_options(args)
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     methods, root, items, settings = folder_settings(args, network, methods)
+    from ..app.folder_job import image_cost
+
+    say_cost(image_cost(network, methods, settings.metrics, settings.prompts).times(len(items)))
     progress, close = (None, lambda: None) if args.no_progress else progress_bar(
         f"attribute {Path(args.image).name}" + (f" rank {rank}/{world}" if world > 1 else ""))
     try:

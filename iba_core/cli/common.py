@@ -268,3 +268,13 @@ def run_command(args: argparse.Namespace) -> int:
         traceback.print_exception(err, file=sys.stderr)
         print(f"error: {internal_message(err, CLI_LOG_PLACE)}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def say_cost(cost) -> None:
+    """Print a long request's cost (`budget.cost_note`: above `budget.SAY_ABOVE` network passes) on stderr before it
+    starts; the command line refuses nothing (its user owns the machine)."""
+    from ..budget import cost_note
+
+    note = cost_note(cost)
+    if note:
+        print(f"note: {note}", file=sys.stderr)

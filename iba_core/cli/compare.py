@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     files.weights_file(args)
     out = files.output_folder(args.out)  # made after the cheap checks: a typo leaves no empty folder
     from ..band_images import photo_or_path
-    from .common import load_from_args
+    from ..budget import Cost
+    from ..methods import resolve_methods
+    from .common import load_from_args, say_cost
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)
+    say_cost(Cost.of_methods([m for m in resolve_methods(chosen_methods(args), settings)
+                              if m.available_for(network) is None], network, *x.shape[-2:]))
     maps, failures = run_methods(network, x, target, chosen_methods(args), settings)
     summary = write_results(out, maps, failures, network, cropped, target, image_name=str(args.image))
     print(json.dumps({"out": str(out), "target": target, "class_name": summary["class_name"],

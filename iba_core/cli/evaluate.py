@@ -122,6 +122,17 @@ def method_list(args: argparse.Namespace) -> list:
     return methods
 
 
+def say_evaluation_cost(network, metric, methods: dict, images: int, options: EvalOptions) -> None:
+    """The maps' network passes and, for a metric measured per map, its own, said before a long evaluation."""
+    from ..budget import Cost
+    from .common import say_cost
+
+    crop = int(getattr(network.preprocess, "crop_size", None) or 224)
+    per_map = metric.forward_passes(crop * crop, options)
+    say_cost(Cost.of_methods(methods.values(), network, crop, crop, repeat=images)
+             + Cost.part(metric.title, images * len(methods) * per_map))
+
+
 def run(args: argparse.Namespace) -> int:
     rank, world = ranks.rank_and_world()
     if args.merge_only:
@@ -169,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if unlabelled:
             print(f"note: {unlabelled} unlabelled image(s) are skipped", file=sys.stderr)
+    say_evaluation_cost(network, metric, methods, len(items), options)
     if world > 1:
         res.done_marker(args.out, rank).unlink(missing_ok=True)
     written = run_evaluation(args.metric, network, items, methods, args.out, options, rank, world)

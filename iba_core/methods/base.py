@@ -86,6 +86,16 @@ class Method:
         """None if the method can run on `network`, else one sentence saying why not."""
         return None
 
+    #: Network passes of one map, for `forward_passes`: a forward and a backward pass (a backward counts as one).
+    PASSES = 2
+
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """About how many passes of one image through the network one map of a `height` × `width` input costs (a
+        backward pass counts as one more), before anything runs: what `iba_core.budget` holds a request to. One
+        forward and one backward pass unless a method says otherwise; a method fitted once per network
+        (statistics, patterns, a readout) counts its maps only."""
+        return self.PASSES
+
     def settings_identity(self, network) -> dict:
         """The settings as they decide the maps on `network`, as plain values (a run folder records them and
         refuses to mix maps made otherwise): the settings themselves unless a method resolves some."""

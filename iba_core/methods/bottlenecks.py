@@ -44,6 +44,12 @@ class BottleneckMethod(Method):
     batched = True  # one bottleneck per image, fitted together (`PerSampleBottleneck.attribute_batch`)
     takes_label_sets = False  # its loss reads the head for one class
 
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """A forward and a backward pass of each noisy copy at every step (steps × batch × 2), and the clean
+        image's forward pass; the feature statistics, estimated once per layer, are capped on their own."""
+        settings = self.settings_object()
+        return 2 * settings.steps * settings.batch + 1
+
     def resolve(self, network) -> tuple[object, list[str]]:
         """(the network the bottleneck runs on — `network` or a view of it listing more layers —, its layers),
         worked out once per network (`_resolve`) and kept: every batch and every front end's question asks it."""

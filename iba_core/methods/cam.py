@@ -115,5 +115,7 @@ class GuidedGradCam(GradCam):
     def available_for(self, network) -> str | None:
         return super().available_for(network) or no_guided_units(network.model)
 
+    PASSES = 4  # Grad-CAM's forward and backward pass, then Guided Backprop's
+
     def _compute_batch(self, network, x, targets):
         return per_image(sum_channels(guided_gradient(network.model, x, targets) * self.cam(network, x, targets)))

@@ -219,6 +219,17 @@ class ScoreCam(_LayerMapMethod):
         # vary most over the positions (Faster Score-CAM's shortcut: k forward passes instead of C).
         return {**super().default_settings(), "batch_size": 32, "channels": None}
 
+    #: Channels assumed where the layer's cannot be read from its modules (a ResNet-50's last block has 2,048).
+    ASSUMED_CHANNELS = 2048
+
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """One forward pass per channel weighed (the `channels` most varying, else every channel of the layer, read
+        from its modules' sizes), and one for the activations."""
+        if self.settings["channels"] is not None:
+            return int(self.settings["channels"]) + 1
+        return layer_channels(network, self.settings["layer"], self.settings["layer_input"],
+                              self.ASSUMED_CHANNELS) + 1
+
     def layer_map(self, network, x, targets, module, path, is_input):
         a = activations(network, x, module, path, is_input, self.name)
         a = most_varying_channels(a, self.settings["channels"])
@@ -235,11 +246,36 @@ class LayerCam(_LayerMapMethod):
         return (grad.clamp(min=0) * a).sum(dim=1)
 
 
+def layer_channels(network, layer: str | None, layer_input: bool | None, assumed: int) -> int:
+    """The channels a CAM layer of `network` gives, read without running the network from the sizes
+    (`out_channels`, `num_features`, `out_features`, `normalized_shape`) of the last module that has one: inside
+    the layer, or for a layer's input the last such module registered before it; `assumed` where none can be read
+    (no CAM layer, modules without sizes). An estimate, for the cost of a request."""
+    from .cam import cam_layer
+
+    try:
+        path, is_input = cam_layer(network, layer, layer_input)
+        modules = list(network.model.named_modules())
+    except Exception:  # noqa: BLE001 - an estimate: the method itself says why it cannot run
+        return assumed
+    inside = [m for name, m in modules if name == path or name.startswith(path + ".")]
+    before = [m for name, m in modules[:next((i for i, (n, _) in enumerate(modules) if n == path), 0)]]
+    for sub in reversed(before if is_input else inside):
+        for name in ("out_channels", "num_features", "out_features"):
+            if isinstance(getattr(sub, name, None), int):
+                return int(getattr(sub, name))
+        shape = getattr(sub, "normalized_shape", None)
+        if isinstance(shape, tuple) and shape:
+            return int(shape[-1])
+    return assumed
+
+
 class EigenCam(_LayerMapMethod):
     key = "eigen_cam"
     name = "Eigen-CAM"
     description = ("Last conv block's activations projected on their first principal component (the same map for "
                    "every class), rectified and upsampled.")
+    PASSES = 1  # a forward pass; no gradient
 
     def layer_map(self, network, x, targets, module, path, is_input):
         return eigen_projection(activations(network, x, module, path, is_input, self.name))

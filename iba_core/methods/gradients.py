@@ -67,6 +67,10 @@ class IntegratedGradients(Method):
         # batch: interpolated images per forward/backward pass (memory vs. speed; same result)
         return {"steps": 50, "batch": 10}
 
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """A forward and a backward pass per step of the path."""
+        return 2 * int(self.settings["steps"])
+
     def _compute(self, network, x, target):
         steps = int(self.settings["steps"])
         if steps < 1:
@@ -109,6 +113,10 @@ class SmoothGrad(Method):
     @classmethod
     def default_settings(cls) -> dict:
         return {"samples": 50, "noise": 0.15, "batch": 10, "seed": 0, "reduce": "max_abs"}
+
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """A forward and a backward pass per noisy copy."""
+        return 2 * int(self.settings["samples"])
 
     def _compute(self, network, x, target):
         samples = int(self.settings["samples"])

@@ -38,6 +38,11 @@ class Occlusion(Method):
         # perturbations_per_eval: occluded copies per forward pass (memory vs. speed; the result is the same)
         return {"size": 8, "perturbations_per_eval": 16, "occluder": "mean"}
 
+    def forward_passes(self, network, height: int, width: int) -> int:
+        """One forward pass per tile (cut at the border) and one of the whole image."""
+        size = int(self.settings["size"])
+        return -(-height // size) * -(-width // size) + 1
+
     def _compute(self, network, x: torch.Tensor, target: int) -> torch.Tensor:
         size = int(self.settings["size"])
         h, w = x.shape[-2:]

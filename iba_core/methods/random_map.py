@@ -14,6 +14,7 @@ class RandomMap(Method):
     name = "Random"
     signed = False
     description = "Uniform random values: the score any useful method must beat."
+    PASSES = 0  # no pass through the network
 
     @classmethod
     def default_settings(cls) -> dict:

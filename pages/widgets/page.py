@@ -10,6 +10,7 @@ from typing import Any
 import streamlit as st
 
 from iba_core.app.maps import MapCache
+from iba_core.settings import max_request_passes
 from iba_core.trust import Trust, is_local_address
 
 
@@ -107,6 +108,12 @@ def app_trust() -> Trust:
     """What this app's owner allows (IBA_TRUST_CODE, IBA_DATA_DIRS); paths on the server typed by a visitor
     anywhere only when the server listens on this machine alone (its visitor is its owner)."""
     return Trust.for_app(localhost=is_local_address(st.get_option("server.address")))
+
+
+def request_budget() -> int | None:
+    """The most network passes one request may cost here (`settings.max_request_passes`): none in an app that
+    listens on this machine alone, unless its owner sets one."""
+    return max_request_passes(localhost=is_local_address(st.get_option("server.address")))
 
 
 # ---- widget state that survives page switches ---------------------------------------------------

@@ -8,14 +8,16 @@ from typing import Callable, Iterator, Protocol, TypeVar
 
 import streamlit as st
 
-from iba_core.app.state import SharedModel
+from iba_core.app.state import SharedModel, sharing
+from iba_core.budget import Cost, check_budget
 from iba_core.app.stats_source import (choose_method_stats, choose_range_stats, choose_stats, stats_for_methods,
                                        stats_progress_text)
 from iba_core.networks import Network
+from iba_core.progress import ProgressFn
 from iba_core.trust import check_server_path
 from iba_core.feature_stats import FeatureStats
 
-from pages.widgets.page import app_trust
+from pages.widgets.page import app_trust, request_budget
 
 
 class Inputs(Protocol):
@@ -54,6 +56,59 @@ def network_turn(shared: SharedModel, timing: dict | None = None) -> Iterator[Ne
         if timing is not None:
             timing["wait"] = timing.get("wait", 0.0) + time.monotonic() - start
         yield network
+
+
+#: Shown while a long request has let another session's run go first (`SharedModel.make_way`).
+MADE_WAY_MESSAGE = "Paused while another visitor's run goes first ({seconds:.0f} s)…"
+
+
+def taking_turns(shared: SharedModel, progress: ProgressFn | None) -> ProgressFn:
+    """`progress` for long work that takes turns with other sessions (`state.sharing`): at each of its steps it
+    lets a waiting session's run go first, saying so while it waits for the network again. Only for progress
+    called where the network is as it was found (between methods, cells, batches of a metric's passes)."""
+    holder = st.empty()
+
+    def on_wait(seconds: float) -> None:
+        holder.info(MADE_WAY_MESSAGE.format(seconds=seconds), icon=":material/hourglass_top:")
+
+    def report(done: int, total: int, label: str) -> None:
+        holder.empty()
+        if progress is not None:
+            progress(done, total, label)
+
+    return sharing(shared, report, on_wait)
+
+
+@contextmanager
+def stoppable(key: str) -> Iterator[None]:
+    """A Stop button while the block runs a request: pressing it reruns the page, which ends the request at its
+    next step (Streamlit stops a running page when a widget changes) and gives the network back; the previous
+    results stay, and `stopped_note(key)` says so on the rerun. The button goes when the block ends."""
+    slot = st.empty()
+    slot.button("Stop", key=key, icon=":material/stop_circle:", on_click=_mark_stopped, args=(key,),
+                help="Stops this request at its next step; the results shown before it stay.")
+    try:
+        yield
+    except Exception:  # a refusal or an error: the button goes with the request (a stop is no Exception)
+        slot.empty()
+        raise
+    slot.empty()
+
+
+def _mark_stopped(key: str) -> None:
+    st.session_state[f"_stopped_{key}"] = True
+
+
+def stopped_note(key: str) -> None:
+    """Say once, after a Stop (`stop_button(key)`), that the request was stopped and what is shown."""
+    if st.session_state.pop(f"_stopped_{key}", False):
+        st.info("Stopped. Nothing of that request was kept; the results below are from before it.",
+                icon=":material/stop_circle:")
+
+
+def check_request(cost: Cost, what: str) -> None:
+    """Refuse a request above this app's budget (`budget.check_budget`) before anything runs."""
+    check_budget(cost, request_budget(), what)
 
 
 # ---- statistics with a progress bar ------------------------------------------------------------

@@ -4,6 +4,7 @@ the network between two batches; one image is timed before a run, and the pace o
 left while it goes."""
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -171,3 +172,22 @@ def test_the_page_run_measures_the_chosen_metrics_and_the_estimate_times_them(sh
     ok = table[table["error"].isna()]
     assert len(ok) == 3 and ok[["deletion_auc", "road_morf", "road_lerf", "road_combined"]].notna().all().all()
     assert ok["deletion_auc"].between(0, 1).all() and table["insertion_auc"].isna().all()
+
+
+def test_one_image_beyond_the_budget_is_refused_before_the_run_starts(shared, tmp_path, monkeypatch):
+    """A folder run takes its turns image by image, so the budget holds one image's passes: every method's map and
+    the metrics on it. Above the budget nothing starts (no run folder) and the sentence says the image's cost."""
+    monkeypatch.setattr(folder_job, "_JOB", None)
+    images = write_folder_with_bad_files(tmp_path / "images", good=2)
+    trust = Trust(server_paths=(tmp_path.resolve(),))
+    methods = [get_method("saliency"), get_method("iba_10")]
+    cost = folder_job.image_cost(shared.network, methods, ("deletion",))
+    crop = shared.network.preprocess.crop_size
+    assert cost.parts == (("maps", 2 + 201), ("metrics", 2 * (crop * crop // 224 + (crop * crop % 224 > 0) + 1)))
+    with pytest.raises(folder_job.UserError, match=re.escape(f"One image of this run would cost {cost.describe()}")):
+        folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency", "iba_10"], trust=trust,
+                                    metrics=["deletion"], budget=cost.passes - 1)
+    assert not (tmp_path / "run").exists() and folder_job.current_job() is None
+    job = folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,
+                                      budget=cost.passes)
+    assert job.wait(120) and job.error is None, job.error

@@ -131,7 +131,7 @@ def test_busy_does_not_report_a_free_network_or_its_own_lock() -> None:
             pass
     assert waits == []
     assert shared.acquire() == 0.0
-    shared.lock.release()
+    shared.release()
 
 
 def test_an_error_in_on_wait_ends_the_wait_without_the_lock() -> None:
@@ -155,6 +155,99 @@ def test_an_error_in_on_wait_ends_the_wait_without_the_lock() -> None:
     t.start()
     t.join()
     assert got == [True], "the lock must not be left held"
+
+
+def _second_session(shared: SharedModel, log: list[str], started: threading.Event) -> threading.Thread:
+    """A thread that waits for the network (as another session's Per-Sample run would), logs its turn."""
+
+    def run() -> None:
+        started.set()
+        with shared.busy():
+            log.append("other")
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _wait_until_waiting(shared: SharedModel) -> None:
+    for _ in range(500):
+        if shared._waiting:
+            return
+        time.sleep(0.005)
+    raise AssertionError("the second session never waited")
+
+
+def test_make_way_lets_a_waiting_session_go_first_between_steps(monkeypatch) -> None:
+    """Long work calling make_way between its steps: a session that starts waiting during step 2 runs before step
+    3, not after the last step (before make_way the whole request held the network)."""
+    shared = SharedModel(network=object())
+    monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
+    log: list[str] = []
+    started = threading.Event()
+    with shared.busy():
+        for step in range(1, 6):
+            log.append(f"step {step}")
+            if step == 2:
+                other = _second_session(shared, log, started)
+                started.wait(5)
+                _wait_until_waiting(shared)
+            shared.make_way()
+        assert shared.holds()
+    other.join(5)
+    assert log == ["step 1", "step 2", "other", "step 3", "step 4", "step 5"]
+    assert not shared.holds() and shared.lock.acquire(blocking=False)
+    shared.lock.release()
+
+
+def test_make_way_keeps_the_network_when_nobody_waits_early_or_nested(monkeypatch) -> None:
+    shared = SharedModel(network=object())
+    with shared.busy():
+        assert shared.make_way() == 0.0 and shared.holds()  # nobody waits
+    log: list[str] = []
+    started = threading.Event()
+    with shared.busy():
+        other = _second_session(shared, log, started)
+        _wait_until_waiting(shared)
+        monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 60.0)
+        shared.make_way()  # held for less than SHARE_AFTER_S: no handoff yet
+        monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
+        with shared.busy():  # nested: a helper's own hold cannot be given away halfway
+            shared.make_way()
+        log.append("mine")
+    other.join(5)
+    assert log == ["mine", "other"]
+
+
+def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch) -> None:
+    """The person whose long request made way presses Stop while the other run goes: the wait ends with the
+    exception, `busy` releases nothing it no longer holds, and the lock is free afterwards."""
+    shared = SharedModel(network=object())
+    monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
+    release_other = threading.Event()
+
+    def other_run() -> None:
+        with shared.busy():
+            release_other.wait(5)
+
+    class Stopped(Exception):
+        pass
+
+    def stop(seconds: float) -> None:
+        raise Stopped
+
+    with pytest.raises(Stopped):
+        with shared.busy():
+            t = threading.Thread(target=other_run)
+            t.start()
+            _wait_until_waiting(shared)
+            try:
+                shared.make_way(on_wait=stop)
+            finally:
+                release_other.set()
+    t.join(5)
+    assert not shared.holds() and shared.lock.acquire(blocking=False)
+    shared.lock.release()
 
 
 def test_run_record_keeps_timing_and_the_original() -> None:

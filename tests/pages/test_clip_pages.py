@@ -132,6 +132,30 @@ def test_an_empty_prompt_box_says_so_and_keeps_the_last_result(open_page, models
     assert at.session_state["ps_run"] is before
 
 
+def test_a_thousand_prompts_are_refused_before_any_run_within_the_budget(open_page, models, lock_waits) -> None:
+    """1,000 CLIP prompts took 234 s on a tiny model: in an app served to others (AppTest listens on no address) the
+    box's runs are counted first and refused above the budget in one sentence; the last result stays."""
+    at = added(open_page("per_sample"), models)
+    at.text_area(key=PROMPTS_KEY).set_value("a ruler")
+    at.number_input(key="ps_steps").set_value(1)
+    at.number_input(key="ps_batch").set_value(2)
+    at = clean(at.button(key="ps_run_button").click().run())
+    turns = len(lock_waits)
+    at.run()  # a rerun that asks for nothing takes the network this often (the image's prediction)
+    before, plain, turns = at.session_state["ps_run"], len(lock_waits) - turns, len(lock_waits)
+    at.text_area(key=PROMPTS_KEY).set_value("\n".join(f"a photo of thing {i}" for i in range(1000)))
+    at.number_input(key="ps_steps").set_value(10)
+    at.number_input(key="ps_batch").set_value(10)
+    at = at.button(key="ps_run_button").click().run()
+    assert_clean(at)
+    (error,) = [e.value for e in at.error]
+    # 1,000 runs × (10 steps × 10 copies × 2 + 1) passes
+    assert error.startswith("These 1000 runs (one per prompt) would cost about 201,000 network passes, more than "
+                            "the 10,000 one request may cost on this shared app, so it did not start")
+    assert "IBA_MAX_REQUEST_PASSES" in error
+    assert at.session_state["ps_run"] is before and len(lock_waits) - turns == plain  # nothing ran
+
+
 # ---- the Dataset page's prompt search ---------------------------------------------------------------
 
 

@@ -161,3 +161,29 @@ def test_a_small_step_says_its_forward_passes_before_running(open_page) -> None:
     assert "ev_yardsticks" not in at.session_state  # said before anything runs
     at.number_input(key="ev_step").set_value(None).run()
     assert passes_said() == []
+
+
+def test_a_request_beyond_the_budget_is_refused_before_it_runs(open_page, lock_waits, monkeypatch) -> None:
+    """The issue's 1 pixel a step: 2 × 50,177 passes per method, an hour under the network's lock. In an app served
+    to others (AppTest listens on no address) it is refused in one sentence before the network is taken; the last
+    result stays. The owner's own budget (IBA_MAX_REQUEST_PASSES) holds even a default request to it."""
+    from iba_core.app.evaluation import yardsticks_cost
+
+    at = open_page("evaluate")
+    at.checkbox(key="ev_pointing").uncheck()
+    at, _ = measure(at)
+    run, turns = at.session_state["ev_yardsticks"], len(lock_waits)
+    at.run()  # a rerun that asks for nothing takes the network this often (the image's prediction)
+    plain, turns = len(lock_waits) - turns, len(lock_waits)
+    at, _ = measure(at, step=1)
+    (error,) = [e.value for e in at.error]
+    cost = yardsticks_cost(len(CHEAP), 224 * 224, protocol_from("rise", step=1), (30, 60, 90))  # maps: cached
+    assert error.startswith(f"These yardsticks would cost {cost.describe()}, more than the 10,000 one request may "
+                            "cost on this shared app, so it did not start")
+    assert at.session_state["ev_yardsticks"] is run and len(lock_waits) - turns == plain  # no turn of its own
+    assert not at.get("progress")  # no bar left behind
+
+    monkeypatch.setenv("IBA_MAX_REQUEST_PASSES", "50")
+    at, _ = measure(at)  # the coarse step: 9 points a curve, yet above the owner's 50
+    assert "more than the 50 one request may cost" in at.error[0].value
+    assert at.session_state["ev_yardsticks"] is run
