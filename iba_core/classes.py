@@ -6,16 +6,18 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import UserError
+from .errors import UserError, quoted
 
 #: A class given by its index: digits, optionally signed (so "-1" is an index out of range, not a name).
 INDEX_TEXT = re.compile(r"^[+-]?\d+$")
+#: The most digits a class index is read with.
+MAX_INDEX_DIGITS = 18
 #: The longest part of a typed target a message repeats.
 SHOWN_TARGET = 60
 
 
 def _shown(text: str) -> str:
-    return repr(text if len(text) <= SHOWN_TARGET else text[: SHOWN_TARGET - 1] + "…")
+    return quoted(text, SHOWN_TARGET)
 
 
 def resolve_class(categories: Sequence[str], target: int | str) -> int:
@@ -25,6 +27,10 @@ def resolve_class(categories: Sequence[str], target: int | str) -> int:
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         idx = int(target)
     elif isinstance(target, str) and INDEX_TEXT.match(target.strip()):
+        digits = target.strip().lstrip("+-")
+        if len(digits) > MAX_INDEX_DIGITS:  # int() refuses 4,300 digits; no network has this many classes
+            raise UserError(f"Class index {_shown(target.strip())} is out of range"
+                            f"{f' 0…{len(categories) - 1}' if categories else ''}.")
         idx = int(target.strip())
     else:
         idx = None

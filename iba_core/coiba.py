@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .bottleneck import inject_noise
-from .errors import UserError
+from .errors import UserError, quoted
 from .feature_stats import FeatureStats
 from .model_state import frozen_eval, replaced_output
 from .network_cache import cache_of
@@ -140,7 +140,7 @@ def parse_range(given: str | Sequence[str]) -> tuple[str, str]:
     else:
         parts = []
     if len(parts) != 2 or not all(parts):
-        raise UserError(f"A layer range is {RANGE_FORM}, not {str(given)[:60]!r}.")
+        raise UserError(f"A layer range is {RANGE_FORM}, not {quoted(given, 60)}.")
     return parts[0], parts[1]
 
 

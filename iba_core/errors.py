@@ -83,6 +83,18 @@ def _number_text(value: float) -> str:
     return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:g}")
 
 
+def quoted(text: object, limit: int = 40) -> str:
+    """`text` as a message quotes what a user typed: its repr (so control and invisible characters show as
+    escapes), of at most `limit` characters of the text (the cut marked '…'), and at most 3 × `limit` characters in
+    all (an escape such as \\U0002ebe1 takes up to ten characters for one)."""
+    text = str(text)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    shown = repr(text)
+    cap = 3 * limit
+    return shown if len(shown) <= cap else shown[: cap - 2] + "…" + shown[0]
+
+
 def check_range(name: str, value: object, low: float, high: float, *, integer: bool = False,
                 unit: str = "") -> float:
     """`value` as a float (an int where `integer`) if it lies in [low, high]; else a UserError naming the range.
@@ -103,4 +115,4 @@ def check_range(name: str, value: object, low: float, high: float, *, integer: b
 
 
 __all__ = ["CLI_LOG_PLACE", "USER_ERRORS", "FrontEnd", "MissingFileError", "UserError", "check_range",
-           "internal_message", "user_message"]
+           "internal_message", "quoted", "user_message"]

@@ -42,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .classes import resolve_class
+from .classes import MAX_INDEX_DIGITS, resolve_class
 from .errors import MissingFileError, UserError
 
 WNID = re.compile(r"^n\d{8}$")
@@ -88,7 +88,7 @@ def _read_class_index_json(path: Path, text: str) -> LabelMap:
     try:
         data = json.loads(text)
         wnids = {str(v[0]): int(k) for k, v in data.items()}
-    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError, RecursionError) as err:
         raise DataError(f"{path} is not an imagenet_class_index.json-style map ({{\"0\": [wnid, name]}}).") from err
     return LabelMap({}, wnids)
 
@@ -96,7 +96,10 @@ def _read_class_index_json(path: Path, text: str) -> LabelMap:
 def read_label_file(path: str | os.PathLike) -> LabelMap:
     """Parse a label / wnid-mapping file (see the module docstring); OSError if it cannot be read."""
     path = Path(path).expanduser()
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"The label file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}).") from None
     if path.suffix.lower() == ".json":
         return _read_class_index_json(path, text)
     rows = []
@@ -116,7 +119,7 @@ def read_label_file(path: str | os.PathLike) -> LabelMap:
         if len(r) < 2:
             continue
         key, value = r[0], r[1].strip()
-        if WNID.match(key) and value.isdigit():
+        if WNID.match(key) and value.isdecimal() and len(value) <= MAX_INDEX_DIGITS:  # what int() reads
             labels.wnids[key] = int(value)
         else:
             labels.images[key] = value

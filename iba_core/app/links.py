@@ -30,7 +30,7 @@ import numpy as np
 from ..bottleneck import BETA_K_RANGE
 from ..cache import cache_file, load_arrays, save_arrays
 from ..coiba import layer_range as coiba_layers, parse_range, range_text
-from ..errors import UserError
+from ..errors import UserError, quoted
 from ..images import sample_image_names
 from ..networks import REGISTRY
 from ..networks.card_format import CARD_PREFIX
@@ -99,7 +99,7 @@ def to_params(view: View) -> dict[str, str]:
 
 def _shown(value: str) -> str:
     """A value from a link as a message quotes it (shortened; the page escapes its Markdown)."""
-    return repr(value if len(value) <= 40 else value[:37] + "…")
+    return quoted(value, 40)
 
 
 def from_params(params: Mapping[str, str], cards: Iterable[CardChoice] = ()) -> tuple[View, list[str]]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..trust import shown
+from ..networks.clip_models import clean_prompt
 from ..per_sample import BottleneckSettings
 from ..runs.highlights import BITS_UNIT
 from ..runs.tables import Run
@@ -68,6 +70,7 @@ def search_prompt(run: Run, text: str, method: str | None = None) -> PromptSearc
     wanted = " ".join((text or "").split())
     if not wanted:
         raise UserError("Type a prompt to search the run for, or pick one of its prompts.")
+    wanted = clean_prompt(wanted)  # longer than any prompt a run holds: one sentence, the text not echoed
     prompts = run_prompts(run)
     if not prompts:
         raise UserError("This run explains classes, not text prompts: searching for a prompt needs a folder run of a "
@@ -82,7 +85,7 @@ def search_prompt(run: Run, text: str, method: str | None = None) -> PromptSearc
     if method is None:
         method = methods[0] if methods else None
     if method not in methods:
-        raise UserError(f"The run has no {method} map for the prompt “{found}”.")
+        raise UserError(f"The run has no {shown(str(method), 40)} map for the prompt “{found}”.")
     rows = result_rows(run.table)
     rows = rows[(rows["prompt"] == found) & (rows["method"] == method)]
     by = "total_bits" if method_units(run).get(method) == BITS_UNIT else "p_target"

@@ -13,14 +13,14 @@ import argparse
 from typing import Sequence
 
 from . import attribute, compare, evaluate, models, readout, report, stats
-from .common import run_command
+from .common import Parser, run_command
 
 #: The command modules, in the order `--help` lists them.
 COMMANDS = (models, stats, attribute, compare, evaluate, readout, report)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m iba_core",
         description="Information Bottleneck Attribution (Schulz et al., ICLR 2020) from the command line.",
     )

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import traceback
 from typing import Any, Callable
 
-from ..errors import CLI_LOG_PLACE, UserError, internal_message, user_message
+from ..errors import CLI_LOG_PLACE, UserError, internal_message, quoted, user_message
 from ..networks import DEFAULT_NETWORK, REGISTRY
 
 #: Exit statuses: a user's mistake (EXIT_FAILED) and a bug (EXIT_INTERNAL, sysexits' EX_SOFTWARE) apart, so a
@@ -38,6 +39,18 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
 
 
+#: A value argparse quotes whole in a refusal ("invalid choice: '…'"), when longer than 60 characters.
+_LONG_QUOTE = re.compile(r"'((?:[^'\\]|\\.){57})(?:[^'\\]|\\.){4,}'")
+
+
+class Parser(argparse.ArgumentParser):
+    """The commands' parser: argparse's, but a refused value is quoted shortened, not whole (an option's
+    choices or type refusal would repeat a pasted page on the error line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(_LONG_QUOTE.sub(lambda m: f"'{m.group(1)}…'", message))
+
+
 def model_arg(text: str) -> str:
     """--model's check: a registered key, torchvision:NAME, timm:NAME, hf:ORG/NAME, a model folder or an existing
     .toml card (argparse error otherwise)."""
@@ -54,10 +67,27 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text[:40]!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {quoted(text)}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {quoted(text)}")
     return value
+
+
+def whole_number(text: str) -> int:
+    """argparse type: a whole number of any sign, the metrics check its range (argparse's own `int` repeats a
+    refused value whole: 5,000 digits on one line)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {quoted(text)}") from None
+
+
+def real_number(text: str) -> float:
+    """argparse type: a number (NaN and ±inf too: the metrics refuse them with their range), its echo cut."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {quoted(text)}") from None
 
 
 #: One line on CoIBA for every command's --help (the method itself: iba_core.coiba).
@@ -157,10 +187,10 @@ def add_yardstick_args(p: argparse.ArgumentParser) -> None:
     from ..metrics.road import ROAD_NOISE, ROAD_REMOVED
 
     # ROAD (Rong et al. 2022)
-    p.add_argument("--removed", type=float, nargs="+", default=None, metavar="P",
+    p.add_argument("--removed", type=real_number, nargs="+", default=None, metavar="P",
                    help="road: percentages of pixels removed, 0 < P < 100 (default: "
                    f"{' '.join(map(str, ROAD_REMOVED))}; pytorch-grad-cam's percentile is 100 − P)")
-    p.add_argument("--noise", type=float, default=ROAD_NOISE,
+    p.add_argument("--noise", type=real_number, default=ROAD_NOISE,
                    help="road: σ of the noise added to the imputed pixels, in the network's normalised input "
                    "(default: %(default)s)")
     # insertion / deletion and pointing
@@ -172,12 +202,12 @@ def add_yardstick_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deletion-baseline", choices=DELETION_BASELINES, default=None,
                    help="deletion: replace pixels with zeros of the normalised input or with the blurred image "
                         "(default: the protocol's)")
-    p.add_argument("--blur-kernel", type=int, default=None,
+    p.add_argument("--blur-kernel", type=whole_number, default=None,
                    help="insertion/deletion: the Gaussian blur's kernel, an odd number of pixels (default: the "
                         "protocol's)")
-    p.add_argument("--blur-sigma", type=float, default=None,
+    p.add_argument("--blur-sigma", type=real_number, default=None,
                    help="insertion/deletion: the Gaussian blur's σ in pixels (default: the protocol's)")
-    p.add_argument("--tolerance", type=int, default=POINTING_TOLERANCE,
+    p.add_argument("--tolerance", type=whole_number, default=POINTING_TOLERANCE,
                    help="pointing: a hit when a box pixel lies closer than this many pixels to the map's maximum "
                         "(default: %(default)s, TorchRay's)")
 

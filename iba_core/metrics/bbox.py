@@ -14,6 +14,7 @@ fixed seed, so a constant map scores like a random one rather than favouring the
 from __future__ import annotations
 
 import math
+import re
 
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -24,12 +25,15 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..images import MAX_SIDE
 from ..networks.spec import CROP, RESIZE
 from .common import group_records, method_label, resolve_map
 
 METRIC = "bbox"
 #: Paper §4.5: only images whose boxes cover less than 33 % of the input are evaluated.
 LARGEST_BOX_SHARE = 0.33
+#: A document type declaration or an entity: a VOC annotation has neither, and an entity can expand without bound.
+DOCTYPE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,13 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
     text = path_or_text
     if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and not path_or_text.lstrip().startswith("<")):
         text = Path(path_or_text).read_text(encoding="utf-8")
+    if DOCTYPE.search(text):  # entities expand (billion laughs) or read files: never parsed, whatever expat allows
+        raise UserError("The annotation declares a DOCTYPE or entities, which a Pascal-VOC annotation never holds, "
+                        "so it is not read.")
     try:
         root = ET.fromstring(text)
     except ET.ParseError as err:
-        raise UserError(f"Not a readable VOC XML annotation: {err}") from err
+        raise UserError(f"Not a readable VOC XML annotation: {err}.") from err
 
     def number(node, tag: str) -> float:
         child = node.find(tag)
@@ -87,9 +94,11 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
             raise UserError(f"The annotation's box {name[:40]!r} is inverted or empty (xmin {box.xmin:g}, xmax "
                             f"{box.xmax:g}, ymin {box.ymin:g}, ymax {box.ymax:g}).")
         boxes.append(box)
-    width, height = int(number(size, "width")), int(number(size, "height"))
-    if width < 1 or height < 1:
-        raise UserError(f"The annotation's image size must be at least 1 × 1 pixel (it says {width} × {height}).")
+    width, height = number(size, "width"), number(size, "height")
+    if not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE):  # larger: no image read here, and int(inf) later
+        raise UserError(f"The annotation's image size must be from 1 to {MAX_SIDE:,} pixels a side (it says "
+                        f"{width:g} × {height:g}).")
+    width, height = int(width), int(height)
     return Annotation(width, height, boxes, root.findtext("filename") or "")
 
 

@@ -69,9 +69,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import UserError
 from ..images import MAX_BANDS, ImageError
@@ -188,6 +190,8 @@ def _toml_of(path: Path) -> dict:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ModelCardError(f"The model card {path} is not valid TOML: {err}.") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables by recursion
+        raise ModelCardError(f"The model card {path} nests arrays or tables too deep to read.") from None
     unknown = [k for k in data if k not in KNOWN_ENTRIES]
     if unknown:
         raise ModelCardError(f"The model card {path} has unknown entries {', '.join(unknown)}; "
@@ -348,6 +352,8 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
             data = json.loads(content)
         except json.JSONDecodeError as err:
             raise ModelCardError(f"The class list {path} is not valid JSON: {err}.") from None
+        except RecursionError:  # json reads nested lists and objects by recursion
+            raise ModelCardError(f"The class list {path} nests lists or objects too deep to read.") from None
         if isinstance(data, list) and all(isinstance(n, str) for n in data):
             names = data
         elif isinstance(data, dict):
@@ -355,14 +361,14 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
         else:
             raise ModelCardError(f"The class list {path} must be a JSON list of names or an object {{index: name}}.")
     elif suffix == ".csv":
-        rows = [r for r in csv.reader(content.splitlines()) if r and any(c.strip() for c in r)]
+        rows = [r for r in csv.reader(_lines(path, content)) if r and any(c.strip() for c in r)]
         if rows and not rows[0][0].strip().lstrip("-").isdigit():
             rows = rows[1:]  # a header row
         if any(len(r) < 2 for r in rows):
             raise ModelCardError(f"The class list {path} must have rows 'index,name'.")
         names = _indexed(path, ((r[0], ",".join(r[1:])) for r in rows))
     else:
-        names = [line.strip() for line in content.splitlines() if line.strip()]
+        names = [line.strip() for line in _lines(path, content)]
     names = [str(n).strip() for n in names]
     if not names:
         raise ModelCardError(f"The class list {path} holds no class names.")
@@ -370,6 +376,28 @@ def read_class_list(path: str | os.PathLike) -> list[str]:
         raise ModelCardError(f"The class list {path} has {len(names):,} names, more than the {MAX_CLASSES:,} a "
                              "network here may have.")
     return names
+
+
+#: The most non-blank lines of a text or CSV class list read before it is refused: room for MAX_CLASSES names, a
+#: header and stray lines, while a file of millions of one-letter lines under the size cap (each line a Python
+#: string of ~50 bytes) never becomes millions of strings.
+MAX_CLASS_LINES = 2 * MAX_CLASSES
+#: Where str.splitlines breaks lines: `_lines` finds the same lines one at a time.
+_LINE = re.compile("[^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
+
+
+def _lines(path: Path, content: str) -> Iterator[str]:
+    """The non-blank lines of `content` (as str.splitlines cuts them), one at a time; a ModelCardError once more
+    than MAX_CLASS_LINES are read."""
+    count = 0
+    for match in _LINE.finditer(content):
+        line = match.group()
+        if line.strip():
+            count += 1
+            if count > MAX_CLASS_LINES:
+                raise ModelCardError(f"The class list {path} has more than {MAX_CLASS_LINES:,} lines, more than the "
+                                     f"{MAX_CLASSES:,} names a network here may have.")
+            yield line
 
 
 def check_class_list_size(size: int, name: str | os.PathLike) -> None:
@@ -386,7 +414,7 @@ def _indexed(path: Path, pairs) -> list[str]:
         try:
             found[int(str(index).strip())] = str(name).strip()
         except ValueError:
-            raise ModelCardError(f"The class list {path} has a non-integer index {index!r}.") from None
+            raise ModelCardError(f"The class list {path} has a non-integer index {shown(str(index), 40)!r}.") from None
     if sorted(found) != list(range(len(found))):
         raise ModelCardError(f"The class list {path} must number its classes 0 to {len(found) - 1} without gaps.")
     return [found[i] for i in range(len(found))]

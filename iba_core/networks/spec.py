@@ -28,11 +28,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ..errors import UserError
+from ..errors import UserError, quoted
 from ..images import ImageError
 from ..band_images import MultiBandImage, channels_text, load_input, photo_channels
 from ..model_state import layer_tensor
-from ..trust import shown
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -195,12 +194,12 @@ class NetworkSpec:
 def unknown_layer_error(title: str, layer: str, layers: Sequence[str]) -> UnknownModelError:
     """"<title> has no layer 'x'; …": every valid name for a short list, else the closest few (difflib), so a
     typo in a network of hundreds of modules gets an answer a person can read."""
-    given = shown(str(layer).replace("\n", " "), 80)  # a name of 100,000 characters is not echoed whole
+    given = quoted(str(layer).replace("\n", " "), 80)  # a name of 100,000 characters is not echoed whole
     if len(layers) <= MAX_LISTED_LAYERS:
-        return UnknownModelError(f"{title} has no layer {given!r}; choose one of: {', '.join(layers)}.")
+        return UnknownModelError(f"{title} has no layer {given}; choose one of: {', '.join(layers)}.")
     close = difflib.get_close_matches(str(layer)[:200], list(layers), n=5, cutoff=0.5)
     named = f"the closest are {', '.join(close)}" if close else f"e.g. {', '.join(layers[:3])}"
-    return UnknownModelError(f"{title} has no layer {given!r}; {named} (of {len(layers)} layers).",
+    return UnknownModelError(f"{title} has no layer {given}; {named} (of {len(layers)} layers).",
                              cli_hint="`python -m iba_core models --model MODEL` lists them all.",
                              app_hint="The layer menu lists them all.")
 

@@ -108,7 +108,8 @@ def test_find_annotation_and_table(tmp_path):
 
 
 @pytest.mark.parametrize("size, box, words", [
-    ("<width>0</width><height>10</height>", "1 1 5 5", "at least 1 × 1"),
+    ("<width>0</width><height>10</height>", "1 1 5 5", "from 1 to 20,000 pixels a side"),
+    ("<width>1e308</width><height>10</height>", "1 1 5 5", "from 1 to 20,000 pixels a side"),
     ("<width>inf</width><height>10</height>", "1 1 5 5", "finite"),
     ("<width>10</width><height>10</height>", "1 nan 5 5", "finite"),
     ("<width>10</width><height>10</height>", "1 x 5 5", "not a number"),
