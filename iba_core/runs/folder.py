@@ -13,7 +13,7 @@ also when the run is interrupted (Ctrl-C); a rerun skips every (image, method) t
 unless `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again
 (`checks.heal`). Each image is claimed before its work (`claims.py`): two runs into one folder share its images,
 each computed once. A rerun that adds metrics measures them for the rows already there first
-(`_add_metrics`).
+(`_add_metrics`), as it measures again a metric that failed on a stored map (the row's `metric_errors`).
 
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
 its own parts; `finish_run` meets the ranks at a barrier and rank 0 writes the table.
@@ -192,10 +192,8 @@ def _start(network, items: Sequence[ImageItem], methods: Sequence[Method], run_d
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
     if settings.metrics:
-        from ..metrics.yardsticks import check_metrics
-
         from ..metrics.registry import check_on_crop, crop_of
-        from ..metrics.yardsticks import YardstickOptions
+        from ..metrics.yardsticks import YardstickOptions, check_metrics
 
         settings = replace(settings, metrics=check_metrics(settings.metrics))
         # a setting the crop cannot take (a blur kernel wider than it, …) fails every image: refused before any
