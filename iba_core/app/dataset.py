@@ -267,8 +267,10 @@ def metric_means(run: Run) -> MetricMeans | None:
     by_method = means(["method"])
     by_class = means(["class_name", "method"]).rename(columns={"class_name": "class"})
     identity = (run.info.get("settings") or {}).get("yardsticks") or {}
+    # beside how they were measured: what was skipped or failed, counted (the page's caption, the report's section)
     return MetricMeans(columns, by_method, by_class, {c: HIGHER_IS_BETTER[c] for c in columns},
-                       {c: COLUMN_TEXT[c] for c in columns}, protocol_sentences(identity) if identity else [])
+                       {c: COLUMN_TEXT[c] for c in columns},
+                       (protocol_sentences(identity) if identity else []) + metric_notes(run.table))
 
 
 # ---- cells, flags and downloads -------------------------------------------------------------------
@@ -302,6 +304,28 @@ def table_parquet(table: "pd.DataFrame") -> bytes:
     return buf.getvalue()
 
 
+def metric_notes(table: "pd.DataFrame") -> list[str]:
+    """Sentences on the blank metric scores of a run's result rows, counted: the images scored without a box though
+    the run has boxes, by reason (`runs.measures.BOX_SKIPS`; the first bad box files named), and the maps a metric
+    failed on (the maps kept; a rerun measures it again). [] when nothing was skipped or failed."""
+    from ..runs.measures import NO_BOX_FILE, box_skip_reason
+
+    rows = result_rows(table)
+    said = []
+    if "box_skipped" in rows and rows["box_skipped"].notna().any():
+        per_image = rows[rows["box_skipped"].notna()].drop_duplicates("image")
+        reasons = per_image["box_skipped"].map(box_skip_reason)
+        counts = ", ".join(f"{reason} ({count})" for reason, count in sorted(reasons.value_counts().items()))
+        bad = per_image[reasons != NO_BOX_FILE]["box_skipped"].head(3).tolist()
+        said.append(f"{len(per_image)} image(s) scored without a box (no pointing scores, no box share): {counts}"
+                    + (f"; e.g. {'; '.join(map(str, bad))}" if bad else "") + ".")
+    if "metric_errors" in rows and rows["metric_errors"].notna().any():
+        failed = rows[rows["metric_errors"].notna()]
+        said.append(f"A metric failed on {len(failed)} map(s), whose scores of it are blank (e.g. "
+                    f"{failed['metric_errors'].iloc[0]}); a rerun of the run measures it again.")
+    return said
+
+
 def empty_methods_sentence(table) -> str:
     """Sentences naming the methods with no map in any row (every row an error) and the metrics a run measured that
     came out empty for every image of a method (e.g. the pointing game without boxes); "" when nothing is empty."""
@@ -326,6 +350,8 @@ def empty_methods_sentence(table) -> str:
         if hollow:
             said.append(f"Measured but empty for every image: {', '.join(hollow)} (its scores are left blank, not "
                         "zero).")
+    if not metric_columns(table):  # no section of the metrics to say why they are blank: said here
+        said.extend(metric_notes(table))
     return " ".join(said)
 
 

@@ -318,8 +318,10 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
                                                                      else check_removed(removed)),
                                tolerance=POINTING_TOLERANCE if tolerance is None else tolerance,
                                batch_size=batch_size, seed=seed)
-    model, head = scoring_model(network), head_of(network)
     metrics = page_metrics(mask is not None)
+    # the settings against the crop (a step larger than it, …): refused before the metrics' forward passes
+    registry.check_on_crop([m.name for m in metrics], options, (int(x.shape[-2]), int(x.shape[-1])))
+    model, head = scoring_model(network), head_of(network)
     pixels = int(x.shape[-2]) * int(x.shape[-1])
     timed = [m for m in metrics if m.forward_passes(pixels, options) > 0]  # the rest take no time worth a phase
     total = len(timed) * PHASE_UNITS * len(maps)

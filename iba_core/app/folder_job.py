@@ -265,6 +265,10 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     methods = _checked_methods(shared, method_keys, layer)
     _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
+    if metrics:  # the page's protocol against the network's crop, before the job starts (`run_folder` asks again)
+        from ..metrics.yardsticks import YardstickOptions
+
+        metric_registry.check_on_crop(metrics, YardstickOptions(), metric_registry.crop_of(shared.network))
     check_budget(image_cost(shared.network, methods, metrics, prompts), budget, "One image of this run")
     stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:

@@ -225,6 +225,15 @@ def print_notes(summary, out: Path) -> None:
     for part in summary.damaged:
         print(f"note: the damaged part {part} was moved to {out / 'damaged'}; its rows were done again",
               file=sys.stderr)
+    for warning in summary.box_warnings:  # a bad box file, by name: its image is scored without it
+        print(f"warning: {warning}", file=sys.stderr)
+    if summary.box_skipped:
+        counts = ", ".join(f"{reason} ({count})" for reason, count in sorted(summary.box_skipped.items()))
+        print(f"note: {sum(summary.box_skipped.values())} image(s) scored without a box (no pointing scores, no "
+              f"box_share): {counts}; each row's box_skipped column says why", file=sys.stderr)
+    if summary.metric_failures:
+        print(f"note: a metric failed on {summary.metric_failures} map(s): the maps are kept, the metric's columns "
+              "left blank (each row's metric_errors says why); a rerun measures it again", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -256,6 +265,9 @@ def run(args: argparse.Namespace) -> int:
         "rank": rank, "world_size": world, "rank_images": summary.images, "already_done": summary.skipped,
         "new_rows": summary.rows, "new_errors": summary.errors, "damaged_parts_redone": len(summary.damaged),
         "rows_given_metrics": summary.measured,
+        # only when something was skipped or failed (the usual line stays as it was)
+        **({"boxes_skipped": dict(sorted(summary.box_skipped.items()))} if summary.box_skipped else {}),
+        **({"metric_failures": summary.metric_failures} if summary.metric_failures else {}),
     }
     if table is not None:
         record.update(rows=len(table), errors=int(table["error"].notna().sum()),

@@ -36,6 +36,11 @@ LARGEST_BOX_SHARE = 0.33
 DOCTYPE = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 
 
+class InvertedBoxError(UserError):
+    """An annotation whose box is inverted or empty (xmin ≥ xmax or ymin ≥ ymax): a fault of the file, told apart
+    from one that cannot be read at all (a folder run counts each by its reason)."""
+
+
 @dataclass(frozen=True)
 class Box:
     """A box in the original image's pixel coordinates."""
@@ -91,7 +96,7 @@ def parse_voc(path_or_text: str | Path) -> Annotation:
         name = (obj.findtext("name") or "").strip()
         box = Box(name, number(bb, "xmin"), number(bb, "ymin"), number(bb, "xmax"), number(bb, "ymax"))
         if box.xmin >= box.xmax or box.ymin >= box.ymax:
-            raise UserError(f"The annotation's box {name[:40]!r} is inverted or empty (xmin {box.xmin:g}, xmax "
+            raise InvertedBoxError(f"The annotation's box {name[:40]!r} is inverted or empty (xmin {box.xmin:g}, xmax "
                             f"{box.xmax:g}, ymin {box.ymin:g}, ymax {box.ymax:g}).")
         boxes.append(box)
     width, height = number(size, "width"), number(size, "height")

@@ -107,6 +107,11 @@ class _PixelCurve(Metric):
     def check(self, options) -> None:
         pass  # the protocol was checked when it was made (`insertion_deletion.protocol_from`)
 
+    def check_crop(self, options, height: int, width: int) -> None:
+        from .insertion_deletion import check_on_crop
+
+        check_on_crop(options.protocol, height, width)  # the blur and the step against the crop
+
     def run(self, ctx, item, methods: dict) -> None:
         from .runner import run_insertion_deletion
 
@@ -181,6 +186,11 @@ class Road(Metric):
 
         check_removed(options.road_removed or ROAD_REMOVED)
         check_noise(options.road_noise)
+
+    def check_crop(self, options, height: int, width: int) -> None:
+        from .road import ROAD_REMOVED, check_on_crop
+
+        check_on_crop(options.road_removed or ROAD_REMOVED, height, width)
 
     def run(self, ctx, item, methods: dict) -> None:
         from .runner import run_road

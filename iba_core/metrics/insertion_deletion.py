@@ -185,12 +185,30 @@ def step_counts(pixels: int, step: int) -> np.ndarray:
     return np.minimum(np.arange(-(-pixels // step) + 1) * step, pixels)
 
 
+def check_on_crop(protocol: PixelProtocol, height: int, width: int) -> None:
+    """Refuse a protocol that cannot work on a `height` × `width` crop, naming the setting, before any image: a blur
+    kernel whose half reaches across the crop (the blur's reflected border needs less than a side; every image
+    would fail), or a step of more pixels than the crop holds (the curve would have only its two ends)."""
+    k, side = protocol.blur_kernel, min(int(height), int(width))
+    if k // 2 >= side:
+        largest = 2 * side - 1
+        raise UserError(f"A {k} × {k} blur kernel is too wide for the network's {height} × {width} crop: its half "
+                        f"must be shorter than a side, so {largest} pixels at most.",
+                        cli_hint=f"Give --blur-kernel {largest} or less.",
+                        app_hint=f"Choose a blur kernel of {largest} pixels or less.")
+    pixels = int(height) * int(width)
+    if protocol.step > pixels:
+        raise UserError(f"A step of {protocol.step:,} pixels is more than the network's {height} × {width} crop holds "
+                        f"({pixels:,} pixels).", cli_hint=f"Give --step {pixels} or less.",
+                        app_hint=f"Choose {pixels:,} pixels per step or fewer.")
+
+
 def blurred(x: torch.Tensor, protocol: PixelProtocol) -> torch.Tensor:
     """The protocol's Gaussian blur of the (normalised) input x (1, C, H, W)."""
     from torchvision.transforms.functional import gaussian_blur
 
     k = protocol.blur_kernel
-    if k // 2 >= min(x.shape[-2:]):
+    if k // 2 >= min(x.shape[-2:]):  # the same refusal as `check_on_crop`'s, for a caller that did not check
         raise UserError(f"A {k} × {k} blur needs an image larger than {k // 2} pixels a side "
                         f"(this one is {x.shape[-2]} × {x.shape[-1]}).")
     return gaussian_blur(x.float(), [k, k], [float(protocol.blur_sigma)] * 2).to(x.dtype)

@@ -155,6 +155,12 @@ class Metric:
                             "images).", cli_hint="Name their folder with --boxes DIR.",
                             app_hint="Type a box or upload a Pascal-VOC XML file under Bounding box.")
 
+    def check_crop(self, options, height: int, width: int) -> None:
+        """Refuse settings (`yardsticks.YardstickOptions`) that cannot work on the network's `height` × `width` crop
+        (a blur kernel wider than it, a ROAD percentage that removes no pixel of it), with a UserError naming the
+        setting: every driver calls it (`check_on_crop`) once the crop is known, before any image, so a setting
+        that would fail every image never starts a run. Most metrics take any crop."""
+
     def run(self, ctx, item, methods: dict) -> None:
         """Measure one image for the evaluate CLI and write its records (`runner._Context`); `per_map.PerMapMetric`
         has the generic version (one record per method with its columns)."""
@@ -195,6 +201,24 @@ def get(name: str) -> Metric:
     raise UserError(f"Unknown metric {name!r}; choose one of: {', '.join(names())}.")
 
 
+def crop_of(network) -> tuple[int, int] | None:
+    """(height, width) of the crop the network sees (`preprocess.crop_size`, square), or None when it has none."""
+    crop = getattr(getattr(network, "preprocess", None), "crop_size", None)
+    if isinstance(crop, (tuple, list)) and len(crop) == 2:
+        return int(crop[0]), int(crop[1])
+    return (int(crop), int(crop)) if isinstance(crop, int) and not isinstance(crop, bool) else None
+
+
+def check_on_crop(metrics: Sequence[str], options, crop: tuple[int, int] | None) -> None:
+    """Each of `metrics` checks its settings (`options`, `yardsticks.YardstickOptions`) against the network's crop
+    (`crop_of`; None: unknown, nothing to check): the one place the CLI's folder runs and evaluations, the Dataset
+    page's runs and the Evaluate page's yardsticks refuse a setting the crop cannot take, before any image."""
+    if crop is None:
+        return
+    for name in metrics:
+        get(name).check_crop(options, *crop)
+
+
 def per_map() -> tuple[Metric, ...]:
     """The metrics that give columns per map, in order: what folder runs and the pages offer."""
     return tuple(m for m in metrics() if m.per_map)
@@ -213,5 +237,5 @@ def column(name: str) -> Column:
     raise KeyError(name)
 
 
-__all__ = ["Column", "DOWN", "MapBatch", "Measurement", "Metric", "REGISTERED", "UP", "column", "columns", "get",
-           "metrics", "names", "per_map"]
+__all__ = ["Column", "DOWN", "MapBatch", "Measurement", "Metric", "REGISTERED", "UP", "check_on_crop", "column",
+           "columns", "crop_of", "get", "metrics", "names", "per_map"]

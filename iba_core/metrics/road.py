@@ -172,6 +172,21 @@ def removed_count(percent: float, pixels: int) -> int:
     return int(min(np.floor(percent / 100 * pixels + 0.5), pixels - 1))
 
 
+def check_on_crop(removed: Sequence[float], height: int, width: int) -> None:
+    """Refuse a percentage that removes no pixel of a `height` × `width` crop (its MoRF and LeRF points would be the
+    image itself, whatever the map), naming it, before any image."""
+    pixels = int(height) * int(width)
+    for percent in removed:
+        if removed_count(float(percent), pixels) < 1:
+            least = 50 / pixels  # rounded half up: P / 100 · pixels ≥ ½; said to 3 digits, rounded up
+            digits = 2 - int(np.floor(np.log10(least)))
+            least = f"{np.ceil(least * 10**digits) / 10**digits:g}"
+            raise UserError(f"ROAD's {float(percent):g} % of the network's {height} × {width} crop removes no pixel at "
+                            f"all: each percentage must be at least {least} %.",
+                            cli_hint=f"Give --removed percentages of {least} or more.",
+                            app_hint=f"Choose percentages of {least} % or more.")
+
+
 @dataclass
 class RoadCurves:
     """ROAD's MoRF and LeRF curves of one image for one attribution map."""

@@ -448,6 +448,8 @@ def run_evaluation(
     measured = registry.get(metric)  # an unknown name: a UserError naming the choices
     options = options or EvalOptions()
     measured.check(options)
+    # its settings against the network's crop (a blur kernel wider than it, …), before any image
+    registry.check_on_crop((metric,), options.yardsticks(), registry.crop_of(network))
     out = Path(out)
     done = res.done_keys([out, *res.rank_files(out)])
     path = out if world == 1 else res.rank_path(out, rank)

@@ -13,7 +13,7 @@ also when the run is interrupted (Ctrl-C); a rerun skips every (image, method) t
 unless `FolderSettings.retry_errors`), after moving damaged parts aside so their rows are done again
 (`checks.heal`). Each image is claimed before its work (`claims.py`): two runs into one folder share its images,
 each computed once. A rerun that adds metrics measures them for the rows already there first
-(`_add_metrics`).
+(`_add_metrics`), as it measures again a metric that failed on a stored map (the row's `metric_errors`).
 
 Under torchrun (RANK / WORLD_SIZE) rank r takes every WORLD_SIZE-th image (`metrics.results.shard`) and writes
 its own parts; `finish_run` meets the ranks at a barrier and rank 0 writes the table.
@@ -38,9 +38,10 @@ from ..ranks import meet_ranks, shard
 from .checks import heal
 from .claims import Claims
 from .metric_columns import Yardsticks
+from .measures import NO_BOX_FILE, box_skip_reason
 from .rows import (Loaded, Prompts, checked_prompts, chunk_rows, error_text, for_this_run, load_image,
                    network_target)
-from .run_settings import FolderSettings, RunSummary, check_yardsticks, run_identity
+from .run_settings import REPLACED, FolderSettings, RunSummary, check_yardsticks, run_identity
 from .store import PartWriter, done_pairs, part_names, start_run, unmeasured
 from .tables import write_table
 
@@ -162,8 +163,11 @@ def _add_metrics(network, run_dir: Path, mine: Sequence[ImageItem], settings: Fo
             continue
         kept = {k: v for k, v in row.to_dict().items()
                 if k not in ("map_file", "map_index", "map_scale", "height", "width", "rank", "finished")}
-        writer.add({**kept, **columns}, values)
+        again = {**kept, **columns, "box_skipped": b.box_skipped}
+        writer.add(again, values)
         summary.measured += 1
+        _count_metric_errors(again, summary)
+        _count_box_skip(again, summary)
     writer.flush()
 
 
@@ -188,15 +192,20 @@ def _start(network, items: Sequence[ImageItem], methods: Sequence[Method], run_d
     if root is None:
         root = Path(items[0].path).parent if items else Path(".")
     if settings.metrics:
-        from ..metrics.yardsticks import check_metrics
+        from ..metrics.registry import check_on_crop, crop_of
+        from ..metrics.yardsticks import YardstickOptions, check_metrics
 
         settings = replace(settings, metrics=check_metrics(settings.metrics))
-    adding = check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
+        # a setting the crop cannot take (a blur kernel wider than it, …) fails every image: refused before any
+        check_on_crop(settings.metrics, settings.yardsticks or YardstickOptions(), crop_of(network))
+    change = check_yardsticks(run_dir, settings)  # before the generic check: a sentence that says what to give
+    if change == REPLACED:  # a metric measured another way where every try failed: its failed rows done again
+        settings = replace(settings, retry_errors=True)  # (rows of an older version lost their map with it)
     info = start_run(run_dir, run_identity(network, methods, settings, root))
     # the run's prompts (its own first: the rows' targets index them), each resolved on the network once
     prompts = Prompts.of_run(network, info["prompts"]) if settings.prompts else None
     damaged = [f"{d.part} ({d.reason})" for d in heal(run_dir)] if check else []
-    return _Started(methods, settings, prompts, damaged, adding)
+    return _Started(methods, settings, prompts, damaged, bool(change))
 
 
 class _Left:
@@ -233,6 +242,33 @@ def _keep(writer: PartWriter, summary: RunSummary, row: dict, values: np.ndarray
         summary.errors += 1
         if len(summary.error_examples) < 3:
             summary.error_examples.append(f"{row['image']}: {row['error']}")
+    _count_metric_errors(row, summary)
+    _count_box_skip(row, summary)
+
+
+#: Bad box files named one by one on the command line; the rest are counted.
+BOX_WARNINGS = 5
+
+
+def _count_box_skip(row: dict, summary: RunSummary) -> None:
+    """Count an image scored without a box though the run has boxes, once, by reason; a bad box file (not a
+    missing one) named in a warning."""
+    reason = box_skip_reason(row.get("box_skipped"))
+    if reason is None or row["image"] in summary.box_images:
+        return
+    summary.box_images.add(row["image"])
+    summary.box_skipped[reason] = summary.box_skipped.get(reason, 0) + 1
+    if reason != NO_BOX_FILE and len(summary.box_warnings) < BOX_WARNINGS:
+        summary.box_warnings.append(f"{row['image']} is scored without a box: {row['box_skipped']}")
+
+
+def _count_metric_errors(row: dict, summary: RunSummary) -> None:
+    """Count a map a metric failed on (kept, the metric's columns blank), with an example or three."""
+    if row.get("metric_errors"):
+        summary.metric_failures += 1
+        if len(summary.error_examples) < 3:
+            summary.error_examples.append(f"{row['image']} · {row['method']}: the map is kept, but "
+                                          f"{row['metric_errors']} (a rerun measures it again)")
 
 
 def _work(network, todo: list, started: _Started, runners: dict[str, Method], run_dir: Path,
@@ -299,7 +335,7 @@ def run_folder(
     # rows made before without some of the metrics: just added to the run, or left by an interrupted rerun
     adding = bool(settings.metrics) and (started.adding
                                          or unmeasured(run_dir, settings.metrics, (i.key for i in mine)) > 0)
-    yardsticks = Yardsticks(network, settings) if settings.metrics and (todo or adding) else None
+    yardsticks = Yardsticks(network, settings, run_dir) if settings.metrics and (todo or adding) else None
     writer = PartWriter(run_dir, rank, settings.part_rows, settings.part_seconds)
     if adding and yardsticks is not None:
         try:

@@ -57,6 +57,18 @@ def border_share(values: np.ndarray, fraction: float = BORDER_FRACTION) -> float
     return _share(m[border_mask(*m.shape, fraction)].sum(), m.sum())
 
 
+#: Why an image of a run with boxes is scored without one (a row's `box_skipped` starts with one of them, then
+#: ": " and the box file with its fault; `rows.box_mask`): counted by reason in the run's notes and report.
+NO_BOX_FILE, BOX_UNREADABLE, BOX_INVERTED, BOX_OUTSIDE = ("no box file", "box file unreadable",
+                                                          "inverted or empty box", "box outside the crop")
+BOX_SKIPS = (NO_BOX_FILE, BOX_UNREADABLE, BOX_INVERTED, BOX_OUTSIDE)
+
+
+def box_skip_reason(value) -> str | None:
+    """The reason (one of BOX_SKIPS) a row's `box_skipped` gives; None for a row scored with its box."""
+    return value.split(": ", 1)[0] if isinstance(value, str) and value else None
+
+
 def box_share(values: np.ndarray, mask: np.ndarray | None) -> float:
     """Σ_{box} m / Σ m for a (H, W) bool box mask on the crop; NaN without a mask or for an empty map."""
     if mask is None:

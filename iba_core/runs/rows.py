@@ -31,7 +31,7 @@ from ..methods import Method
 from ..methods.base import device_of
 from ..model_state import frozen_eval
 from .bug_log import row_error
-from .measures import map_measures
+from .measures import BOX_INVERTED, BOX_OUTSIDE, BOX_UNREADABLE, NO_BOX_FILE, map_measures
 from .metric_columns import Yardsticks
 from .run_settings import FolderSettings
 
@@ -101,29 +101,42 @@ def checked_prompts(network, settings: FolderSettings) -> tuple[str, ...]:
 
 @dataclass
 class Loaded:
-    """An image of a chunk as loaded: its pending tasks, its preprocessed tensor and object boxes, or why not."""
+    """An image of a chunk as loaded: its pending tasks, its preprocessed tensor and object boxes, or why not;
+    `box_skipped`: why a run with boxes has none for it (`box_mask`)."""
 
     item: ImageItem
     tasks: list[Task]
     x: torch.Tensor | None = None
     box: np.ndarray | None = None
     error: str | None = None
+    box_skipped: str | None = None
 
 
-def _box_mask(boxes: Path | None, item: ImageItem, preprocess, shape: tuple[int, int]) -> np.ndarray | None:
-    """The union of the image's object boxes on the crop, or None (no boxes folder, no box file, unreadable)."""
+def box_mask(boxes: Path | None, item: ImageItem, preprocess,
+             shape: tuple[int, int]) -> tuple[np.ndarray | None, str | None]:
+    """(the union of the image's object boxes on the crop, None) or (None, why not: a reason of
+    `measures.BOX_SKIPS`, then the
+    box file and its fault); (None, None) without a boxes folder. One bad file skips its image's box scores, never
+    the run."""
     if boxes is None:
-        return None
-    from ..metrics.bbox import boxes_on_crop, find_annotation, parse_voc
+        return None, None
+    from ..metrics.bbox import InvertedBoxError, boxes_on_crop, find_annotation, parse_voc
+    from ..trust import shown
 
     xml = find_annotation(boxes, item.key)
     if xml is None:
-        return None
+        return None, NO_BOX_FILE
+    name = shown(Path(xml).name, 80)
     try:
         mask, _ = boxes_on_crop(parse_voc(xml), preprocess)
-    except (UserError, OSError):  # an unreadable box file: the row has no box measures
-        return None
-    return mask if mask.shape == shape else None
+    except InvertedBoxError as err:
+        return None, f"{BOX_INVERTED}: {name} ({shown(err, 160)})"
+    except (UserError, OSError, UnicodeDecodeError) as err:  # empty, cut short, not XML, unreadable
+        said = err.strerror if isinstance(err, OSError) and err.strerror else err
+        return None, f"{BOX_UNREADABLE}: {name} ({shown(said, 160)})"
+    if mask.shape != shape or not mask.any():
+        return None, f"{BOX_OUTSIDE}: {name}"
+    return mask, None
 
 
 def load_image(network, item: ImageItem, tasks: list[Task], boxes: Path | None, run_dir: Path) -> Loaded:
@@ -135,7 +148,8 @@ def load_image(network, item: ImageItem, tasks: list[Task], boxes: Path | None, 
         return Loaded(item, tasks, error=f"The file could not be read ({err.strerror or err}).")
     except Exception as err:  # noqa: BLE001 - any file that cannot be used is a row with the reason, not a crash
         return Loaded(item, tasks, error=error_text(err, run_dir, f"image {item.key}"))
-    return Loaded(item, tasks, x, _box_mask(boxes, item, pre, tuple(x.shape[-2:])))
+    mask, skipped = box_mask(boxes, item, pre, tuple(x.shape[-2:]))
+    return Loaded(item, tasks, x, mask, box_skipped=skipped)
 
 
 def _class_name(network, index: int | None) -> str | None:
@@ -218,7 +232,7 @@ def _method_rows(network, method: Method, loaded: list[Loaded], base: list[dict]
                 made.append(err)
     out = []
     for i, (b, row, result) in enumerate(zip(loaded, base, made)):
-        row = {**row, "method": method.key, "method_name": method.name}
+        row = {**row, "method": method.key, "method_name": method.name, "box_skipped": b.box_skipped}
         if isinstance(result, BaseException):
             out.append(({**row, "error": error_text(result, run_dir, f"image {b.item.key} · method {method.key}")},
                         None))
@@ -229,13 +243,8 @@ def _method_rows(network, method: Method, loaded: list[Loaded], base: list[dict]
                 if told is not None:
                     told(f"{method.name} · {metric} · {_image}")
 
-            try:
-                row.update(yardsticks.columns(x[i:i + 1], values, targets[i], b.box, b.item.key, method.key,
-                                              said))
-            except Exception as err:  # noqa: BLE001 - one image's failure is its row's error, as for the map
-                where = f"image {b.item.key} · method {method.key} · metrics"
-                out.append(({**row, "error": f"the metrics failed: {error_text(err, run_dir, where)}"}, None))
-                continue
+            # a metric that fails blanks its own columns and says why (`metric_errors`): the map is kept
+            row.update(yardsticks.columns(x[i:i + 1], values, targets[i], b.box, b.item.key, method.key, said))
         # seconds per image: a batched call's time split over its images (`Method._run`), so a column sum is the
         # method's time for the run, and a row is comparable across batch sizes
         row.update(seconds=float(result.seconds), precision=str(extra.get("precision", "fp32")), error=None,
@@ -284,5 +293,5 @@ def chunk_rows(network, chunk: list, methods: list[Method], runners: dict[str, M
                                     targets)
 
 
-__all__ = ["Loaded", "Prompts", "Task", "checked_prompts", "chunk_rows", "error_text", "for_this_run",
+__all__ = ["Loaded", "Prompts", "Task", "box_mask", "checked_prompts", "chunk_rows", "error_text", "for_this_run",
            "is_bits_method", "load_image", "network_target"]

@@ -1,6 +1,7 @@
 """A folder run's settings (`FolderSettings`), what a call did (`RunSummary`), and its identity in run.json:
 what a later run into the same folder must share to add to it (network, weights, layer, settings, methods, the
-metrics and their protocol; `check_yardsticks` lets a rerun add metrics, never drop or change one)."""
+metrics and their protocol; `check_yardsticks` lets a rerun add metrics, or measure another way a metric whose
+every try failed, never drop one or change one that has results)."""
 from __future__ import annotations
 
 import os
@@ -52,6 +53,12 @@ class RunSummary:
     error_examples: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # damaged parts moved aside (RUN_DIR/damaged/): rows redone
     measured: int = 0  # rows made before that were given the metrics this run added
+    metric_failures: int = 0  # maps a metric failed on (the map kept, the metric's columns blank)
+    #: images scored without a box though the run has boxes, by reason (`rows.BOX_SKIPS`), and the first few
+    #: sentences naming a bad box file
+    box_skipped: dict[str, int] = field(default_factory=dict)
+    box_warnings: list[str] = field(default_factory=list)
+    box_images: set[str] = field(default_factory=set, repr=False)  # the images counted in box_skipped
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,12 +107,28 @@ def yardsticks_identity(settings: FolderSettings) -> dict:
     return yardstick_identity(settings.metrics, settings.yardsticks or YardstickOptions())
 
 
-def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> bool:
-    """Whether this run adds metrics to a run folder that measured fewer, the same way (run.json's
-    settings.yardsticks then names them all, and the rows made before get them: `folder._add_metrics`). A UserError in
-    one sentence, saying what to give, when the folder measured a metric this run leaves out (every row of a run has
-    its metrics), or measured one another way (one run keeps one protocol)."""
-    from .store import RunFolderError, read_info, record_settings
+#: What `check_yardsticks` found: nothing to change, metrics added, or a failed metric's settings replaced.
+SAME, ADDED, REPLACED = "", "added", "replaced"
+
+
+def _owners(changed: Sequence[str], metrics: Sequence[str]) -> set[str]:
+    """The metrics among `metrics` whose numbers the identity keys `changed` decide (the seed: all of them)."""
+    from ..metrics import registry
+    from ..metrics.yardsticks import YardstickOptions
+
+    owners = {m for m in metrics for k in changed if k in registry.get(m).identity(YardstickOptions())}
+    return set(metrics) if "seed" in changed or not owners else owners
+
+
+def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> str:
+    """How this run's metrics meet a run folder's (`SAME`, `ADDED`, `REPLACED`): it may add metrics to a folder that
+    measured fewer the same way (run.json's settings.yardsticks then names them all, and the rows made before get
+    them: `folder._add_metrics`), and it may measure another way a metric that has no result in the folder (every
+    map it was tried on failed, e.g. a blur kernel too wide for the crop): run.json then records the new settings
+    and the failed rows are done again. A UserError in one sentence, saying what to give, when the folder measured
+    a metric this run leaves out (every row of a run has its metrics), or has results of one measured another way
+    (one run keeps one protocol)."""
+    from .store import RunFolderError, measured_metrics, read_info, record_settings
 
     old = read_info(run_dir)
     if old is None:
@@ -113,15 +136,19 @@ def check_yardsticks(run_dir: str | os.PathLike, settings: FolderSettings) -> bo
     had = (old.get("settings") or {}).get("yardsticks") or {}
     new = jsonable(yardsticks_identity(settings)) if settings.metrics else {}
     if had == new:
-        return False
+        return SAME
     had_metrics, new_metrics = list(had.get("metrics") or []), list(new.get("metrics") or [])
     changed = [k for k in had if k != "metrics" and k in new and had[k] != new[k]]
     if set(had_metrics) <= set(new_metrics) and not changed:
         record_settings(run_dir, yardsticks=new)
-        return True
+        return ADDED
+    if set(had_metrics) <= set(new_metrics) and not _owners(changed, had_metrics) & measured_metrics(run_dir):
+        record_settings(run_dir, yardsticks=new)  # no result was measured the old way: nothing mixes
+        return REPLACED
     given = " ".join(had_metrics)
-    hint = f"Give another --out folder, or --metrics {given} (with the protocol options its run.json lists)."
-    app_hint = "Choose another run folder, or the metrics it measured (its run.json lists them)."
+    hint = (f"Give another --out folder to start over, or --metrics {given} with the protocol options its run.json "
+            "lists.")
+    app_hint = "Choose another run folder to start over, or the metrics it measured (its run.json lists them)."
     if not set(had_metrics) <= set(new_metrics):
         why = (f"measures {', '.join(had_metrics)} for every row (this run: {', '.join(new_metrics) or 'none'}), and a "
                "run keeps every metric it measured")
@@ -144,5 +171,5 @@ def _flat(record: dict, prefix: str = "") -> dict:
     return out
 
 
-__all__ = ["BATCH_IMAGES", "FolderSettings", "RunSummary", "check_yardsticks", "method_identity", "run_identity",
+__all__ = ["ADDED", "BATCH_IMAGES", "FolderSettings", "REPLACED", "RunSummary", "SAME", "check_yardsticks", "method_identity", "run_identity",
            "yardsticks_identity"]

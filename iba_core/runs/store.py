@@ -84,6 +84,8 @@ COLUMNS: dict[str, str] = {
     "distance_to_class_mean": "float64",
     **{column: "float64" for column in YARDSTICK_COLUMNS},
     "metrics": "str",  # the metrics measured for the row, space-separated ("" or missing: none)
+    "metric_errors": "str",  # "metric: why; …" for a metric that failed on the row's map (its columns blank)
+    "box_skipped": "str",  # why the row's image has no box scores though the run has boxes (`rows.BOX_SKIPS`)
     "seconds": "float64", "precision": "str", "error": "str",
     "method_name": "str", "height": "Int64", "width": "Int64", "map_file": "str", "map_index": "int64",
     "map_scale": "float64", "rank": "int64", "finished": "float64",
@@ -409,6 +411,22 @@ def unmeasured(run_dir: str | os.PathLike, metrics: Iterable[str], images: Itera
                 if keep is None or image in keep:
                     latest[(image, method, prompt)] = not wanted <= set(str(measured or "").split())
     return sum(latest.values())
+
+
+def measured_metrics(run_dir: str | os.PathLike) -> set[str]:
+    """The metrics with at least one result in the run: named in the `metrics` column of a row without error (a
+    metric that failed on a map is not named there). A part that cannot be read counts for nothing."""
+    found: set[str] = set()
+    for name in part_names(run_dir):
+        try:
+            frame = _key_frame(run_dir, name, ("error", "metrics"))
+        except Exception:  # noqa: BLE001 - damaged (or moved aside meanwhile): `heal` deals with it
+            continue
+        if "metrics" in frame:
+            for error, measured in zip(frame["error"], frame["metrics"]):
+                if error is None or error != error:  # a result row (None or NaN: no error)
+                    found.update(str(measured or "").split())
+    return found
 
 
 def deduplicate(frame: "pd.DataFrame") -> "pd.DataFrame":

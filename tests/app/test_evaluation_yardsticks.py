@@ -189,3 +189,18 @@ def test_forward_passes_of_insertion_and_deletion_by_hand() -> None:
     assert evaluation.forward_passes(224, 224) == 2 * (224 + 1)  # RISE: 224 steps, 225 points a curve
     assert evaluation.forward_passes(224, 100) == 2 * (502 + 1)  # ⌈50,176 / 100⌉ = 502 steps, the last shorter
     assert evaluation.forward_passes(4, 16) == 2 * 2 and evaluation.forward_passes(4, 1) == 2 * 17
+
+
+def test_a_setting_the_crop_cannot_take_is_refused_before_any_pass(offline_model, chelsea_x, maps) -> None:
+    """Issue #40, item 3: the page's settings checked against the crop (`registry.check_on_crop`) before the
+    metrics' forward passes: a step larger than the 224 crop, a blur kernel wider than it."""
+    from iba_core.errors import UserError
+
+    calls: list = []
+    for protocol, words in ((replace(COARSE, step=224 * 224 + 1), "pixels per step or fewer"),
+                            (replace(COARSE, blur_kernel=449), "blur kernel of 447 pixels or less")):
+        with pytest.raises(UserError) as caught:
+            evaluation.yardsticks_for(offline_model, chelsea_x, {"inside": maps["inside"]}, 281, protocol,
+                                      removed=(50,), progress=lambda *a: calls.append(a))
+        assert words in caught.value.app_hint
+    assert calls == []  # refused before the first phase
