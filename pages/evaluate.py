@@ -22,6 +22,7 @@ from iba_core.app.evaluation import (
     box_run,
     box_text,
     chart_colours,
+    check_yardstick_settings,
     degradation_for,
     degradation_passes,
     degradation_rows,
@@ -349,6 +350,7 @@ def measure_yardsticks(inputs: Inputs, methods: list[str], target: int | str, bo
         mask, boxes = pointing_box(*box, inputs.network.preprocess) if pointing else (None, None)
         target_idx = resolve_target(inputs, target)
         pixels = int(inputs.x.shape[-2]) * int(inputs.x.shape[-1])
+        check_yardstick_settings(inputs.network, protocol, points, pointing)
         check_cost(inputs, methods, target_idx, yardsticks_cost(len(methods), pixels, protocol, points, pointing),
                    "These yardsticks")
         bar = st.progress(0.0, text="Starting…")

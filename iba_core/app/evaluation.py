@@ -353,6 +353,17 @@ def yardsticks_for(network, x: torch.Tensor, maps: dict[str, AttributionMap], ta
     return out
 
 
+def check_yardstick_settings(network, protocol: "PixelProtocol", removed: Sequence[int] | None = None,
+                             boxed: bool = False) -> None:
+    """The page's yardstick settings against the network's crop (`registry.check_on_crop`: a blur kernel wider than
+    the crop, a ROAD percentage that removes no pixel), refused before any map is made."""
+    from ..metrics.road import ROAD_REMOVED
+    from ..metrics.yardsticks import YardstickOptions
+
+    options = YardstickOptions(protocol=protocol, road_removed=tuple(ROAD_REMOVED if removed is None else removed))
+    registry.check_on_crop([m.name for m in page_metrics(boxed)], options, registry.crop_of(network))
+
+
 def yardsticks_cost(methods: int, pixels: int, protocol: "PixelProtocol", removed: Sequence[int] | None = None,
                     boxed: bool = False) -> "Cost":
     """The network passes `yardsticks_for` costs for `methods` maps of `pixels` pixels: each metric's
