@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache import remove_stale_temps, write_atomic
-from .store import DAMAGED, MAPS, PARTS, SUMS_SUFFIX, RunFolderError, inside, part_names
+from .store import COLUMNS, DAMAGED, MAPS, PARTS, SUMS_SUFFIX, RunFolderError, inside, part_names
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
     the run folder."""
     import pyarrow.parquet as pq
 
+    from .run_file import column_problem
+
     rows_rel, maps_rel = f"{PARTS}/{name}.parquet", f"{MAPS}/{name}.npz"
     sums_path = Path(run_dir) / PARTS / f"{name}{SUMS_SUFFIX}"
     images = None
@@ -59,6 +61,10 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 return Damage(name, "its checksum file names other files")
             if _sha256(rows_path) != sums[rows_rel]:
                 return Damage(name, "its rows differ from their checksum")
+            # types a run would not write (an edited part with its checksums redone): left out like a damaged one
+            problem = column_problem(pq.read_schema(rows_path), COLUMNS)
+            if problem:
+                return Damage(name, problem)
             rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
             files = set(rows.column("map_file").to_pylist()) - {None}
@@ -73,6 +79,9 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 if _sha256(maps_path) != sums[maps_rel]:
                     return Damage(name, "its map file differs from its checksum", images)
         else:
+            problem = column_problem(pq.read_schema(rows_path), COLUMNS)
+            if problem:
+                return Damage(name, problem)
             rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
             files = set(rows.column("map_file").to_pylist()) - {None}
