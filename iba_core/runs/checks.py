@@ -29,10 +29,19 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+#: The largest checksum file read: a part's names two files (two lines of about 140 bytes), the table's one.
+MAX_SUMS_BYTES = 64 * 1024
+
+
 def read_sums(path: Path) -> dict[str, str]:
-    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed."""
+    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed or larger
+    than MAX_SUMS_BYTES (refused unread)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SUMS_BYTES + 1)
+    if len(data) > MAX_SUMS_BYTES:
+        raise ValueError(f"{path.name} is larger than a checksum file")
     sums = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in data.decode("utf-8").splitlines():
         digest, _, rel = line.partition("  ")
         if len(digest) != 64 or not rel:
             raise ValueError(f"a malformed line in {path.name}")

@@ -177,6 +177,19 @@ def test_a_part_with_text_where_numbers_belong_is_left_out_and_named(run, tmp_pa
     assert opened.table["total_bits"].dtype == "float64"
 
 
+def test_a_checksum_file_past_its_cap_is_not_read(run, tmp_path) -> None:
+    """A part's checksum file is read within MAX_SUMS_BYTES: the same two lines repeated past it (which would
+    otherwise check out) leave the part out as unreadable, never read whole."""
+    from iba_core.runs.checks import MAX_SUMS_BYTES
+
+    bad = edited(run, tmp_path / "bad", _set("network", "card:tiny"))
+    sums = sorted((bad / "parts").glob("*.sha256"))[0]
+    text = sums.read_text()
+    sums.write_text(text * (MAX_SUMS_BYTES // len(text) + 2))
+    opened = open_run(bad)
+    assert [d.part for d in opened.damage] == [sums.stem] and "cannot be read" in opened.missing
+
+
 def test_a_map_file_that_unpacks_past_the_bound_is_refused(run, monkeypatch) -> None:
     opened = open_run(run)
     row = opened.table.iloc[0]
