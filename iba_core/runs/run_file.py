@@ -68,7 +68,7 @@ def check_info(info: object) -> dict:
         _text(key, info.get(key), optional=True)
     if "source" in info:  # the image folder (a run made before it was recorded reads its images from ".")
         _text("source", info["source"])
-    _check_preprocess(info.get("preprocess"))
+    check_preprocess(info.get("preprocess"))
     _check_prompts(info.get("prompts"))
     _check_run_settings(info.get("settings"))
     methods = _mapping("methods", info.get("methods"), "a mapping of method keys to their settings")
@@ -189,9 +189,10 @@ def _plain(field: str, value: object, depth: int) -> None:
 # ---- the fields -------------------------------------------------------------------------------------------
 
 
-def _check_preprocess(preprocess: object) -> None:
+def check_preprocess(preprocess: object) -> None:
     """How the maps lie on the images: resize and crop within a model card's ranges (`card_format`), checked
-    before any image is resized or cropped to them."""
+    before any image is resized or cropped to them; a run checks its network's before it writes them
+    (`run_settings.run_identity`), so what it writes it reads back."""
     from ..networks.card_format import CROP_RANGE, RESIZE_RANGE
 
     preprocess = _mapping("preprocess", preprocess, "a mapping of resize and crop", optional=True)
@@ -376,5 +377,5 @@ def max_member_bytes() -> int:
 
 
 __all__ = ["MAX_ENTRIES", "MAX_RUN_FILE_BYTES", "MAX_SETTINGS_DEPTH", "MAX_TEXT_CHARS", "RUN_FILE", "RUN_FORMAT",
-           "RunFolderError", "check_info",
+           "RunFolderError", "check_info", "check_preprocess",
            "column_problem", "max_member_bytes", "parse_run_file"]

@@ -319,7 +319,8 @@ def inside(run_dir: str | os.PathLike, relative: str | os.PathLike) -> Path:
     base = Path(run_dir).resolve()
     target = (base / relative).resolve()
     if target != base and base not in target.parents:
-        raise RunFolderError(f"The run folder {run_dir} names a file outside itself ({shown_value(str(relative))}), "
+        # the file as the run names it, not the server's path to the run (a visitor reads this sentence)
+        raise RunFolderError(f"The run folder names a file outside itself ({shown_value(str(relative))}), "
                              "which is not read.")
     return target
 
