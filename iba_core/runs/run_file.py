@@ -2,9 +2,10 @@
 (`parse_run_file`), then every field a reader uses checked with the bounds a run writes it with (`check_info`): the
 preprocessing against a model card's ranges, each bottleneck's settings against `BottleneckSettings`, the metrics'
 protocol against the metrics' own checks, the prompts against a CLIP model's. An edited, damaged or hostile run file
-is a `RunFolderError` in one sentence naming the field ("run.json's preprocess.crop is 6000; …"), never a traceback,
-and nothing read from it allocates more than those bounds allow (a 6000-pixel crop is refused before any image is
-made). The sentences name run.json, never the server's path to it.
+is a `RunFolderError` in one sentence naming the field ("run.json's preprocess.crop is 6000, where a run writes a
+whole number from 16 to 1,024 pixels."), never a traceback, and nothing read from it allocates more than those
+bounds allow (a 6000-pixel crop is refused before any image is made). The sentences name run.json, never the
+server's path to it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ RUN_FORMAT = 1
 class RunFolderError(UserError):
     """A run folder that cannot be used: not a run folder, of another format, made with other settings, or a field of
     its run.json that a run would not write (`store` names it too)."""
+
 
 #: The largest run.json read: 16 MiB, far above what a run writes (its prompts, at most MAX_PROMPTS of
 #: MAX_PROMPT_CHARS, are the largest part: about 300 kB), and the same cap as a class list or a model folder's index.
