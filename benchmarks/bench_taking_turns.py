@@ -95,7 +95,7 @@ def main() -> None:
             if paused_since:
                 print(f"A's bar said it paused for B {paused_since[0]:.1f} s after B's Run")
             stop = time.monotonic()
-            a.locator('.st-key-ev_yard_stop [data-testid^="stBaseButton"]').click()
+            a.locator('.st-key-ev_yard_stop [data-testid^="stBaseButton"]').first.click()
             expect(a.get_by_text("Stopped.", exact=False).first).to_be_visible(timeout=300_000)
             expect(bar).to_be_hidden(timeout=300_000)
             print(f"A: Stop → its request ended and said so in {time.monotonic() - stop:.1f} s")

@@ -50,13 +50,18 @@ def readable_image_path(run: Run, row, trust: Trust) -> Path | None:
 
 
 def _preprocess(run: Run, height: int, width: int):
-    """The crop the run's network saw, from run.json's preprocess (resize, crop) when recorded, else the short
-    side resized to the map's size and centre-cropped."""
+    """The crop the run's network saw, from run.json's preprocess (resize, crop) when recorded (checked when the
+    run was opened: `runs.run_file`), else the short side resized to the map's size and centre-cropped; a map's
+    size outside a card's crop range (an edited table) is a RunFolderError before any image is made."""
+    from ..networks.card_format import CROP_RANGE
     from ..networks.spec import Preprocess
 
     info = run.info.get("preprocess") or {}
     crop = int(info.get("crop") or min(height, width))
     resize = int(info.get("resize") or crop)
+    if not info.get("crop") and not CROP_RANGE[0] <= crop <= CROP_RANGE[1]:
+        raise RunFolderError(f"The run's map of {height} × {width} pixels lies outside a network's crop range "
+                             f"({CROP_RANGE[0]} to {CROP_RANGE[1]} pixels).")
     return Preprocess((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), resize=resize, crop=crop)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache import remove_stale_temps, write_atomic
-from .store import DAMAGED, MAPS, PARTS, SUMS_SUFFIX, RunFolderError, inside, part_names
+from .store import COLUMNS, DAMAGED, MAPS, PARTS, SUMS_SUFFIX, RunFolderError, inside, part_names
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,19 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+#: The largest checksum file read: a part's names two files (two lines of about 140 bytes), the table's one.
+MAX_SUMS_BYTES = 64 * 1024
+
+
 def read_sums(path: Path) -> dict[str, str]:
-    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed."""
+    """relative path → sha256 of a part's checksum file (`sha256sum` lines); ValueError when malformed or larger
+    than MAX_SUMS_BYTES (refused unread)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SUMS_BYTES + 1)
+    if len(data) > MAX_SUMS_BYTES:
+        raise ValueError(f"{path.name} is larger than a checksum file")
     sums = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in data.decode("utf-8").splitlines():
         digest, _, rel = line.partition("  ")
         if len(digest) != 64 or not rel:
             raise ValueError(f"a malformed line in {path.name}")
@@ -48,6 +57,8 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
     the run folder."""
     import pyarrow.parquet as pq
 
+    from .run_file import column_problem
+
     rows_rel, maps_rel = f"{PARTS}/{name}.parquet", f"{MAPS}/{name}.npz"
     sums_path = Path(run_dir) / PARTS / f"{name}{SUMS_SUFFIX}"
     images = None
@@ -59,6 +70,10 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 return Damage(name, "its checksum file names other files")
             if _sha256(rows_path) != sums[rows_rel]:
                 return Damage(name, "its rows differ from their checksum")
+            # types a run would not write (an edited part with its checksums redone): left out like a damaged one
+            problem = column_problem(pq.read_schema(rows_path), COLUMNS)
+            if problem:
+                return Damage(name, problem)
             rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
             files = set(rows.column("map_file").to_pylist()) - {None}
@@ -73,6 +88,9 @@ def check_part(run_dir: str | os.PathLike, name: str) -> Damage | None:
                 if _sha256(maps_path) != sums[maps_rel]:
                     return Damage(name, "its map file differs from its checksum", images)
         else:
+            problem = column_problem(pq.read_schema(rows_path), COLUMNS)
+            if problem:
+                return Damage(name, problem)
             rows = pq.read_table(rows_path, columns=["image", "map_file"])
             images = tuple(rows.column("image").to_pylist())
             files = set(rows.column("map_file").to_pylist()) - {None}

@@ -106,11 +106,22 @@ class Claims:
         self.release(list(self.held))
 
 
+#: The largest claim file read: a claim holds a pid, a host, a time, a nonce and the image's key (a path), a few
+#: hundred bytes; a larger one (edited, or garbage) is unreadable, judged by its age alone.
+MAX_CLAIM_BYTES = 64 * 1024
+#: The largest process id a claim may name (Linux's pid_max is at most 2**22): beyond it os.kill overflows.
+MAX_PID = 2**31 - 1
+
+
 def _read(path: Path) -> dict | None:
-    """A claim's contents; None when it is unreadable (being written, or damaged)."""
+    """A claim's contents; None when it is unreadable (being written, damaged, too large, or nested too deep)."""
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            data = f.read(MAX_CLAIM_BYTES + 1)
+        if len(data) > MAX_CLAIM_BYTES:
+            return None
+        info = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: brackets nested past the parser's stack
         return None
     return info if isinstance(info, dict) else None
 
@@ -121,7 +132,8 @@ def stale(claim: dict | None, mtime: float) -> bool:
     claim = claim or {}
     host = claim.get("host")
     pid = claim.get("pid")
-    return abandoned(host_tag(host) if isinstance(host, str) else None, pid if isinstance(pid, int) else None, mtime)
+    pid = pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid <= MAX_PID else None
+    return abandoned(host_tag(host) if isinstance(host, str) else None, pid, mtime)
 
 
 __all__ = ["CLAIMS", "Claims", "stale"]

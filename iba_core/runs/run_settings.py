@@ -77,7 +77,13 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
     """run.json's identity of a run: network, weights, layer, run settings, methods; where the images are."""
     # a one-layer bottleneck's layer, or the first of CoIBA's range (its information is counted there), as the
     # bottleneck resolves it (`BottleneckMethod.resolve`: CoIBA's branch inputs are layers of a view of the network)
+    from .run_file import check_preprocess
+
     layers = [found[0] for found in (m.bottleneck_layers(network) for m in methods) if found]
+    # how the maps lie on the images, in the bounds run.json is read back with (a card's crop and resize ranges)
+    preprocess = {"resize": getattr(network.preprocess, "resize", None),
+                  "crop": getattr(network.preprocess, "crop_size", None)}
+    check_preprocess(preprocess)
     return {
         "network": network.key,
         "weights": getattr(network, "weights_id", ""),
@@ -94,8 +100,7 @@ def run_identity(network, methods: Sequence[Method], settings: FolderSettings, r
         "methods": {m.key: method_identity(network, m) for m in methods},
         "source": str(Path(root).expanduser().resolve()),
         # how the maps lie on the images (the Dataset page draws each map over the crop the network saw)
-        "preprocess": {"resize": getattr(network.preprocess, "resize", None),
-                       "crop": getattr(network.preprocess, "crop_size", None)},
+        "preprocess": preprocess,
     }
 
 

@@ -52,22 +52,21 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..cache import write_atomic
-from ..errors import UserError
 from ..jsonable import jsonable
 from ..metrics import registry as metric_registry
 from .measures import THUMBNAIL, thumbnail
+# run.json's name, format and the error of a run folder live with run.json's checks (run_file.py), which read
+# nothing of this module; named here too, where the rest of the folder's layout is
+from .run_file import RUN_FILE, RUN_FORMAT, RunFolderError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_FILE = "run.json"
 TABLE_FILE = "results.parquet"
 TABLE_SUMS = "results.sha256"
 PARTS, MAPS, DAMAGED = "parts", "maps", "damaged"
 #: Beside each part: the checksums of its two files.
 SUMS_SUFFIX = ".sha256"
-#: Bump when the layout of a run folder changes (an older folder is then refused, not misread).
-RUN_FORMAT = 1
 #: A part is written after this many rows, or this many seconds after the last part (whichever comes first).
 PART_ROWS = 64
 PART_SECONDS = 30.0
@@ -95,10 +94,6 @@ KEY = ("image", "method", "prompt")
 PARTS_META = b"iba_parts"
 
 
-class RunFolderError(UserError):
-    """A run folder that cannot be used: not a run folder, of another format, or made with other settings."""
-
-
 # --------------------------------------------------------------------------------------------
 # run.json: what made the run.
 
@@ -117,25 +112,20 @@ def versions() -> dict[str, str]:
 
 
 def read_info(run_dir: str | os.PathLike) -> dict | None:
-    """run.json of a run folder; None when there is none. A damaged one or another format: RunFolderError."""
+    """run.json of a run folder; None when there is none. A damaged one, another format, or a field a run would not
+    write (`run_file.parse_run_file`: every field checked with the bounds it is written with): RunFolderError."""
+    from .run_file import MAX_RUN_FILE_BYTES, parse_run_file  # the module's own name: the cap patched in tests
+
     path = Path(run_dir) / RUN_FILE
     if not path.is_file():
         return None
     try:
-        text = inside(run_dir, RUN_FILE).read_text(encoding="utf-8")
+        with open(inside(run_dir, RUN_FILE), "rb") as f:
+            data = f.read(MAX_RUN_FILE_BYTES + 1)  # never more: a larger file is refused unread
     except OSError as err:
-        raise RunFolderError(f"The run file {path} cannot be read ({(err.strerror or 'an error of the disk').lower()})."
-                             ) from None
-    except UnicodeDecodeError:  # a ValueError: bytes that are no text at all
-        raise RunFolderError(f"The run file {path} is damaged: it is not text.") from None
-    try:
-        info = json.loads(text)
-    except ValueError:  # json's JSONDecodeError: a cut-short or edited file; its name means nothing to a user
-        raise RunFolderError(f"The run file {path} is damaged: it is not complete, valid JSON (cut short or "
-                             "edited?).") from None
-    if not isinstance(info, dict) or info.get("format") != RUN_FORMAT:
-        raise RunFolderError(f"{path} is not a run file of this version (format {RUN_FORMAT}).")
-    return info
+        raise RunFolderError(f"The run folder's {RUN_FILE} cannot be read "
+                             f"({(err.strerror or 'an error of the disk').lower()}).") from None
+    return parse_run_file(data)
 
 
 def shown_value(value) -> str:
@@ -331,7 +321,8 @@ def inside(run_dir: str | os.PathLike, relative: str | os.PathLike) -> Path:
     base = Path(run_dir).resolve()
     target = (base / relative).resolve()
     if target != base and base not in target.parents:
-        raise RunFolderError(f"The run folder {run_dir} names a file outside itself ({shown_value(str(relative))}), "
+        # the file as the run names it, not the server's path to the run (a visitor reads this sentence)
+        raise RunFolderError(f"The run folder names a file outside itself ({shown_value(str(relative))}), "
                              "which is not read.")
     return target
 
@@ -441,15 +432,24 @@ def parts_digest(names: list[str]) -> bytes:
 
 
 def load_member(run_dir: str | os.PathLike, map_file: str, member: str) -> np.ndarray:
-    """One array of a map file of the run (checked to lie inside it); a damaged file: RunFolderError."""
+    """One array of a map file of the run (checked to lie inside it, and to unpack to at most
+    `run_file.max_member_bytes`, so a file edited into a zip bomb is refused unread); a damaged file:
+    RunFolderError. The sentences name the file as the run does (relative to it), not the server's path."""
+    from .run_file import max_member_bytes
+
     path = inside(run_dir, map_file)
+    hint = "Open the run again: a damaged part is left out."
     try:
         with np.load(path, allow_pickle=False) as data:
-            return data[member]
+            size = data.zip.getinfo(f"{member}.npy").file_size  # the zip's own record: never read past it
+            if size <= max_member_bytes():
+                return data[member]
     except Exception as err:  # noqa: BLE001 - a zip, zlib or format error all mean the same to a reader
-        raise RunFolderError(f"The map file {map_file} of the run {run_dir} cannot be read: it is damaged or cut "
-                             "short.", cli_hint="Open the run again: a damaged part is left out.",
-                             app_hint="Open the run again: a damaged part is left out.") from None
+        raise RunFolderError(f"The map file {shown_value(map_file)} of the run cannot be read: it is damaged or cut "
+                             "short.", cli_hint=hint, app_hint=hint) from None
+    raise RunFolderError(f"The map file {shown_value(map_file)} of the run holds an array of {size / 2**20:,.0f} MiB, "
+                         f"more than a run writes ({max_member_bytes() / 2**20:,.0f} MiB at most), so it is not read.",
+                         cli_hint=hint, app_hint=hint)
 
 
 def read_thumbnails(run_dir: str | os.PathLike, frame: "pd.DataFrame") -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 from ..cache import write_atomic
 from .checks import Damage, check_parts, missing_sentence, read_sums
 from .measures import distance_to_class_mean
+from .run_file import column_problem
 from .store import COLUMNS, KEY, RUN_FILE, RunFolderError, TABLE_FILE, TABLE_SUMS, PARTS_META, load_member, parts_digest, shown_value, decode_map, deduplicate, inside, read_info, read_parts, read_thumbnails, with_columns
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def current_table(run_dir: str | os.PathLike, names: list[str] | None = None) ->
             data = inside(run_dir, TABLE_FILE).read_bytes()  # read once: hashed, then parsed from memory
             if read_sums(inside(run_dir, TABLE_SUMS)) == {TABLE_FILE: hashlib.sha256(data).hexdigest()}:
                 table = pq.read_table(pa.BufferReader(data))
-                if (table.schema.metadata or {}).get(PARTS_META) == parts_digest(names):
+                if (table.schema.metadata or {}).get(PARTS_META) == parts_digest(names) \
+                        and column_problem(table.schema, COLUMNS) is None:  # a column of another type: built again
                     frame = table.to_pandas()
                     return frame if set(COLUMNS) <= set(frame) else with_columns(frame)
         except (OSError, ValueError, RunFolderError):  # damaged, pointing outside the run, or a table written

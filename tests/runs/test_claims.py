@@ -66,6 +66,24 @@ def test_stale_claims_are_taken_over_and_live_ones_kept(tmp_path):
     assert mine.path("dead").exists()  # not this process's any more: left to its holder
 
 
+def test_a_claim_file_of_garbage_is_judged_by_its_age_alone(tmp_path):
+    """Claims are run files too (issue #40): a pid past any process id, brackets nested 100,000 deep or a file far
+    larger than a claim neither crash the writer nor block the image once it is old."""
+    mine = Claims(tmp_path)
+    here = socket.gethostname()
+    huge = _claim_as(mine, "huge pid", 10**30, here, age=60)  # os.kill(10**30, 0) raises OverflowError
+    deep = _claim_as(mine, "deep", 1, here)
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    big = _claim_as(mine, "big", 1, here)
+    big.write_text(json.dumps({"pid": 1, "host": here, "image": "big", "pad": "x" * 100_000}))
+    for path in (deep, big):
+        os.utime(path, (time.time() - 60,) * 2)
+    assert not mine.take("huge pid") and not mine.take("deep") and not mine.take("big")  # young: left alone
+    for path in (huge, deep, big):
+        os.utime(path, (time.time() - STALE_SECONDS - 60,) * 2)
+    assert mine.take("huge pid") and mine.take("deep") and mine.take("big")  # silent too long: taken over
+
+
 # A writer killed at the instant its claim would appear (os.link is where a claim comes into being).
 KILLED_WHILE_CLAIMING = """
 import os, signal, sys
