@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError, internal_message, user_message
 from ..settings import cache_dir
-from ..trust import ANY, Trust
+from ..trust import ANY, Trust, visitor_text
 
 #: The logger the app writes internal errors to (its records also reach the server's console).
 LOGGER_NAME = "iba_explorer"
@@ -74,11 +74,12 @@ def log_internal_error(err: BaseException, trust: Trust | None = None) -> str:
 
 
 def error_text(err: BaseException, trust: Trust | None = None) -> str:
-    """The one sentence a page shows for `err`: a user's mistake with its app hint; a bug logged with its
+    """The one sentence a page shows for `err`: a user's mistake with its app hint (a path inside the allowed
+    folders named relative to them for `trust`'s visitor); a bug logged with its
     traceback (`log_internal_error`, which names the log's path to `trust`'s local user only) and named an
     internal error."""
-    if isinstance(err, UserError):
-        return user_message(err, "app")
+    if isinstance(err, UserError):  # its paths in the allowed folders as a visitor sees them (`visitor_text`)
+        return visitor_text(user_message(err, "app"), trust) if trust is not None else user_message(err, "app")
     return log_internal_error(err, trust)
 
 

@@ -12,7 +12,7 @@ from iba_core.app.models import (
 from iba_core.app.state import SharedModel, load_shared
 from iba_core.networks import REGISTRY, find_weights, get_spec
 from iba_core.settings import models_dir, weights_dir
-from iba_core.trust import Trust, visitor_path
+from iba_core.trust import Trust, visitor_path, visitor_text
 
 from pages.widgets.add_network import add_network_form
 from pages.widgets.errors import shown_errors
@@ -68,7 +68,7 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
     unusable = [c for c in cards if c.error]
     if unusable:
         st.caption("Model cards in the models folder that cannot be used:  \n"
-                   + "  \n".join(f"· {plain(c.name)}: {plain(c.error)}" for c in unusable))
+                   + "  \n".join(f"· {plain(c.name)}: {plain(visitor_text(c.error, trust))}" for c in unusable))
     add_network_form(trust)
     return shared
 

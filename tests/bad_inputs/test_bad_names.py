@@ -62,3 +62,24 @@ def test_the_prompt_sentence_shows_without_asterisks_on_the_page() -> None:
                          "rank": 0, "finished": 0.0}]))
     shown = plain(missing_prompt_text(run, "a dog", command=False))
     assert "\\*" not in shown and "*" not in shown and "Start a run on a folder of the server" in shown
+
+
+def test_a_served_visitor_sees_a_broken_cards_reason_without_the_servers_path(tmp_path, monkeypatch) -> None:
+    """Issue #40, item 5: a card's error names the card by its path; a visitor of a served app (IBA_DATA_DIRS set,
+    no loopback address) sees it relative to the models folder, in the menu's list and in a page's error."""
+    from iba_core.app.error_log import error_text
+    from iba_core.app.models import find_cards
+    from iba_core.networks import ModelCardError
+    from iba_core.trust import Trust, visitor_text
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "broken.toml").write_text('arch = "torchvision:resnet18"\nhead = "nonsense"\n')
+    monkeypatch.setenv("IBA_MODELS_DIR", str(models))
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path / "data"))
+    served = Trust.for_app()
+    error = next(c.error for c in find_cards(trust=served) if c.name == "broken")
+    assert str(models) in error  # the library's sentence names the file…
+    for shown in (visitor_text(error, served), error_text(ModelCardError(error), served)):
+        assert str(tmp_path) not in shown and "models/broken.toml" in shown, shown  # …a visitor sees it relative
+    assert error_text(ModelCardError(error), Trust.local()) == error  # the machine's own user: as it is
