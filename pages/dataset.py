@@ -18,7 +18,7 @@ from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
 from iba_core.app.stats_source import stats_folder
 from iba_core.networks.clip_models import is_clip
-from iba_core.render.text import count_of
+from iba_core.render.text import count_of, shown_name
 from iba_core.runs.highlights import BITS_UNIT, BORDER_FLAG, named
 from iba_core.runs.store import YARDSTICK_COLUMNS
 from iba_core.trust import visitor_path
@@ -512,8 +512,8 @@ def class_section(run, found) -> None:
         return
     unit = "bits / pixel" if units.get(method) == BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
-    left.image(dataset_gallery.map_png(view.mean_map, unit), width="stretch",
-               caption=f"Mean map of {plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
+    left.image(dataset_gallery.map_png(view.mean_map, unit), width="stretch", caption=f"Mean map of "
+               f"{plain(shown_name(view.class_name))} over {count_of(view.images, 'image')} ({unit}).")
     with right:
         st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
                    f"eigengap). A cluster whose maps put {BORDER_FLAG:.0%} or more in the border is flagged. "
@@ -542,7 +542,7 @@ def class_section(run, found) -> None:
                 png = dataset_gallery.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
                 if png is not None:
                     cols[i].image(png, width="stretch")
-            st.caption("Members: " + ", ".join(plain(m) for m in c.members["image"]))
+            st.caption("Members: " + ", ".join(plain(shown_name(m)) for m in c.members["image"]))
 
 
 def downloads(run, method_for_report: str | None, found) -> None:

@@ -35,7 +35,7 @@ from iba_core.render.overlays import (
     overlay_image, part_of_total_text, png_bytes, token_strip,
 )
 from iba_core.render.report import heatmap_npy_bytes
-from iba_core.render.text import format_seconds, format_target_score, target_score_name
+from iba_core.render.text import format_seconds, format_target_score, shown_name, target_score_name
 from iba_core.trust import visitor_text
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import (
@@ -390,8 +390,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     explained = (f"explaining the prompt **“{plain(record.class_name)}”**" if r.head == "similarity" else
                  f"explaining **{plain(record.class_name)}** (#{r.target})")
     st.caption(
-        f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · {record.where} · "
-        f"{explained} · β·k = {s.beta_k:g} · "
+        f"{plain(shown_name(record.image_name))} · {plain(record.model_title or record.model_key)} · "
+        f"{record.where} · {explained} · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
         + result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
     )
