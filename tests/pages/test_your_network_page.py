@@ -161,7 +161,8 @@ def test_a_card_without_an_image_folder_warns_and_a_folder_given_ends_the_warnin
     at.number_input(key="ps_steps").set_value(1)
     at = at.button(key="ps_run_button").click().run()
     assert_clean(at)
-    assert [e.value for e in at.error] == [f"No images (jpg, png, …) found below {tmp_path}."]
+    # named relative to the allowed folder (IBA_DATA_DIRS, here the folder itself), never by the server's path
+    assert [e.value for e in at.error] == [f"No images (jpg, png, …) found below {tmp_path.name}."]
     assert "ps_run" not in at.session_state
     at.text_input(key="ps_folder").input(str(models / "fruit" / "images"))
     at = per_sample_run(at, steps=1)
