@@ -5,11 +5,16 @@ iba_core.app and the drawing in iba_core.render.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from pages.widgets.page import VIA_APP_KEY, presentation_toggle
 
-st.set_page_config(page_title="IBA Explorer", page_icon=":material/blur_on:", layout="wide")
+# The tab's icon from this folder: a Material icon as the page icon makes the browser fetch it from Google's
+# font host, which an offline machine cannot reach (issue #40, item 8); the icons in the menu come with Streamlit.
+st.set_page_config(page_title="IBA Explorer", page_icon=str(Path(__file__).parent / "assets" / "favicon.png"),
+                   layout="wide")
 
 PAGES = [
     st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),

@@ -66,7 +66,7 @@ def check_photos_fit(preprocess) -> None:
             "images (.npy or .tif).",
             cli_hint="Give --stats-images FOLDER, or add stats_images = \"FOLDER\" to its model card.",
             app_hint="Add stats_images = \"folder of your images\" to its model card, or enter such a folder under "
-            "*Feature statistics*.")
+            "“Feature statistics”.")
 
 
 def random_resized_crop(img: Image.Image | MultiBandImage, size: int,

@@ -137,6 +137,17 @@ def visitor_path(path: str | os.PathLike, trust: Trust) -> str:
     return resolved.name
 
 
+def visitor_text(text: str, trust: Trust) -> str:
+    """`text` (a sentence that may hold paths, e.g. where statistics came from) as a visitor may see it: every
+    allowed folder's absolute path in it replaced by that folder's own name, as `visitor_path` names paths; whole
+    for the machine's own user."""
+    if trust.server_paths == ANY:
+        return text
+    for root in sorted(trust.server_paths, key=lambda r: len(str(r)), reverse=True):  # the deepest folder first
+        text = text.replace(str(root), root.name)
+    return text
+
+
 def server_path_allowed(path: str | os.PathLike, trust: Trust) -> bool:
     """Whether `path` (symlinks resolved) lies in a folder `trust.server_paths` allows."""
     if trust.server_paths == ANY:

@@ -18,9 +18,10 @@ from iba_core.app.choices import folder_run_choices
 from iba_core.app.inputs import prompts_from_text
 from iba_core.app.stats_source import stats_folder
 from iba_core.networks.clip_models import is_clip
-from iba_core.render.text import count_of
+from iba_core.render.text import count_of, shown_name
 from iba_core.runs.highlights import BITS_UNIT, BORDER_FLAG, named
 from iba_core.runs.store import YARDSTICK_COLUMNS
+from iba_core.trust import visitor_path
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
@@ -189,8 +190,8 @@ def start_run(shared, form: StartForm, prompts: list[str]) -> None:
             st.info(plain(busy.message), icon=":material/hourglass_top:")
             return
         if job is before and job.running:  # the user's own run: its progress is shown below
-            st.info(f"Your folder run into {plain(job.run_dir)} is going; its progress is at the top.",
-                    icon=":material/hourglass_top:")
+            st.info(f"Your folder run into {plain(visitor_path(job.run_dir, trust))} is going; its progress is at the "
+                    "top.", icon=":material/hourglass_top:")
         else:
             st.session_state[PATH_KEY + "_next"] = str(job.run_dir)
             st.session_state.pop(ESTIMATE_KEY, None)  # the run's own pace replaces it
@@ -214,24 +215,24 @@ def job_section() -> None:
     if job is None:
         return
     mine = job.owner is None or job.owner == st.session_state.get(OWNER_KEY)
-    whose = "Your folder run" if mine else "Another session's folder run"
+    whose, into = "Your folder run" if mine else "Another session's folder run", plain(visitor_path(job.run_dir, trust))
 
     @st.fragment(run_every=POLL_S if job.running else None)
     def status() -> None:
         done, total, _ = job.progress()
         if job.running:
             st.progress(done / max(total, 1),
-                        text=f"{whose} into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}")
+                        text=f"{whose} into {into}: {plain(folder_job.job_text(job))}")
             st.caption(folder_job.GPU_ROAD)
             if mine and st.button("Stop after this batch", key="ds_stop", icon=":material/stop:"):
                 job.cancel()
         elif job.error:
-            st.error(f"The folder run into {plain(job.run_dir)} stopped: {plain(job.error)}",
+            st.error(f"The folder run into {into} stopped: {plain(job.error)}",
                      icon=":material/error:")
         elif _showing(job.run_dir):  # its run is open below: the box would only push it down
-            st.caption(f"Folder run into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}; shown below.")
+            st.caption(f"Folder run into {into}: {plain(folder_job.job_text(job))}; shown below.")
         else:
-            st.success(f"Folder run into {plain(job.run_dir)}: {plain(folder_job.job_text(job))}.",
+            st.success(f"Folder run into {into}: {plain(folder_job.job_text(job))}.",
                        icon=":material/check_circle:")
             if st.button("Open this run", key="ds_open_job", icon=":material/folder_open:"):
                 with shown_errors():
@@ -322,9 +323,9 @@ def prompt_section(run) -> None:
     wanted = " ".join(typed.split()) or chosen
     held = prompt_search.held_prompt(run, wanted)
     if held is None:
-        st.warning(plain(prompt_search.missing_prompt_text(run, wanted, command=False)),
+        st.warning(plain(prompt_search.missing_prompt_text(run, wanted, command=False, trust=trust)),
                    icon=":material/manage_search:")
-        st.code(prompt_search.add_prompt_command(run, wanted), language="bash")
+        st.code(prompt_search.add_prompt_command(run, wanted, trust), language="bash")
         return
     methods = prompt_search.prompt_methods(run, held)
     method = c3.selectbox("Ranked by the maps of", methods, key="ds_prompt_method",
@@ -511,8 +512,8 @@ def class_section(run, found) -> None:
         return
     unit = "bits / pixel" if units.get(method) == BITS_UNIT else (units.get(method) or "attribution")
     left, right = st.columns([1, 3])
-    left.image(dataset_gallery.map_png(view.mean_map, unit), width="stretch",
-               caption=f"Mean map of {plain(view.class_name)} over {count_of(view.images, 'image')} ({unit}).")
+    left.image(dataset_gallery.map_png(view.mean_map, unit), width="stretch", caption=f"Mean map of "
+               f"{plain(shown_name(view.class_name))} over {count_of(view.images, 'image')} ({unit}).")
     with right:
         st.caption(f"{count_of(len(view.clusters), 'cluster')} (spectral clustering of the 28 × 28 thumbnails; k by the "
                    f"eigengap). A cluster whose maps put {BORDER_FLAG:.0%} or more in the border is flagged. "
@@ -541,7 +542,7 @@ def class_section(run, found) -> None:
                 png = dataset_gallery.image_thumbnail(run, row, trust, top=scale if scale > 0 else None)
                 if png is not None:
                     cols[i].image(png, width="stretch")
-            st.caption("Members: " + ", ".join(plain(m) for m in c.members["image"]))
+            st.caption("Members: " + ", ".join(plain(shown_name(m)) for m in c.members["image"]))
 
 
 def downloads(run, method_for_report: str | None, found) -> None:
@@ -579,8 +580,8 @@ with job_slot:
 run = st.session_state.get(RUN_KEY)
 introduction(run is not None)
 if run is not None:
-    st.caption(f"Run {plain(run.path)} · {plain(ds.run_line(run))} · {run.table['image'].nunique()} images · "
-               f"{len(run.table)} rows")
+    st.caption(f"Run {plain(visitor_path(run.path, trust))} · {plain(ds.run_line(run))} · "
+               f"{run.table['image'].nunique()} images · {len(run.table)} rows")
     if run.missing:  # damaged parts left out: the sentence says which rows and that a resume redoes them
         st.warning(plain(run.missing), icon=":material/broken_image:")
     found = None

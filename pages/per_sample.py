@@ -37,7 +37,8 @@ from iba_core.render.overlays import (
     overlay_image, part_of_total_text, png_bytes, token_strip,
 )
 from iba_core.render.report import heatmap_npy_bytes
-from iba_core.render.text import format_seconds, format_target_score, target_score_name
+from iba_core.render.text import format_seconds, format_target_score, shown_name, target_score_name
+from iba_core.trust import visitor_text
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import (
     advanced_settings, beta_picker, layer_picker, prompt_picker, range_picker, resolve_target, settings_row,
@@ -46,7 +47,7 @@ from pages.widgets.form_widgets import (
 from pages.widgets.inputs import Inputs, input_section
 from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
 from pages.widgets.page import (
-    bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
+    app_trust, bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
 )
 from pages.widgets.progress import check_request, method_stats_with_progress, network_turn, taking_turns
 from pages.widgets.step_view import LiveView, draw_step, step_slots
@@ -411,8 +412,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
     explained = (f"explaining the prompt **“{plain(record.class_name)}”**" if r.head == "similarity" else
                  f"explaining **{plain(record.class_name)}** (#{r.target})")
     st.caption(
-        f"{plain(record.image_name)} · {plain(record.model_title or record.model_key)} · {record.where} · "
-        f"{explained} · β·k = {s.beta_k:g} · "
+        f"{plain(shown_name(record.image_name))} · {plain(record.model_title or record.model_key)} · "
+        f"{record.where} · {explained} · β·k = {s.beta_k:g} · "
         f"{len(r.history)} steps × batch {s.batch}"
         + result_note_line(record.image_name, record.model_title or record.model_key, record.image_digest)
     )
@@ -455,7 +456,8 @@ def results(record: RunRecord, scale: ColourScale) -> None:
 
     prompt_words(record)
     downloads(record, opacity, scale)
-    st.caption(f"Feature statistics: {plain(record.stats_description)}.")  # it may name a typed folder
+    # it may name a folder of the server: a visitor sees it relative to the allowed folder (issue #40)
+    st.caption(f"Feature statistics: {plain(visitor_text(record.stats_description, app_trust()))}.")
 
 
 def prompt_words(record: RunRecord) -> None:

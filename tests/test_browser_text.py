@@ -54,3 +54,48 @@ def test_url_class_names_and_title_render_as_text_without_links(tmp_path: Path, 
         links = page.evaluate(LINKS)
         assert not [href for href in links if "evil" in href.lower()], links
         assert page.locator('[data-testid="stException"]').count() == 0
+
+
+# ---- names in a bidi isolate (issue #40, item 4) ----------------------------------------------------------
+
+#: The left edge, on the screen, of each character of the first text node of `#line` (one rectangle per character).
+CHARACTER_XS = """
+() => {
+  const node = document.getElementById('line').firstChild, xs = [];
+  for (let i = 0; i < node.length; i++) {
+    const range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+    const rect = range.getBoundingClientRect(); xs.push(rect.width > 0 ? rect.left : null);
+  }
+  return xs;
+}
+"""
+
+
+def _reads_in_order(page, caption: str, part: str) -> bool:
+    """Whether Chromium draws `part` of `caption` left to right (each of its characters right of the one before)."""
+    import html
+
+    page.set_content(f'<html><body><p id="line" style="font: 16px sans-serif">{html.escape(caption)}</p></body>'
+                     "</html>")
+    xs = page.evaluate(CHARACTER_XS)
+    start = caption.index(part)
+    drawn = [x for x in xs[start:start + len(part)] if x is not None]
+    return all(a < b for a, b in zip(drawn, drawn[1:]))
+
+
+def test_the_numbers_after_a_right_to_left_override_read_in_order_in_chromium() -> None:
+    """The gallery's caption, as the page and the report draw it: with the file name in an isolate the bits and the
+    border share after it read left to right; without (the caption before the fix) Chromium turns them around."""
+    import pandas as pd
+
+    from iba_core.app.dataset_gallery import cell_caption
+
+    name = "photo\u202egpj.png"
+    row = pd.Series({"image": name, "class_name": "tench", "target": 0, "correct": True, "predicted_name": "tench",
+                     "total_bits": 5.7, "border_share": 0.38})
+    caption = cell_caption(row, "Per-Sample", bits=True)
+    bare = f"{name} · tench · correct · Per-Sample · 5.7 bits · border 38%"  # no isolate, no note
+    with chromium_page() as page:
+        assert not _reads_in_order(page, bare, "5.7 bits · border 38%")  # the bug, as the issue saw it
+        assert _reads_in_order(page, caption, "5.7 bits · border 38%")
+        assert _reads_in_order(page, caption, "U+202E (right-to-left override)")

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from ..render.colours import BITS_LABEL
+from ..render.text import shown_name
 from ..runs.highlights import BITS_UNIT, few_bits_reference
 from ..runs.store import RunFolderError
 from ..runs.tables import Run
@@ -164,12 +165,12 @@ def scale_note(run: Run, rows: "pd.DataFrame", scale: float) -> str:
 
 def cell_caption(row, method_name: str, bits: bool, few_bits: bool = False) -> str:
     """A gallery cell's caption: image, class, correct or not, bits (and "needs very few bits" where flagged) and
-    border share."""
+    border share; every name in a bidi isolate, so the numbers after it read in order (`shown_name`)."""
     name = row["class_name"]
-    parts = [str(row["image"]), name if isinstance(name, str) else f"class {row['target']}"]
+    parts = [shown_name(row["image"]), shown_name(name) if isinstance(name, str) else f"class {row['target']}"]
     if not is_missing(row["correct"]):
-        parts.append("correct" if bool(row["correct"]) else f"predicted {row['predicted_name']}")
-    parts.append(method_name)
+        parts.append("correct" if bool(row["correct"]) else f"predicted {shown_name(row['predicted_name'])}")
+    parts.append(shown_name(method_name))
     if bits and not is_missing(row["total_bits"]):
         parts.append(f"{float(row['total_bits']):.1f} bits" + (" (needs very few bits)" if few_bits else ""))
     if not is_missing(row["border_share"]):
@@ -266,7 +267,7 @@ def thumbnails_on_one_scale(run: Run, rows: "pd.DataFrame", trust: Trust) -> tup
     cells = []
     for index, row in rows.iterrows():
         bits = units.get(row["method"]) == BITS_UNIT
-        caption = str(row["image"])
+        caption = shown_name(row["image"])  # isolated: the bits after it read in order
         if bits and not is_missing(row["total_bits"]):
             caption += f" · {float(row['total_bits']):.3g} bits" + (" · needs very few bits" if few[index] else "")
         cells.append({"image": str(row["image"]), "caption": caption,

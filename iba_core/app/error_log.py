@@ -1,5 +1,6 @@
 """The app's log of internal errors: a bug's traceback goes to a file in the cache folder, the page shows one
-sentence saying where (`errors.internal_message`); a user's mistake (`UserError`) shows its own sentence.
+sentence saying where (`errors.internal_message`: the log's path for the machine's own user, "the app's error
+log" and the reference for a served app's visitor); a user's mistake (`UserError`) shows its own sentence.
 
 The log is `IBA_CACHE_DIR/logs/app.log` (`app_log_file`), kept to a few megabytes (`MAX_LOG_BYTES`, one older
 file beside it), so visitors who run into the same bug again and again cannot fill the server's disk.
@@ -15,9 +16,12 @@ from pathlib import Path
 
 from ..errors import UserError, internal_message, user_message
 from ..settings import cache_dir
+from ..trust import ANY, Trust, visitor_text
 
 #: The logger the app writes internal errors to (its records also reach the server's console).
 LOGGER_NAME = "iba_explorer"
+#: How a served app's visitor hears of the log: no path of the server (issue #40); the reference finds the entry.
+SERVED_LOG_PLACE = "the app's error log (logs/app.log in its cache folder)"
 #: Largest size of the log file before it is rotated (one older file, app.log.1, is kept).
 MAX_LOG_BYTES = 5_000_000
 
@@ -56,23 +60,27 @@ def _file_logger(path: Path) -> logging.Logger | None:
     return logger
 
 
-def log_internal_error(err: BaseException) -> str:
+def log_internal_error(err: BaseException, trust: Trust | None = None) -> str:
     """Log `err` with its traceback in the app's log (`app_log_file`) and return the sentence for the page:
-    an internal error, its reference and where the log is."""
+    an internal error, its reference and where the log is: its path only for the machine's own user (`trust`'s
+    server_paths ANY), else "the app's error log" (default: a visitor, who never sees the server's paths)."""
     reference = uuid.uuid4().hex[:8]
     path = app_log_file()
     logger = _file_logger(path)
     (logger or logging.getLogger(LOGGER_NAME)).error("Internal error, reference %s", reference, exc_info=err)
-    return internal_message(err, f"the log at {path}" if logger is not None else "the server's console",
-                            reference)
+    local = trust is not None and trust.server_paths == ANY
+    place = (f"the log at {path}" if local else SERVED_LOG_PLACE) if logger is not None else "the server's console"
+    return internal_message(err, place, reference)
 
 
-def error_text(err: BaseException) -> str:
-    """The one sentence a page shows for `err`: a user's mistake with its app hint; a bug logged with its
-    traceback (`log_internal_error`) and named an internal error."""
-    if isinstance(err, UserError):
-        return user_message(err, "app")
-    return log_internal_error(err)
+def error_text(err: BaseException, trust: Trust | None = None) -> str:
+    """The one sentence a page shows for `err`: a user's mistake with its app hint (a path inside the allowed
+    folders named relative to them for `trust`'s visitor); a bug logged with its
+    traceback (`log_internal_error`, which names the log's path to `trust`'s local user only) and named an
+    internal error."""
+    if isinstance(err, UserError):  # its paths in the allowed folders as a visitor sees them (`visitor_text`)
+        return visitor_text(user_message(err, "app"), trust) if trust is not None else user_message(err, "app")
+    return log_internal_error(err, trust)
 
 
-__all__ = ["LOGGER_NAME", "MAX_LOG_BYTES", "app_log_file", "error_text", "log_internal_error"]
+__all__ = ["LOGGER_NAME", "MAX_LOG_BYTES", "SERVED_LOG_PLACE", "app_log_file", "error_text", "log_internal_error"]

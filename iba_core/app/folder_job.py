@@ -161,8 +161,9 @@ def _check_running(owner: str | None) -> FolderJob | None:
         return _JOB
     done, total, _ = _JOB.progress()
     far = f"{done} of {total} images" if total else "listing its images"
-    raise FolderRunBusy(f"Another folder run is going on this server ({far}, into {_JOB.run_dir}); one runs at a "
-                        "time, so please start yours when it has finished.")
+    # the other run's folder is not named: it is another visitor's, and a path of the server (issue #40)
+    raise FolderRunBusy(f"Another folder run is going on this server ({far}); one runs at a time, so please "
+                        "start yours when it has finished.")
 
 
 def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: str | None) -> list["Method"]:

@@ -44,7 +44,7 @@ from ..networks.state_files import WEIGHTS_SUFFIXES, WeightsMismatchError, folde
 from ..networks.timm_models import PREFIX as TIMM_PREFIX
 from ..networks.torchvision_any import PREFIX as TORCHVISION_PREFIX, classification_models
 from ..settings import models_dir
-from ..trust import Trust, check_server_path, shown
+from ..trust import Trust, check_server_path, shown, visitor_path
 from .error_log import error_text
 
 #: The network menu's entry that opens the choice of a torchvision classifier.
@@ -178,11 +178,13 @@ def is_card_network(network) -> bool:
     return str(getattr(network, "key", "")).startswith(CARD_PREFIX)
 
 
-def source_note(key: str, network) -> str:
-    """A caption for the chosen network: where it comes from and its classes."""
+def source_note(key: str, network, trust: Trust | None = None) -> str:
+    """A caption for the chosen network: where it comes from (a card as `trust`'s person may see it: relative to
+    the models folder for a served app's visitor, `visitor_path`; default the local user) and its classes."""
     spec = network.spec
     if is_card_network(network):
-        path = str(key).replace("`", "'")  # inside the Markdown code span
+        shown_key = visitor_path(key, trust) if trust is not None else str(key)
+        path = shown_key.replace("`", "'")  # inside the Markdown code span
         what = ("a CLIP model, explaining text prompts" if getattr(spec, "head", "") == SIMILARITY else
                 f"{len(network.categories)} classes")
         return (f"Your network from the model card `{path}`: {what}, input "

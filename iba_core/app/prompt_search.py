@@ -16,6 +16,7 @@ from ..networks.clip_models import clean_prompt
 from ..per_sample import BottleneckSettings
 from ..runs.highlights import BITS_UNIT
 from ..runs.tables import Run
+from ..trust import Trust, visitor_path
 from .dataset import is_missing, method_units, methods_bits_first, result_rows
 
 if TYPE_CHECKING:
@@ -101,21 +102,23 @@ BOTTLENECK_FLAGS = {"steps": "--steps", "batch": "--batch", "lr": "--lr", "sigma
 MODEL_PLACEHOLDER = "clip:MODEL_FOLDER"
 
 
-def add_prompt_command(run: Run, prompt: str) -> str:
+def add_prompt_command(run: Run, prompt: str, trust: Trust | None = None) -> str:
     """The command line that adds `prompt`'s rows to the run (a rerun into its folder with the run's network, layer
     and methods: only the new prompt's rows are made). A network keyed by a model folder's name is written
-    MODEL_PLACEHOLDER (the folder's path is not in run.json)."""
+    MODEL_PLACEHOLDER (the folder's path is not in run.json). Its folders as `trust`'s person may see them
+    (`visitor_path`: a served app's visitor sees them relative to the allowed folders; default: the local user)."""
     import shlex
 
     from ..networks import check_network_key
 
+    trust = trust or Trust.local()
     info = run.info
     model = str(info.get("network"))
     try:
         check_network_key(model)
     except UserError:  # a model folder is keyed by its name ("folder:NAME"): its path is the user's
         model = MODEL_PLACEHOLDER
-    parts = ["python", "-m", "iba_core", "attribute", str(run.source), "--model", model]
+    parts = ["python", "-m", "iba_core", "attribute", visitor_path(run.source, trust), "--model", model]
     if info.get("layer"):
         parts += ["--layer", str(info["layer"])]
     methods = info.get("methods") or {}
@@ -129,24 +132,27 @@ def add_prompt_command(run: Run, prompt: str) -> str:
         if value is not None and value != default:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if (info.get("settings") or {}).get("stats_images"):
-        parts += ["--stats-images", str(info["settings"]["stats_images"])]
-    parts += ["--out", str(run.path), "--prompt", prompt]
+        parts += ["--stats-images", visitor_path(str(info["settings"]["stats_images"]), trust)]
+    parts += ["--out", visitor_path(run.path, trust), "--prompt", prompt]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def missing_prompt_text(run: Run, prompt: str, command: bool = True) -> str:
+def missing_prompt_text(run: Run, prompt: str, command: bool = True, trust: Trust | None = None) -> str:
     """A few sentences for a prompt the run holds no rows for: the prompts it holds, and how to add this one (the
     command line, left out with command=False where it is shown apart, or the Dataset page's folder-run form into
-    the same run folder)."""
+    the same run folder), its folders as `trust`'s person may see them (default: the local user). Plain text, no
+    Markdown: the page shows it as text (`plain`), so emphasis would show as asterisks."""
+    trust = trust or Trust.local()
     held = run_prompts(run)
-    how = f"with `{add_prompt_command(run, prompt)}`, or" if command else "with the command below, or"
+    line = add_prompt_command(run, prompt, trust)
+    how = f"with the command {line}, or" if command else "with the command below, or"
     methods = ", ".join(run.info.get("methods") or {}) or "none"
     return (f"The run holds no maps for the prompt “{prompt}” (its prompts: {', '.join(held) or 'none'}). Add it "
-            f"{how} with *Start a run on a folder of the server* on the Dataset page: the run's image folder "
-            f"({run.source}), this run folder ({run.path}), its methods ({methods}) and the prompt; only the new "
-            "prompt's maps are made."
+            f"{how} with “Start a run on a folder of the server” on the Dataset page: the run's image folder "
+            f"({visitor_path(run.source, trust)}), this run folder ({visitor_path(run.path, trust)}), its methods "
+            f"({methods}) and the prompt; only the new prompt's maps are made."
             + (f" In the command, {MODEL_PLACEHOLDER} stands for the run's model folder." if MODEL_PLACEHOLDER in
-               add_prompt_command(run, prompt) else ""))
+               line else ""))
 
 
 def prompt_caption(row, rank: int, by: str) -> str:

@@ -35,7 +35,7 @@ def domain_warning(network: Network, folder: str | os.PathLike | None = None) ->
     if channels > 3:
         return (f"{network.spec.title} takes {channels}-band images, so the offline sample photos (RGB) cannot give "
                 "its feature statistics. Add stats_images = \"folder of your images\" (its .npy or .tif files) to "
-                "the model card, or enter such a folder under *Feature statistics* on the Per-Sample and β × layer "
+                "the model card, or enter such a folder under “Feature statistics” on the Per-Sample and β × layer "
                 "pages.")
     if not is_card_network(network):
         return None
@@ -45,7 +45,7 @@ def domain_warning(network: Network, folder: str | os.PathLike | None = None) ->
         "crops of the offline sample photos (cats, coffee, astronauts, …), which are probably not what it was "
         "trained on. Out-of-domain statistics distort the bits: the noise does not look like your data's features. "
         "Add stats_images = \"folder of your images\" to the model card, or enter such a folder under "
-        f"*Feature statistics* on the Per-Sample and β × layer pages; {STATS_SAMPLES_ENV} sets how many "
+        f"“Feature statistics” on the Per-Sample and β × layer pages; {STATS_SAMPLES_ENV} sets how many "
         "samples are used."
     )
 

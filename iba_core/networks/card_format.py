@@ -147,6 +147,12 @@ class ModelCard:
         return CARD_PREFIX + self.name
 
 
+
+def _one_line(text: str | None) -> str | None:
+    """A card's title as one line: its line breaks and runs of spaces one space each. A TOML string may hold a
+    line break, which the menu and the captions dropped, joining the words on either side."""
+    return " ".join(text.split()) if text is not None else None
+
 def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
     """Parse and check a model card (paths made absolute, relative to the card's folder, and inside it unless
     `trust` allows outside paths)."""
@@ -169,7 +175,8 @@ def read_card(path: str | os.PathLike, trust: Trust = LOCAL) -> ModelCard:
     card = ModelCard(
         path=path.resolve(), name=entries.text("name") or default_card_name(path), arch=arch,
         weights=entries.file("weights"), classes=entries.file("classes"), layer=entries.text("layer"),
-        stats_images=entries.file("stats_images", folder=True, images=True), title=entries.text("title"),
+        stats_images=entries.file("stats_images", folder=True, images=True),
+        title=_one_line(entries.text("title")),
         arch_args=arch_args, preprocess=preprocess, head=head, channels=channels, display_bands=display_bands,
     )
     card.model_folder = entries.file("model_folder", folder=True)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..jsonable import jsonable
-from .text import count_of
+from .text import count_of, shown_name
 
 if TYPE_CHECKING:
     from ..bottleneck import BottleneckSettings
@@ -133,8 +133,8 @@ def _number(value) -> str:
         return str(int(value))
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError):  # a name (a class, a method): isolated, its invisible characters said
+        return shown_name(value) if isinstance(value, str) else str(value)
     return "–" if not np.isfinite(number) else f"{number:.3g}"
 
 
@@ -185,7 +185,7 @@ def _classes_section(classes: list[dict]) -> list[str]:
     e = html.escape
     out = ["<h2>Classes: mean map and clusters of similar maps</h2>"]
     for c in classes:
-        out.append(f"<h3>{e(str(c['name']))} (class {int(c['target'])}, {count_of(int(c['images']), 'image')})</h3>")
+        out.append(f"<h3>{e(shown_name(c['name']))} (class {int(c['target'])}, {count_of(int(c['images']), 'image')})</h3>")
         out.append('<div class="cells"><figure>' + _img(c.get("mean_png"), f"mean map of {c['name']}")
                    + "<figcaption>mean map</figcaption></figure></div>")
         for k in c.get("clusters", []):
@@ -237,7 +237,10 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
            f"<style>{_REPORT_STYLE}</style></head><body>",
            "<h1>IBA Explorer · folder run report</h1>", '<table class="summary">']
     for key in ("run", "network", "layer", "method", "images", "rows", "errors"):
-        out.append(f"<tr><td>{e(key)}</td><td>{e(str(summary.get(key, '')))}</td></tr>")
+        # names the run's files chose: isolated, their invisible characters said (`shown_name`)
+        value = summary.get(key, "")
+        out.append(f"<tr><td>{e(key)}</td><td>{e(shown_name(value) if isinstance(value, str) else str(value))}"
+                   "</td></tr>")
     out.append("</table>")
     for key in ("missing", "empty"):  # rows left out, methods with no map: said before anything is counted
         if summary.get(key):

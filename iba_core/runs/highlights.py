@@ -205,14 +205,19 @@ def _names(images) -> tuple[str, ...]:
 
 
 def named(images: tuple[str, ...], limit: int = NAMED_IMAGES) -> str:
-    """The images as a list in words: the first `limit`, then how many more."""
+    """The images as a list in words: the first `limit` (each `shown_name`: isolated, its invisible characters
+    said), then how many more."""
+    from ..render.text import shown_name
+
     more = f" and {len(images) - limit:,} more" if len(images) > limit else ""
-    return ", ".join(images[:limit]) + more
+    return ", ".join(shown_name(i) for i in images[:limit]) + more
 
 
 def _class_name(rows: "pd.DataFrame", target: int) -> str:
+    from ..render.text import shown_name
+
     names = rows["class_name"].dropna()
-    return str(names.iloc[0]) if len(names) else f"class {target}"
+    return shown_name(names.iloc[0]) if len(names) else f"class {target}"
 
 
 def _bits_text(value: float) -> str:

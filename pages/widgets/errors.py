@@ -10,12 +10,14 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from iba_core.app.error_log import error_text
+from pages.widgets.page import app_trust
 
 
 def show_error(err: BaseException, where: DeltaGenerator | None = None) -> None:
     """`err` as one st.error (in `where`, default the page): a mistake's sentence with its app hint, or a bug
-    logged with its traceback and named an internal error (`error_log.error_text`)."""
-    (where or st).error(error_text(err), icon=":material/error:")
+    logged with its traceback and named an internal error (`error_log.error_text`: the log's path for the app's
+    local user only)."""
+    (where or st).error(error_text(err, app_trust()), icon=":material/error:")
 
 
 @dataclass

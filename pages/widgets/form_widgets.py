@@ -16,11 +16,12 @@ from iba_core.networks import REGISTRY
 from iba_core.per_sample import BottleneckSettings
 from iba_core.render.text import format_beta, format_target_score
 from iba_core.settings import max_stats_samples
+from iba_core.trust import visitor_path, visitor_text
 from iba_core.feature_stats import app_samples
 
 from pages.widgets.inputs import Inputs, show_domain_warning
 from pages.widgets.links import set_link, take_from_link
-from pages.widgets.page import remember_choice, restore_choice
+from pages.widgets.page import app_trust, remember_choice, restore_choice
 from pages.widgets.text import plain
 
 
@@ -171,16 +172,18 @@ def advanced_settings(prefix: str, defaults: BottleneckSettings | None = None) -
 
 def stats_settings(inputs: Inputs, prefix: str, layer: str) -> tuple[str | None, int]:
     """Optional image folder and sample count for the layer statistics μ_R, σ_R."""
+    trust = app_trust()  # a served app's visitor sees the card's folder relative to the allowed folder (#40)
     with st.expander("Feature statistics", icon=":material/bar_chart:"):
         st.caption(
             "The bottleneck replaces features by noise with the layer's mean and standard deviation, "
-            f"estimated over many images. {stats_status(inputs.network, layer)}"
+            f"estimated over many images. {plain(visitor_text(stats_status(inputs.network, layer), trust))}"
         )
         card_folder = stats_folder(inputs.network)
+        shown_folder = visitor_path(card_folder, trust) if card_folder else None
         folder = st.text_input(
             "Image folder for better statistics (optional)", key=f"{prefix}_folder",
-            placeholder=card_folder or "/path/to/imagenet/val",
-            help=(f"Empty: the model card's folder {card_folder}. " if card_folder else "")
+            placeholder=shown_folder or "/path/to/imagenet/val",
+            help=(f"Empty: the model card's folder {plain(shown_folder)}. " if card_folder else "")
             + "A folder of images like those the network was trained on (for ImageNet networks: natural photos); "
             "searched recursively.",
         )

@@ -12,7 +12,7 @@ from iba_core.app.models import (
 from iba_core.app.state import SharedModel, load_shared
 from iba_core.networks import REGISTRY, find_weights, get_spec
 from iba_core.settings import models_dir, weights_dir
-from iba_core.trust import Trust
+from iba_core.trust import Trust, visitor_path, visitor_text
 
 from pages.widgets.add_network import add_network_form
 from pages.widgets.errors import shown_errors
@@ -48,7 +48,7 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
         "Network", options, key="network", format_func=lambda k: network_label(k, cards),
         on_change=remember_choice, args=("network",),
         help="The built-in ImageNet networks, your own networks (the model cards in the models folder "
-        f"{models_dir()}, set by IBA_MODELS_DIR), or any torchvision classifier.",
+        f"{visitor_path(models_dir(), trust)}, set by IBA_MODELS_DIR), or any torchvision classifier.",
     )
     if key == TORCHVISION_CHOICE:
         key = torchvision_picker()
@@ -64,11 +64,11 @@ def network_picker(controls: DeltaGenerator | None = None) -> SharedModel | None
     with shown_errors():  # a card or weights file that does not fit: its message, no traceback
         shared = shared_model(key, source_version(key, trust), trust)
     if shared is not None and key not in REGISTRY:
-        st.caption(source_note(key, shared.network))
+        st.caption(source_note(key, shared.network, trust))  # a card relative to the models folder for a visitor
     unusable = [c for c in cards if c.error]
     if unusable:
         st.caption("Model cards in the models folder that cannot be used:  \n"
-                   + "  \n".join(f"· {plain(c.name)}: {plain(c.error)}" for c in unusable))
+                   + "  \n".join(f"· {plain(c.name)}: {plain(visitor_text(c.error, trust))}" for c in unusable))
     add_network_form(trust)
     return shared
 

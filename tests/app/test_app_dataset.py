@@ -223,3 +223,23 @@ def test_the_bits_scale_never_stretches_maps_that_hold_almost_nothing():
     spot[0, 0] = 40.0  # a few bits on one pixel: its own top lies above the floor
     run = HandRun(ordinary + [spot])
     assert gallery.page_scale(run, run.table.iloc[[6]]) == pytest.approx(40.0, rel=1e-6)
+
+
+def test_the_busy_message_names_no_folder_of_the_other_visitors_run(tiny_shared, tmp_path, monkeypatch):
+    """Issue #40, item 5: a second visitor was told the running run's folder on the server; now only how far it
+    is (served: IBA_DATA_DIRS set, no loopback address)."""
+    (tmp_path / "images").mkdir()
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path))
+
+    class Running:
+        running, run_dir, owner = True, tmp_path / "someone" / "secret_run", "another session"
+
+        def progress(self):
+            return 3, 10, "x"
+
+    monkeypatch.setattr(folder_job, "_JOB", Running())
+    with pytest.raises(folder_job.FolderRunBusy) as busy:
+        start_folder_job(tiny_shared, str(tmp_path / "images"), str(tmp_path / "run"), ["saliency"],
+                         trust=Trust.for_app(), owner="me")
+    assert "3 of 10 images" in busy.value.message
+    assert str(tmp_path) not in busy.value.message and "secret_run" not in busy.value.message

@@ -81,3 +81,22 @@ def test_the_command_for_a_missing_prompt_adds_it(prompt_run, clip_folder, capsy
     added = table[table["prompt"] == "a watermark"]
     assert len(added) == 8 and added["error"].isna().all() and (added["target"] == 2).all()
     assert ps.run_prompts(open_run(prompt_run)) == ["a cat", "a dog", "a watermark"]
+
+
+def test_a_served_page_names_the_runs_folders_relative_to_the_allowed_folder(prompt_run, monkeypatch):
+    """Issue #40, item 5: the Dataset page's command that adds a prompt showed the server's absolute paths (the
+    run folder, its images); a served app names them relative to the allowed folder. Item 8: the sentence is
+    plain text, no Markdown emphasis (the page shows it as text, so '*' showed literally)."""
+    from iba_core.trust import Trust
+
+    base = prompt_run.parent.parent  # the session's temporary folder: images0/ and runs0/run below it
+    monkeypatch.setenv("IBA_DATA_DIRS", str(base))
+    served = Trust.for_app()  # not on a loopback address: a room of visitors
+    run = open_run(prompt_run)
+    command = ps.add_prompt_command(run, "a watermark", served)
+    text = ps.missing_prompt_text(run, "a watermark", command=False, trust=served)
+    for shown in (command, text):
+        assert str(base) not in shown and str(prompt_run) not in shown and " /" not in shown, shown
+        assert f"{base.name}/{prompt_run.parent.name}/{prompt_run.name}" in shown
+    assert "*" not in text and "`" not in text and "“Start a run on a folder of the server”" in text
+    assert str(prompt_run) in ps.add_prompt_command(run, "a watermark")  # the local user: the whole path

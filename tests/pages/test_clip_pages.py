@@ -205,7 +205,9 @@ def test_a_prompt_the_run_lacks_says_how_to_add_it(open_page, prompt_run) -> Non
     warning = " ".join(w.value for w in at.warning).replace("\\", "")
     assert "holds no maps for the prompt “a watermark”" in warning and "a cat, a dog" in warning
     command = " ".join(c.value for c in at.code)
-    assert "--prompt 'a watermark'" in command and f"--out {prompt_run}" in command
+    # the run folder relative to the allowed folder holding it (the models folder), never the server's path (#40)
+    relative = f"{prompt_run.parents[1].name}/{prompt_run.parent.name}/{prompt_run.name}"
+    assert "--prompt 'a watermark'" in command and f"--out {relative} " in command and str(prompt_run) not in command
 
 
 def test_the_start_form_runs_a_clip_folder_with_prompts(open_page, models, prompt_run) -> None:

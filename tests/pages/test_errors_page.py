@@ -9,10 +9,11 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from iba_core.app import dataset as ds
-from iba_core.app.error_log import app_log_file
+from iba_core.app.error_log import SERVED_LOG_PLACE, app_log_file, log_internal_error
+from iba_core.trust import Trust
 
 INTERNAL = re.compile(r"^Internal error in IBA Explorer \((\w+), reference ([0-9a-f]{8})\): this is a bug, not a "
-                      r"mistake of yours; the details are in the log at (.+)\.$")
+                      r"mistake of yours; the details are in (.+)\.$")
 
 
 def _errors(at: AppTest) -> list[str]:
@@ -35,6 +36,7 @@ def _logged(reference: str) -> str:
 
 def test_a_mistake_shows_its_sentence_and_a_bug_in_the_library_an_internal_error_that_is_logged(
         open_page, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path))  # a served app (AppTest listens on no loopback address)
     at = open_page("dataset")
     mistake = _open_run(at, tmp_path / "no_such_run")
     assert len(mistake) == 1 and not mistake[0].startswith("Internal error"), mistake
@@ -48,8 +50,10 @@ def test_a_mistake_shows_its_sentence_and_a_bug_in_the_library_an_internal_error
     assert len(shown) == 1, shown
     match = INTERNAL.match(shown[0])
     assert match, shown[0]
-    kind, reference, log = match.groups()
-    assert kind == "ValueError" and Path(log) == app_log_file()
+    kind, reference, place = match.groups()
+    # issue #40, item 5: a visitor hears of "the app's error log" and the reference, never the server's paths
+    assert kind == "ValueError" and place == SERVED_LOG_PLACE
+    assert str(app_log_file()) not in shown[0] and str(tmp_path) not in shown[0] and "/tmp" not in shown[0]
     assert "out of bounds" not in shown[0]  # the bug's own words go to the log, not to the visitor
     record = _logged(reference)
     assert "Traceback (most recent call last)" in record and "in broken" in record
@@ -72,3 +76,13 @@ def test_a_network_that_fails_to_load_with_a_bug_says_internal_error(open_page, 
         assert "in broken" in _logged(INTERNAL.match(shown[0]).group(2))
     finally:
         picker.shared_model.clear()  # no other test gets this failure (failures are not cached anyway)
+
+
+def test_the_machine_s_own_user_is_told_where_the_log_is() -> None:
+    """The local user (server paths anywhere: an app on this machine only, or the command line) still sees the
+    log's path; a served visitor (any other trust) and a caller that names none do not."""
+    served = Trust(server_paths=(Path("/srv/data"),))
+    local = INTERNAL.match(log_internal_error(ValueError("x"), Trust.local())).group(3)
+    assert local == f"the log at {app_log_file()}" and Path(local.removeprefix("the log at ")) == app_log_file()
+    assert INTERNAL.match(log_internal_error(ValueError("x"), served)).group(3) == SERVED_LOG_PLACE
+    assert INTERNAL.match(log_internal_error(ValueError("x"))).group(3) == SERVED_LOG_PLACE

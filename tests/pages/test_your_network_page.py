@@ -107,6 +107,25 @@ def test_per_sample_page_runs_on_the_card_network(open_page, fruit, models) -> N
     assert "This run used fruit \\(model card\\)" in " ".join(c.value for c in at.caption)
 
 
+def test_a_served_per_sample_page_shows_no_absolute_path_of_the_card(open_page, fruit, models, monkeypatch,
+                                                                     tmp_path) -> None:
+    """Issue #40, item 5: the Per-Sample caption showed the card's absolute path on the server (and the
+    statistics' folder); a served app (IBA_DATA_DIRS set, no loopback address) names them relative to the models
+    folder."""
+    monkeypatch.setenv("IBA_DATA_DIRS", str(tmp_path))
+    at = per_sample_run(choose(open_page("per_sample"), fruit))
+    texts = [e.value for kind in (at.markdown, at.caption, at.info, at.warning, at.success) for e in kind]
+    texts += [w.help or "" for w in at.selectbox] + [w.help or "" for w in at.text_input]
+    texts += [w.placeholder or "" for w in at.text_input]
+    # the one exception, on purpose: the "Add your network" form names the folders the owner allows typed paths
+    # in (IBA_DATA_DIRS), since a visitor must type a path inside them
+    texts = [t for t in texts if "Paths typed below are read only inside" not in t]
+    assert not [t for t in texts if str(models) in t or str(tmp_path) in t], [t[-300:] for t in texts if "/tmp" in t]
+    captions = " ".join(c.value for c in at.caption)
+    assert f"model card `{models.name}/fruit/fruit.toml`" in captions
+    assert f"{models.name}/fruit/images" in captions  # the statistics' folder, relative too
+
+
 def test_compare_page_runs_on_the_card_network(open_page, fruit, models, calls) -> None:
     at = choose(open_page("compare"), fruit)
     # Methods that cannot run on it say why; the Readout says what to train.
@@ -142,7 +161,8 @@ def test_a_card_without_an_image_folder_warns_and_a_folder_given_ends_the_warnin
     at.number_input(key="ps_steps").set_value(1)
     at = at.button(key="ps_run_button").click().run()
     assert_clean(at)
-    assert [e.value for e in at.error] == [f"No images (jpg, png, …) found below {tmp_path}."]
+    # named relative to the allowed folder (IBA_DATA_DIRS, here the folder itself), never by the server's path
+    assert [e.value for e in at.error] == [f"No images (jpg, png, …) found below {tmp_path.name}."]
     assert "ps_run" not in at.session_state
     at.text_input(key="ps_folder").input(str(models / "fruit" / "images"))
     at = per_sample_run(at, steps=1)
