@@ -44,7 +44,7 @@ class Cost:
                    repeat: int = 1) -> "Cost":
         """The maps of `methods` (method objects) on a `height` × `width` input, `repeat` times each (targets,
         prompts or randomisation steps)."""
-        return cls.part(what, repeat * sum(m.forward_passes(network, height, width) for m in methods))
+        return cls.part(what, repeat * sum(max(0, m.forward_passes(network, height, width)) for m in methods))
 
     @property
     def passes(self) -> int:

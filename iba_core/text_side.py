@@ -40,6 +40,11 @@ class TextSideSettings:
     init_alpha: float = INIT_ALPHA
     seed: int | None = 0
 
+    @property
+    def forward_passes(self) -> int:
+        """Passes of the text tower one prompt's fit costs (a backward counts as one more: `iba_core.budget`)."""
+        return 2 * self.steps * self.batch + 1
+
 
 @dataclass
 class TokenBits:

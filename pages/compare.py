@@ -93,32 +93,34 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
         missing = cache.missing(inputs.network, inputs.image.digest, target_idx, keys, settings)
         check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:], settings=settings),
                       "This comparison")
-        stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
-        live = st.empty()
-        with live.container():
-            bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
-            rows = -(-(len(keys) + 1) // COLUMNS)
-            slots = iter([c.empty() for _ in range(rows) for c in st.columns(COLUMNS)])
-            next(slots).image(image_cell_png(inputs.cropped), caption="Input", width="stretch")
-        failed: list[str] = []
-        count = {"n": 0}
+        with stoppable("cmp_stop"):  # the statistics and the maps
+            stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
+            live = st.empty()
+            with live.container():
+                bar = st.progress(0.0, text=f"0 / {len(keys)} maps")
+                rows = -(-(len(keys) + 1) // COLUMNS)
+                slots = iter([c.empty() for _ in range(rows) for c in st.columns(COLUMNS)])
+                next(slots).image(image_cell_png(inputs.cropped), caption="Input", width="stretch")
+            failed: list[str] = []
+            count = {"n": 0}
 
-        def progress(done: int, total: int, label: str) -> None:
-            bar.progress(count["n"] / max(len(keys), 1), text=f"{count['n']} / {len(keys)} maps · computing {label}…")
+            def progress(done: int, total: int, label: str) -> None:
+                bar.progress(count["n"] / max(len(keys), 1),
+                             text=f"{count['n']} / {len(keys)} maps · computing {label}…")
 
-        def on_map(key: str, entry: CachedMap, cached: bool) -> None:
-            count["n"] += 1
-            next(slots).image(entry.png, caption=entry.amap.name, width="stretch")
+            def on_map(key: str, entry: CachedMap, cached: bool) -> None:
+                count["n"] += 1
+                next(slots).image(entry.png, caption=entry.amap.name, width="stretch")
 
-        def on_error(key: str, err: BaseException) -> None:
-            failed.append(f"{labels[key]}: {error_text(err)}")  # a bug is logged, and said to be one
+            def on_error(key: str, err: BaseException) -> None:
+                failed.append(f"{labels[key]}: {error_text(err)}")  # a bug is logged, and said to be one
 
-        with stoppable("cmp_stop"), network_turn(inputs.shared) as network:
-            maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
-                              names=labels, progress=taking_turns(inputs.shared, progress), on_map=on_map,
-                              on_error=on_error)
-            note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
-        live.empty()  # the finished grid is drawn below
+            with network_turn(inputs.shared) as network:
+                maps = cache.maps(network, inputs.x, inputs.image.digest, target_idx, keys, settings=settings,
+                                  names=labels, progress=taking_turns(inputs.shared, progress), on_map=on_map,
+                                  on_error=on_error)
+                note = compare_target_note(network, inputs.x, target_idx, [e.amap for e in maps.values()])
+            live.empty()  # the finished grid is drawn below
         st.session_state[LAST_KEY] = CompareRun(
             Subject.of(inputs.image, inputs.network, target_idx),
             keys=[map_key(inputs.image.digest, inputs.network, target_idx, m, settings.get(m)) for m in maps],

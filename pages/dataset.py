@@ -129,7 +129,7 @@ def start_section() -> None:
             with shown_errors(), st.spinner("Timing one image with the chosen methods…"):
                 st.session_state[ESTIMATE_KEY] = folder_job.time_one_image(
                     shared, form.source, form.methods, form.layer, form.limit, trust=trust, metrics=form.metrics,
-                    prompts=prompts, stats_images=form.stats_images).text()
+                    prompts=prompts, stats_images=form.stats_images, budget=request_budget()).text()
         if form.metrics and not st.session_state.get(ESTIMATE_KEY):
             st.caption(plain(folder_job.metric_cost_text(network, form.metrics)))
         if st.session_state.get(ESTIMATE_KEY):

@@ -272,10 +272,13 @@ def bbox_section(inputs: Inputs, methods: list[str], target: int | str) -> tuple
         with shown_errors():
             mask, boxes = box_input(*box, preprocess)
             target_idx = resolve_target(inputs, target)
+            check_cost(inputs, methods, target_idx, Cost(), "These box scores")  # the maps; the scores cost none
             bar = st.progress(0.0, text="Starting…")
-            maps = maps_for(inputs, methods, target_idx, bar)
+            with stoppable("ev_box_stop"):
+                maps = maps_for(inputs, methods, target_idx, bar)
             bar.empty()
             st.session_state[BOX_KEY] = box_run(subject(inputs, target_idx), maps, mask, boxes, inputs.cropped)
+    stopped_note("ev_box_stop")
     run: BoxRun | None = st.session_state.get(BOX_KEY)
     if run is not None:
         st.caption(subject_caption(run.subject))

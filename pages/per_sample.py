@@ -49,7 +49,8 @@ from pages.widgets.links import linked_range, replay_step_key, result_note, resu
 from pages.widgets.page import (
     app_trust, bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
 )
-from pages.widgets.progress import check_request, method_stats_with_progress, network_turn, taking_turns
+from pages.widgets.progress import (check_request, method_stats_with_progress, network_turn, stoppable,
+                                   stopped_note, taking_turns)
 from pages.widgets.step_view import LiveView, draw_step, step_slots
 from pages.widgets.text import plain
 
@@ -284,9 +285,12 @@ def execute(inputs: Inputs, layer: str, settings: BottleneckSettings, target: in
 def check_runs(inputs: Inputs, layer: str, settings: BottleneckSettings, layer_range: tuple[str, str] | None,
                runs: int) -> None:
     """Refuse `runs` bottleneck runs (one per prompt) above the app's budget before anything runs."""
+    from iba_core.text_side import TextSideSettings
+
     method = bottleneck_method(settings, layer=layer, layer_range=layer_range)
     per_run = method.forward_passes(inputs.network, *inputs.x.shape[-2:])
-    check_request(Cost.part("bottleneck steps", runs * per_run),
+    words = TextSideSettings().forward_passes if is_clip(inputs.network) else 0  # each prompt's words, M2IB's
+    check_request(Cost.part("bottleneck steps", runs * per_run) + Cost.part("the prompts' words", runs * words),
                   "This run" if runs == 1 else f"These {runs} runs (one per prompt)")
 
 
@@ -301,7 +305,7 @@ def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, te
         records = []
         # one turn for all prompts, making way between them: released and retaken at once, the lock would rarely
         # pass to a session that waits
-        with network_turn(inputs.shared):
+        with stoppable("ps_stop"), network_turn(inputs.shared):
             make_way = taking_turns(inputs.shared, None)
             for i, prompt in enumerate(prompts):
                 make_way(i, len(prompts), prompt)
@@ -585,6 +589,8 @@ if inputs is not None:
     if submitted is not None:
         with inputs.controls:
             execute(inputs, *submitted, panel=panel or st.empty())
+    with inputs.controls:
+        stopped_note("ps_stop")  # a prompt box's runs stopped
     if RESULT_KEY in st.session_state:
         with replay_box if replay_box is not None else panel.container(border=True, key="ps_replay"):
             prompt_choice()  # several prompts: which one the replay and the result show

@@ -155,4 +155,7 @@ def open_evaluate(browser, url: str, step: int):
     box = page.get_by_role("spinbutton", name="Pixels per step")
     box.fill(str(step))
     box.press("Tab")
+    # the page's rerun with the new step has ended once it says the step's cost (every step below ~100 px costs
+    # more than a thousand passes): a click during that rerun could be lost
+    expect(page.get_by_text("forward passes per method").first).to_be_visible(timeout=180_000)
     return page

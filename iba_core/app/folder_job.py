@@ -250,8 +250,8 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
     (a bottleneck method at `layer`). metrics: the field's metrics measured for every map (none by default).
     prompts: a CLIP network's text prompts, a row per image × method × prompt (`FolderSettings.prompts`).
     stats_images: the folder the bottlenecks' feature statistics come from (`stats_images_folder`; empty: the
-    network's own). budget: the most network passes one image of the run may cost (`budget`; None: no limit): a run
-    takes its turns with the network image by image, so an image is what one visitor's request holds it for."""
+    network's own). budget: the most network passes one batch of the run may cost (`budget`; None: no limit): a run
+    takes its turns with the network batch by batch, so a batch is what one visitor's request holds it for."""
     global _JOB
     with _JOB_LOCK:  # the user's own run first: their press shows it, whatever the form holds now
         mine = _check_running(owner)
@@ -270,7 +270,9 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         from ..metrics.yardsticks import YardstickOptions
 
         metric_registry.check_on_crop(metrics, YardstickOptions(), metric_registry.crop_of(shared.network))
-    check_budget(image_cost(shared.network, methods, metrics, prompts), budget, "One image of this run")
+    per_turn = batch or PAGE_BATCH_IMAGES  # the images a job runs under one hold of the network
+    check_budget(image_cost(shared.network, methods, metrics, prompts).times(per_turn), budget,
+                 f"One batch of {per_turn} images of this run" if per_turn > 1 else "One image of this run")
     stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
@@ -399,13 +401,15 @@ def _stats_ready(network, method: "Method") -> bool:
 
 def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str], layer: str | None = None,
                    limit: int | None = None, *, trust: Trust, metrics: Sequence[str] = (),
-                   prompts: Sequence[str] = (), stats_images: str | None = None) -> RunEstimate:
+                   prompts: Sequence[str] = (), stats_images: str | None = None,
+                   budget: int | None = None) -> RunEstimate:
     """Time the folder's first image with each chosen method (under the network's lock, after each method's
     one-time preparation), and the chosen metrics on each of its maps, for an estimate of the whole run before it
     starts. A method whose feature statistics are not yet on disk is timed with a stand-in prior (`_stand_in`;
     estimating them would take minutes), their cost estimated from one forward pass, or where it cannot be, left out
     and named. prompts: a CLIP model's (one map per prompt: the first one timed, times their number).
-    stats_images: the run's statistics folder, as for `start_folder_job`."""
+    stats_images: the run's statistics folder, as for `start_folder_job`; budget: as there (the timed image is
+    refused where the run would be)."""
     from ..runs.image_list import list_images
 
     folder = _image_folder(source, trust)
@@ -416,6 +420,7 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)
+    check_budget(image_cost(network, methods, metrics, prompts), budget, "One image of this run")
     _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
     if not items:
         raise UserError(f"The image folder {folder} holds no images (jpg, png, …).")

@@ -179,7 +179,14 @@ def sharing(shared: SharedModel, progress: ProgressFn | None,
     of a metric's passes; never inside a bottleneck's steps, whose hooks stay on the network)."""
 
     def report(done: int, total: int, label: str) -> None:
-        shared.make_way(on_wait)
+        try:
+            shared.make_way(on_wait)
+        except Exception:
+            # A caller that catches errors (MapCache.maps skips a failing method) must not go on without the
+            # network: take it back first. A stop (Streamlit's BaseException) ends the request instead.
+            if not shared.holds():
+                shared.acquire()
+            raise
         if progress is not None:
             progress(done, total, label)
 

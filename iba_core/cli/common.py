@@ -39,8 +39,10 @@ def add_network_args(p: argparse.ArgumentParser, *, layer: bool = True, model_de
     p.add_argument("--device", default=device_default, help="torch device, e.g. cpu or cuda (default: cpu)")
 
 
-#: A value argparse quotes whole in a refusal ("invalid choice: '…'"), when longer than 60 characters.
-_LONG_QUOTE = re.compile(r"'((?:[^'\\]|\\.){57})(?:[^'\\]|\\.){4,}'")
+#: A value longer than 60 characters as argparse quotes it whole in a refusal ("invalid int value: '…'", "invalid
+#: choice: '…'"; repr's quotes, single or double); only there, so an apostrophe in a sentence ("timm's") is never
+#: taken for a quote.
+_LONG_QUOTE = re.compile(r"""((?:value|choice): )(['"])((?:(?!\2)[^\\]|\\.){57})(?:(?!\2)[^\\]|\\.){4,}\2""")
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,7 +50,7 @@ class Parser(argparse.ArgumentParser):
     choices or type refusal would repeat a pasted page on the error line)."""
 
     def error(self, message: str):  # type: ignore[override]
-        super().error(_LONG_QUOTE.sub(lambda m: f"'{m.group(1)}…'", message))
+        super().error(_LONG_QUOTE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}…{m.group(2)}", message))
 
 
 def model_arg(text: str) -> str:

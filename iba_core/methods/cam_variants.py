@@ -260,7 +260,8 @@ def layer_channels(network, layer: str | None, layer_input: bool | None, assumed
         return assumed
     inside = [m for name, m in modules if name == path or name.startswith(path + ".")]
     before = [m for name, m in modules[:next((i for i, (n, _) in enumerate(modules) if n == path), 0)]]
-    for sub in reversed(before if is_input else inside):
+    # a layer's output: its own last sized module, else (a pooling) the one before it, as for its input
+    for sub in reversed(before if is_input else [*before, *inside]):
         for name in ("out_channels", "num_features", "out_features"):
             if isinstance(getattr(sub, name, None), int):
                 return int(getattr(sub, name))

@@ -167,7 +167,11 @@ class Road(Metric):
                 f"{identity.get('road_noise', ROAD_NOISE):g}).")
 
     def forward_passes(self, pixels: int, options) -> int:
-        return 2 * len(options.road_removed) + 1  # MoRF and LeRF at each percentage, and the image itself
+        from .road import ROAD_REMOVED
+
+        # MoRF and LeRF at each percentage, and the image itself (the command line's options leave them unset: the
+        # paper's points)
+        return 2 * len(getattr(options, "road_removed", None) or ROAD_REMOVED) + 1
 
     def measure(self, batch: MapBatch, options) -> list[Measurement]:
         from .road import road_curves

@@ -51,16 +51,20 @@ def batched_logits(
     outs: list[torch.Tensor] = []
     buffer: list[torch.Tensor] = []
     count = 0
-    with evaluating(model):
-        for batch in images:
-            buffer.append(batch)
-            count += batch.shape[0]
-            while count >= batch_size:
-                joined = torch.cat(buffer)
+    # The model is put in evaluation around each pass only, not while the stream makes its next images: a stream's
+    # progress callback may let another session use the shared network in between (`SharedModel.make_way`), which
+    # must find it as it was.
+    for batch in images:
+        buffer.append(batch)
+        count += batch.shape[0]
+        while count >= batch_size:
+            joined = torch.cat(buffer)
+            with evaluating(model):
                 outs.append(model(joined[:batch_size].to(device)).float().cpu())
-                rest = joined[batch_size:]
-                buffer, count = ([rest] if rest.shape[0] else []), rest.shape[0]
-        if count:
+            rest = joined[batch_size:]
+            buffer, count = ([rest] if rest.shape[0] else []), rest.shape[0]
+    if count:
+        with evaluating(model):
             outs.append(model(torch.cat(buffer).to(device)).float().cpu())
     return torch.cat(outs) if outs else torch.empty(0)
 

@@ -100,10 +100,9 @@ def _mark_stopped(key: str) -> None:
 
 
 def stopped_note(key: str) -> None:
-    """Say once, after a Stop (`stop_button(key)`), that the request was stopped and what is shown."""
+    """Say once, after a Stop (`stoppable(key)`), that the request was stopped and what is shown."""
     if st.session_state.pop(f"_stopped_{key}", False):
-        st.info("Stopped. Nothing of that request was kept; the results below are from before it.",
-                icon=":material/stop_circle:")
+        st.info("Stopped. The results below are from before that request.", icon=":material/stop_circle:")
 
 
 def check_request(cost: Cost, what: str) -> None:

@@ -175,8 +175,9 @@ def test_the_page_run_measures_the_chosen_metrics_and_the_estimate_times_them(sh
 
 
 def test_one_image_beyond_the_budget_is_refused_before_the_run_starts(shared, tmp_path, monkeypatch):
-    """A folder run takes its turns image by image, so the budget holds one image's passes: every method's map and
-    the metrics on it. Above the budget nothing starts (no run folder) and the sentence says the image's cost."""
+    """A folder run takes its turns batch by batch (PAGE_BATCH_IMAGES images), so the budget holds one batch's passes:
+    every method's map and the metrics on it, per image. Above the budget nothing starts (no run folder) and the
+    sentence says the batch's cost; "Estimate time", which runs one image, is refused for an image above it."""
     monkeypatch.setattr(folder_job, "_JOB", None)
     images = write_folder_with_bad_files(tmp_path / "images", good=2)
     trust = Trust(server_paths=(tmp_path.resolve(),))
@@ -185,9 +186,14 @@ def test_one_image_beyond_the_budget_is_refused_before_the_run_starts(shared, tm
     crop = shared.network.preprocess.crop_size
     assert cost.parts == (("maps", 2 + 201), ("metrics", 2 * (crop * crop // 224 + (crop * crop % 224 > 0) + 1)))
     with pytest.raises(folder_job.UserError, match=re.escape(f"One image of this run would cost {cost.describe()}")):
+        folder_job.time_one_image(shared, str(images), ["saliency", "iba_10"], trust=trust, metrics=["deletion"],
+                                  budget=cost.passes - 1)  # "Estimate time" runs one image: refused as the run is
+    batch = cost.times(folder_job.PAGE_BATCH_IMAGES)  # a job holds the network for a batch of images
+    with pytest.raises(folder_job.UserError, match=re.escape(f"One batch of 2 images of this run would cost "
+                                                             f"{batch.describe()}")):
         folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency", "iba_10"], trust=trust,
-                                    metrics=["deletion"], budget=cost.passes - 1)
+                                    metrics=["deletion"], budget=batch.passes - 1)
     assert not (tmp_path / "run").exists() and folder_job.current_job() is None
     job = folder_job.start_folder_job(shared, str(images), str(tmp_path / "run"), ["saliency"], trust=trust,
-                                      budget=cost.passes)
+                                      budget=batch.passes)
     assert job.wait(120) and job.error is None, job.error
