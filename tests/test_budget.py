@@ -71,7 +71,7 @@ def _convs_network(cam_layer: tuple[str, bool]) -> SimpleNamespace:
     return SimpleNamespace(model=_Convs().eval(), spec=SimpleNamespace(title="convs", cam_layer=cam_layer))
 
 
-@pytest.mark.parametrize("cam_layer", [("pool", True), ("conv2", False)])
+@pytest.mark.parametrize("cam_layer", [("pool", True), ("conv2", False), ("pool", False)])
 def test_each_method_counts_its_own_passes(cam_layer) -> None:
     network = _convs_network(cam_layer)
     # the bottleneck: a forward and a backward pass per noisy copy and step, and the clean image
@@ -83,7 +83,8 @@ def test_each_method_counts_its_own_passes(cam_layer) -> None:
     assert get_method("saliency").forward_passes(network, 16, 16) == 2
     assert get_method("eigen_cam").forward_passes(network, 16, 16) == 1
     assert get_method("random").forward_passes(network, 16, 16) == 0
-    # Score-CAM: one pass per channel of its layer (the pooling's input: conv2's 24), or of the top k
+    # Score-CAM: one pass per channel of its layer (conv2's 24; a pooling, which has no size, passes on the channels
+    # before it, as VGG's last max-pooling does), or of the top k
     assert get_method("score_cam").forward_passes(network, 16, 16) == 24 + 1
     assert get_method("score_cam", channels=5).forward_passes(network, 16, 16) == 6
 
@@ -106,3 +107,13 @@ def test_the_issues_one_pixel_step_is_refused_by_the_default_budget() -> None:
         check_budget(cost, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")
     default = yardsticks_cost(18, 224 * 224, protocol_from("rise"))  # the protocol's step: 18 methods fit
     check_budget(default, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")
+
+
+def test_the_command_lines_road_options_count_the_papers_points() -> None:
+    """`evaluate --metric road` without --removed leaves the points unset (None): its cost counts the paper's nine
+    (it raised a TypeError, shown as an internal error, before the evaluation started)."""
+    from iba_core.metrics import registry
+    from iba_core.metrics.runner import EvalOptions
+    from iba_core.metrics.road import ROAD_REMOVED
+
+    assert registry.get("road").forward_passes(224 * 224, EvalOptions()) == 2 * len(ROAD_REMOVED) + 1

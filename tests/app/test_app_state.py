@@ -250,6 +250,36 @@ def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch
     shared.lock.release()
 
 
+def test_a_failing_pause_gives_the_network_back_to_its_caller(monkeypatch) -> None:
+    """A progress pause whose wait fails with an ordinary error (not a stop): the request that made way holds the
+    network again before the error reaches it, since a caller that catches errors (MapCache.maps skips a failing
+    method) goes on computing."""
+    from iba_core.app.state import sharing
+
+    shared = SharedModel(network=object())
+    monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
+    release_other = threading.Event()
+
+    def other_run() -> None:
+        with shared.busy():
+            release_other.wait(5)
+
+    def broken(seconds: float) -> None:
+        release_other.set()
+        raise ValueError("a page's message failed")
+
+    with shared.busy():
+        t = threading.Thread(target=other_run)
+        t.start()
+        _wait_until_waiting(shared)
+        with pytest.raises(ValueError):
+            sharing(shared, None, broken)(1, 2, "step")
+        assert shared.holds()
+    t.join(5)
+    assert not shared.holds() and shared.lock.acquire(blocking=False)
+    shared.lock.release()
+
+
 def test_run_record_keeps_timing_and_the_original() -> None:
     from PIL import Image
 
