@@ -70,15 +70,20 @@ class Cost:
         return text
 
 
-def check_budget(cost: Cost, budget: int | None, what: str) -> None:
+#: What brings a request within the budget, unless its front end says better.
+FEWER = "choose fewer methods or a coarser setting"
+
+
+def check_budget(cost: Cost, budget: int | None, what: str, fewer: str = FEWER) -> None:
     """Refuse `cost` above `budget` (None: no limit) in one sentence naming the request (`what`, e.g. "These
-    yardsticks"), its cost and how to bring it within; nothing happens otherwise."""
+    yardsticks"), its cost and how to bring it within (`fewer`, e.g. "choose fewer steps or a smaller batch");
+    nothing happens otherwise."""
     if budget is None or cost.passes <= budget:
         return
     raise RequestTooLarge(
-        f"{what} would cost {cost.describe()}, more than the {budget:,} one request may cost on this shared app, "
-        "so it did not start: choose fewer methods or a coarser setting.",
-        app_hint=f"The app's owner sets the budget with {MAX_REQUEST_PASSES_ENV}.")
+        f"{what} would cost {cost.describe()}, above this shared app's limit of {budget:,} passes a request, so it "
+        f"did not start: {fewer}.",
+        app_hint=f"The app's owner sets the limit with {MAX_REQUEST_PASSES_ENV}.")
 
 
 def cost_note(cost: Cost) -> str | None:

@@ -125,7 +125,8 @@ def compute(inputs: Inputs, key: GridKey, settings: BottleneckSettings, folder: 
     total = len(key.betas) + len(layers)
     runs = grid_runs(key.betas, key.layer, layers, key.last)
     per_run = bottleneck_method(settings, layer=key.layer).forward_passes(inputs.network, *inputs.x.shape[-2:])
-    check_request(Cost.part("bottleneck runs", len(runs) * per_run), f"This grid of {len(runs)} bottleneck runs")
+    check_request(Cost.part("bottleneck runs", len(runs) * per_run), f"This grid of {len(runs)} bottleneck runs",
+                  "choose fewer β values or steps, or a smaller batch")
     with grid_box:
         bring_into_view(GRID_BOX_KEY)
         bar = st.progress(0.0, text=grid_progress_text(0, total, f"β·k = {key.betas[0]:g} at {key.layer}", None))

@@ -92,7 +92,7 @@ def execute(inputs: Inputs, methods: list[str], target: int | str, readout: Read
         cache = map_cache()
         missing = cache.missing(inputs.network, inputs.image.digest, target_idx, keys, settings)
         check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:], settings=settings),
-                      "This comparison")
+                      "This comparison", "choose fewer methods (Score-CAM and Occlusion cost the most)")
         with stoppable("cmp_stop"):  # the statistics and the maps
             stats_for_methods_with_progress(inputs, keys)  # statistics first, with their own progress bar
             live = st.empty()

@@ -130,13 +130,14 @@ def timed_reporting(bar) -> ProgressFn:
     return progress
 
 
-def check_cost(inputs: Inputs, methods: list[str], target: int, measured: Cost, what: str) -> None:
+def check_cost(inputs: Inputs, methods: list[str], target: int, measured: Cost, what: str,
+               fewer: str = "choose fewer methods") -> None:
     """Refuse a section's request above the app's budget before anything runs: the maps not cached yet and what
     the section measures on them (`measured`)."""
     if not methods:
         raise UserError("Choose at least one method.")
     missing = map_cache().missing(inputs.network, inputs.image.digest, target, methods)
-    check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:]) + measured, what)
+    check_request(methods_cost(missing, inputs.network, *inputs.x.shape[-2:]) + measured, what, fewer)
 
 
 def maps_for(inputs: Inputs, methods: list[str], target: int, bar) -> dict:
@@ -176,7 +177,7 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
             target_idx = resolve_target(inputs, target)
             per_map = degradation_passes(*inputs.x.shape[-2:], int(tile), int(points))
             check_cost(inputs, methods, target_idx, Cost.part("curves", len(methods) * per_map),
-                       "These degradation curves")
+                       "These degradation curves", "choose fewer methods or points per curve")
             bar = st.progress(0.0, text="Starting…")
             with stoppable("ev_deg_stop"):
                 maps = maps_for(inputs, methods, target_idx, bar)
@@ -219,7 +220,7 @@ def sanity_section(inputs: Inputs, target: int | str, names: dict[str, str]) -> 
         with shown_errors():
             target_idx = resolve_target(inputs, target)
             check_request(methods_cost([method], inputs.network, *inputs.x.shape[-2:], repeat=int(n_levels) + 1),
-                          "This sanity check")
+                          "This sanity check", "choose fewer randomisation steps or a faster method")
             bar = st.progress(0.0, text="Starting…")
             with stoppable("ev_san_stop"), network_turn(inputs.shared) as network:
                 # each step maps a randomised copy of the network: the shared one may serve others in between
@@ -355,7 +356,7 @@ def measure_yardsticks(inputs: Inputs, methods: list[str], target: int | str, bo
         pixels = int(inputs.x.shape[-2]) * int(inputs.x.shape[-1])
         check_yardstick_settings(inputs.network, protocol, points, pointing)
         check_cost(inputs, methods, target_idx, yardsticks_cost(len(methods), pixels, protocol, points, pointing),
-                   "These yardsticks")
+                   "These yardsticks", "choose fewer methods or a larger pixels-per-step")
         bar = st.progress(0.0, text="Starting…")
         with stoppable("ev_yard_stop"):
             maps = maps_for(inputs, methods, target_idx, bar)

@@ -291,7 +291,8 @@ def check_runs(inputs: Inputs, layer: str, settings: BottleneckSettings, layer_r
     per_run = method.forward_passes(inputs.network, *inputs.x.shape[-2:])
     words = TextSideSettings().forward_passes if is_clip(inputs.network) else 0  # each prompt's words, M2IB's
     check_request(Cost.part("bottleneck steps", runs * per_run) + Cost.part("the prompts' words", runs * words),
-                  "This run" if runs == 1 else f"These {runs} runs (one per prompt)")
+                  "This run" if runs == 1 else f"These {runs} runs (one per prompt)",
+                  "choose fewer steps, a smaller batch" + (" or fewer prompts" if runs > 1 else ""))
 
 
 def execute_prompts(inputs: Inputs, layer: str, settings: BottleneckSettings, text: str, folder: str | None, n: int,

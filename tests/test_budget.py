@@ -30,8 +30,8 @@ def test_the_budget_refuses_only_what_exceeds_it_in_one_sentence() -> None:
         check_budget(cost, 1000, "These yardsticks")
     assert isinstance(refused.value, UserError)
     text = user_message(refused.value, "app")
-    assert text.startswith("These yardsticks would cost about 1,001 network passes (maps 1,000; ROAD 1), more than "
-                           "the 1,000 one request may cost")
+    assert text.startswith("These yardsticks would cost about 1,001 network passes (maps 1,000; ROAD 1), above this "
+                           "shared app's limit of 1,000 passes a request, so it did not start: choose fewer methods")
     assert "did not start" in text and settings.MAX_REQUEST_PASSES_ENV in text
 
 
@@ -103,7 +103,7 @@ def test_the_issues_one_pixel_step_is_refused_by_the_default_budget() -> None:
 
     cost = yardsticks_cost(1, 224 * 224, protocol_from("rise", step=1))
     assert dict(cost.parts)["Insertion"] == dict(cost.parts)["Deletion"] == 224 * 224 + 1
-    with pytest.raises(RequestTooLarge, match="more than the 10,000"):
+    with pytest.raises(RequestTooLarge, match="limit of 10,000 passes a request"):
         check_budget(cost, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")
     default = yardsticks_cost(18, 224 * 224, protocol_from("rise"))  # the protocol's step: 18 methods fit
     check_budget(default, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")

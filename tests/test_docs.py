@@ -128,7 +128,8 @@ def test_the_serving_page_quotes_the_budgets_refusal_as_the_code_words_it():
 
     cost = Cost.part("maps", 2) + yardsticks_cost(1, 224 * 224, protocol_from("rise", step=1))
     try:
-        check_budget(cost, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks")
+        check_budget(cost, settings.DEFAULT_MAX_REQUEST_PASSES, "These yardsticks",
+                     "choose fewer methods or a larger pixels-per-step")  # the Evaluate page's words
     except RequestTooLarge as refused:
         said = user_message(refused, "app")
     quoted = re.search(r"\n> (These yardsticks.*?)\n\n", (ROOT / "docs/operations/serving.md").read_text(), re.S)

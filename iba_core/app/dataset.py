@@ -47,7 +47,7 @@ def open_run_folder(text: str, trust: Trust) -> Run:
     text = (text or "").strip()
     if not text:
         raise UserError("Type the path of a run folder on the server (the folder a folder run wrote its results to).")
-    path = check_server_path(Path(text).expanduser(), trust, what="run folder")
+    path = check_server_path(Path(text).expanduser(), trust, what="run folder", folder=True)
     return open_run(path)
 
 

@@ -272,7 +272,8 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         metric_registry.check_on_crop(metrics, YardstickOptions(), metric_registry.crop_of(shared.network))
     per_turn = batch or PAGE_BATCH_IMAGES  # the images a job runs under one hold of the network
     check_budget(image_cost(shared.network, methods, metrics, prompts).times(per_turn), budget,
-                 f"One batch of {per_turn} images of this run" if per_turn > 1 else "One image of this run")
+                 f"One batch of {per_turn} images of this run" if per_turn > 1 else "One image of this run",
+                 "choose fewer methods or metrics")
     stats_images = stats_images_folder(stats_images, trust)
     with _JOB_LOCK:
         mine = _check_running(owner)  # started meanwhile (a second press)
@@ -420,7 +421,8 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)
-    check_budget(image_cost(network, methods, metrics, prompts), budget, "One image of this run")
+    check_budget(image_cost(network, methods, metrics, prompts), budget, "One image of this run",
+                 "choose fewer methods or metrics")
     _, items = list_images(folder, class_index=network.class_index, limit=limit, categories=network.categories)
     if not items:
         raise UserError(f"The image folder {folder} holds no images (jpg, png, …).")

@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Protocol, TypeVar
 import streamlit as st
 
 from iba_core.app.state import SharedModel, sharing
-from iba_core.budget import Cost, check_budget
+from iba_core.budget import FEWER, Cost, check_budget
 from iba_core.app.stats_source import (choose_method_stats, choose_range_stats, choose_stats, stats_for_methods,
                                        stats_progress_text)
 from iba_core.networks import Network
@@ -102,12 +102,14 @@ def _mark_stopped(key: str) -> None:
 def stopped_note(key: str) -> None:
     """Say once, after a Stop (`stoppable(key)`), that the request was stopped and what is shown."""
     if st.session_state.pop(f"_stopped_{key}", False):
-        st.info("Stopped. The results below are from before that request.", icon=":material/stop_circle:")
+        st.info("Stopped: nothing of that request is shown (anything below is from before it); the maps it finished "
+                "are kept and come back at once when you ask again.", icon=":material/stop_circle:")
 
 
-def check_request(cost: Cost, what: str) -> None:
-    """Refuse a request above this app's budget (`budget.check_budget`) before anything runs."""
-    check_budget(cost, request_budget(), what)
+def check_request(cost: Cost, what: str, fewer: str = FEWER) -> None:
+    """Refuse a request above this app's budget (`budget.check_budget`; `fewer`: how to bring it within) before
+    anything runs."""
+    check_budget(cost, request_budget(), what, fewer)
 
 
 # ---- statistics with a progress bar ------------------------------------------------------------

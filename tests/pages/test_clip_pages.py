@@ -151,8 +151,8 @@ def test_a_thousand_prompts_are_refused_before_any_run_within_the_budget(open_pa
     (error,) = [e.value for e in at.error]
     # 1,000 runs × (10 steps × 10 copies × 2 + 1) passes, and as many for each prompt's words (M2IB's text side)
     assert error.startswith("These 1000 runs (one per prompt) would cost about 402,000 network passes (bottleneck "
-                            "steps 201,000; the prompts' words 201,000), more than the 10,000 one request may cost on "
-                            "this shared app, so it did not start")
+                            "steps 201,000; the prompts' words 201,000), above this shared app's limit of 10,000 passes a "
+                            "request, so it did not start: choose fewer steps, a smaller batch or fewer prompts.")
     assert "IBA_MAX_REQUEST_PASSES" in error
     assert at.session_state["ps_run"] is before and len(lock_waits) - turns == plain  # nothing ran
 

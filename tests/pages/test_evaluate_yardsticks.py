@@ -178,12 +178,12 @@ def test_a_request_beyond_the_budget_is_refused_before_it_runs(open_page, lock_w
     at, _ = measure(at, step=1)
     (error,) = [e.value for e in at.error]
     cost = yardsticks_cost(len(CHEAP), 224 * 224, protocol_from("rise", step=1), (30, 60, 90))  # maps: cached
-    assert error.startswith(f"These yardsticks would cost {cost.describe()}, more than the 10,000 one request may "
-                            "cost on this shared app, so it did not start")
+    assert error.startswith(f"These yardsticks would cost {cost.describe()}, above this shared app's limit of 10,000 "
+                            "passes a request, so it did not start: choose fewer methods or a larger pixels-per-step.")
     assert at.session_state["ev_yardsticks"] is run and len(lock_waits) - turns == plain  # no turn of its own
     assert not at.get("progress")  # no bar left behind
 
     monkeypatch.setenv("IBA_MAX_REQUEST_PASSES", "50")
     at, _ = measure(at)  # the coarse step: 9 points a curve, yet above the owner's 50
-    assert "more than the 50 one request may cost" in at.error[0].value
+    assert "limit of 50 passes a request" in at.error[0].value
     assert at.session_state["ev_yardsticks"] is run
