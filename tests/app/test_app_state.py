@@ -170,18 +170,6 @@ def _second_session(shared: SharedModel, log: list[str], started: threading.Even
     return t
 
 
-def _holding_thread(shared: SharedModel, release: threading.Event) -> threading.Thread:
-    """Another session's run, started now: it waits for the network, then holds it until `release` is set."""
-
-    def run() -> None:
-        with shared.busy():
-            release.wait(5)
-
-    t = threading.Thread(target=run)
-    t.start()
-    return t
-
-
 def _wait_until_waiting(shared: SharedModel) -> None:
     for _ in range(500):
         if shared._waiting:
@@ -238,6 +226,10 @@ def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch
     monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
     release_other = threading.Event()
 
+    def other_run() -> None:
+        with shared.busy():
+            release_other.wait(5)
+
     class Stopped(Exception):
         pass
 
@@ -246,7 +238,8 @@ def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch
 
     with pytest.raises(Stopped):
         with shared.busy():
-            t = _holding_thread(shared, release_other)
+            t = threading.Thread(target=other_run)
+            t.start()
             _wait_until_waiting(shared)
             try:
                 shared.make_way(on_wait=stop)
@@ -267,12 +260,17 @@ def test_a_failing_pause_gives_the_network_back_to_its_caller(monkeypatch) -> No
     monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
     release_other = threading.Event()
 
+    def other_run() -> None:
+        with shared.busy():
+            release_other.wait(5)
+
     def broken(seconds: float) -> None:
         release_other.set()
         raise ValueError("a page's message failed")
 
     with shared.busy():
-        t = _holding_thread(shared, release_other)
+        t = threading.Thread(target=other_run)
+        t.start()
         _wait_until_waiting(shared)
         with pytest.raises(ValueError):
             sharing(shared, None, broken)(1, 2, "step")
