@@ -1,8 +1,9 @@
-"""The Compare and Evaluate pages on tiny timm transformers (issue #39, item 3): every CAM (Grad-CAM, Grad-CAM++,
+"""The Compare and Evaluate pages on tiny transformers (issue #39, item 3): every CAM (Grad-CAM, Grad-CAM++,
 LayerCAM, Eigen-CAM, Score-CAM) runs on a ViT's and a Swin's token layers with no reshape from the user, each map
 a picture of finite, non-constant values; the Evaluate page measures them; and a method that cannot run on a
 transformer is listed with the very sentence its `available_for` gives. The networks are saved as timm saves them
-(`save_for_hf`, 32-px inputs) and reached through model cards in the app's models folder."""
+(`save_for_hf`, 32-px inputs; a ViT and a Swin) and as transformers does (`save_pretrained`, a 64-px ViT), and
+reached through model cards in the app's models folder."""
 from __future__ import annotations
 
 import re
@@ -17,26 +18,30 @@ from page_helpers import assert_clean, timed_run
 from test_ecosystem_pages import write_stats_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
-from source_fixtures import TINY_TIMM, save_tiny_timm  # noqa: E402
+from source_fixtures import TINY_TIMM, save_hf_vit, save_tiny_timm  # noqa: E402
 
 CAMS = ["grad_cam", "grad_cam_pp", "layer_cam", "eigen_cam", "score_cam"]
 NAMES = ["Grad-CAM", "Grad-CAM++", "LayerCAM", "Eigen-CAM", "Score-CAM"]
-#: The tiny models' input side (`source_fixtures.TINY_TIMM`).
+#: The tiny timm models' input side (`source_fixtures.TINY_TIMM`).
 CROP = 32
-KINDS = ["vit", "swin"]
+#: Each network's crop: the tiny timm ViT and Swin, and a tiny transformers ViT (`save_hf_vit`, 64 px).
+KINDS = {"vit": CROP, "swin": CROP, "hf_vit": 64}
 #: The class the maps explain (index 2 of `source_fixtures.FRUIT`).
 TARGET = "cherry"
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Path:
-    """A models folder with one card per tiny transformer: <kind>/<kind>.toml, its timm folder and images."""
+    """A models folder with one card per tiny transformer: <kind>/<kind>.toml, its model folder and images."""
     root = tmp_path_factory.mktemp("transformer-models")
     for seed, kind in enumerate(KINDS):
-        assert TINY_TIMM[kind][1]["img_size"] == CROP
         folder = root / kind
         write_stats_images(folder / "images", "RGB", seed)
-        save_tiny_timm(folder / "model", kind)
+        if kind == "hf_vit":
+            save_hf_vit(folder / "model")
+        else:
+            assert TINY_TIMM[kind][1]["img_size"] == CROP
+            save_tiny_timm(folder / "model", kind)
         (folder / f"{kind}.toml").write_text('model_folder = "model"\nstats_images = "images"\n')
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IBA_MODELS_DIR", str(root))
@@ -59,7 +64,7 @@ def shown(markdown: str) -> str:
     return re.sub(r"[\u2060\u2066-\u2069]", "", re.sub(r"\\(.)", r"\1", markdown))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_the_compare_page_draws_every_cam_on_a_transformer(open_page, models: Path, kind: str) -> None:
     at = choose(open_page("compare"), models, kind)
     assert set(NAMES) <= set(at.multiselect(key="cmp_methods").options)  # offered, not listed as unavailable
@@ -75,9 +80,9 @@ def test_the_compare_page_draws_every_cam_on_a_transformer(open_page, models: Pa
     cache = at.session_state["map_cache"]
     for key in CAMS:
         values = cache.get(next(k for k in last.keys if k[4] == key)).amap.values
-        assert values.shape == (CROP, CROP) and np.isfinite(values).all(), key
+        assert values.shape == (KINDS[kind],) * 2 and np.isfinite(values).all(), key
         assert values.std() > 0, key  # a map, not a blank (e.g. gradients that never reach the patch tokens)
-        # more than one value per patch: the token grid (4 × 4 for the ViT, 8 × 8 for the Swin) is upsampled
+        # more than one value per patch: the token grid (4 × 4 for the ViTs, 8 × 8 for the Swin) is upsampled
         assert len(np.unique(values)) > 16, key
     assert len(at.image) >= 1 + len(CAMS)  # the input and one picture per map
     captions = " ".join(c.value for c in at.caption)
