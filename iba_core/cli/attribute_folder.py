@@ -191,10 +191,10 @@ def folder_settings(args: argparse.Namespace, network, methods: list) -> tuple[l
     """(the methods as they run on `network`, the folder's root, its items, the `runs.run_settings.FolderSettings`): the
     one settings object of a folder run, as the Dataset page builds it too."""
     from ..runs import FolderSettings, list_images
-    from .common import yardstick_options
+    from .common import runnable, yardstick_options
 
     if names_all(method_keys_arg(args.methods)):
-        methods = [m for m in methods if m.available_for(network) is None]
+        methods = runnable(methods, network)  # those that can run here; the others named with their reason
     if args.methods is None and args.method == "per-sample" and getattr(args, "beta_k", None) is None:
         from ..heads import default_beta_k
 

@@ -147,6 +147,25 @@ def names_all(keys: list[str] | None) -> bool:
     return keys is not None and ALL_METHODS in keys
 
 
+def runnable(methods: list, network) -> list:
+    """The methods of `methods` that can run on `network`, for `--methods all`: the others are named on stderr with
+    the sentence their `available_for` gives, as the app's forms list them (`app.choices.unavailable_text`), so
+    "all" leaves none out unsaid."""
+    from ..app.choices import MethodChoices, unavailable_text
+
+    choices = MethodChoices()
+    for method in methods:
+        reason = method.available_for(network)
+        if reason:
+            choices.unavailable[method.key] = reason
+        else:
+            choices.keys.append(method.key)
+    note = unavailable_text(choices, {m.key: m.name for m in methods})
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return [m for m in methods if m.key in choices.keys]
+
+
 def check_layer_range(args: argparse.Namespace) -> None:
     """A --layer-range with a layer name the network (a registered one, known before it loads) does not have: a
     UserError naming it; reversed or unsuitable ranges are refused by `coiba.layer_range` once it is loaded."""

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..band_images import photo_or_path
     from ..budget import Cost
     from ..methods import resolve_methods
-    from .common import load_from_args, say_cost
+    from .common import load_from_args, runnable, say_cost
 
     image = photo_or_path(args.image)  # a damaged photo is refused before the network loads
     network = load_from_args(args)
@@ -53,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     cropped = network.preprocess.crop(image)
     x = network.preprocess.normalise(cropped)
     target = network.top_k(x, 1)[0][0] if args.target is None else network.class_index(args.target)
-    say_cost(Cost.of_methods([m for m in resolve_methods(chosen_methods(args), settings)
-                              if m.available_for(network) is None], network, *x.shape[-2:]))
-    maps, failures = run_methods(network, x, target, chosen_methods(args), settings)
+    methods = resolve_methods(chosen_methods(args), settings)
+    if chosen_methods(args) == ALL_METHODS:  # those that can run here; the others named with their reason
+        methods = runnable(methods, network)
+    say_cost(Cost.of_methods([m for m in methods if m.available_for(network) is None], network, *x.shape[-2:]))
+    maps, failures = run_methods(network, x, target, methods, settings)
     summary = write_results(out, maps, failures, network, cropped, target, image_name=str(args.image))
     print(json.dumps({"out": str(out), "target": target, "class_name": summary["class_name"],
                       "methods": [m.key for m in maps], "failed": sorted(failures)}))
@@ -85,7 +87,7 @@ def chosen_methods(args: argparse.Namespace) -> str | list[str]:
     return ALL_METHODS if names_all(keys) else keys
 
 
-def run_methods(network, x, target: int, methods_arg: str | list[str],
+def run_methods(network, x, target: int, methods_arg: str | list,
                 settings: dict[str, dict]) -> tuple[list, dict[str, str]]:
     """(maps, failures by key) of the methods --methods names, with a progress bar on stderr; a failing
     method is reported and skipped."""

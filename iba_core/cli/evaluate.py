@@ -162,12 +162,12 @@ def run(args: argparse.Namespace) -> int:
     metric.check(options)  # the metric's own refusals (ROAD's percentages and noise, …), before any slow work
     check_files(args)
     from ..image_folders import list_items
-    from .common import load_from_args
+    from .common import load_from_args, runnable
 
     methods = {} if args.metric == "beta-table" else {m.key: m for m in method_list(args)}
     network = load_from_args(args, device=ranks.rank_device(args.device))  # one GPU per rank under torchrun
     if args.methods is None or names_all(method_keys_arg(args.methods)):  # every registered method that can run here
-        methods = {k: m for k, m in methods.items() if m.available_for(network) is None}
+        methods = {m.key: m for m in runnable(list(methods.values()), network)}  # the others named, with why
     items = list_items(args.images, args.labels, network.class_index, args.limit, categories=network.categories)
     if not items:
         raise MissingFileError(f"No images (jpg, png, …) found below {args.images}.")
