@@ -51,7 +51,7 @@ from iba_core.methods import display_names
 from iba_core.metrics import registry
 from iba_core.metrics.bbox import LARGEST_BOX_SHARE, preprocess_sizes
 from iba_core.metrics.common import stable_seed
-from iba_core.metrics.degradation import DEGRADATION_TILES
+from iba_core.metrics.degradation import DEGRADATION_TILES, default_tile
 from iba_core.metrics.insertion_deletion import PROTOCOL_NAMES, PROTOCOLS, protocol_from
 from iba_core.metrics.pointing import POINTING_TOLERANCE
 from iba_core.metrics.road import ROAD_REMOVED, check_removed
@@ -162,7 +162,8 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
     st.subheader("Degradation (MoRF / LeRF)")
     with st.form("ev_deg_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
-        tile = c1.radio("Tile size", DEGRADATION_TILES, index=len(DEGRADATION_TILES) - 1, key="ev_tile",
+        first = DEGRADATION_TILES.index(default_tile(*inputs.x.shape[-2:]))
+        tile = c1.radio("Tile size", DEGRADATION_TILES, index=first, key="ev_tile",
                         horizontal=True, format_func=lambda t: f"{t} × {t}",
                         help=f"The paper uses {' and '.join(f'{t} × {t}' for t in DEGRADATION_TILES)} tiles.")
         points = c2.number_input(

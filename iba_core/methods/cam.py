@@ -55,7 +55,8 @@ def no_cam_layer(network, layer: str | None) -> str | None:
     if spec is None or spec.cam_layer is None:
         title = spec.title if spec is not None else type(network.model).__name__
         why = f" ({spec.no_cam_reason})" if spec is not None and spec.no_cam_reason else ""
-        return f"no Grad-CAM layer is known for {title}{why}; give the setting layer='module.path'."
+        # the app and the CLI offer no CAM-layer setting: only a Python caller can name one
+        return f"no Grad-CAM layer is known for {title}{why}; in Python the setting layer='module.path' names one."
     return None
 
 

@@ -71,8 +71,8 @@ def canonizers_for(network, model: nn.Module) -> list:
 
 
 def no_canonizers(spec) -> str:
-    return (f"no LRP canonizers are known for {spec.title} (its skip connections and BatchNorms would be "
-            "handled wrongly); LRP runs on the built-in networks.")
+    return (f"no LRP canonizers are known for {spec.title}: LRP's rules need each skip connection and normalisation "
+            "of a network described, as the built-in networks' are.")
 
 
 # ---- the rules ---------------------------------------------------------------------------------

@@ -32,6 +32,14 @@ METRIC = "degradation"
 DEGRADATION_TILES = (8, 14)
 
 
+def default_tile(height: int, width: int, tiles: tuple[int, ...] = DEGRADATION_TILES) -> int:
+    """The tile size a form offers first for a height × width crop: the largest of `tiles` that divides both sides
+    (14 at 224 px, 8 at 256 or 384 px: a Swin V2's or a large ViT's crop), else the largest (its run then says
+    that the crop is not a multiple of it)."""
+    fitting = [t for t in tiles if height % t == 0 and width % t == 0]
+    return max(fitting or tiles)
+
+
 def removal_steps(n_tiles: int, points: int | None = None) -> np.ndarray:
     """Numbers of removed tiles at which the curves are measured: every step, or `points` evenly spaced.
 

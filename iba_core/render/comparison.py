@@ -96,7 +96,11 @@ def map_limits(maps: Sequence[AttributionMap], shared_scale: bool = False) -> li
 
 
 def limits_text(amap: AttributionMap, limits: Limits | None = None) -> str:
-    """'−a … a' or '0 … b' with the unit: the colour range a grid cell uses (its own unless `limits`)."""
+    """'−a … a' or '0 … b' with the unit: the colour range a grid cell uses (its own unless `limits`); for a map
+    that is zero everywhere, that (a black cell would otherwise look like a failed drawing: Grad-CAM++ and LayerCAM
+    are blank where no position has positive evidence for the class)."""
+    if not np.any(amap.values):
+        return "none: the map is zero everywhere (no evidence for this class found)"
     lo, hi = limits or colour_limits(amap)
     unit = f" {amap.unit}" if amap.unit else ""
     return f"{lo:.3g} … {hi:.3g}{unit}"

@@ -110,3 +110,13 @@ def test_scoring_model_in_bf16_keeps_the_logits(offline_model, chelsea_x):
         bf16 = scoring_model(offline_model, "bf16")(chelsea_x)
     assert bf16.dtype == torch.float32 and int(bf16.argmax()) == int(fp32.argmax()) == 285
     assert float((bf16 - fp32).abs().max()) < 0.05 * float(fp32.abs().max())
+
+
+def test_the_default_tile_divides_the_crop():
+    """The form offers first the paper's largest tile that fits: 14 at 224 px, 8 where 14 does not divide the crop
+    (256 px Swin V2, 384 px ViTs, 32 px test models); a crop neither fits keeps the largest (its run says why)."""
+    from iba_core.metrics.degradation import default_tile
+
+    assert default_tile(224, 224) == 14
+    assert default_tile(256, 256) == 8 and default_tile(384, 384) == 8 and default_tile(32, 32) == 8
+    assert default_tile(300, 300) == 14

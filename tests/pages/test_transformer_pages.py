@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean, timed_run
+from page_helpers import assert_clean
 from test_ecosystem_pages import write_stats_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
@@ -72,7 +72,7 @@ def test_the_compare_page_draws_every_cam_on_a_transformer(open_page, models: Pa
     # A class each CAM has a positive part for: the tiny Swin's random weights give the photo's top-1 class a
     # Grad-CAM++ that is negative on every patch, so zero after its ReLU (pytorch-grad-cam's too, checked by hand).
     at.text_input(key="cmp_other").set_value(TARGET)
-    at, seconds = timed_run(at.button(key="cmp_run_button").click())
+    at = at.button(key="cmp_run_button").click().run()
     clean(at)
     last = at.session_state["cmp_last"]
     assert not last.failed and [k[4] for k in last.keys] == CAMS and last.subject.class_name == TARGET
@@ -88,7 +88,6 @@ def test_the_compare_page_draws_every_cam_on_a_transformer(open_page, models: Pa
     captions = " ".join(c.value for c in at.caption)
     for name in NAMES:
         assert f"**{name}** ·" in captions, name
-    assert seconds < 60, f"five CAMs on a tiny {kind} took {seconds:.0f} s"
 
 
 def test_a_method_a_transformer_cannot_run_is_listed_with_its_own_sentence(open_page, models: Path) -> None:
@@ -119,7 +118,7 @@ def test_the_evaluate_page_measures_every_cam_on_a_tiny_vit(open_page, models: P
     at.radio(key="ev_protocol").set_value("rise")
     at.number_input(key="ev_step").set_value(CROP * CROP // 4)
     at.multiselect(key="ev_removed").set_value([30, 70])
-    at, seconds = timed_run(at.button(key="ev_yard_button").click())
+    at = at.button(key="ev_yard_button").click().run()
     clean(at)
     run = at.session_state["ev_yardsticks"]
     assert list(run.methods) == CAMS
@@ -127,10 +126,9 @@ def test_the_evaluate_page_measures_every_cam_on_a_tiny_vit(open_page, models: P
         assert len(result.pixels.fraction) == 5, key
         assert np.isfinite(result.pixels.insertion).all() and np.isfinite(result.pixels.deletion).all(), key
         assert len(result.road.morf) == 2 and np.isfinite(result.road.morf).all(), key
-    assert seconds < 60, f"the yardsticks of five CAMs took {seconds:.0f} s"
 
     # Degradation: every CAM's MoRF and LeRF curves and their area.
-    at.radio(key="ev_tile").set_value(8)  # the crop of 32 px is no multiple of the default 14
+    assert at.radio(key="ev_tile").value == 8  # offered first: 14 does not divide the 32-px crop
     at.number_input(key="ev_points").set_value(3)
     at = clean(at.button(key="ev_deg_button").click().run())
     entry = at.session_state["ev_degradation"]

@@ -60,6 +60,7 @@ def test_limits_text():
     assert limits_text(amap("s", values, True)).startswith("-")
     assert limits_text(amap("i", values + 1, False, "bits/pixel")).endswith("bits/pixel")
     assert limits_text(amap("i", values + 1, False, "bits/pixel")) == "0 … 2 bits/pixel"
+    assert "zero everywhere" in limits_text(amap("z", values * 0, False))  # a blank CAM says so, not "0 … 0"
 
 
 def test_render_names_load_on_first_use():

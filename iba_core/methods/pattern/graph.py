@@ -159,11 +159,11 @@ def _title(network) -> str:
 
 
 def _refusal(title: str, offenders: list[str]) -> UnsupportedNetwork:
-    shown = ", ".join(offenders[:6]) + (f" and {len(offenders) - 6} more" if len(offenders) > 6 else "")
+    # three names say what kind of network it is; the whole list can run to hundreds of characters
+    shown = ", ".join(offenders[:3]) + (f" and {len(offenders) - 3} more" if len(offenders) > 3 else "")
     return UnsupportedNetwork(
-        f"{title} contains {shown}, which PatternAttribution cannot propagate: its two-component signal "
-        "estimator is defined for convolutions, linear layers, BatchNorm, ReLU/ReLU6, pooling and additions "
-        "(skip connections), not for other nonlinearities, normalisations or operations."
+        f"{title} contains {shown}, which PatternAttribution cannot propagate: its signal estimator covers "
+        "convolutions, linear layers, BatchNorm, ReLU/ReLU6, pooling and skip connections only."
     )
 
 
