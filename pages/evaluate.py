@@ -162,8 +162,10 @@ def degradation_section(inputs: Inputs, methods: list[str], target: int | str, n
     st.subheader("Degradation (MoRF / LeRF)")
     with st.form("ev_deg_form", border=False):
         c1, c2, c3 = st.columns([1, 1, 1])
-        first = DEGRADATION_TILES.index(default_tile(*inputs.x.shape[-2:]))
-        tile = c1.radio("Tile size", DEGRADATION_TILES, index=first, key="ev_tile",
+        height, width = inputs.x.shape[-2:]
+        first = DEGRADATION_TILES.index(default_tile(height, width))
+        # keyed by the crop: a network with another crop starts from the tile that fits it
+        tile = c1.radio("Tile size", DEGRADATION_TILES, index=first, key=f"ev_tile:{height}x{width}",
                         horizontal=True, format_func=lambda t: f"{t} × {t}",
                         help=f"The paper uses {' and '.join(f'{t} × {t}' for t in DEGRADATION_TILES)} tiles.")
         points = c2.number_input(

@@ -128,7 +128,7 @@ def test_the_evaluate_page_measures_every_cam_on_a_tiny_vit(open_page, models: P
         assert len(result.road.morf) == 2 and np.isfinite(result.road.morf).all(), key
 
     # Degradation: every CAM's MoRF and LeRF curves and their area.
-    assert at.radio(key="ev_tile").value == 8  # offered first: 14 does not divide the 32-px crop
+    assert at.radio(key="ev_tile:32x32").value == 8  # offered first: 14 does not divide the 32-px crop
     at.number_input(key="ev_points").set_value(3)
     at = clean(at.button(key="ev_deg_button").click().run())
     entry = at.session_state["ev_degradation"]
