@@ -121,7 +121,7 @@ def sample_photo_batches(
     while done < n:
         k = min(batch_size, n - done)
         crops = [random_resized_crop(photos[(done + i) % len(photos)], preprocess.crop_size, rng) for i in range(k)]
-        yield torch.stack([preprocess.normalise(c)[0] for c in crops])
+        yield preprocess.normalise_batch(crops)
         done += k
 
 
@@ -136,15 +136,15 @@ class FolderBatches:
         self.skipped = 0
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        batch: list[torch.Tensor] = []
+        batch: list = []  # crops; normalised together (`Preprocess.normalise_batch`): it checks nothing crop did not
         for path in self.files:
             try:
-                batch.append(self.preprocess(self.preprocess.load(path))[0])
+                batch.append(self.preprocess.crop(self.preprocess.load(path)))
             except (ImageError, OSError):
                 self.skipped += 1
                 continue
             if len(batch) == self.batch_size:
-                yield torch.stack(batch)
+                yield self.preprocess.normalise_batch(batch)
                 batch = []
         if batch:
-            yield torch.stack(batch)
+            yield self.preprocess.normalise_batch(batch)

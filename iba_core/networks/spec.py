@@ -42,6 +42,9 @@ RESIZE, CROP = 256, 224
 LOGITS = "fc"
 #: Resampling filters a preprocessing may name (torchvision's InterpolationMode values); bilinear is torchvision's.
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+#: Images in `find_layers`' dry pass: two, so an output whose leading axis is not the batch (patches or windows
+#: folded into it) is told from one that is, even where the fold leaves one row per image at batch one.
+DRY_BATCH = 2
 #: An unknown layer's message lists every layer of a network with at most this many, else the closest names.
 MAX_LISTED_LAYERS = 20
 
@@ -92,9 +95,12 @@ class LayerInfo:
     """One module found by the dry forward pass (`find_layers`): its output and whether it can hold a bottleneck."""
 
     name: str  # dotted module path
-    shape: tuple[int, ...]  # output shape in the dry pass, batch axis (1) included
+    shape: tuple[int, ...]  # output shape for one image, batch axis (1) included (`batched` False: as seen)
     runs: int  # times the module ran in one forward pass
     layout: FeatureLayout = MAP
+    #: Whether the output's leading axis is the image batch. MobileViT's transformer folds each image's patch
+    #: positions into that axis (batch·patch area rows): a bottleneck there would mix images and positions.
+    batched: bool = True
 
     @property
     def kind(self) -> str:
@@ -103,11 +109,15 @@ class LayerInfo:
 
     @property
     def usable(self) -> bool:
-        return self.runs == 1
+        return self.runs == 1 and self.batched
 
     @property
     def reason(self) -> str | None:
         """Why the layer cannot hold a bottleneck (None when it can)."""
+        if not self.batched:
+            return (f"its output's leading axis ({self.shape[0]} for a batch of {DRY_BATCH} images) is not the image "
+                    "batch (the module folds patches or windows into it, as MobileViT's transformer does), so a "
+                    "bottleneck there would not see one image at a time")
         if self.runs == 1:
             return None
         return (f"it runs {self.runs} times in one forward pass (a module called more than once, e.g. "
@@ -303,6 +313,21 @@ class Preprocess:
             tensor = TF.to_tensor(cropped if cropped.mode == "RGB" else cropped.convert("RGB"))
         return TF.normalize(tensor, self.mean, self.std)[None]
 
+    def normalise_batch(self, crops: Sequence[Image.Image | MultiBandImage]) -> torch.Tensor:
+        """(N, channels, crop, crop): `normalise` of each already cropped image, stacked. The same numbers; RGB
+        photos of one size are converted as one tensor, since per-image tensor operations were most of a statistics
+        pass's preprocessing on a busy 2-core CPU (each small operation waits for the thread pool's other thread)."""
+        import numpy as np
+        import torchvision.transforms.functional as TF
+
+        rgb = self.channels == 3 and all(isinstance(c, Image.Image) and c.mode == "RGB" for c in crops)
+        if not crops or not rgb or len({c.size for c in crops}) != 1:
+            return torch.cat([self.normalise(c) for c in crops])
+        pixels = torch.from_numpy(np.stack([np.asarray(c, dtype=np.uint8) for c in crops]))  # (N, H, W, 3)
+        # as TF.to_tensor and TF.normalize do it for one image, on the batch: bit for bit the same values
+        tensor = pixels.permute(0, 3, 1, 2).contiguous().to(torch.get_default_dtype()).div(255)
+        return TF.normalize(tensor, self.mean, self.std, inplace=True)
+
     def _check_channels(self, found: int) -> None:
         if found != self.channels:
             raise ImageError(f"The image is a {channels_text(found)} image, but the network takes "
@@ -375,11 +400,13 @@ def derive_spec(
 
 
 def _offered_layers(infos: list[LayerInfo], layer_names: Sequence[str] | None) -> list[LayerInfo]:
-    """The layers a spec offers: those of `layer_names` that are usable (all of `infos` if none is, or no names)."""
+    """The layers a spec offers: those of `layer_names` that are usable (all of `infos` if none is, or no names),
+    and those named that fold patches into the batch axis, kept unusable so the layer table says why."""
     if layer_names is None:
         return infos
     wanted = set(layer_names)
-    return [info for info in infos if info.name in wanted and info.usable] or infos
+    named = [info for info in infos if info.name in wanted and (info.usable or not info.batched)]
+    return named if any(info.usable for info in named) else infos
 
 
 def cam_layer_of(pool: list[LayerInfo], blocks: list[str]) -> tuple[tuple[str, bool] | None, str]:
@@ -475,6 +502,7 @@ def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = Fals
 
     A module that runs more than once is listed once, with its run count (`LayerInfo.usable` is then False).
     Outputs that are not one tensor (tuples, dicts) and tensors on no grid (logits, pooled vectors) are left out;
+    an output whose leading axis is not the batch of `DRY_BATCH` images is listed, unusable (`LayerInfo.batched`);
     with `tuples`, a module returning a tuple or mapping counts with its first tensor (`model_state.layer_tensor`:
     the hidden states of a transformers block that also returns attention weights, e.g. Swin's).
     """
@@ -508,9 +536,13 @@ def find_layers(model: nn.Module, input_size: int = CROP, *, tuples: bool = Fals
     try:
         model.eval()
         with torch.no_grad():
-            model(torch.zeros(1, channels, input_size, input_size, device=device))
+            model(torch.zeros(DRY_BATCH, channels, input_size, input_size, device=device))
     finally:
         for h in handles:
             h.remove()
         model.train(was_training)
-    return [LayerInfo(n, shapes[n], runs[n], layouts[n]) for n in order]
+    infos = []
+    for n in order:
+        batched = shapes[n][0] == DRY_BATCH
+        infos.append(LayerInfo(n, (1, *shapes[n][1:]) if batched else shapes[n], runs[n], layouts[n], batched))
+    return infos
