@@ -212,7 +212,7 @@ def metric_cost_text(network, metrics: Sequence[str]) -> str:
         return ""
     from ..metrics.yardsticks import forward_passes
 
-    crop = getattr(network.preprocess, "crop_size", None) or 224
+    crop, _ = metric_registry.crop_of(network) or (224, 224)
     passes = forward_passes(metrics, int(crop) * int(crop))
     return (f"The metrics add about {passes} forward passes per image and method ({', '.join(metrics)} on the "
             f"{crop} × {crop} crop, the RISE protocol); “Estimate time” measures what they cost here.")
@@ -291,7 +291,7 @@ def image_cost(network, methods: Sequence["Method"], metrics: Sequence[str], pro
     prompt (a CLIP network) or once (a class)."""
     from ..metrics.yardsticks import forward_passes
 
-    crop = int(getattr(network.preprocess, "crop_size", None) or 224)
+    crop, _ = metric_registry.crop_of(network) or (224, 224)
     targets = max(1, len(prompts))
     maps = Cost.of_methods(methods, network, crop, crop, repeat=targets)
     return maps + Cost.part("metrics", targets * len(methods) * forward_passes(metrics, crop * crop))

@@ -127,7 +127,7 @@ def say_evaluation_cost(network, metric, methods: dict, images: int, options: Ev
     from ..budget import Cost
     from .common import say_cost
 
-    crop = int(getattr(network.preprocess, "crop_size", None) or 224)
+    crop, _ = registry.crop_of(network) or (224, 224)
     per_map = metric.forward_passes(crop * crop, options)
     say_cost(Cost.of_methods(methods.values(), network, crop, crop, repeat=images)
              + Cost.part(metric.title, images * len(methods) * per_map))

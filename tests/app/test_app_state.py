@@ -170,6 +170,18 @@ def _second_session(shared: SharedModel, log: list[str], started: threading.Even
     return t
 
 
+def _holding_thread(shared: SharedModel, release: threading.Event) -> threading.Thread:
+    """Another session's run, started now: it waits for the network, then holds it until `release` is set."""
+
+    def run() -> None:
+        with shared.busy():
+            release.wait(5)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
 def _wait_until_waiting(shared: SharedModel) -> None:
     for _ in range(500):
         if shared._waiting:
@@ -226,10 +238,6 @@ def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch
     monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
     release_other = threading.Event()
 
-    def other_run() -> None:
-        with shared.busy():
-            release_other.wait(5)
-
     class Stopped(Exception):
         pass
 
@@ -238,8 +246,7 @@ def test_a_stop_while_waiting_for_the_turn_again_leaves_no_lock_held(monkeypatch
 
     with pytest.raises(Stopped):
         with shared.busy():
-            t = threading.Thread(target=other_run)
-            t.start()
+            t = _holding_thread(shared, release_other)
             _wait_until_waiting(shared)
             try:
                 shared.make_way(on_wait=stop)
@@ -260,17 +267,12 @@ def test_a_failing_pause_gives_the_network_back_to_its_caller(monkeypatch) -> No
     monkeypatch.setattr(SharedModel, "SHARE_AFTER_S", 0.0)
     release_other = threading.Event()
 
-    def other_run() -> None:
-        with shared.busy():
-            release_other.wait(5)
-
     def broken(seconds: float) -> None:
         release_other.set()
         raise ValueError("a page's message failed")
 
     with shared.busy():
-        t = threading.Thread(target=other_run)
-        t.start()
+        t = _holding_thread(shared, release_other)
         _wait_until_waiting(shared)
         with pytest.raises(ValueError):
             sharing(shared, None, broken)(1, 2, "step")
