@@ -15,6 +15,13 @@ def assert_clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def clean(at: AppTest) -> AppTest:
+    """`at` after checking its last run showed no exception and no st.error."""
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
 def timed_run(node) -> tuple[AppTest, float]:
     """Run the app (from an AppTest or a widget just interacted with); return it and the seconds taken."""
     start = time.perf_counter()

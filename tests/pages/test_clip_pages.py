@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import assert_clean, clean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clip_fixtures import save_tiny_clip  # noqa: E402
@@ -33,11 +33,6 @@ def models(tmp_path_factory) -> Path:
         mp.setenv("IBA_MODELS_DIR", str(root))
         yield root
 
-
-def clean(at: AppTest) -> AppTest:
-    assert_clean(at)
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def added(at: AppTest, models: Path) -> AppTest:

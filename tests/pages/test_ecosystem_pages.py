@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import clean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from source_fixtures import FRUIT, save_hf_convnext, save_hf_vit  # noqa: E402
@@ -102,12 +102,6 @@ def card_of(models: Path, case: Case) -> str:
     """The network menu's value for the case: its card's path."""
     return str((models / case.name / f"{case.name}.toml").resolve())
 
-
-def clean(at: AppTest) -> AppTest:
-    """No exception and no st.error in the last run."""
-    assert_clean(at)
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def choose(at: AppTest, models: Path, case: Case) -> AppTest:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import clean
 from test_ecosystem_pages import write_stats_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
@@ -47,11 +47,6 @@ def models(tmp_path_factory) -> Path:
         mp.setenv("IBA_MODELS_DIR", str(root))
         yield root
 
-
-def clean(at: AppTest) -> AppTest:
-    assert_clean(at)
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def choose(at: AppTest, models: Path, kind: str) -> AppTest:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from page_helpers import assert_clean
+from page_helpers import assert_clean, clean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "networks"))
 from card_fixtures import CLASSES, make_card_folder, make_resnet18, write_card  # noqa: E402
@@ -47,12 +47,6 @@ def state_dict_bytes() -> bytes:
     torch.save(make_resnet18().state_dict(), buf)
     return buf.getvalue()
 
-
-def clean(at: AppTest) -> AppTest:
-    """No exception and no st.error in the last run."""
-    assert_clean(at)
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def choose(at: AppTest, card: str) -> AppTest:
