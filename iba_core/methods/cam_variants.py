@@ -22,88 +22,19 @@ choice open, so maps can be checked against it:
   positive (pytorch-grad-cam's `get_2d_projection_with_sign_correction`), then rectified. It does not depend on
   the target class: every class gets the same map.
 
-No token layers: like Grad-CAM these need a (N, C, h, w) feature map (a ViT's spec knows no CAM layer and says
-so). Hooks live only inside `layer_capture` and are removed on exit, also on errors.
+Token layers (ViT, DeiT, Swin, …) are laid on their patch grid first, unlocated tokens dropped (`cam.grid_map`),
+so the same formulas run on every network the dry pass understands.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..model_state import layer_tensor, with_layer_tensor
-from .cam import CamMethod, cam_module
+from .cam import CamMethod, activations, activations_and_gradients, cam_module, target_scores, upsampled
 
 #: pytorch-grad-cam's ε in Grad-CAM++'s α denominator (keeps α finite where G = 0 and Σ A · G³ = −2 G²).
 PLUSPLUS_EPS = 1e-6
-
-
-@contextmanager
-def layer_capture(module: nn.Module, is_input: bool, track_grad: bool) -> Iterator[list[torch.Tensor]]:
-    """The tensors `module` outputs (or, `is_input`, receives) during the block, one per call.
-
-    Each is a copy, so an in-place operation after the layer (a skip connection's `+=`) cannot change it. With
-    `track_grad`, each is a leaf that requires gradients and the network runs on from a copy of it, so
-    `torch.autograd.grad(score, kept)` gives ∂score/∂A.
-    """
-    kept: list[torch.Tensor] = []
-
-    def keep(t: torch.Tensor) -> torch.Tensor:
-        a = t.detach().clone().requires_grad_(track_grad)
-        kept.append(a)
-        return a.clone() if track_grad else t
-
-    if is_input:
-        handle = module.register_forward_pre_hook(lambda _m, args: (keep(args[0]), *args[1:]))
-    else:
-        handle = module.register_forward_hook(lambda _m, _i, out: with_layer_tensor(out, keep(layer_tensor(out))))
-    try:
-        yield kept
-    finally:
-        handle.remove()
-
-
-def _one_map(kept: list[torch.Tensor], path: str, name: str) -> torch.Tensor:
-    """The one (B, C, h, w) activation the layer gave in a forward pass, or a clear error."""
-    if len(kept) != 1:
-        raise UserError(f"{name} needs a layer that runs once per forward pass; {path!r} ran {len(kept)} times.")
-    a = kept[0]
-    if a.dim() != 4:
-        raise UserError(f"{name} needs a convolutional layer (N, C, h, w); {path!r} gives {tuple(a.shape)}.")
-    return a
-
-
-def _target_scores(logits: torch.Tensor, targets: list[int] | torch.Tensor) -> torch.Tensor:
-    """(B,) logits[i, targets[i]]."""
-    index = torch.as_tensor(targets, device=logits.device).reshape(-1, 1)
-    return logits.gather(1, index)[:, 0]
-
-
-def activations(network, x: torch.Tensor, module: nn.Module, path: str, is_input: bool, name: str) -> torch.Tensor:
-    """The layer's activations (B, C, h, w) for x, from one forward pass without gradients."""
-    with layer_capture(module, is_input, track_grad=False) as kept, torch.no_grad():
-        network.model(x)
-    return _one_map(kept, path, name)
-
-
-def activations_and_gradients(network, x: torch.Tensor, targets: list[int], module: nn.Module, path: str,
-                              is_input: bool, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, ∂logit_target/∂A), both (B, C, h, w): one forward and one backward pass for the batch (each image's
-    logit depends on that image alone: the network is in eval mode)."""
-    with layer_capture(module, is_input, track_grad=True) as kept, torch.enable_grad():
-        logits = network.model(x)
-        a = _one_map(kept, path, name)
-        (grad,) = torch.autograd.grad(_target_scores(logits, targets).sum(), a)
-    return a.detach(), grad
-
-
-def upsampled(cam: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """(B, h, w) → (B, H, W), bilinear as Grad-CAM's (captum's `interpolate`, corners not aligned)."""
-    return F.interpolate(cam[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
 
 
 def plusplus_weights(a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
@@ -140,7 +71,7 @@ def score_weights(network, x: torch.Tensor, a: torch.Tensor, targets: list[int],
             varies = chosen.flatten(1).amax(dim=1) > chosen.flatten(1).amin(dim=1)
             masks = unit_scaled(upsampled(chosen, size)) * varies[:, None, None]
             logits = network.model(x[image] * masks[:, None])
-            scores[pairs] = _target_scores(logits, target_of[image]).float()
+            scores[pairs] = target_scores(logits, target_of[image]).float()
     return scores.view(b, c).softmax(dim=1)
 
 
@@ -184,7 +115,7 @@ class _LayerMapMethod(CamMethod):
 class GradCamPlusPlus(_LayerMapMethod):
     key = "grad_cam_pp"
     name = "Grad-CAM++"
-    description = ("Last conv block's activations weighted by their positive gradients, each position by Grad-CAM++'s "
+    description = ("The CAM layer's activations weighted by their positive gradients, each position by Grad-CAM++'s "
                    "α, rectified and upsampled.")
 
     def layer_map(self, network, x, targets, module, path, is_input):
@@ -196,7 +127,7 @@ class ScoreCam(_LayerMapMethod):
     key = "score_cam"
     name = "Score-CAM"
     cost = "slow"  # one forward pass per channel of the layer
-    description = ("Last conv block's channels weighted by the target's logit when each channel, scaled to [0, 1], "
+    description = ("The CAM layer's channels weighted by the target's logit when each channel, scaled to [0, 1], "
                    "masks the image (softmax over channels), rectified and upsampled.")
 
     def __init__(self, **settings):
@@ -239,7 +170,7 @@ class ScoreCam(_LayerMapMethod):
 class LayerCam(_LayerMapMethod):
     key = "layer_cam"
     name = "LayerCAM"
-    description = "Last conv block's activations times their positive gradients at each position, summed, upsampled."
+    description = "The CAM layer's activations times their positive gradients at each position, summed, upsampled."
 
     def layer_map(self, network, x, targets, module, path, is_input):
         a, grad = activations_and_gradients(network, x, targets, module, path, is_input, self.name)
@@ -274,7 +205,7 @@ def layer_channels(network, layer: str | None, layer_input: bool | None, assumed
 class EigenCam(_LayerMapMethod):
     key = "eigen_cam"
     name = "Eigen-CAM"
-    description = ("Last conv block's activations projected on their first principal component (the same map for "
+    description = ("The CAM layer's activations projected on their first principal component (the same map for "
                    "every class), rectified and upsampled.")
     PASSES = 1  # a forward pass; no gradient
 

@@ -150,6 +150,8 @@ class NetworkSpec:
     with_classes: Callable[[int], nn.Module] | None = None
     #: Grad-CAM: (module path, use the module's input); None: unknown, Grad-CAM is unavailable.
     cam_layer: tuple[str, bool] | None = None
+    #: Why no CAM layer could be chosen (a derived spec's `cam_layer_of`), said with Grad-CAM's refusal.
+    no_cam_reason: str = ""
     #: LRP: canonizers for a private copy of the model; None: unknown, LRP is unavailable.
     canonizers: Callable[[nn.Module], list] | None = None
     #: Readout Bottleneck: its bottleneck layer and the layers it reads (last: LOGITS).
@@ -316,7 +318,7 @@ def derive_spec(
     title: str | None = None,
     *,
     input_size: int = CROP,
-    min_default_size: int = 28,
+    min_default_size: int | None = None,
     default_layer: str | None = None,
     guess_cam_layer: bool = False,
     layer_names: Sequence[str] | None = None,
@@ -334,14 +336,15 @@ def derive_spec(
     unusable with the reason.
 
     Default layer (unless `default_layer` names one), by `default_layer_of`: for a transformer the middle
-    one of its blocks; otherwise the last CNN map whose spatial size is at least `min_default_size` (28 at
-    224 px: the analogue of ResNet-50's conv3_4), else the first usable layer.
+    one of its blocks; otherwise the last CNN map whose spatial size is at least `min_default_size` (default
+    `default_map_size`: an eighth of the input, 28 at 224 px: the analogue of ResNet-50's conv3_4), else the first
+    usable layer.
     Grad-CAM layer: None (unknown: Grad-CAM asks for a layer setting), or with `guess_cam_layer` (networks
-    loaded from `torchvision:NAME` or a model card) the last CNN map larger than 1×1 that runs after every
-    transformer block (global pooling gives 1×1 maps and is skipped): the last convolutional block's output,
-    or a Swin's final normed map. A ViT has none after its blocks (its only map is the patch embedding), so
-    Grad-CAM says it needs a layer. No stages, canonizers or readout reads are known: the methods that need
-    them say so. `fields` go to `NetworkSpec` as they are (class names, preprocessing, weights source, …).
+    loaded from `torchvision:NAME`, timm, Hugging Face or a model card) by `cam_layer_of`: the last CNN map
+    larger than 1×1 after every transformer block, else the last transformer block whose patches reach the
+    head (the one before the last for a class-token ViT). No stages, canonizers or readout reads are known: the
+    methods that need them say so. `fields` go to `NetworkSpec` as they are (class names, preprocessing, weights
+    source, …).
     """
     # The sources that name their layers (timm, transformers) have blocks returning (hidden states, attention).
     infos = find_layers(model, input_size, tuples=layer_names is not None, channels=fields.get("channels", 3))
@@ -351,7 +354,7 @@ def derive_spec(
         raise UserError(f"{title or key}: no module produces a (N, C, H, W) feature map or tokens on a patch "
                          "grid that runs once per forward pass; nothing to attribute.")
     blocks = transformer_blocks(model, listed)
-    default = default_layer_of(listed, blocks, min_default_size)
+    default = default_layer_of(listed, blocks, min_default_size or default_map_size(input_size))
     if default_layer is not None:
         if default_layer not in usable:
             raise unknown_layer_error(title or key, default_layer, usable)
@@ -361,9 +364,11 @@ def derive_spec(
     if guess_cam_layer:
         # Among the offered layers where the source names them: the last stage, not a wrapper around it (a
         # transformers base model's output object, an Identity norm) that happens to pass the same map on.
-        cam_layer = _last_map_after_blocks(listed if layer_names is not None else infos, blocks)
+        cam_layer, why = cam_layer_of(listed if layer_names is not None else infos, blocks)
         if cam_layer is not None:
-            fields.setdefault("cam_layer", (cam_layer, False))
+            fields.setdefault("cam_layer", cam_layer)
+        else:
+            fields.setdefault("no_cam_reason", why)
     return NetworkSpec(key=key, title=title or key, build=lambda state: _load_into(model_ref, state),
                        layers=tuple(usable), default_layer=default, hook_modules={n: n for n in usable},
                        layer_info=tuple(listed), **fields)
@@ -377,6 +382,36 @@ def _offered_layers(infos: list[LayerInfo], layer_names: Sequence[str] | None) -
     return [info for info in infos if info.name in wanted and info.usable] or infos
 
 
+def cam_layer_of(pool: list[LayerInfo], blocks: list[str]) -> tuple[tuple[str, bool] | None, str]:
+    """((module path, use its input), "") for the CAM layer a derived spec guesses, or (None, why not).
+
+    The rule, the same for every family: the last layer whose every position still reaches the logits.
+    - A CNN map larger than 1 × 1 after every transformer block (`_last_map_after_blocks`): the last convolutional
+      block's output (global pooling's 1 × 1 maps are skipped), or a Swin's final map.
+    - Else a transformer's last block when its output has no unlocated tokens (average-pooled ViTs, Swin, MLP-Mixer:
+      the head pools every patch). When it has a class, distillation or register token, the head reads only those:
+      the patch tokens' gradients at the last block's output are zero and every gradient CAM would be blank. The
+      last block's *input* (the block before it: its output) still reaches the class token through the last
+      block's attention: that is the CAM layer (pytorch-grad-cam's ViT example reads the last block's first norm
+      for the same reason).
+    """
+    last_map = _last_map_after_blocks(pool, blocks)
+    if last_map is not None:
+        return (last_map, False), ""
+    if not blocks:
+        return None, "its layers give no feature map larger than 1 × 1 and it has no transformer blocks"
+    layouts = {info.name: info.layout for info in pool}
+    last = blocks[-1]
+    if layouts[last].form != "nlc" or not layouts[last].extra_tokens:
+        # the last token layer from the last block on: a stage that returns its last block's output is listed
+        # under the stage's name (`blocks.py`), so the last block itself may be missing from `blocks`
+        order = [info.name for info in pool]
+        later = [info.name for info in pool[order.index(last):]
+                 if info.usable and info.kind == "tokens" and not info.layout.extra_tokens]
+        return (later[-1], False), ""
+    return ((blocks[-2], False) if len(blocks) > 1 else (last, True)), ""
+
+
 def _last_map_after_blocks(pool: list[LayerInfo], blocks: list[str]) -> str | None:
     """The last usable CNN map larger than 1×1 in `pool` that runs after every transformer block, if any (the
     Grad-CAM layer `derive_spec` guesses)."""
@@ -385,6 +420,12 @@ def _last_map_after_blocks(pool: list[LayerInfo], blocks: list[str]) -> str | No
     spatial = [info.name for i, info in enumerate(pool)
                if info.usable and info.kind == "map" and max(info.shape[-2:]) > 1 and i > after]
     return spatial[-1] if spatial else None
+
+
+def default_map_size(input_size: int) -> int:
+    """The smallest side of a CNN map that can be the default layer: an eighth of the input's side (28 at 224 px,
+    ResNet-50's conv3_4 in the paper; 48 at 384 px), so a default means the same depth at every input size."""
+    return max(1, round(input_size / 8))
 
 
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:

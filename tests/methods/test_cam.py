@@ -80,3 +80,19 @@ def test_grad_cam_needs_a_layer_for_unknown_networks():
         get_method("grad_cam").attribute(wrap(TinyConvNet()), torch.zeros(1, 3, 8, 8), 0).values
     with pytest.raises(UserError, match="no module"):
         get_method("grad_cam", layer="nope").attribute(wrap(TinyConvNet()), torch.zeros(1, 3, 8, 8), 0).values
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_grad_cam_matches_captum_on_a_feature_map(batch):
+    """On a CNN map Grad-CAM is captum's LayerGradCam + bilinear interpolation, per image of a batch."""
+    from captum.attr import LayerAttribution, LayerGradCam
+
+    net = TinyConvNet()
+    x = torch.randn(batch, 3, 12, 12, generator=torch.Generator().manual_seed(7))
+    targets = [2, 0, 3][:batch]
+    got = get_method("grad_cam", layer="act2").attribute_batch(wrap(net), x, targets)
+    cam = LayerGradCam(net, net.act2).attribute(x, target=targets, relu_attributions=True)
+    expected = LayerAttribution.interpolate(cam.detach(), (12, 12), interpolate_mode="bilinear")[:, 0].numpy()
+    for i in range(batch):
+        assert expected[i].max() > 0
+        np.testing.assert_allclose(got[i].values, expected[i], rtol=1e-4, atol=1e-6)

@@ -309,7 +309,7 @@ def test_no_hooks_stay_after_an_error_inside_the_network(key):
 @pytest.mark.parametrize("key", KEYS)
 def test_layers_that_are_not_feature_maps_or_run_twice_are_refused(key):
     net = wrap(TinyConvNet())
-    with pytest.raises(UserError, match=r"needs a convolutional layer \(N, C, h, w\); 'fc' gives \(1, 4\)"):
+    with pytest.raises(UserError, match=r"needs a layer whose output lies on the image.*; 'fc' gives \(1, 4\)"):
         get_method(key, layer="fc").attribute(net, torch.zeros(1, 3, 8, 8), 0)
 
     class Twice(nn.Module):

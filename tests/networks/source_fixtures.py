@@ -33,6 +33,33 @@ def save_timm_folder(folder: Path, name: str = "resnet18", classes: list[str] | 
     return folder
 
 
+#: Tiny timm transformers (model_args saved in config.json, so the folder rebuilds the same small network): a ViT
+#: with a class token, a DeiT with class and distillation tokens, a ViT with a class token and 4 registers, a Swin
+#: (channels-last grid), all on 32-px images.
+TINY_TIMM = {
+    "vit": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=8, embed_dim=16, depth=3, num_heads=2)),
+    "deit": ("deit_tiny_distilled_patch16_224", dict(img_size=32, patch_size=8, embed_dim=16, depth=3, num_heads=2)),
+    "vit_reg": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=8, embed_dim=16, depth=3, num_heads=2,
+                                             reg_tokens=4)),
+    "swin": ("swin_tiny_patch4_window7_224", dict(img_size=32, patch_size=2, window_size=4, embed_dim=8,
+                                                   depths=(1, 1), num_heads=(1, 2))),
+}
+
+
+def save_tiny_timm(folder: Path, kind: str, classes: list[str] | None = None) -> Path:
+    """A tiny timm transformer of `TINY_TIMM` with random weights (seeded), saved by save_for_hf with its
+    model_args."""
+    import timm
+    from timm.models import save_for_hf
+
+    name, args = TINY_TIMM[kind]
+    classes = FRUIT if classes is None else classes
+    torch.manual_seed(1)
+    model = timm.create_model(name, num_classes=len(classes), **args)
+    save_for_hf(model, folder, model_config={"label_names": list(classes)}, model_args=args, safe_serialization=True)
+    return folder
+
+
 def tiny_vit_config(classes: list[str] | None = None, **overrides):
     """A ViT with 32 hidden units, 2 layers and 16-px patches on 64-px images: a 4×4 grid plus the class token."""
     from transformers import ViTConfig

@@ -73,8 +73,9 @@ def test_vit_layers_are_tokens_with_class_token_and_middle_block_default(any_net
     assert net.layout("conv_proj") == MAP  # the patch embedding is a CNN map
     assert "encoder.layers.encoder_layer_0.mlp.0" in net.spec.layers  # 3072-channel tokens inside a block
     assert not any("self_attention" == n.rsplit(".", 1)[-1] for n in net.spec.layers)  # tuple outputs left out
-    # Grad-CAM needs a map after the blocks; the patch embedding is no such map
-    assert net.spec.cam_layer is None
+    # No map after the blocks (the patch embedding is before them) and a class token: the CAM layer is the last
+    # block's input, the output of the block before it
+    assert net.spec.cam_layer == ("encoder.layers.encoder_layer_10", False)
 
 
 def test_swin_layers_are_channels_last_grids(any_network):

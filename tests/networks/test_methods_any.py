@@ -31,8 +31,7 @@ LRP = {"lrp_alpha1beta0", "lrp_epsilon", "lrp_alpha0beta1eps5"}
 UNAVAILABLE = {
     "resnet18": LRP | {"readout"},
     "swin_t": LRP | {"readout", "guided_backprop", "guided_grad_cam"},
-    "vit_b_16": LRP | {"readout", "guided_backprop", "guided_grad_cam", "grad_cam", "grad_cam_pp", "score_cam",
-                       "layer_cam", "eigen_cam"},
+    "vit_b_16": LRP | {"readout", "guided_backprop", "guided_grad_cam"},  # the CAMs read encoder_layer_10's tokens
 }
 #: A word the reason names, per method (any of them).
 REASON_WORDS = {"lrp_alpha1beta0": ("canonizers",), "readout": ("readout checkpoint",), "guided_backprop": ("ReLU",),
