@@ -250,7 +250,7 @@ def main() -> None:
         records = run_all(args)
     print(zoo_report.table(records))
     if args.write_docs:
-        zoo_report.write_docs(DOCS, records, args.results or args.out)
+        zoo_report.write_docs(DOCS, records, args.results or args.out, ROOT)
         print(f"wrote {DOCS.relative_to(ROOT)}")
 
 

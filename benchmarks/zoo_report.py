@@ -10,6 +10,9 @@ from bench_zoo import METHODS
 
 #: Statuses of a model that was built and loaded (its methods ran); the others are left out of the coverage.
 RAN = ("run",)
+#: How the table names a model that did not run its methods (its reason is listed below the table).
+STATUS_WORDS = {"not_built": "not built", "load_says_why": "refused at load", "load_internal": "bug at load",
+                "timed_out": "cut off", "crashed": "crashed"}
 MARK = {"works": "✓", "says_why": "✗", "internal": "bug", "timed_out": "…"}
 
 
@@ -107,7 +110,8 @@ def _family_row(r: dict) -> str:
         cells.append(f"{mark} {c['seconds']:.1f}" if c.get("status") == "works" and "seconds" in c else mark)
     seconds = [f"{r[k]:.1f}" if isinstance(r.get(k), (int, float)) else "–" for k in ("load_s", "first_map_s")]
     params = f"{r['params'] / 1e6:.2f} M" if r.get("params") else "–"
-    return (f"| {r['family']} | {r.get('variant', '–')} | {params} | `{r.get('default_layer', '–')}` | "
+    layer = f"`{r['default_layer']}`" if r.get("default_layer") else STATUS_WORDS.get(r.get("status"), "–")
+    return (f"| {r['family']} | {r.get('variant', '–')} | {params} | {layer} | "
             f"{' | '.join(seconds)} | {' | '.join(cells)} |")
 
 
@@ -154,12 +158,24 @@ def markdown(records: list[dict], source: str, missing: list[str]) -> str:
 BEGIN, END = "<!-- zoo table: generated, do not edit -->", "<!-- end of the zoo table -->"
 
 
-def write_docs(path: Path, records: list[dict], source: Path) -> None:
-    """Replace the generated part of the page (between BEGIN and END) with the table of `records`."""
+def generated(records: list[dict], source: Path, root: Path) -> str:
+    """The page's generated part for `records` read from `source` (named relative to the repository `root`), with
+    the families of this timm and transformers that the run did not reach (a run of more than 20 families)."""
     from zoo_models import all_families
 
     ran = {r["family"] for r in records[1:]}
     missing = [f for f in all_families() if f not in ran] if len(ran) > 20 else []
+    source = Path(source).resolve()
+    shown = source.relative_to(root) if source.is_relative_to(root) else source
+    return "\n" + markdown(records, str(shown), missing)
+
+
+def page_part(text: str) -> str:
+    """The generated part of the page's text."""
+    return text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+
+
+def write_docs(path: Path, records: list[dict], source: Path, root: Path) -> None:
+    """Replace the generated part of the page (between BEGIN and END) with the table of `records`."""
     text = path.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    path.write_text(text[:start] + "\n" + markdown(records, str(source), missing) + text[end:])
+    path.write_text(text.replace(page_part(text), generated(records, source, root), 1))
