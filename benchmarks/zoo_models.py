@@ -122,13 +122,18 @@ HF_OVERRIDES: dict[str, dict] = {
     "swin": {"image_size": 64, "patch_size": 4, "window_size": 4, "embed_dim": 16, "depths": [1, 1],
              "num_heads": [1, 2]},
     "convnext": {"hidden_sizes": [8, 16, 24, 32], "depths": [1, 1, 2, 1]},
+    "cvt": {"depth": [1, 2, 3]},  # its drop-path rates are indexed by stage: stage i needs more than i blocks
+    "hgnet_v2": {"embedding_size": 16, "stem_channels": [3, 16, 16], "stage_in_channels": [16, 32, 64, 128],
+                 "stage_mid_channels": [8, 16, 32, 64], "stage_out_channels": [32, 64, 128, 256],
+                 "hidden_sizes": [32, 64, 128, 256], "stage_num_blocks": [1, 1, 1, 1],
+                 "stage_numb_of_layers": [2, 2, 2, 2]},
     "efficientnet": {"image_size": 224, "width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
 }
 #: Types whose forward takes no image tensor (ImageGPT: colour-cluster ids): saved unchecked, the loader's answer is
 #: what is measured.
 NO_PIXELS = ("imagegpt",)
 #: Types whose sizes depend on each other in ways the generic shrinking breaks: built at their default size.
-KEEP_DEFAULT_SIZE = ("pp_lcnet", "hgnet_v2")
+KEEP_DEFAULT_SIZE = ("pp_lcnet",)
 
 
 #: Fields a config derives from the others (re-derived from the shrunk ones when it is made again).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import torch
 import pytest
 
 from iba_core.cli import main
@@ -200,3 +201,18 @@ def test_a_card_with_a_hub_architecture_and_its_own_head(vit, tmp_path, monkeypa
     x = net.preprocess(_gray())
     model.eval()
     assert torch.allclose(net.model(x), model(pixel_values=x).logits, atol=1e-5)
+
+
+def test_a_classifier_that_reads_no_pixels_is_refused_in_one_sentence(tmp_path):
+    """ImageGPT's classifier reads the colour-cluster ids its processor makes (input_ids), not pixels: loading its
+    folder says so, where the layer search's dry pass used to fail inside transformers (an internal error)."""
+    from transformers import ImageGPTConfig, ImageGPTForImageClassification
+
+    from iba_core.errors import UserError
+
+    torch.manual_seed(1)
+    config = ImageGPTConfig(vocab_size=17, n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=2)
+    ImageGPTForImageClassification(config).save_pretrained(tmp_path / "igpt")
+    with pytest.raises(UserError, match=r"reads input_ids, not an image's pixel values") as caught:
+        load_network(str(tmp_path / "igpt"))
+    assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
