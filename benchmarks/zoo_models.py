@@ -98,8 +98,13 @@ def save_timm(folder: Path, name: str, size: int | None = None, **kwargs) -> Pat
     torch.manual_seed(1)
     overlay = {} if size is None else {"pretrained_cfg_overlay": {"input_size": (3, size, size)}}
     model = timm.create_model(name, pretrained=False, num_classes=len(CLASSES), **overlay, **kwargs)
-    save_for_hf(model, folder, model_config={"label_names": list(CLASSES)},
-                model_args=kwargs or None, safe_serialization=True)
+    config = {"label_names": list(CLASSES)}
+    try:
+        save_for_hf(model, folder, model_config=config, model_args=kwargs or None, safe_serialization=True)
+    except RuntimeError as err:  # tensors shared between modules (CoaT): safetensors refuses, as users then find
+        if "share memory" not in str(err):
+            raise
+        save_for_hf(model, folder, model_config=config, model_args=kwargs or None, safe_serialization=False)
     return folder
 
 
@@ -240,7 +245,8 @@ def build_family(family: str, folder: Path, max_params: int = MAX_PARAMS) -> dic
         try:
             save_timm(folder, variant)
         except Exception as err:  # noqa: BLE001 - counted on meta, but its weights cannot be made
-            raise NotBuilt(f"timm cannot build {variant} with random weights ({type(err).__name__}).") from None
+            first = (str(err).strip().splitlines() or [""])[0][:160].rstrip(".")
+            raise NotBuilt(f"timm cannot build {variant} with random weights ({type(err).__name__}: {first}).") from None
         return {"variant": variant, "params": params, "notes": notes}
     if kind == "hf":
         _, params = save_hf(folder, name)
