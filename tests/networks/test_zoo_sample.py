@@ -29,8 +29,9 @@ CHEAP = {"iba": {"steps": 1, "batch": 1, "precision": "fp32"}, "coiba": {"steps"
 CNNS = {"timm:resnet", "timm:efficientnet", "timm:convnext", "timm:regnet", "timm:densenet", "hf:convnext"}
 EVERYWHERE = {"iba", "coiba", "saliency"}
 CAMS = {"grad_cam", "grad_cam_pp", "layer_cam", "eigen_cam"}
-#: What must work, per family: the bottlenecks and saliency everywhere, the CAMs on CNNs; the readout nowhere
-#: without a trained checkpoint (it says so).
+#: What must work, per family: the bottlenecks, saliency and the CAMs everywhere (on a transformer they read the
+#: tokens on their patch grid, class, distillation and register tokens dropped); the readout nowhere without a
+#: trained checkpoint (it says so: the benchmark trains a tiny one per model).
 EXPECTED_TO_WORK = {family: EVERYWHERE | CAMS for family in SAMPLE}
 #: A word the reason of a method that cannot run names.
 REASON_WORDS = {"readout": "readout checkpoint", **{key: "Grad-CAM layer" for key in CAMS}}
