@@ -216,3 +216,18 @@ def test_a_classifier_that_reads_no_pixels_is_refused_in_one_sentence(tmp_path):
     with pytest.raises(UserError, match=r"reads input_ids, not an image's pixel values") as caught:
         load_network(str(tmp_path / "igpt"))
     assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
+
+
+def test_weights_that_do_not_fit_their_config_are_refused_in_one_sentence(vit, tmp_path):
+    """A folder whose config.json names 2 classes over a 5-class head: transformers raises a RuntimeError (its
+    mismatch report), which was an internal error; now one sentence says the weights do not fit the config."""
+    import shutil
+
+    from iba_core.errors import UserError
+
+    folder = tmp_path / "mismatch"
+    shutil.copytree(vit, folder)
+    edit_config(folder, id2label={"0": "apple", "1": "banana"}, label2id={"apple": 0, "banana": 1})
+    with pytest.raises(UserError, match=r"its weights do not fit the model its config.json describes") as caught:
+        load_network(str(folder))
+    assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
