@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Union
 
@@ -388,6 +389,13 @@ def load_sample(name: str) -> Image.Image:
     """
     if name not in _SAMPLES:
         raise ImageError(f"Unknown sample image {name!r}; choose one of: {', '.join(_SAMPLES)}.")
+    return load_image(Image.fromarray(_sample_array(name).copy()))  # a copy: callers may change their image
+
+
+@lru_cache(maxsize=None)
+def _sample_array(name: str) -> np.ndarray:
+    """A sample photo's pixels, decoded once per process: statistics draw every sample photo on each estimate
+    (`image_sources.offline_photos`), and decoding them took seconds of a new network's first run."""
     try:
         # Imported lazily: scikit-image is heavy and only needed for samples.
         import skimage.data
@@ -404,7 +412,9 @@ def load_sample(name: str) -> Image.Image:
         raise ImageError(f"The sample image {name!r} could not be loaded ({exc}).") from exc
     if index is not None:
         arr = arr[index]
-    return load_image(Image.fromarray(np.ascontiguousarray(arr)))
+    arr = np.ascontiguousarray(arr)
+    arr.setflags(write=False)
+    return arr
 
 
 #: File endings treated as images when a folder is searched.

@@ -218,6 +218,15 @@ def _from_config(config) -> nn.Module:
     return AutoModelForImageClassification.from_config(config)
 
 
+def check_reads_pixels(model: nn.Module, title: str) -> None:
+    """One sentence for a classifier whose input is not an image's pixels (ImageGPT reads the colour-cluster ids its
+    processor makes; its forward refuses pixels), before its layers are searched with an image."""
+    reads = getattr(model, "main_input_name", "pixel_values")
+    if reads != "pixel_values":
+        raise UserError(f"{shown(title)} reads {reads}, not an image's pixel values, so no map on the image can "
+                        "explain it.")
+
+
 def build_hf(config, *, title: str = "This Hugging Face model", input_size: int | None = None,
              weights_check: WeightsCheck | None = None) -> nn.Module:
     """An image classifier with untrained weights (seeded) from a transformers config, answering with logits;
@@ -264,6 +273,9 @@ def pretrained_hf(source: str | Path, trust: Trust, local_only: bool, title: str
         raise damaged_safetensors_error(source) from None
     except ValueError as err:
         raise UserError(f"{shown(title)} is no image classifier transformers can load ({shown(err, 160)}).") from None
+    except RuntimeError as err:  # weights of other shapes than config.json's model (transformers' mismatch report)
+        raise UserError(f"transformers cannot load {shown(title)}: its weights do not fit the model its config.json "
+                        "describes (a layer of another shape, such as a head for another number of classes).") from None
     except OSError as err:  # files missing or unreadable
         raise UserError(f"Could not load {shown(title)}: {shown(err, 200)}.") from None
     missing = list(info.get("missing_keys") or [])
@@ -301,6 +313,7 @@ def _load(source: str | Path, config: dict, processor: dict | None, key: str, ti
         weights_id = "random"
         if check is not None:
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
+    check_reads_pixels(model, title)
     categories = categories_of(config)
     spec = hf_spec(model, key, title, prep, categories, head=head_of_config(config),
                    note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing, class names and head "

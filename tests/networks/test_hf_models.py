@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import torch
 import pytest
 
 from iba_core.cli import main
@@ -200,3 +201,33 @@ def test_a_card_with_a_hub_architecture_and_its_own_head(vit, tmp_path, monkeypa
     x = net.preprocess(_gray())
     model.eval()
     assert torch.allclose(net.model(x), model(pixel_values=x).logits, atol=1e-5)
+
+
+def test_a_classifier_that_reads_no_pixels_is_refused_in_one_sentence(tmp_path):
+    """ImageGPT's classifier reads the colour-cluster ids its processor makes (input_ids), not pixels: loading its
+    folder says so, where the layer search's dry pass used to fail inside transformers (an internal error)."""
+    from transformers import ImageGPTConfig, ImageGPTForImageClassification
+
+    from iba_core.errors import UserError
+
+    torch.manual_seed(1)
+    config = ImageGPTConfig(vocab_size=17, n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=2)
+    ImageGPTForImageClassification(config).save_pretrained(tmp_path / "igpt")
+    with pytest.raises(UserError, match=r"reads input_ids, not an image's pixel values") as caught:
+        load_network(str(tmp_path / "igpt"))
+    assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
+
+
+def test_weights_that_do_not_fit_their_config_are_refused_in_one_sentence(vit, tmp_path):
+    """A folder whose config.json names 2 classes over a 5-class head: transformers raises a RuntimeError (its
+    mismatch report), which was an internal error; now one sentence says the weights do not fit the config."""
+    import shutil
+
+    from iba_core.errors import UserError
+
+    folder = tmp_path / "mismatch"
+    shutil.copytree(vit, folder)
+    edit_config(folder, id2label={"0": "apple", "1": "banana"}, label2id={"apple": 0, "banana": 1})
+    with pytest.raises(UserError, match=r"its weights do not fit the model its config.json describes") as caught:
+        load_network(str(folder))
+    assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
