@@ -177,8 +177,11 @@ def tiny_hf_config(model_type: str, overrides: dict | None = None):
     classes = MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES[model_type]
     # a saved model names its class; transformers' from_config needs it where a type has several (DeiT, LeViT …)
     first = [classes if isinstance(classes, str) else classes[0]]
-    return AutoConfig.for_model(model_type, **fields, id2label=dict(enumerate(CLASSES)), architectures=first,
-                                label2id={n: i for i, n in enumerate(CLASSES)})
+    config = AutoConfig.for_model(model_type, **fields, id2label=dict(enumerate(CLASSES)), architectures=first,
+                                  label2id={n: i for i, n in enumerate(CLASSES)})
+    # a config that keeps its own num_labels beside id2label (PvT's: 1000) gets a head of as many classes as named
+    config.num_labels = len(CLASSES)
+    return config
 
 
 def _processor(model_type: str, config):

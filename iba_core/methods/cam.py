@@ -155,6 +155,9 @@ def activations_and_gradients(network, x: torch.Tensor, targets: list[int], modu
     with layer_capture(module, is_input, track_grad=True) as kept, torch.enable_grad():
         logits = network.model(x)
         a = _one_tensor(kept, path, name)
+        if not logits.requires_grad:  # parameters are frozen: only the layer's output can carry a gradient
+            raise UserError(f"{name} cannot read {path!r}: the network's output does not depend on it (its head "
+                            "reads something carried past that layer, such as a class token); choose a later layer.")
         (grad,) = torch.autograd.grad(target_scores(logits, targets).sum(), a)
     size = tuple(x.shape[-2:])
     return (grid_map(network, a.detach(), path, is_input, size, name, x.shape[0]),

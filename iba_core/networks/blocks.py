@@ -18,7 +18,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from ..model_state import frozen_eval, layer_tensor
+from ..model_state import frozen_eval, layer_tensor, with_layer_tensor
 
 
 def repeated_blocks(model: nn.Module) -> list[str]:
@@ -70,3 +70,27 @@ def block_layers(model: nn.Module, input_size: int, named: Iterable[str] = (), c
         if out is not None and not same_as_outer:
             kept.append(name)
     return kept
+
+
+def reaches_output(model: nn.Module, name: str, input_size: int, channels: int = 3) -> bool:
+    """Whether the output of module `name` reaches `model`'s output: one forward pass (eval mode, no parameter
+    gradients) with that output swapped for a leaf that requires gradients. False for a layer whose output the
+    network does not use (PiT's last stage map: its head reads a class token carried past it) or that gives no
+    tensor."""
+    module = model.get_submodule(name)
+    seen: list[bool] = []
+
+    def swap(_m, _inp, out):
+        t = layer_tensor(out)
+        seen.append(t is not None)
+        return None if t is None else with_layer_tensor(out, t.detach().requires_grad_(True))
+
+    handle = module.register_forward_hook(swap)
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    try:
+        with frozen_eval(model), torch.enable_grad():
+            out = layer_tensor(model(torch.zeros(1, channels, input_size, input_size, device=device)))
+    finally:
+        handle.remove()
+    return any(seen) and out is not None and out.requires_grad

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from ..model_state import frozen_eval
 from ..trust import LOCAL, Trust, check_code, shown
 from .blocks import block_layers
 from .hub import hub_cache
@@ -175,7 +176,12 @@ def _logits_class(cls: type) -> type:
     """A subclass of a transformers model class whose forward takes the image tensor and returns the logits."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return cls.forward(self, pixel_values=x).logits
+        out = cls.forward(self, pixel_values=x)
+        logits = getattr(out, "logits", None)
+        if logits is None:  # a class registered as a classifier that answers with features (seen: PP-LCNet)
+            raise UserError(f"transformers' {cls.__name__} answers with {type(out).__name__}, which holds no class "
+                            "scores, so there is nothing to explain.")
+        return logits
 
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": __name__,
                                        "__doc__": f"{cls.__name__}, answering model(x) with the logits."})
@@ -225,6 +231,20 @@ def check_reads_pixels(model: nn.Module, title: str) -> None:
     if reads != "pixel_values":
         raise UserError(f"{shown(title)} reads {reads}, not an image's pixel values, so no map on the image can "
                         "explain it.")
+
+
+def check_scores_named(model: nn.Module, categories: list[str], prep: dict, channels: int, title: str) -> None:
+    """One sentence when the model gives another number of class scores than its config.json names classes (a head
+    saved for another class list): its predictions would be named wrongly or not at all. One image's forward pass."""
+    if not categories:
+        return
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    with frozen_eval(model), torch.no_grad():  # eval mode: a BatchNorm's running statistics stay as loaded
+        scores = model(torch.zeros(1, channels, prep["crop"], prep["crop"], device=device)).shape[-1]
+    if scores != len(categories) and not (scores == 1 and len(categories) == 2):  # one logit: a binary head
+        raise UserError(f"{shown(title)} gives {scores} class scores per image, but its config.json names "
+                        f"{len(categories)} classes (id2label), so its predictions cannot be named.")
 
 
 def build_hf(config, *, title: str = "This Hugging Face model", input_size: int | None = None,
@@ -315,6 +335,7 @@ def _load(source: str | Path, config: dict, processor: dict | None, key: str, ti
             weights_id = load_weights_file(model, weights, title, trust_pickle=trust_pickle)
     check_reads_pixels(model, title)
     categories = categories_of(config)
+    check_scores_named(model, categories, prep, channels, title)
     spec = hf_spec(model, key, title, prep, categories, head=head_of_config(config),
                    note=f"A Hugging Face model ({config.get('model_type', '?')}); preprocessing, class names and head "
                    "from its own configuration.")

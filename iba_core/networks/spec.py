@@ -32,6 +32,7 @@ from ..errors import UserError, quoted
 from ..images import ImageError
 from ..band_images import MultiBandImage, channels_text, load_input, photo_channels
 from ..model_state import layer_tensor
+from .blocks import reaches_output
 from .tokens import MAP, FeatureLayout, layout_of_shape
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -389,7 +390,9 @@ def derive_spec(
     if guess_cam_layer:
         # Among the offered layers where the source names them: the last stage, not a wrapper around it (a
         # transformers base model's output object, an Identity norm) that happens to pass the same map on.
-        cam_layer, why = cam_layer_of(listed if layer_names is not None else infos, blocks)
+        channels = fields.get("channels", 3)
+        cam_layer, why = cam_layer_of(listed if layer_names is not None else infos, blocks,
+                                      lambda name: reaches_output(model, name, input_size, channels))
         if cam_layer is not None:
             fields.setdefault("cam_layer", cam_layer)
         else:
@@ -409,7 +412,12 @@ def _offered_layers(infos: list[LayerInfo], layer_names: Sequence[str] | None) -
     return named if any(info.usable for info in named) else infos
 
 
-def cam_layer_of(pool: list[LayerInfo], blocks: list[str]) -> tuple[tuple[str, bool] | None, str]:
+#: At most this many CAM-layer choices are checked against the network (one forward pass each) by `cam_layer_of`.
+CAM_TRIES = 6
+
+
+def cam_layer_of(pool: list[LayerInfo], blocks: list[str],
+                 reaches: Callable[[str], bool] = lambda name: True) -> tuple[tuple[str, bool] | None, str]:
     """((module path, use its input), "") for the CAM layer a derived spec guesses, or (None, why not).
 
     The rule, the same for every family: the last layer whose every position still reaches the logits.
@@ -421,22 +429,35 @@ def cam_layer_of(pool: list[LayerInfo], blocks: list[str]) -> tuple[tuple[str, b
       last block's *input* (the block before it: its output) still reaches the class token through the last
       block's attention: that is the CAM layer (pytorch-grad-cam's ViT example reads the last block's first norm
       for the same reason).
+    `reaches(name)` (`blocks.reaches_output`) checks a choice against the network: one the output does not depend
+    on (PiT's last stage map, beside which its head reads a class token) gives way to the next of the rule's
+    choices, then to the last other layer on the grid that reaches the output (at most `CAM_TRIES` in all).
     """
+    choices = []
     last_map = _last_map_after_blocks(pool, blocks)
     if last_map is not None:
-        return (last_map, False), ""
-    if not blocks:
+        choices.append((last_map, False))
+    if blocks:
+        layouts = {info.name: info.layout for info in pool}
+        last = blocks[-1]
+        if layouts[last].form != "nlc" or not layouts[last].extra_tokens:
+            # the last token layer from the last block on: a stage that returns its last block's output is listed
+            # under the stage's name (`blocks.py`), so the last block itself may be missing from `blocks`
+            order = [info.name for info in pool]
+            later = [info.name for info in pool[order.index(last):]
+                     if info.usable and info.kind == "tokens" and not info.layout.extra_tokens]
+            choices.append((later[-1], False))
+        else:
+            choices.append((blocks[-2], False) if len(blocks) > 1 else (last, True))
+    on_grid = [(info.name, False) for info in reversed(pool)
+               if info.usable and (info.kind == "tokens" or max(info.shape[-2:]) > 1)]
+    choices += [choice for choice in on_grid if choice not in choices]
+    for path, is_input in choices[:CAM_TRIES]:
+        if is_input or reaches(path):  # a block's input reaches the output when the block does
+            return (path, is_input), ""
+    if not choices:
         return None, "its layers give no feature map larger than 1 × 1 and it has no transformer blocks"
-    layouts = {info.name: info.layout for info in pool}
-    last = blocks[-1]
-    if layouts[last].form != "nlc" or not layouts[last].extra_tokens:
-        # the last token layer from the last block on: a stage that returns its last block's output is listed
-        # under the stage's name (`blocks.py`), so the last block itself may be missing from `blocks`
-        order = [info.name for info in pool]
-        later = [info.name for info in pool[order.index(last):]
-                 if info.usable and info.kind == "tokens" and not info.layout.extra_tokens]
-        return (later[-1], False), ""
-    return ((blocks[-2], False) if len(blocks) > 1 else (last, True)), ""
+    return None, "none of its last layers on the image grid reaches its output"
 
 
 def _last_map_after_blocks(pool: list[LayerInfo], blocks: list[str]) -> str | None:

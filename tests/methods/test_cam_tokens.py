@@ -128,3 +128,41 @@ def test_a_layer_that_folds_positions_into_the_batch_is_refused():
 
     with pytest.raises(UserError, match="first axis is the image batch"):
         get_method("grad_cam", layer="inner").attribute(wrap(Folds()), torch.zeros(1, 3, 8, 8), 0)
+
+
+class CarriedToken(torch.nn.Module):
+    """PiT's shape of problem: a stage returns (map, class token); the head reads the class token only, so the last
+    stage's map — the last map after the blocks — never reaches the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.mix = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.last = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        a = self.mix(self.stem(x))
+        token = a.mean(dim=(2, 3))  # carried past the last stage
+        self.last(a)  # computed, never used by the head
+        return self.head(token)
+
+
+def test_a_cam_layer_the_output_does_not_depend_on_is_passed_over():
+    """The rule's first choice ('last', the last map) is checked against the network and gives way to the next
+    layer that reaches the output; a user who names the unused layer gets one sentence, not autograd's error."""
+    from iba_core.errors import UserError
+    from iba_core.networks.blocks import reaches_output
+    from iba_core.networks.network import Network
+    from iba_core.networks.spec import Preprocess, derive_spec
+
+    model = CarriedToken().eval()
+    assert not reaches_output(model, "last", 16) and reaches_output(model, "mix", 16)
+    spec = derive_spec(model, "carried", input_size=16, guess_cam_layer=True, resize=16, crop=16)
+    assert spec.cam_layer == ("mix", False)
+    net = Network(spec, model, "random", torch.device("cpu"), Preprocess.of(spec), ["a", "b", "c"])
+    x = images(1, 16)
+    assert np.ptp(get_method("grad_cam").attribute(net, x, 1).values) > 0
+    with pytest.raises(UserError, match="does not depend on it"):
+        get_method("grad_cam", layer="last").attribute(net, x, 1)
+    assert hook_count(model) == 0

@@ -231,3 +231,39 @@ def test_weights_that_do_not_fit_their_config_are_refused_in_one_sentence(vit, t
     with pytest.raises(UserError, match=r"its weights do not fit the model its config.json describes") as caught:
         load_network(str(folder))
     assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
+
+
+def test_a_head_of_other_width_than_the_class_list_is_refused_in_one_sentence(tmp_path):
+    """PvT's config keeps its own num_labels (1000) beside an id2label of 5 names: the folder loads with a 1000-class
+    head whose scores the names cannot label. Loading says so, instead of 'class index 579 is out of range' on
+    every later request."""
+    from transformers import PvtConfig, PvtForImageClassification, ViTImageProcessor
+
+    from iba_core.errors import UserError
+
+    torch.manual_seed(1)
+    config = PvtConfig(image_size=32, num_encoder_blocks=2, depths=[1, 1], sequence_reduction_ratios=[2, 1],
+                       hidden_sizes=[8, 16], patch_sizes=[4, 2], strides=[4, 2], num_attention_heads=[1, 1],
+                       mlp_ratios=[2, 2], id2label=dict(enumerate("abcde")))
+    PvtForImageClassification(config).save_pretrained(tmp_path / "pvt")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "pvt")
+    with pytest.raises(UserError, match=r"gives 1000 class scores per image, but its config.json names 5") as caught:
+        load_network(str(tmp_path / "pvt"))
+    assert "\n" not in str(caught.value) and str(caught.value).endswith(".")
+
+
+def test_a_classifier_class_that_answers_without_scores_is_refused_in_one_sentence():
+    """A class transformers registers as an image classifier whose forward returns features only (PP-LCNet's in
+    transformers 5.24): one sentence, not an AttributeError."""
+    from torch import nn
+
+    from iba_core.errors import UserError
+    from iba_core.networks.hf_models import logits_only
+    from transformers.modeling_outputs import BaseModelOutputWithNoAttention
+
+    class FeaturesOnly(nn.Module):
+        def forward(self, pixel_values):
+            return BaseModelOutputWithNoAttention(last_hidden_state=pixel_values)
+
+    with pytest.raises(UserError, match="holds no class scores"):
+        logits_only(FeaturesOnly())(torch.zeros(1, 3, 4, 4))
