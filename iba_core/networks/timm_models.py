@@ -92,7 +92,9 @@ def input_channels(model: nn.Module) -> int:
         except AttributeError:
             conv = None
         if isinstance(conv, nn.Conv2d):
-            return int(conv.in_channels)
+            # TResNet's stem folds each 4 × 4 block of pixels into channels before its first convolution (48 = 3·16)
+            fold = next((m for m in model.modules() if type(m).__name__ == "SpaceToDepth"), None)
+            return int(conv.in_channels) // (int(getattr(fold, "bs", 1)) ** 2 if fold is not None else 1)
     return int(model.pretrained_cfg.get("input_size", (3,))[0])
 
 

@@ -113,3 +113,15 @@ def test_an_unknown_layer_names_the_closest_blocks():
     message = str(unknown_layer_error("ResNet-50", "layer3.9", many))
     assert "the closest are layer3.4, layer3.3" in message and "(of 27 layers)" in message
     assert "extra.5" not in message and "conv1" not in message
+
+
+def test_input_channels_see_through_a_space_to_depth_stem():
+    """TResNet folds each 4 × 4 pixel block into channels before its first convolution (48 = 3 · 16 inputs): the
+    network takes 3 (or in_chans) image channels, not 48 (its folder failed to load with a convolution error)."""
+    import timm
+
+    from iba_core.networks.timm_models import input_channels
+
+    assert input_channels(timm.create_model("tresnet_m", num_classes=3)) == 3
+    assert input_channels(timm.create_model("tresnet_m", num_classes=3, in_chans=1)) == 1
+    assert input_channels(timm.create_model("resnet18", num_classes=3, in_chans=1)) == 1
