@@ -32,6 +32,7 @@ from torch import nn
 
 from ..bottleneck import INIT_ALPHA, MIN_STD
 from ..errors import UserError
+from ..model_state import layer_tensor
 from ..networks import LOGITS
 from .config import ALPHA_MAX, DEFAULT_HIDDEN, ReadoutCheckpointError
 
@@ -136,7 +137,7 @@ class TracedPasses:
 
         def keep(name: str):
             def hook(_m, _inp, output):
-                out[name] = output.clone()
+                out[name] = layer_tensor(output).clone()  # a block returning (hidden states, …): the first
             return hook
 
         try:

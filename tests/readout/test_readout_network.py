@@ -134,3 +134,41 @@ def test_one_training_step_lowers_the_loss_on_a_fixed_batch(readout, crops):
     assert after.loss.item() < before.loss.item()
     # the analysed network is untouched: no gradients on it
     assert all(p.grad is None and not p.requires_grad for p in readout.network.model.parameters())
+
+
+def test_a_read_layer_that_returns_a_tuple_is_read_by_its_first_tensor():
+    """A block answering (hidden states, something else), as timm's EfficientViM's and transformers' blocks do: the
+    readout's first pass keeps its first tensor (it failed with "'tuple' object has no attribute 'clone'")."""
+    from torch import nn
+
+    from iba_core.networks import LOGITS
+    from iba_core.networks.network import Network
+    from iba_core.networks.spec import Preprocess, derive_spec
+    from iba_core.readout.network import TracedPasses
+
+    class TupleBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y, y.mean()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.block, self.after = nn.Conv2d(3, 4, 3, padding=1), TupleBlock(), nn.Conv2d(4, 4, 1)
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(self.after(self.block(self.stem(x))[0]).mean(dim=(2, 3)))
+
+    model = Net().eval()
+    spec = derive_spec(model, "tuple", input_size=16, layer_names=["stem", "block", "after"], resize=16, crop=16)
+    net = Network(spec, model, "random", torch.device("cpu"), Preprocess.of(spec), ["a", "b", "c"])
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    out = TracedPasses(net, "stem", ["block", LOGITS]).first_pass(x)
+    expected = model.block(model.stem(x))[0]
+    torch.testing.assert_close(out["block"], expected)
+    assert out[LOGITS].shape == (2, 3)
