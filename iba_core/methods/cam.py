@@ -85,8 +85,13 @@ def layer_capture(module: nn.Module, is_input: bool, track_grad: bool) -> Iterat
         kept.append(a)
         return a.clone() if track_grad else t
 
+    def keep_input(_m, args):
+        if not args:  # a module called with keyword arguments only gives its input no position to read
+            raise UserError("The CAM layer's input is passed by keyword; choose the layer before it (its output).")
+        return (keep(args[0]), *args[1:])
+
     if is_input:
-        handle = module.register_forward_pre_hook(lambda _m, args: (keep(args[0]), *args[1:]))
+        handle = module.register_forward_pre_hook(keep_input)
     else:
         handle = module.register_forward_hook(lambda _m, _i, out: with_layer_tensor(out, keep(layer_tensor(out))))
     try:

@@ -83,7 +83,8 @@ def reaches_output(model: nn.Module, name: str, input_size: int, channels: int =
     def swap(_m, _inp, out):
         t = layer_tensor(out)
         seen.append(t is not None)
-        return None if t is None else with_layer_tensor(out, t.detach().requires_grad_(True))
+        # a copy of the leaf runs on: an in-place operation after the layer (DenseNet's ReLU) may change it
+        return None if t is None else with_layer_tensor(out, t.detach().requires_grad_(True).clone())
 
     handle = module.register_forward_hook(swap)
     param = next(model.parameters(), None)
@@ -91,6 +92,8 @@ def reaches_output(model: nn.Module, name: str, input_size: int, channels: int =
     try:
         with frozen_eval(model), torch.enable_grad():
             out = layer_tensor(model(torch.zeros(1, channels, input_size, input_size, device=device)))
+    except RuntimeError:  # the network cannot run on with that layer swapped: not a layer to read a CAM at
+        return False
     finally:
         handle.remove()
     return any(seen) and out is not None and out.requires_grad

@@ -294,6 +294,8 @@ def pretrained_hf(source: str | Path, trust: Trust, local_only: bool, title: str
     except ValueError as err:
         raise UserError(f"{shown(title)} is no image classifier transformers can load ({shown(err, 160)}).") from None
     except RuntimeError as err:  # weights of other shapes than config.json's model (transformers' mismatch report)
+        if not any(word in str(err) for word in ("mismatch", "size")):  # memory, a model's own code: as it is
+            raise UserError(f"transformers cannot load {shown(title)}: {shown(err, 200)}.") from None
         raise UserError(f"transformers cannot load {shown(title)}: its weights do not fit the model its config.json "
                         "describes (a layer of another shape, such as a head for another number of classes).") from None
     except OSError as err:  # files missing or unreadable

@@ -471,9 +471,10 @@ def _last_map_after_blocks(pool: list[LayerInfo], blocks: list[str]) -> str | No
 
 
 def default_map_size(input_size: int) -> int:
-    """The smallest side of a CNN map that can be the default layer: an eighth of the input's side (28 at 224 px,
-    ResNet-50's conv3_4 in the paper; 48 at 384 px), so a default means the same depth at every input size."""
-    return max(1, round(input_size / 8))
+    """The smallest side of a CNN map that can be the default layer: about an eighth of the input's side (at least
+    0.9 of it: 25 at 224 px, so ResNet-50's 28 × 28 conv3_4 in the paper; 43 at 384 px), so a default means the same
+    depth at every input size."""
+    return max(1, int(0.9 * input_size / 8))  # 0.9: valid padding trims a few pixels (Inception: 35 at 299 px)
 
 
 def default_layer_of(infos: list[LayerInfo], blocks: list[str], min_size: int = 28) -> str:

@@ -78,3 +78,17 @@ def test_registered_networks_read_weights_files_safely_too(offline_model, tmp_pa
     save_file({k: v.contiguous() for k, v in offline_model.model.state_dict().items()}, str(tmp_path / "w.safetensors"))
     net = load_network("efficientnet_lite0", weights=tmp_path / "w.safetensors")
     assert torch.equal(net.model._fc.weight, offline_model.model._fc.weight) and net.weights_id == "w.safetensors"
+
+
+def test_a_network_with_an_in_place_operation_after_its_cam_layer_loads():
+    """DenseNet applies F.relu(features, inplace=True) right after its last map: checking that the CAM layer reaches
+    the output must not fail there (it raised autograd's leaf error at load), and its Grad-CAM runs."""
+    import numpy as np
+
+    from iba_core.methods import get_method
+    from iba_core.networks import load_network
+
+    net = load_network("torchvision:densenet121", weights="random")
+    assert net.spec.cam_layer == ("features", False)
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    assert np.isfinite(get_method("grad_cam").attribute(net, x, 3).values).all()
