@@ -387,19 +387,24 @@ def derive_spec(
         default = default_layer
     model_ref = model
     fields.setdefault("note", "Layers discovered by a dry forward pass.")
-    if guess_cam_layer:
+    if guess_cam_layer and "cam_layer" not in fields:
         # Among the offered layers where the source names them: the last stage, not a wrapper around it (a
         # transformers base model's output object, an Identity norm) that happens to pass the same map on.
-        channels = fields.get("channels", 3)
-        cam_layer, why = cam_layer_of(listed if layer_names is not None else infos, blocks,
-                                      lambda name: reaches_output(model, name, input_size, channels))
-        if cam_layer is not None:
-            fields.setdefault("cam_layer", cam_layer)
-        else:
-            fields.setdefault("no_cam_reason", why)
+        _guess_cam_layer(model, listed if layer_names is not None else infos, blocks, input_size, fields)
     return NetworkSpec(key=key, title=title or key, build=lambda state: _load_into(model_ref, state),
                        layers=tuple(usable), default_layer=default, hook_modules={n: n for n in usable},
                        layer_info=tuple(listed), **fields)
+
+
+def _guess_cam_layer(model: nn.Module, pool: list[LayerInfo], blocks: list[str], input_size: int,
+                     fields: dict) -> None:
+    """`fields`' cam_layer by `cam_layer_of`, each choice checked against `model`; else its no_cam_reason."""
+    channels = fields.get("channels", 3)
+    cam_layer, why = cam_layer_of(pool, blocks, lambda name: reaches_output(model, name, input_size, channels))
+    if cam_layer is not None:
+        fields["cam_layer"] = cam_layer
+    else:
+        fields.setdefault("no_cam_reason", why)
 
 
 def _offered_layers(infos: list[LayerInfo], layer_names: Sequence[str] | None) -> list[LayerInfo]:
