@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_new_network import cpu_model  # noqa: E402 - one copy of the CPU's name for every benchmark
+
 #: The methods run on every model, in the table's order (`iba` is the paper's Per-Sample Bottleneck, iba_10).
 METHODS = ("iba", "coiba", "grad_cam", "grad_cam_pp", "layer_cam", "eigen_cam", "saliency", "readout")
 #: --fast: fewer steps and samples, for iterating (the figures are then not the defaults').
@@ -39,16 +40,6 @@ METHODS = ("iba", "coiba", "grad_cam", "grad_cam_pp", "layer_cam", "eigen_cam", 
 FAST = {"iba": {"steps": 2, "batch": 2}, "coiba": {"steps": 2, "batch": 2, "precision": "fp32"}}
 FAST_STATS_SAMPLES = "16"
 DOCS = ROOT / "docs" / "operations" / "model-zoo.md"
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def first_line(err: BaseException) -> str:
