@@ -363,7 +363,7 @@ def derive_spec(
 
     Default layer (unless `default_layer` names one), by `default_layer_of`: for a transformer the middle
     one of its blocks; otherwise the last CNN map whose spatial size is at least `min_default_size` (default
-    `default_map_size`: an eighth of the input, 28 at 224 px: the analogue of ResNet-50's conv3_4), else the first
+    `default_map_size`: about an eighth of the input, 25 at 224 px: ResNet-50's conv3_4 is 28), else the first
     usable layer.
     Grad-CAM layer: None (unknown: Grad-CAM asks for a layer setting), or with `guess_cam_layer` (networks
     loaded from `torchvision:NAME`, timm, Hugging Face or a model card) by `cam_layer_of`: the last CNN map

@@ -100,7 +100,7 @@ def limits_text(amap: AttributionMap, limits: Limits | None = None) -> str:
     that is zero everywhere, that (a black cell would otherwise look like a failed drawing: Grad-CAM++ and LayerCAM
     are blank where no position has positive evidence for the class)."""
     if not np.any(amap.values):
-        return "none: the map is zero everywhere (no evidence for this class found)"
+        return "— the map is zero everywhere (no evidence for this class found)"  # after "scale "
     lo, hi = limits or colour_limits(amap)
     unit = f" {amap.unit}" if amap.unit else ""
     return f"{lo:.3g} … {hi:.3g}{unit}"
