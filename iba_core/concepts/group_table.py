@@ -26,6 +26,7 @@ def _figures(rows: "pd.DataFrame", images: int, total_bits: float) -> dict:
         "bits_share": float(rows["bits"].sum() / total_bits) if total_bits > 0 else float("nan"),
         "p_full": float(rows["p_full"].mean()), "p_without": float(rows["p_without"].mean()),
         "p_only": float(rows["p_only"].mean()), "effect": float((rows["p_full"] - rows["p_without"]).mean()),
+        "kept": float(rows["p_only"].mean() / rows["p_full"].mean()) if rows["p_full"].mean() > 0 else float("nan"),
         # the area where it is used; a concept no image uses: where it is strongest
         "area": float((using if len(using) else top)["area"].mean()) if len(rows) else float("nan"),
         "peak_spread": spread, "top_images": json.dumps(list(top["image"])),
@@ -49,9 +50,10 @@ def group_table(rows: "pd.DataFrame", group: str, target: int | None, class_name
     bits_rank = table["bits_share"].rank(ascending=False, method="first").fillna(0).astype(int) if has_bits else 0
     table["bits_rank"] = bits_rank
     table["effect_rank"] = table["effect"].rank(ascending=False, method="first").astype(int)
+    table["kept_rank"] = table["kept"].rank(ascending=False, method="first").fillna(0).astype(int)
     reasons = [measures.shortcut_reasons(measures.ConceptFigures(
         r.bits_share, r.effect, r.area, r.peak_spread, r.images_using, r.images, int(r.bits_rank),
-        int(r.effect_rank))) for r in table.itertuples()]
+        int(r.effect_rank), r.kept, int(r.kept_rank))) for r in table.itertuples()]
     table["flagged"] = [bool(r) for r in reasons]
     table["flag_reasons"] = ["; ".join(r) for r in reasons]
     table["target"] = target

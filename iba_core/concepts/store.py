@@ -50,7 +50,8 @@ ALL = "all"
 CONCEPT_COLUMNS: dict[str, str] = {
     "target": "Int64", "class_name": "str", "group": "str", "concept": "int64", "fit_index": "int64", "k": "int64",
     "images": "int64", "images_using": "int64", "bits_share": "float64", "p_full": "float64",
-    "p_without": "float64", "p_only": "float64", "effect": "float64", "area": "float64", "peak_spread": "float64",
+    "p_without": "float64", "p_only": "float64", "effect": "float64", "kept": "float64", "area": "float64",
+    "peak_spread": "float64",
     "negative_share": "float64", "flagged": "bool", "flag_reasons": "str", "top_images": "str",
 }
 #: The columns of the image table (one row per image × concept of a group).
