@@ -26,7 +26,7 @@ FIXED_IMAGES = 3
 #: … or *minority* (used by fewer than this share of its group's images) …
 MINORITY = 0.5
 #: … yet *large*: at least this share of the group's bits, or this mean drop of p(target) when removed, or kept
-#: alone it keeps at least this share of p(target) — and among the group's top TOP_RANK concepts by that figure.
+#: alone it keeps at least this share of what p(target) gains over "nothing kept" — and among the group's top TOP_RANK concepts by that figure.
 #: Removal alone misses a cue that several concepts share (each removal leaves the others); keeping it alone does not.
 LARGE_SHARE = 0.25
 LARGE_EFFECT = 0.25
@@ -109,7 +109,7 @@ class ConceptFigures:
     images: int
     bits_rank: int  # 1 = most bits share in its group (0: no bits)
     effect_rank: int  # 1 = largest effect in its group
-    kept: float = float("nan")  # mean p(target) with only the concept kept, over the mean p(target)
+    kept: float = float("nan")  # (p_only − p_none) / (p_full − p_none): how much of p(target) it keeps alone
     kept_rank: int = 0  # 1 = keeps the most alone
 
 
