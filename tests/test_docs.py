@@ -5,8 +5,10 @@ and the README stays a short landing page whose links all lead somewhere."""
 from __future__ import annotations
 
 import html
+import importlib
 import inspect
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -134,3 +136,21 @@ def test_the_serving_page_quotes_the_budgets_refusal_as_the_code_words_it():
         said = user_message(refused, "app")
     quoted = re.search(r"\n> (These yardsticks.*?)\n\n", (ROOT / "docs/operations/serving.md").read_text(), re.S)
     assert quoted is not None and " ".join(quoted.group(1).replace("\n> ", " ").split()) == said
+
+
+def test_the_concepts_page_states_the_thresholds_the_code_uses():
+    """docs/concepts.md gives each threshold as `NAME` (value): each such name is a constant of a module of
+    iba_core.concepts with that value, and the default K_max is ConceptSettings' (a changed threshold changes the
+    page, or this fails)."""
+    concepts = pytest.importorskip("iba_core.concepts")
+    text = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    stated = {name: float(value) for name, value in re.findall(r"`([A-Z][A-Z_]+)` \((\d+(?:\.\d+)?)\)", text)}
+    assert {"USE_SHARE", "LARGE_SHARE", "LARGE_EFFECT"} <= set(stated), stated
+    found: dict[str, object] = {}
+    for info in pkgutil.iter_modules(concepts.__path__):
+        module = importlib.import_module(f"{concepts.__name__}.{info.name}")
+        found.update({name: getattr(module, name) for name in stated if hasattr(module, name)})
+    wrong = {name: (value, found.get(name)) for name, value in stated.items() if found.get(name) != pytest.approx(value)}
+    assert not wrong, f"docs/concepts.md states (page, code): {wrong}"
+    k_max = re.search(r"`k_max`\s+\(default (\d+)\)", text)
+    assert k_max and int(k_max.group(1)) == concepts.ConceptSettings().k_max
