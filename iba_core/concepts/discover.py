@@ -338,3 +338,43 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
     summary.images = len({i.key for g in the_plan.groups for i in g[2]})
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def estimate_seconds(network, run_dir, settings: ConceptSettings | None = None, sample: int = 2) -> float:
+    """About how long `find_concepts` will take, measured on `sample` of the run's images on this machine: each
+    image's two passes (read; coefficients, maps and the 2K + 2 removal checks) scaled to the groups' images, plus
+    each group's fits (one NMF fit of the sample's rows timed, scaled by rows where a group has more: a fit's
+    time is mostly its fixed cost on small groups, proportional to its rows on large ones)."""
+    from ..runs.tables import open_run
+
+    settings = settings or ConceptSettings()
+    run = open_run(run_dir)
+    the_plan = plan(network, run, settings)
+    lp = LayerPass(network, the_plan.layer)
+    items = the_plan.groups[0][2][:sample]
+    kept, x = _load(network, run, items, [])
+    if x is None:
+        raise UserError("None of the run's first images can be read now.")
+    lp.read(x[:1])  # the first pass builds and caches what later passes reuse: not timed
+    started = time.perf_counter()
+    kept, x = _load(network, run, items, [])
+    grid = lp.read(x).grid
+    read = (time.perf_counter() - started) / len(kept)
+    rows = grid.clamp(min=0).flatten(2).transpose(1, 2).reshape(-1, grid.shape[1]).cpu().numpy()
+    k = settings.k or settings.k_max
+    factorise.fit(rows[:64], 2, settings.seed)  # scikit-learn's first call imports and compiles: not timed
+    started = time.perf_counter()
+    factors = factorise.fit(rows, k, settings.seed)
+    one_fit = time.perf_counter() - started
+    started = time.perf_counter()
+    measure_batch(lp, factors, kept, x, run, the_plan.method)
+    measure = (time.perf_counter() - started) / len(kept)
+    cells = grid.shape[2] * grid.shape[3]
+    seconds = 0.0
+    for _, _, group in the_plan.groups:
+        fit_rows = min(settings.fit_rows, len(group) * cells)
+        fits = one_fit * max(1.0, fit_rows / len(rows))
+        elbow = 0.0 if settings.k else (k - factorise.K_MIN + 1) * one_fit * max(1.0, min(factorise.ELBOW_ROWS,
+                                                                                           fit_rows) / len(rows))
+        seconds += len(group) * (2 * read + measure) + fits + elbow
+    return seconds
