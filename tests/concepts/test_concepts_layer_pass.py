@@ -79,5 +79,6 @@ def test_tiny_cnn_split_and_hook_agree(monkeypatch, tmp_path):
 
 def test_no_rows_give_no_probabilities(hand_net):
     lp = LayerPass(hand_net, LAYER)
-    assert lp.probabilities_with(images(0), torch.zeros(0, 3, 8, 8), None, torch.zeros(0, dtype=torch.long)).numel() == 0
+    none = lp.probabilities_with(images(0), torch.zeros(0, 3, 8, 8), None, torch.zeros(0, dtype=torch.long))
+    assert none.numel() == 0
 
