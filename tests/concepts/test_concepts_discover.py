@@ -234,3 +234,49 @@ def test_concepts_of_a_run_without_bits_rank_by_effect(hand_root, hand_net, tmp_
         assert (np.diff(rows["effect"]) <= 0).all()
     assert list(cs.images["uses"]) == list(cs.images["presence"] >= USE_SHARE)
     assert isinstance(cs.images, pd.DataFrame) and cs.missing is None
+
+
+def test_a_streamed_group_is_fitted_by_minibatchnmf_and_agrees(hand_root, hand_net, opened, tmp_path, monkeypatch):
+    """Groups over STREAM_IMAGES images (here 2) stream through MiniBatchNMF; on this data its concepts carry nearly
+    the bits of the NMF fit's (measured: within 0.006)."""
+    from iba_core.concepts import discover
+    from iba_core.concepts.store import read_fit
+
+    run = tmp_path / "run"
+    shutil.copytree(hand_root / "run", run)
+    monkeypatch.setattr(discover, "STREAM_IMAGES", 2)
+    find_concepts(hand_net, run, ConceptSettings(k=K, batch_images=1))
+    cs = open_concepts(run)
+    for group in GROUPS:
+        assert read_fit(cs.path, group)[1]["solver"] == "MiniBatchNMF"
+        streamed = cs.concepts[cs.concepts["group"] == group]["bits_share"].to_numpy()
+        fitted = opened[0].concepts[opened[0].concepts["group"] == group]["bits_share"].to_numpy()
+        np.testing.assert_allclose(streamed, fitted, atol=0.03)
+
+
+def test_k_by_the_elbow(hand_root, hand_net, tmp_path):
+    """Without a K: the elbow over K = 2 … min(k_max, channels) = 2 … 3, recorded with the fit; the set is 'kauto'."""
+    from iba_core.concepts.store import read_fit
+
+    run = tmp_path / "run"
+    shutil.copytree(hand_root / "run", run)
+    summary = find_concepts(hand_net, run, ConceptSettings(classes=(0,), whole_run=False))
+    assert summary.set_dir.name.startswith("cells-kauto-")
+    components, info = read_fit(summary.set_dir, "class-0")
+    assert [k for k, _ in info["curve"]] == [2, 3] and info["solver"] == "NMF"
+    assert info["k"] == len(components) == 2  # two points: the first K
+    assert info["curve"][0][1] > info["curve"][1][1]
+    cs = open_concepts(run)
+    assert cs.info["k"] is None and cs.info["k_max"] == 8 and set(cs.concepts["k"]) == {2}
+
+
+def test_negative_share_by_hand(opened, hand_net, hand_root):
+    """The share of the layer's activation mass the positive part drops: Σ|min(A, 0)| / Σ|A| over a group's images."""
+    cs, _ = opened
+    for group in GROUPS:
+        images = sorted(cs.images[cs.images["group"] == group]["image"].unique())
+        layers = [hand_layer(hand_net, hand_root / "data", image) for image in images]
+        expected = sum(np.abs(np.minimum(a, 0)).sum() for a in layers) / sum(np.abs(a).sum() for a in layers)
+        got = cs.concepts[cs.concepts["group"] == group]["negative_share"]
+        assert 0.1 < expected < 0.9  # both parts matter here
+        np.testing.assert_allclose(got, expected, rtol=1e-4)
