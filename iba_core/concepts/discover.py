@@ -5,7 +5,7 @@ when a concept is removed or kept alone (`layer_pass`), written into the run fol
 Two passes per group over its images, in batches (never all activations in memory): the fit pass samples at most
 `FIT_ROWS` location vectors (an even share per image, seeded) and factorises them with NMF — or, for groups of more
 than `STREAM_IMAGES` images, streams them through MiniBatchNMF — and the measure pass finds every image's
-coefficients with the concepts fixed, its maps and numbers, and runs the removal checks (2K + 1 rows of the
+coefficients with the concepts fixed, its maps and numbers, and runs the removal checks (2K + 2 rows of the
 network's rest per image). Resumable by group: a finished group is skipped, a damaged one redone. Under torchrun,
 rank 0 fits, every rank measures its share of the images, and rank 0 writes the group's table.
 """
@@ -117,7 +117,7 @@ def plan(network, run, settings: ConceptSettings) -> Plan:
     groups = [(store.group_name(c), c, [i for i in items if i.target == c]) for c in classes]
     if settings.whole_run:
         groups.append((store.ALL, None, items))
-    identity = {"layer": layer, "k": settings.k, "k_max": None if settings.k else settings.k_max, "method": method,
+    identity = {"format": store.SET_FORMAT, "layer": layer, "k": settings.k, "k_max": None if settings.k else settings.k_max, "method": method,
                 "seed": settings.seed, "transform": TRANSFORM, "fit_rows": settings.fit_rows,
                 "run": {"network": info.get("network"), "weights": info.get("weights")}}
     return Plan(layer, method, identity, groups, names)
@@ -202,13 +202,13 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
 
 
 def _variants(positive: torch.Tensor, negative: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(2K, C, h, w): the layer's grid with each concept's part removed (first K) and kept alone (last K). A
-    concept's part of the positive activations is min(U_k W_k, P): never more than is there; the negative part is
-    kept in both."""
+    """(2K + 1, C, h, w): the layer's grid with each concept's part removed (first K), kept alone (next K), and with
+    no positive activation at all (the last: the baseline "nothing kept"). A concept's part of the positive
+    activations is min(U_k W_k, P): never more than is there; the negative part is kept in every variant."""
     c, h, wd = positive.shape
     mass = u.T[:, None, :] * w[:, :, None]  # (K, C, h·w): U_k(loc) · W_k
     part = torch.minimum(mass.reshape(len(w), c, h, wd), positive[None])
-    return torch.cat([positive[None] - part + negative[None], part + negative[None]])
+    return torch.cat([positive[None] - part + negative[None], part + negative[None], negative[None]])
 
 
 def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Item], x: torch.Tensor, run,
@@ -225,8 +225,8 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
     for i, item in enumerate(items):
         u = coefficients[i * h * wd:(i + 1) * h * wd]
         grids += [read.grid[i:i + 1], _variants(positive[i], negative[i], torch.from_numpy(u).to(w.device), w)]
-        targets.append(torch.full((2 * factors.k + 1,), item.target, dtype=torch.long))
-    rep = torch.tensor([2 * factors.k + 1] * n)
+        targets.append(torch.full((2 * factors.k + 2,), item.target, dtype=torch.long))
+    rep = torch.tensor([2 * factors.k + 2] * n)
     p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids),
                               None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0),
                               torch.cat(targets)).reshape(n, -1).cpu().numpy()
@@ -246,7 +246,7 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
                          "bits": in_concept[k], "total_bits": total, "bits_share": share,
                          # an image uses a concept that holds enough of its bits (of its activation, without bits)
                          "uses": bool((share if method else present[k]) >= measures.USE_SHARE), "area": areas[k], "p_full": p[i, 0],
-                         "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k], "peak_x": xs[k],
+                         "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k], "p_none": p[i, -1], "peak_x": xs[k],
                          "peak_y": ys[k], "map_index": len(maps), "map_scale": scale, "grid_h": h, "grid_w": wd})
         maps.append(stored)
     return rows, maps
@@ -338,3 +338,43 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
     summary.images = len({i.key for g in the_plan.groups for i in g[2]})
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def estimate_seconds(network, run_dir, settings: ConceptSettings | None = None, sample: int = 2) -> float:
+    """About how long `find_concepts` will take, measured on `sample` of the run's images on this machine: each
+    image's two passes (read; coefficients, maps and the 2K + 2 removal checks) scaled to the groups' images, plus
+    each group's fits (one NMF fit of the sample's rows timed, scaled by rows where a group has more: a fit's
+    time is mostly its fixed cost on small groups, proportional to its rows on large ones)."""
+    from ..runs.tables import open_run
+
+    settings = settings or ConceptSettings()
+    run = open_run(run_dir)
+    the_plan = plan(network, run, settings)
+    lp = LayerPass(network, the_plan.layer)
+    items = the_plan.groups[0][2][:sample]
+    kept, x = _load(network, run, items, [])
+    if x is None:
+        raise UserError("None of the run's first images can be read now.")
+    lp.read(x[:1])  # the first pass builds and caches what later passes reuse: not timed
+    started = time.perf_counter()
+    kept, x = _load(network, run, items, [])
+    grid = lp.read(x).grid
+    read = (time.perf_counter() - started) / len(kept)
+    rows = grid.clamp(min=0).flatten(2).transpose(1, 2).reshape(-1, grid.shape[1]).cpu().numpy()
+    k = settings.k or settings.k_max
+    factorise.fit(rows[:64], 2, settings.seed)  # scikit-learn's first call imports and compiles: not timed
+    started = time.perf_counter()
+    factors = factorise.fit(rows, k, settings.seed)
+    one_fit = time.perf_counter() - started
+    started = time.perf_counter()
+    measure_batch(lp, factors, kept, x, run, the_plan.method)
+    measure = (time.perf_counter() - started) / len(kept)
+    cells = grid.shape[2] * grid.shape[3]
+    seconds = 0.0
+    for _, _, group in the_plan.groups:
+        fit_rows = min(settings.fit_rows, len(group) * cells)
+        fits = one_fit * max(1.0, fit_rows / len(rows))
+        elbow = 0.0 if settings.k else (k - factorise.K_MIN + 1) * one_fit * max(1.0, min(factorise.ELBOW_ROWS,
+                                                                                           fit_rows) / len(rows))
+        seconds += len(group) * (2 * read + measure) + fits + elbow
+    return seconds
