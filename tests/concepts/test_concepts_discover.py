@@ -71,6 +71,22 @@ def test_the_set_has_every_group_with_k_concepts_and_typed_columns(opened):
     assert len(cs.images) == K * (PER_CLASS * 2 + PER_CLASS * 2)  # classes, then the whole run
 
 
+def test_fit_error_is_the_relative_error_of_the_fit(opened, hand_net, hand_root):
+    """fit_error: ‖V − U W‖ / ‖V‖ over the group's location vectors (every one fitted here: 64 cells × 6 images is
+    under FIT_ROWS), U by NNLS against the stored W — NMF's fit leaves W and U each optimal for the other."""
+    cs, _ = opened
+    for group in GROUPS:
+        components = np.load(cs.path / FITS / f"{group}.npz")["W"].astype(np.float64)
+        images = sorted(cs.images[cs.images["group"] == group]["image"].unique())
+        positive = [np.maximum(hand_layer(hand_net, hand_root / "data", i), 0) for i in images]
+        v = np.concatenate([p.reshape(len(p), -1).T for p in positive])
+        u = np.concatenate([hand_coefficients(components, p) for p in positive])
+        error = np.linalg.norm(v - u @ components) / np.linalg.norm(v)
+        got = cs.concepts[cs.concepts["group"] == group]["fit_error"]
+        assert 0 < error < 0.5
+        np.testing.assert_allclose(got, error, rtol=1e-4)  # measured 3e-11
+
+
 def test_bits_share_by_hand(opened, hand_net, hand_root):
     """Each image's bits share = Σ B·r_k / Σ B, B the run's bits map summed into the layer's cells, r_k from U by
     NNLS; the class's pooled over its images; the stored concept maps are U_k·‖W_k‖₁."""
@@ -105,7 +121,8 @@ def test_bits_share_by_hand(opened, hand_net, hand_root):
 
 def test_effect_by_hand(opened, hand_net, hand_root):
     """p_without: the head on P − min(U_k W_k, P) + N; p_only: on min(U_k W_k, P) + N (N the negative part, kept);
-    p_full on the layer as it is; the class figures their means over the images."""
+    p_none: on N alone; p_full on the layer as it is; the class figures their means over the images, kept =
+    (p_only − p_none) / (p_full − p_none) of the means."""
     cs, _ = opened
     sensitive = 0.0  # how much dropping the negative part would change p: the check can tell
     for group in GROUPS:
@@ -118,6 +135,8 @@ def test_effect_by_hand(opened, hand_net, hand_root):
             positive, negative = np.maximum(layer, 0), np.minimum(layer, 0)
             u = hand_coefficients(components, positive)
             assert per["p_full"].iloc[0] == pytest.approx(hand_p(hand_net, layer, target), rel=1e-4)
+            assert (per["p_none"] == per["p_none"].iloc[0]).all()  # nothing kept: one figure per image
+            assert per["p_none"].iloc[0] == pytest.approx(hand_p(hand_net, negative, target), rel=1e-4)
             for k in range(K):
                 part = np.minimum((u[:, k:k + 1] * components[k][None, :]).T.reshape(layer.shape), positive)
                 row = per.iloc[k]
@@ -126,10 +145,12 @@ def test_effect_by_hand(opened, hand_net, hand_root):
                 assert row["p_only"] == pytest.approx(hand_p(hand_net, part + negative, target), rel=1e-4)
                 sensitive = max(sensitive, abs(hand_p(hand_net, part, target) - row["p_only"]))
         table = cs.concepts[cs.concepts["group"] == group].sort_values("fit_index")
-        means = rows.groupby("fit_index")[["p_full", "p_without", "p_only"]].mean()
-        for column in ("p_full", "p_without", "p_only"):
+        means = rows.groupby("fit_index")[["p_full", "p_without", "p_only", "p_none"]].mean()
+        for column in ("p_full", "p_without", "p_only", "p_none"):
             np.testing.assert_allclose(table[column], means[column], rtol=1e-4)
         np.testing.assert_allclose(table["effect"], means["p_full"] - means["p_without"], rtol=1e-4, atol=1e-7)
+        kept = (means["p_only"] - means["p_none"]) / (means["p_full"] - means["p_none"])
+        np.testing.assert_allclose(table["kept"], kept, rtol=1e-4, atol=1e-6)
     assert sensitive > 1e-3
 
 

@@ -98,6 +98,8 @@ def figures(**changed) -> ConceptFigures:
      ["small (it covers 5% of the crop)", "used by 2 of 10 images only", "carries 50% of the bits",
       "removing it lowers p(class) by 0.40"]),
     (dict(area=0.05, bits_share=0.25), ["small (it covers 5% of the crop)", "carries 25% of the bits"]),  # at the bar
+    (dict(using=3, kept=0.6, kept_rank=2), ["used by 3 of 10 images only", "alone it keeps 60% of p(class)"]),
+    (dict(area=0.05, kept=0.5, kept_rank=3), ["small (it covers 5% of the crop)", "alone it keeps 50% of p(class)"]),
 ])
 def test_shortcut_reasons_for_each_branch(changed, expected):
     assert shortcut_reasons(figures(**changed)) == expected
@@ -111,6 +113,10 @@ def test_shortcut_reasons_for_each_branch(changed, expected):
     dict(area=0.05, bits_share=float("nan"), bits_rank=0, effect=0.1),  # no bits: NaN is not large
     dict(area=0.05, bits_share=0.4, bits_rank=0),  # a rank of 0 means "no bits ranking"
     dict(spread=float("nan"), bits_share=0.6),  # too few top images to judge the place
+    dict(area=0.05, kept=0.49, kept_rank=1),  # keeps less than half alone
+    dict(area=0.05, kept=0.9, kept_rank=4),  # keeps much, but not in the top 3
+    dict(area=0.05, kept=0.9, kept_rank=0),  # no kept ranking
+    dict(area=0.05, kept=float("nan"), kept_rank=1),  # nothing kept decides as much: NaN is not large
 ])
 def test_shortcut_reasons_not_flagged(changed):
     assert shortcut_reasons(figures(**changed)) == []
