@@ -91,7 +91,8 @@ def test_a_concept_no_image_uses_takes_the_area_of_its_top_images():
 
 def test_top_images_are_capped_and_skip_absent_images():
     many = pd.DataFrame([{"image": f"i{n:02d}", "fit_index": 0, "bits": 1.0, "total_bits": 2.0, "bits_share": 0.5,
-                          "uses": True, "presence": 0.0 if n == 0 else n / 100, "area": 0.5, "p_full": 0.5, "p_none": 0.1,
+                          "uses": True, "presence": 0.0 if n == 0 else n / 100, "area": 0.5, "p_full": 0.5,
+                          "p_none": 0.1,
                           "p_without": 0.4, "p_only": 0.3, "peak_x": 0.5, "peak_y": 0.5} for n in range(12)])
     top = json.loads(group_table(many, "class-0", 0, "x", {"k": 1}).iloc[0]["top_images"])
     assert len(top) == TOP_IMAGES and top[0] == "i11" and "i00" not in top
