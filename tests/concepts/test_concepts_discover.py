@@ -301,3 +301,14 @@ def test_negative_share_by_hand(opened, hand_net, hand_root):
         got = cs.concepts[cs.concepts["group"] == group]["negative_share"]
         assert 0.1 < expected < 0.9  # both parts matter here
         np.testing.assert_allclose(got, expected, rtol=1e-4)
+
+
+def test_estimate_seconds_writes_nothing_and_refuses_what_find_refuses(hand_root, hand_net, other_net):
+    from iba_core.concepts.discover import estimate_seconds
+
+    before = sorted(p.name for p in (hand_root / "run").iterdir())
+    seconds = estimate_seconds(hand_net, hand_root / "run", ConceptSettings(k=K))
+    assert np.isfinite(seconds) and seconds > 0  # a figure, not a timing test
+    assert sorted(p.name for p in (hand_root / "run").iterdir()) == before
+    with pytest.raises(UserError, match="Concepts need the run's own network"):
+        estimate_seconds(other_net, hand_root / "run")
