@@ -81,10 +81,19 @@ def set_name(identity: dict) -> str:
 def start_set(run_dir: str | os.PathLike, identity: dict) -> Path:
     """The set folder for `identity` inside the run, created with its concepts.json (kept when it exists)."""
     folder = Path(run_dir) / CONCEPTS / set_name(identity)
-    if not (folder / SET_FILE).is_file():
+    if read_info(folder) is None:  # new, or damaged: rewritten (its name is its identity's hash)
         info = {**identity, "versions": versions(), "created": time.time()}
         write_atomic(folder / SET_FILE, lambda tmp: tmp.write_text(json.dumps(info, indent=1), encoding="utf-8"))
     return folder
+
+
+def read_info(folder: Path) -> dict | None:
+    """A set's concepts.json, or None when it is missing or damaged."""
+    try:
+        info = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JSON and UTF-8 errors are ValueErrors
+        return None
+    return info if isinstance(info, dict) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,7 +359,10 @@ def open_concepts(run_dir: str | os.PathLike, name: str | None = None) -> Concep
     folder = inside(Path(run_dir) / CONCEPTS, name)
     if not (folder / SET_FILE).is_file():
         raise RunFolderError(f"The run has no concept set {name!r}; it has {', '.join(sets) or 'none'}.")
-    info = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
+    info = read_info(folder)
+    if info is None:
+        raise RunFolderError(f"The concept set {name} is damaged: its {SET_FILE} cannot be read. The next concepts "
+                             "run with the same settings rewrites it.")
     damage = [(u, why) for kind in (FITS, PARTS, GROUPS) for u in units(folder, kind)
               if (why := check_unit(folder, u)) is not None]
     bad = {_group_of(u) for u, _ in damage}
