@@ -286,19 +286,20 @@ def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, lis
     if fitted is None:
         raise UserError(f"The fit of {name} is missing from {folder}; run the concepts again.")
     factors = factorise.Factors(fitted[0], float(fitted[1]["error"]), fitted[1]["curve"], fitted[1]["solver"])
+    fit_id = store.fit_id(fitted[0])
     rows, maps = [], []
     for batch in _batches(shard(items, rank, world), settings.batch_images):
         kept, x = _load(lp.network, run, batch, summary.unreadable)
         if x is not None:
             more, more_maps = measure_batch(lp, factors, kept, x, run, the_plan.method)
-            rows += [dict(r, map_index=r["map_index"] + len(maps)) for r in more]
+            rows += [dict(r, map_index=r["map_index"] + len(maps), fit=fit_id) for r in more]
             maps += more_maps
         tick(len(batch))
     store.write_part(folder, name, rank, rows, maps)
     _meet(world)
     if rank == 0:
         class_name = "all images" if target is None else the_plan.class_names.get(target, f"class {target}")
-        table = group_table(store.read_group_images(folder, name), name, target, class_name, fitted[1])
+        table = group_table(store.read_group_images(folder, name, fit_id), name, target, class_name, fitted[1])
         store.write_group(folder, name, table)
 
 
@@ -307,6 +308,7 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
     """Find the concepts of a folder run (made with `network`) per class and for the whole run, into a concept set
     in the run folder (`store`); resumable: finished groups are skipped, damaged ones redone. `progress(done, total,
     label)` after every batch (images read, both passes counted)."""
+    from ..ranks import joined
     from ..runs.tables import open_run
 
     started = time.monotonic()
@@ -317,24 +319,27 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
     the_plan = plan(network, run, settings)
     folder = store.start_set(run.path, the_plan.identity)
     summary = ConceptsSummary(folder)
-    if _rank_place()[0] == 0:
-        summary.damaged = [u for u, _ in store.heal(folder)]
-    done = store.done_groups(folder)
-    todo = [g for g in the_plan.groups if g[0] not in done]
-    summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
-    total, count = 2 * sum(len(g[2]) for g in todo), [0]
+    rank, world = _rank_place()
+    with joined(world):
+        if rank == 0:
+            summary.damaged = [u for u, _ in store.heal(folder)]
+        _meet(world)  # no rank reads the set while rank 0 moves damaged files aside
+        done = store.done_groups(folder)
+        todo = [g for g in the_plan.groups if g[0] not in done]
+        summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
+        total, count = 2 * sum(len(g[2]) for g in todo), [0]
 
-    def tick(n: int) -> None:
-        count[0] += n
-        if progress is not None:
-            progress(count[0], total, "concepts")
+        def tick(n: int) -> None:
+            count[0] += n
+            if progress is not None:
+                progress(count[0], total, "concepts")
 
-    lp = LayerPass(network, the_plan.layer)
-    for group in todo:
-        do_group(lp, run, folder, group, the_plan, settings, summary, tick)
-        summary.done.append(group[0])
-        if _rank_place()[0] == 0:
-            store.write_tables(folder)
+        lp = LayerPass(network, the_plan.layer)
+        for group in todo:
+            do_group(lp, run, folder, group, the_plan, settings, summary, tick)
+            summary.done.append(group[0])
+            if rank == 0:
+                store.write_tables(folder)
     summary.images = len({i.key for g in the_plan.groups for i in g[2]})
     summary.seconds = time.monotonic() - started
     return summary

@@ -62,6 +62,7 @@ IMAGE_COLUMNS: dict[str, str] = {
     "bits": "float64", "total_bits": "float64", "bits_share": "float64", "uses": "bool", "area": "float64",
     "p_full": "float64", "p_without": "float64", "p_only": "float64", "p_none": "float64", "peak_x": "float64", "peak_y": "float64",
     "map_file": "str", "map_index": "int64", "map_scale": "float64", "grid_h": "int64", "grid_w": "int64",
+    "fit": "str",  # the fit the row was measured with (`fit_id`): rows of an earlier fit of the group are left out
 }
 
 
@@ -205,13 +206,24 @@ def write_part(folder: Path, group: str, rank: int, rows: list[dict], maps: list
                                                                                     IMAGE_COLUMNS))})
 
 
-def read_group_images(folder: Path, group: str) -> "pd.DataFrame":
-    """Every intact part's rows of a group."""
+def fit_id(components: np.ndarray) -> str:
+    """A fit's short identity: the hash of its concepts W."""
+    return hashlib.sha256(np.ascontiguousarray(components, dtype=np.float32).tobytes()).hexdigest()[:12]
+
+
+def read_group_images(folder: Path, group: str, fit: str | None = None) -> "pd.DataFrame":
+    """Every intact part's rows of a group, one per (image, concept), measured with the fit `fit` (default: the
+    group's committed fit): a part left by an earlier attempt with another fit or more processes is not mixed in."""
     import pandas as pd
 
+    if fit is None:
+        fitted = read_fit(folder, group)
+        fit = fit_id(fitted[0]) if fitted is not None else None
     frames = [pd.read_parquet(inside(folder, f"{u}.parquet")) for u in units(folder, PARTS, f"{group}-r")
               if check_unit(folder, u) is None]
-    return typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), IMAGE_COLUMNS)
+    frame = typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), IMAGE_COLUMNS)
+    frame = frame[frame["fit"] == fit]
+    return frame.drop_duplicates(["image", "fit_index"], keep="last").reset_index(drop=True)
 
 
 def write_group(folder: Path, group: str, table: "pd.DataFrame") -> None:
