@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -117,7 +117,8 @@ def plan(network, run, settings: ConceptSettings) -> Plan:
     groups = [(store.group_name(c), c, [i for i in items if i.target == c]) for c in classes]
     if settings.whole_run:
         groups.append((store.ALL, None, items))
-    identity = {"format": store.SET_FORMAT, "layer": layer, "k": settings.k, "k_max": None if settings.k else settings.k_max, "method": method,
+    identity = {"format": store.SET_FORMAT, "layer": layer, "k": settings.k,
+                "k_max": None if settings.k else settings.k_max, "method": method,
                 "seed": settings.seed, "transform": TRANSFORM, "fit_rows": settings.fit_rows,
                 "run": {"network": info.get("network"), "weights": info.get("weights")}}
     return Plan(layer, method, identity, groups, names)
@@ -162,7 +163,7 @@ def _sample_rows(positive: torch.Tensor, items: Sequence[Item], per_image: int, 
 
 
 def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettings, unreadable: list[str],
-              tick: Callable[[int], None]) -> tuple[np.ndarray, dict]:
+              tick: Callable[[int, str], None]) -> tuple[np.ndarray, dict]:
     """A group's concepts W and what chose them (k, curve, error, solver, negative share, rows fitted)."""
     cells = None
     per_image = 1
@@ -172,7 +173,7 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
     def sampled(batch: Sequence[Item]) -> np.ndarray:
         nonlocal cells, per_image, negative, total
         kept, x = _load(lp.network, run, batch, unreadable)
-        tick(len(batch))
+        tick(len(batch), "fit")
         if x is None:
             return np.zeros((0, 0), dtype=np.float32)
         grid = lp.read(x).grid
@@ -190,12 +191,24 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
         data = np.concatenate(rows)
         k, curve = (settings.k, []) if settings.k else factorise.choose_k(data, settings.k_max, settings.seed)
         factors = factorise.fit(data, k, settings.seed)
-        factors.curve = curve
-    else:  # the elbow on the first images' rows, then every batch once through MiniBatchNMF
-        head = np.concatenate([sampled(b) for b in _batches(items[:settings.batch_images * 8], settings.batch_images)])
-        k, curve = (settings.k, []) if settings.k else factorise.choose_k(head, settings.k_max, settings.seed)
-        factors = factorise.stream((sampled(b) for b in _batches(items, settings.batch_images)), k, settings.seed)
-        factors.curve = curve
+    else:  # the elbow on the first batches' rows; then those and every later batch once through MiniBatchNMF
+        first = settings.batch_images * 8
+        rows = [r for b in _batches(items[:first], settings.batch_images) if len(r := sampled(b))]
+        k, curve = (settings.k, []) if settings.k else factorise.choose_k(np.concatenate(rows), settings.k_max,
+                                                                          settings.seed)
+
+        def every() -> Iterator[np.ndarray]:
+            yield from rows
+            for batch in _batches(items[first:], settings.batch_images):
+                more = sampled(batch)
+                rows.append(more[:0])  # counted below by its length only
+                counted.append(len(more))
+                yield more
+
+        counted: list[int] = []
+        factors = factorise.stream(every(), k, settings.seed)
+        rows.append(np.zeros((sum(counted), 0), dtype=np.float32))
+    factors.curve = curve
     info = {"k": factors.k, "curve": factors.curve, "error": factors.error, "solver": factors.solver,
             "negative_share": negative / total if total > 0 else 0.0, "rows": int(sum(len(r) for r in rows))}
     return factors.components, info
@@ -227,9 +240,8 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
         grids += [read.grid[i:i + 1], _variants(positive[i], negative[i], torch.from_numpy(u).to(w.device), w)]
         targets.append(torch.full((2 * factors.k + 2,), item.target, dtype=torch.long))
     rep = torch.tensor([2 * factors.k + 2] * n)
-    p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids),
-                              None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0),
-                              torch.cat(targets)).reshape(n, -1).cpu().numpy()
+    extra = None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0)
+    p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids), extra, torch.cat(targets)).reshape(n, -1).cpu().numpy()
     for i, item in enumerate(items):
         u = coefficients[i * h * wd:(i + 1) * h * wd]
         shares = measures.location_shares(u, factors.components)
@@ -245,8 +257,9 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
             rows.append({"image": item.key, "target": item.target, "fit_index": k, "presence": present[k],
                          "bits": in_concept[k], "total_bits": total, "bits_share": share,
                          # an image uses a concept that holds enough of its bits (of its activation, without bits)
-                         "uses": bool((share if method else present[k]) >= measures.USE_SHARE), "area": areas[k], "p_full": p[i, 0],
-                         "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k], "p_none": p[i, -1], "peak_x": xs[k],
+                         "uses": bool((share if method else present[k]) >= measures.USE_SHARE), "area": areas[k],
+                         "p_full": p[i, 0], "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k],
+                         "p_none": p[i, -1], "peak_x": xs[k],
                          "peak_y": ys[k], "map_index": len(maps), "map_scale": scale, "grid_h": h, "grid_w": wd})
         maps.append(stored)
     return rows, maps
@@ -268,7 +281,7 @@ def _meet(world: int) -> None:
 
 
 def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, list[Item]], the_plan: Plan,
-             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int], None]) -> None:
+             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int, str], None]) -> None:
     """One group, start to end: its fit (rank 0, or the one committed before), this rank's measure pass, and (rank 0,
     after every rank) its table."""
     from ..ranks import shard
@@ -278,9 +291,10 @@ def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, lis
     rank, world = _rank_place()
     fitted = store.read_fit(folder, name)
     if fitted is None and rank == 0:
-        store.write_fit(folder, name, *fit_group(lp, run, items, settings, summary.unreadable, tick))
+        store.write_fit(folder, name, *fit_group(lp, run, items, settings, summary.unreadable,
+                                                 lambda n, phase: tick(n, f"{phase} {name}")))
     else:
-        tick(len(items))
+        tick(len(items), f"fit {name}")
     _meet(world)
     fitted = store.read_fit(folder, name)
     if fitted is None:
@@ -294,7 +308,7 @@ def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, lis
             more, more_maps = measure_batch(lp, factors, kept, x, run, the_plan.method)
             rows += [dict(r, map_index=r["map_index"] + len(maps), fit=fit_id) for r in more]
             maps += more_maps
-        tick(len(batch))
+        tick(len(batch), f"measure {name}")
     store.write_part(folder, name, rank, rows, maps)
     _meet(world)
     if rank == 0:
@@ -307,7 +321,8 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
                   progress: Progress | None = None) -> ConceptsSummary:
     """Find the concepts of a folder run (made with `network`) per class and for the whole run, into a concept set
     in the run folder (`store`); resumable: finished groups are skipped, damaged ones redone. `progress(done, total,
-    label)` after every batch (images read, both passes counted)."""
+    label)` after every batch (images read, both passes counted; the label names the pass and the group: "fit
+    class-3", "measure all")."""
     from ..ranks import joined
     from ..runs.tables import open_run
 
@@ -329,10 +344,10 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
         summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
         total, count = 2 * sum(len(g[2]) for g in todo), [0]
 
-        def tick(n: int) -> None:
+        def tick(n: int, label: str) -> None:
             count[0] += n
             if progress is not None:
-                progress(count[0], total, "concepts")
+                progress(count[0], total, label)
 
         lp = LayerPass(network, the_plan.layer)
         for group in todo:

@@ -26,7 +26,8 @@ FIXED_IMAGES = 3
 #: … or *minority* (used by fewer than this share of its group's images) …
 MINORITY = 0.5
 #: … yet *large*: at least this share of the group's bits, or this mean drop of p(target) when removed, or kept
-#: alone it keeps at least this share of what p(target) gains over "nothing kept" — and among the group's top TOP_RANK concepts by that figure.
+#: alone it keeps at least this share of what p(target) gains over "nothing kept" — and among the group's top
+#: TOP_RANK concepts by that figure.
 #: Removal alone misses a cue that several concepts share (each removal leaves the others); keeping it alone does not.
 LARGE_SHARE = 0.25
 LARGE_EFFECT = 0.25

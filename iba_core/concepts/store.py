@@ -60,7 +60,8 @@ CONCEPT_COLUMNS: dict[str, str] = {
 IMAGE_COLUMNS: dict[str, str] = {
     "image": "str", "target": "Int64", "group": "str", "fit_index": "int64", "presence": "float64",
     "bits": "float64", "total_bits": "float64", "bits_share": "float64", "uses": "bool", "area": "float64",
-    "p_full": "float64", "p_without": "float64", "p_only": "float64", "p_none": "float64", "peak_x": "float64", "peak_y": "float64",
+    "p_full": "float64", "p_without": "float64", "p_only": "float64", "p_none": "float64", "peak_x": "float64",
+    "peak_y": "float64",
     "map_file": "str", "map_index": "int64", "map_scale": "float64", "grid_h": "int64", "grid_w": "int64",
     "fit": "str",  # the fit the row was measured with (`fit_id`): rows of an earlier fit of the group are left out
 }

@@ -182,7 +182,8 @@ def test_the_summary_says_what_was_done(hand_root, hand_net, tmp_path):
                             progress=lambda done, total, label: seen.append((done, total, label)))
     assert summary.done == ["class-1"] and summary.skipped == [] and summary.damaged == []
     assert summary.images == PER_CLASS and summary.unreadable == [] and summary.seconds > 0
-    assert seen[-1] == (2 * PER_CLASS, 2 * PER_CLASS, "concepts")  # both passes counted
+    assert seen[-1] == (2 * PER_CLASS, 2 * PER_CLASS, "measure class-1")  # both passes counted, the last named
+    assert seen[0][2] == "fit class-1"
     assert list(open_concepts(run).concepts["group"].unique()) == ["class-1"]
 
 
