@@ -419,7 +419,7 @@ def report_html(paired: Paired) -> bytes:
     the most changed images' difference maps on one scale, the table, per class the counts and mean map."""
     from ..render.paired import paired_report_html, signed_map_png
 
-    label = paired.unit_a if paired.basis == "values" else "share of the map"
+    label = f"B − A, {paired.unit_a if paired.basis == 'values' else 'share of the map'}"
     top = paired.table.head(TOP_IMAGES)
     cells = [{"image": str(r["image"]), "caption": _caption(paired, r),
               "png": signed_map_png(paired.difference(r), paired.scale, label)} for _, r in top.iterrows()]
@@ -430,5 +430,6 @@ def report_html(paired: Paired) -> bytes:
                for _, c in paired.classes.iterrows()]
     columns = ["image", "class_name", "changed", "predicted_name_a", "predicted_name_b", "p_a", "p_b", "delta_p",
                "score_a", "score_b", "delta_score"]
-    rows = paired.table.head(REPORT_ROWS)[columns].values.tolist()
+    shown = paired.table.head(REPORT_ROWS)[columns]
+    rows = shown.assign(changed=np.where(shown["changed"], "yes", "no")).values.tolist()
     return paired_report_html(paired.summary(), cells, classes, columns, rows).encode("utf-8")
