@@ -197,3 +197,18 @@ def test_cli_refuses_an_output_file_before_reading_the_runs(tmp_path, capsys):
     code = main(["compare-runs", str(tmp_path / "nowhere_a"), str(tmp_path / "nowhere_b"), "--out",
                  str(tmp_path / "taken")])
     assert code == 1 and "is an existing file" in capsys.readouterr().err  # not "Run folder not found"
+
+
+def test_maps_of_two_sizes_are_refused_not_resampled(runs):
+    run_a, run_b = open_run(runs["a"]), open_run(runs["b"])
+    first = run_b.table.index[run_b.table["image"] == "img03.png"]
+    run_b.table.loc[first, ["height", "width"]] = 32  # as a run made at a 32-px crop records its maps
+    with pytest.raises(UserError, match=r"maps of 1 matched image\(s\) differ in size \(img03.png: 64×64 in A, "
+                                        r"32×32 in B\)"):
+        pair_runs(run_a, run_b)
+
+
+def test_cli_names_a_missing_run_in_one_line(runs, tmp_path, capsys):
+    assert main(["compare-runs", str(runs["a"]), str(tmp_path / "gone"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gone" in err and "Traceback" not in err
