@@ -32,8 +32,10 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Open the run, load its network (the run's own unless --model), find the concepts, print JSON lines."""
+    """Open the run, load its network (the run's own unless --model) and the words' CLIP model (checked before the
+    slow work), find the concepts, print JSON lines (the groups and the words from rank 0; a summary per rank)."""
     from ..concepts import ConceptSettings, find_concepts, open_concepts
+    from ..ranks import rank_and_world, rank_device
     from ..runs.tables import open_run
     from .common import load_from_args, print_json, progress_bar
 
@@ -42,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     run_ = open_run(run_dir)
     if args.model is None:
         args.model = str(run_.info.get("network"))
-    network = load_from_args(args)
+    device = rank_device(args.device)
+    network = load_from_args(args, device=device)
+    clip = _words_model(args, device) if args.words_model else None
     classes = tuple(network.class_index(c) for c in args.classes) if args.classes else None
     settings = ConceptSettings(k=args.per_class, layer=args.layer, method=args.method, classes=classes,
                                whole_run=not args.no_whole_run, seed=args.seed, batch_images=args.batch)
@@ -51,22 +55,43 @@ def run(args: argparse.Namespace) -> int:
         summary = find_concepts(network, run_dir, settings, progress=progress)
     finally:
         close()
+    rank, _ = rank_and_world()
     found = open_concepts(run_dir, summary.set_dir.name)
-    if args.words_model:
-        found = _add_words(args, run_, network, found)
-    for group in summary.done + summary.skipped:
-        rows = found.concepts[found.concepts["group"] == group]
-        print_json({"group": group, "class_name": rows["class_name"].iloc[0] if len(rows) else None,
-                    "k": int(rows["k"].iloc[0]) if len(rows) else 0,
-                    "bits_share": [round(float(v), 4) for v in rows["bits_share"]],
-                    "effect": [round(float(v), 4) for v in rows["effect"]],
-                    "flagged": {int(c): r for c, r in zip(rows["concept"], rows["flag_reasons"]) if r},
-                    **({"words": {int(c): [w for w, _ in found.words_of(_target(rows), int(c))[:3]]
-                                  for c in rows["concept"]}} if found.words is not None else {})})
-    print_json({"concepts": str(summary.set_dir), "done": summary.done, "skipped": summary.skipped,
-                "images": summary.images, "unreadable": summary.unreadable[:5], "damaged": summary.damaged,
-                "seconds": round(summary.seconds, 1), "missing": found.missing})
+    if rank == 0:
+        if clip is not None:
+            found = _add_words(args, run_, network, found, clip)
+        for group in summary.done + summary.skipped:
+            print_json(_group_line(found, group))
+    print_json({"concepts": str(summary.set_dir), "rank": rank, "done": summary.done, "skipped": summary.skipped,
+                "failed": summary.failed, "images": summary.images, "unreadable": summary.unreadable[:5],
+                "damaged": summary.damaged, "seconds": round(summary.seconds, 1), "missing": found.missing})
     return 0
+
+
+def _group_line(found, group: str) -> dict:
+    """A group's JSON line: its concepts' bits shares and effects, the flagged ones with their reasons, words."""
+    rows = found.concepts[found.concepts["group"] == group]
+    return {"group": group, "class_name": rows["class_name"].iloc[0] if len(rows) else None,
+            "k": int(rows["k"].iloc[0]) if len(rows) else 0,
+            "bits_share": [round(float(v), 4) for v in rows["bits_share"]],
+            "effect": [round(float(v), 4) for v in rows["effect"]],
+            "flagged": {int(c): r for c, r in zip(rows["concept"], rows["flag_reasons"]) if r},
+            **({"words": {int(c): [w for w, _ in found.words_of(_target(rows), int(c))[:3]]
+                          for c in rows["concept"]}} if found.words is not None else {})}
+
+
+def _words_model(args: argparse.Namespace, device: str):
+    """The CLIP model of --words-model, loaded and checked before the concepts are found."""
+    from ..errors import UserError
+    from ..networks import load_network
+    from ..networks.clip_models import is_clip
+    from .common import trust_from_args
+
+    clip = load_network(args.words_model, device=device, trust=trust_from_args(args))
+    if not is_clip(clip):
+        raise UserError(f"--words-model needs a CLIP model (clip:FOLDER or clip:ORG/NAME); {args.words_model} "
+                        "answers with classes, not with its similarity to text.")
+    return clip
 
 
 def _target(rows) -> int | None:
@@ -75,14 +100,11 @@ def _target(rows) -> int | None:
     return None if not len(rows) or pd.isna(rows["target"].iloc[0]) else int(rows["target"].iloc[0])
 
 
-def _add_words(args: argparse.Namespace, run_, network, found):
+def _add_words(args: argparse.Namespace, run_, network, found, clip):
     """Name the concepts with the CLIP model of --words-model; the concept set reopened with its words."""
     from ..concepts import open_concepts
     from ..concepts.crops import words_table
     from ..concepts.store import write_words
-    from ..networks import load_network
-    from .common import trust_from_args
 
-    clip = load_network(args.words_model, device=args.device, trust=trust_from_args(args))
     write_words(found.path, words_table(run_, network, found, clip, tuple(args.prompt)))
     return open_concepts(run_.path, found.path.name)

@@ -26,8 +26,10 @@ from .layer_pass import LayerPass
 
 #: The most location vectors a group's fit samples (≈ 256 MB at 1,280 channels).
 FIT_ROWS = 50_000
-#: Groups of more images than this are fitted by MiniBatchNMF, streamed.
+#: Groups of more images than this are fitted by MiniBatchNMF, streamed …
 STREAM_IMAGES = 10_000
+#: … reading at least this many locations of each image (their rows pass once; they are never held together).
+STREAM_ROWS = 16
 #: The activation transform, recorded in the set's identity.
 TRANSFORM = "positive part"
 
@@ -56,9 +58,10 @@ class ConceptsSummary:
     set_dir: Path
     done: list[str] = field(default_factory=list)  # groups finished by this call
     skipped: list[str] = field(default_factory=list)  # groups finished before
-    images: int = 0
+    images: int = 0  # the images read
     unreadable: list[str] = field(default_factory=list)  # "image: why"
     damaged: list[str] = field(default_factory=list)  # units moved aside and redone
+    failed: dict[str, str] = field(default_factory=dict)  # group → why it is left out (its images cannot be read)
     seconds: float = 0.0
 
 
@@ -167,12 +170,13 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
     """A group's concepts W and what chose them (k, curve, error, solver, negative share, rows fitted)."""
     cells = None
     per_image = 1
-    rows, negative, total = [], 0.0, 0.0
+    rows, negative, total, missed = [], 0.0, 0.0, 0
     streamed = len(items) > STREAM_IMAGES
 
     def sampled(batch: Sequence[Item]) -> np.ndarray:
-        nonlocal cells, per_image, negative, total
+        nonlocal cells, per_image, negative, total, missed
         kept, x = _load(lp.network, run, batch, unreadable)
+        missed += len(batch) - len(kept)
         tick(len(batch), "fit")
         if x is None:
             return np.zeros((0, 0), dtype=np.float32)
@@ -181,7 +185,8 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
         total += float(grid.abs().sum())
         if cells is None:
             cells = grid.shape[2] * grid.shape[3]
-            per_image = max(1, min(cells, math.ceil(settings.fit_rows / len(items))))
+            share = math.ceil(settings.fit_rows / len(items))
+            per_image = max(1, min(cells, max(share, STREAM_ROWS) if streamed else share))
         return _sample_rows(grid.clamp(min=0), kept, per_image, settings.seed)
 
     if not streamed:
@@ -210,7 +215,8 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
         rows.append(np.zeros((sum(counted), 0), dtype=np.float32))
     factors.curve = curve
     info = {"k": factors.k, "curve": factors.curve, "error": factors.error, "solver": factors.solver,
-            "negative_share": negative / total if total > 0 else 0.0, "rows": int(sum(len(r) for r in rows))}
+            "negative_share": negative / total if total > 0 else 0.0, "rows": int(sum(len(r) for r in rows)),
+            "unread": missed}
     return factors.components, info
 
 
@@ -241,7 +247,8 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
         targets.append(torch.full((2 * factors.k + 2,), item.target, dtype=torch.long))
     rep = torch.tensor([2 * factors.k + 2] * n)
     extra = None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0)
-    p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids), extra, torch.cat(targets)).reshape(n, -1).cpu().numpy()
+    images = x.repeat_interleave(rep, 0) if lp.suffix is None else None  # only the hook path runs the images
+    p = lp.probabilities_with(images, torch.cat(grids), extra, torch.cat(targets)).reshape(n, -1).cpu().numpy()
     for i, item in enumerate(items):
         u = coefficients[i * h * wd:(i + 1) * h * wd]
         shares = measures.location_shares(u, factors.components)
@@ -280,27 +287,66 @@ def _meet(world: int) -> None:
                         "each group's fit through the run folder and must wait for each other.")
 
 
-def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, list[Item]], the_plan: Plan,
-             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int, str], None]) -> None:
-    """One group, start to end: its fit (rank 0, or the one committed before), this rank's measure pass, and (rank 0,
-    after every rank) its table."""
-    from ..ranks import shard
-    from .group_table import group_table
+def images_digest(items: Sequence[Item]) -> str:
+    """A group's images as a short hash (their keys, sorted): a group made from other images is made again."""
+    import hashlib
 
-    name, target, items = group
+    return hashlib.sha256("\n".join(sorted(i.key for i in items)).encode()).hexdigest()[:12]
+
+
+def _current(fitted: tuple[np.ndarray, dict] | None, digest: str) -> bool:
+    """Whether a committed fit stands: made from the group's images as they are now, every one of them read (a
+    group that missed images, or all of them, is tried again: the files may be back)."""
+    return fitted is not None and fitted[1].get("images") == digest and not fitted[1].get("unread") \
+        and not fitted[1].get("failed")
+
+
+def unreadable_group(name: str, run, unreadable: list[str]) -> str:
+    """The sentence for a group none of whose images could be read now (no server path: a visitor may read it)."""
+    first = next((u for u in unreadable), "").rstrip(".")
+    return (f"None of the images of {name} could be read from the run's image folder"
+            + (f" (the first: {first})" if first else "") + "; its concepts are left out.")
+
+
+def _fit(lp: LayerPass, run, folder: Path, name: str, items: list[Item], settings: ConceptSettings,
+         summary: ConceptsSummary, tick: Callable[[int, str], None]) -> tuple[np.ndarray, dict]:
+    """The group's fit: the committed one when it was made from the same images, else made now by rank 0 (a group
+    whose images cannot be read gets a fit that says so, so every rank leaves it)."""
     rank, world = _rank_place()
+    digest = images_digest(items)
     fitted = store.read_fit(folder, name)
-    if fitted is None and rank == 0:
-        store.write_fit(folder, name, *fit_group(lp, run, items, settings, summary.unreadable,
-                                                 lambda n, phase: tick(n, f"{phase} {name}")))
+    if rank == 0 and not _current(fitted, digest):
+        store.drop_group(folder, name)  # its table described the old fit: never shown beside the new one
+        try:
+            components, info = fit_group(lp, run, items, settings, summary.unreadable,
+                                         lambda n, phase: tick(n, f"{phase} {name}"))
+        except UserError:
+            components, info = np.zeros((0, 0), np.float32), {"failed": unreadable_group(name, run,
+                                                                                           summary.unreadable)}
+        store.write_fit(folder, name, components, {**info, "images": digest})
     else:
         tick(len(items), f"fit {name}")
     _meet(world)
     fitted = store.read_fit(folder, name)
     if fitted is None:
         raise UserError(f"The fit of {name} is missing from {folder}; run the concepts again.")
-    factors = factorise.Factors(fitted[0], float(fitted[1]["error"]), fitted[1]["curve"], fitted[1]["solver"])
-    fit_id = store.fit_id(fitted[0])
+    return fitted
+
+
+def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, list[Item]], the_plan: Plan,
+             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int, str], None]) -> str | None:
+    """One group, start to end: its fit (rank 0, or the one committed before from the same images), this rank's
+    measure pass, and (rank 0, after every rank) its table. Returns why the group is left out, or None."""
+    from ..ranks import shard
+    from .group_table import group_table
+
+    name, target, items = group
+    rank, world = _rank_place()
+    components, info = _fit(lp, run, folder, name, items, settings, summary, tick)
+    if info.get("failed"):
+        return str(info["failed"])
+    factors = factorise.Factors(components, float(info["error"]), info["curve"], info["solver"])
+    fit_id = store.fit_id(components)
     rows, maps = [], []
     for batch in _batches(shard(items, rank, world), settings.batch_images):
         kept, x = _load(lp.network, run, batch, summary.unreadable)
@@ -311,16 +357,36 @@ def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, lis
         tick(len(batch), f"measure {name}")
     store.write_part(folder, name, rank, rows, maps)
     _meet(world)
+    images = store.read_group_images(folder, name, fit_id)
+    if not len(images):  # every rank read the same parts: all leave the group alike
+        return unreadable_group(name, run, summary.unreadable)
     if rank == 0:
         class_name = "all images" if target is None else the_plan.class_names.get(target, f"class {target}")
-        table = group_table(store.read_group_images(folder, name, fit_id), name, target, class_name, fitted[1])
-        store.write_group(folder, name, table)
+        store.write_group(folder, name, group_table(images, name, target, class_name, info))
+    return None
+
+
+def _check_layer(lp: LayerPass, network, settings: ConceptSettings) -> None:
+    """A layer concepts can be found at: a grid of at least 2 × 2 cells (on one cell every concept sits "at one
+    position" and the bits have no place), and at least K channels."""
+    import torch
+
+    size = network.spec.crop
+    grid = lp.read(torch.zeros(1, network.spec.channels, size, size)).grid
+    c, h, w = grid.shape[1:]
+    if h * w < 4:
+        raise UserError(f"The layer {lp.layer} has a {h} × {w} grid; concepts need places on the image (a grid of at "
+                        "least 2 × 2): choose an earlier layer.")
+    if settings.k is not None and settings.k > c:
+        raise UserError(f"The layer {lp.layer} has {c} channels, so it holds at most {c} concepts, not {settings.k}.")
 
 
 def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
                   progress: Progress | None = None) -> ConceptsSummary:
     """Find the concepts of a folder run (made with `network`) per class and for the whole run, into a concept set
-    in the run folder (`store`); resumable: finished groups are skipped, damaged ones redone. `progress(done, total,
+    in the run folder (`store`); resumable: finished groups are skipped (made again when their images changed or
+    some could not be read), damaged ones redone, a group none of whose images can be read left out
+    (`summary.failed`). `progress(done, total,
     label)` after every batch (images read, both passes counted; the label names the pass and the group: "fit
     class-3", "measure all")."""
     from ..ranks import joined
@@ -332,6 +398,8 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
         raise UserError(f"The number of concepts must be 1 to 64, not {settings.k}.")
     run = open_run(run_dir)
     the_plan = plan(network, run, settings)
+    lp = LayerPass(network, the_plan.layer)
+    _check_layer(lp, network, settings)
     folder = store.start_set(run.path, the_plan.identity)
     summary = ConceptsSummary(folder)
     rank, world = _rank_place()
@@ -340,8 +408,10 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
             summary.damaged = [u for u, _ in store.heal(folder)]
         _meet(world)  # no rank reads the set while rank 0 moves damaged files aside
         done = store.done_groups(folder)
-        todo = [g for g in the_plan.groups if g[0] not in done]
-        summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
+        current = {g[0] for g in the_plan.groups
+                   if g[0] in done and _current(store.read_fit(folder, g[0]), images_digest(g[2]))}
+        todo = [g for g in the_plan.groups if g[0] not in current]
+        summary.skipped = [g[0] for g in the_plan.groups if g[0] in current]
         total, count = 2 * sum(len(g[2]) for g in todo), [0]
 
         def tick(n: int, label: str) -> None:
@@ -349,13 +419,16 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
             if progress is not None:
                 progress(count[0], total, label)
 
-        lp = LayerPass(network, the_plan.layer)
         for group in todo:
-            do_group(lp, run, folder, group, the_plan, settings, summary, tick)
-            summary.done.append(group[0])
-            if rank == 0:
-                store.write_tables(folder)
-    summary.images = len({i.key for g in the_plan.groups for i in g[2]})
+            failed = do_group(lp, run, folder, group, the_plan, settings, summary, tick)
+            if failed:
+                summary.failed[group[0]] = failed
+            else:
+                summary.done.append(group[0])
+        if rank == 0:  # always: a table cut short or deleted since is written again
+            store.write_tables(folder)
+    summary.images = len({i.key for g in the_plan.groups for i in g[2]} - {u.split(": ", 1)[0]
+                                                                         for u in summary.unreadable})
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -112,20 +112,35 @@ def choose_k(rows: np.ndarray, k_max: int = K_MAX, seed: int = 0) -> tuple[int, 
     return elbow(curve), curve
 
 
-def stream(batches: Iterable[np.ndarray], k: int, seed: int = 0, batch_size: int = 4096) -> Factors:
-    """MiniBatchNMF learnt from row batches streamed once (`partial_fit`): for groups too large to sample into one
-    fit. The error is that of the last batch."""
+def stream(batches: Iterable[np.ndarray], k: int, seed: int = 0, step_rows: int = 256) -> Factors:
+    """MiniBatchNMF learnt from row batches streamed once (`partial_fit`, one update per step): for groups too large
+    to sample into one fit. Rows are gathered until max(step_rows, 4k) before each step (a batch of a few images can
+    hold fewer rows than concepts; larger steps mean fewer updates and a worse fit); k at most the channels and the
+    rows of the first step. The error is that of the last step's rows."""
     from sklearn.decomposition import MiniBatchNMF
 
-    model = MiniBatchNMF(n_components=k, init="nndsvda", batch_size=batch_size, random_state=seed, max_iter=MAX_ITER)
-    last = None
+    model, last, buffer = None, None, []
+
+    def step(rows: np.ndarray) -> None:
+        nonlocal model, last
+        if model is None:
+            size = max(1, min(int(k), *rows.shape))
+            model = MiniBatchNMF(n_components=size, init="nndsvda", batch_size=len(rows), random_state=seed,
+                                 max_iter=MAX_ITER)
+        with _quiet():
+            model.partial_fit(rows)
+        last = rows
+
     for rows in batches:
         rows = np.asarray(rows, dtype=np.float32)
         if len(rows):
-            with _quiet():
-                model.partial_fit(rows)
-            last = rows
-    if last is None:
+            buffer.append(rows)
+            if sum(len(b) for b in buffer) >= max(step_rows, 4 * k):
+                step(np.concatenate(buffer))
+                buffer = []
+    if buffer:
+        step(np.concatenate(buffer))
+    if model is None:
         raise ValueError("no rows to factorise")
     w = model.components_.astype(np.float32)
     u = model.transform(last)

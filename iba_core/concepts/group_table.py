@@ -18,9 +18,10 @@ TOP_IMAGES = 8
 
 def _kept(rows: "pd.DataFrame") -> float:
     """What a concept keeps alone: (p_only − p_none) / (p_full − p_none), class means; NaN where p(target) with
-    nothing kept is as high as with everything (the layer's positive activations do not decide the class)."""
+    nothing kept is within KEPT_MIN_GAIN of p(target) with everything (the layer's positive activations hardly
+    decide the class, and a ratio of two small differences would be noise)."""
     full, none, only = (float(rows[c].mean()) for c in ("p_full", "p_none", "p_only"))
-    return (only - none) / (full - none) if full - none > 1e-6 else float("nan")
+    return (only - none) / (full - none) if full - none >= measures.KEPT_MIN_GAIN else float("nan")
 
 
 def _figures(rows: "pd.DataFrame", images: int, total_bits: float) -> dict:
@@ -56,7 +57,7 @@ def group_table(rows: "pd.DataFrame", group: str, target: int | None, class_name
     table["concept"] = np.arange(k)
     bits_rank = table["bits_share"].rank(ascending=False, method="first").fillna(0).astype(int) if has_bits else 0
     table["bits_rank"] = bits_rank
-    table["effect_rank"] = table["effect"].rank(ascending=False, method="first").astype(int)
+    table["effect_rank"] = table["effect"].rank(ascending=False, method="first").fillna(0).astype(int)
     table["kept_rank"] = table["kept"].rank(ascending=False, method="first").fillna(0).astype(int)
     reasons = [measures.shortcut_reasons(measures.ConceptFigures(
         r.bits_share, r.effect, r.area, r.peak_spread, r.images_using, r.images, int(r.bits_rank),

@@ -55,7 +55,7 @@ class LayerPass:
         grid, extra = self.layout.to_map(out)
         return Read(grid.contiguous(), None if extra is None else extra.contiguous())
 
-    def _logits(self, x: torch.Tensor, grid: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+    def _logits(self, x: torch.Tensor | None, grid: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
         """Logits of the network whose layer output is `grid` (+ `extra`); x: the images (the hook path runs them)."""
         from ..model_state import replaced_output
 
@@ -67,10 +67,11 @@ class LayerPass:
         with replaced_output(self.network.hook_module(self.layer), lambda original: output.to(original.dtype)):
             return self.network.model(x)
 
-    def probabilities_with(self, x: torch.Tensor, grids: torch.Tensor, extra: torch.Tensor | None,
+    def probabilities_with(self, x: torch.Tensor | None, grids: torch.Tensor, extra: torch.Tensor | None,
                            targets: torch.Tensor) -> torch.Tensor:
-        """p(target) for each row of `grids` (m, C, h, w), the layer's grid replaced by it; x (m, …) and extra
-        (m, …, or None) row by row with it; at most PASS_ROWS rows a pass."""
+        """p(target) for each row of `grids` (m, C, h, w), the layer's grid replaced by it; x (m, …; only the hook
+        path runs the images, None is fine on a split) and extra (m, …, or None) row by row with it; at most
+        PASS_ROWS rows a pass."""
         from ..heads import probabilities
         from ..model_state import frozen_eval
 
@@ -78,7 +79,7 @@ class LayerPass:
         with frozen_eval(self.network.model), torch.no_grad():
             for start in range(0, len(grids), PASS_ROWS):
                 part = slice(start, start + PASS_ROWS)
-                logits = self._logits(x[part].to(self.device), grids[part],
+                logits = self._logits(None if x is None else x[part].to(self.device), grids[part],
                                       None if extra is None else extra[part])
                 p = probabilities(logits.float(), self.network.head)
                 out.append(p.gather(1, targets[part].to(p.device)[:, None])[:, 0])

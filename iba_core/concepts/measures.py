@@ -32,6 +32,8 @@ MINORITY = 0.5
 LARGE_SHARE = 0.25
 LARGE_EFFECT = 0.25
 LARGE_KEPT = 0.5
+#: *kept* is measured only where p(target) with everything kept exceeds p(target) with nothing kept by this much.
+KEPT_MIN_GAIN = 0.05
 TOP_RANK = 3
 
 

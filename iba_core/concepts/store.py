@@ -45,7 +45,7 @@ FITS, PARTS, MAPS, GROUPS, DAMAGED = "fits", "parts", "maps", "groups", "damaged
 TABLE, IMAGE_TABLE = "concepts.parquet", "concept_images.parquet"
 #: Words for the concepts (a CLIP model's best prompts for each concept's top crops), when asked for.
 WORDS = "words"
-SET_FORMAT = 2
+SET_FORMAT = 3
 SUMS = ".sha256"
 ALL = "all"
 #: The columns of the concept table (one row per group × concept), with their pandas types.
@@ -240,16 +240,28 @@ def write_group(folder: Path, group: str, table: "pd.DataFrame") -> None:
     commit(folder, f"{GROUPS}/{group}", {f"{GROUPS}/{group}.parquet": frame_bytes(typed(table, CONCEPT_COLUMNS))})
 
 
+def drop_group(folder: Path, group: str) -> None:
+    """Uncommit a group's table (its checksum file first), before its fit is made again."""
+    for rel in (f"{GROUPS}/{group}{SUMS}", f"{GROUPS}/{group}.parquet"):
+        (folder / rel).unlink(missing_ok=True)
+
+
 def done_groups(folder: Path) -> set[str]:
     """The groups whose table is committed and intact."""
     return {u.split("/", 1)[1] for u in units(folder, GROUPS) if check_unit(folder, u) is None}
 
 
 def write_tables(folder: Path) -> None:
-    """concepts.parquet and concept_images.parquet from the finished groups (for other tools)."""
+    """concepts.parquet and concept_images.parquet from the finished groups (for other tools); a table that holds
+    exactly that already is left as it is (a rerun that finds nothing to do changes no file)."""
     cs = open_concepts(folder.parent.parent, folder.name)
     for name, frame in ((TABLE, cs.concepts), (IMAGE_TABLE, cs.images)):
         data = frame_bytes(frame)
+        try:
+            if (folder / name).read_bytes() == data:
+                continue
+        except OSError:
+            pass
         write_atomic(folder / name, lambda tmp, data=data: tmp.write_bytes(data))
 
 

@@ -14,7 +14,9 @@ import pytest
 
 from concept_fixtures import K
 from iba_core.concepts import ConceptSettings, find_concepts, list_sets, open_concepts
+from iba_core.concepts import store
 from iba_core.concepts.store import DAMAGED, FITS, GROUPS, IMAGE_TABLE, MAPS, PARTS, SUMS, TABLE
+from iba_core.errors import UserError
 from iba_core.runs.store import RunFolderError
 
 GROUPS_ALL = ["class-0", "class-1", "all"]
@@ -126,14 +128,18 @@ def test_a_changed_k_is_a_new_set_and_the_old_is_untouched(hand_copy, hand_net):
     assert set(open_concepts(hand_copy, old.name).concepts["k"]) == {K}
 
 
-def test_a_changed_layer_is_a_new_set(hand_copy, hand_net):
+def test_a_changed_layer_is_a_new_set_and_a_one_cell_layer_is_refused(hand_copy, hand_net):
+    """The hand net has one layer with a grid ("cells"); its pooling layer has one cell, where every concept would
+    sit "at one position" and the bits have no place: refused in one sentence, before anything is written."""
     old = the_set(hand_copy)
     before = files_of(old)
-    summary = find_concepts(hand_net, hand_copy, ConceptSettings(k=K, layer="pool", whole_run=False))
-    assert summary.set_dir.name.startswith("pool-k2-") and len(list_sets(hand_copy)) == 2
-    assert files_of(old) == before
-    cs = open_concepts(hand_copy, summary.set_dir.name)
-    assert cs.info["layer"] == "pool" and set(cs.images["grid_h"]) == {1}
+    with pytest.raises(UserError, match=r"The layer pool has a 1 × 1 grid; .* at least 2 × 2"):
+        find_concepts(hand_net, hand_copy, ConceptSettings(k=K, layer="pool", whole_run=False))
+    assert len(list_sets(hand_copy)) == 1 and files_of(old) == before
+    identity = json.loads((old / "concepts.json").read_text())
+    other = {k: v for k, v in identity.items() if k not in ("versions", "created")}
+    assert store.set_name({**other, "layer": "cells"}) == old.name  # the name is the identity's …
+    assert store.set_name({**other, "layer": "features.4"}) != old.name  # … and another layer another set
 
 
 def test_other_settings_of_the_identity_make_new_sets(hand_copy, hand_net):
