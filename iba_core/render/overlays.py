@@ -233,6 +233,16 @@ def not_needed_outline(cropped: Image.Image, heatmap: np.ndarray, threshold_bits
     return Image.fromarray(out.round().clip(0, 255).astype(np.uint8), mode="RGB")
 
 
+def outline_region(picture: Image.Image, mask: np.ndarray, colour: tuple[int, int, int] = OUTLINE_RGB,
+                   width: int = 2) -> Image.Image:
+    """A copy of `picture` with the edge of `mask` ((H, W) bool, True inside; resized to the picture, nearest)
+    drawn in `colour`, `width` pixels thick: a region shown over a map without hiding the map's colours."""
+    inside = np.asarray(Image.fromarray(np.asarray(mask, dtype=bool)).resize(picture.size, Image.Resampling.NEAREST))
+    out = np.array(picture.convert("RGB"))
+    out[_boundary(inside, width=width)] = colour
+    return Image.fromarray(out, mode="RGB")
+
+
 def png_bytes(image: Image.Image, optimize: bool = True) -> bytes:
     """PNG-encoded bytes of a PIL image (for download buttons and files); optimize=False is much faster
     for big pictures (a full-resolution overlay) at a slightly larger file."""
