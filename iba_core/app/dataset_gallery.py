@@ -119,15 +119,15 @@ def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = 
             with_links: bool = True, outlines=None) -> list[GalleryCell]:
     """The overlays of `rows` (at most one gallery view): bottleneck maps on one bits scale (`page_scale`, or
     `scale`), other methods each on its own maximum (their units differ); each with its legend and (with_links)
-    its Per-Sample link. outlines: a function of {row index: crop size (H, W)} giving {row index: (H, W) bool}, a
-    region outlined over each overlay (a concept's: `dataset_concepts.outline_masks`)."""
+    its Per-Sample link. outlines: a function of (rows, {row index: crop size (H, W)}) giving {row index: (H, W)
+    bool}, a region outlined over each overlay (a concept's: `dataset_concepts.outline_masks`)."""
     from ..render.overlays import outline_region, overlay_image, png_bytes, with_legend
 
     units, names = method_units(run), method_names(run)
     scale = page_scale(run, rows) if scale is None else scale
     few = with_flags(run, rows)[FEW_BITS_COLUMN]
     crops = {index: network_crop(run, row, trust) for index, row in rows.iterrows()}
-    masks = outlines({i: (c.height, c.width) for i, c in crops.items() if c is not None}) if outlines else {}
+    masks = outlines(rows, {i: (c.height, c.width) for i, c in crops.items() if c is not None}) if outlines else {}
     cells = []
     for index, row in rows.iterrows():
         heatmap = run.heatmap(row)
