@@ -119,7 +119,13 @@ class PromptAnswers(nn.Module):
     row per prompt, normalised; each prompt's embedding is computed once and kept in `_text_cache`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return _cosines(self, self.get_image_features(pixel_values=x).pooler_output)
+        return _cosines(self, self.image_embeddings(x))
+
+    def image_embeddings(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, D) normalised image embeddings of preprocessed images (what the cosines compare with the prompts;
+        concept words embed crops with it, leaving the prompts as they are)."""
+        image = self.get_image_features(pixel_values=x).pooler_output
+        return image / image.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
     @property
     def prompts(self) -> tuple[str, ...]:
