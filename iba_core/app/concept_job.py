@@ -1,8 +1,8 @@
 """Concept discovery started from the Dataset page (issue #41): `concepts.find_concepts` on a background thread, one
 per server, with its progress, its time estimated before it starts, and Stop.
 
-    estimate = concept_estimate(shared, run, settings)          # "about 3 min for 2 classes and the whole run"
-    job = start_concept_job(shared, run, settings, owner=session)
+    estimate = time_one_image(shared, run, settings, trust)    # one image timed: its pace, before it starts
+    job = start_concept_job(shared, run, settings, trust, owner=session)
     job.progress()                                              # (done, total, "class-0: activations …")
 
 The job holds the shared network's lock, but at each of its progress steps lets a page of another session that
@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..render.text import count_of
 from ..runs.tables import Run
+from ..trust import Trust, check_server_path
 from .error_log import error_text
 from .folder_job import duration
 from .state import sharing
@@ -115,25 +118,71 @@ def current_job() -> ConceptJob | None:
     return _JOB
 
 
-def concept_estimate(shared: "SharedModel", run: Run, settings: "ConceptSettings") -> str:
-    """The time concept discovery should take for `settings`, in a sentence (`concepts.estimate_seconds`)."""
-    from ..concepts import estimate_seconds
+@dataclass(frozen=True)
+class ConceptEstimate:
+    """One image of the run timed through concept discovery's network passes, before it starts: `seconds` per image
+    and group (reading the layer twice, for the fit and for the measures, and the 2K + 1 passes of the effect at the
+    K given, else at the largest K the elbow may choose), the `images` of all groups together (an image is in its
+    class's group and in the whole run's), and the groups."""
 
-    seconds = float(estimate_seconds(shared.network, run, settings))
-    return (f"About {duration(seconds)} on this machine (estimated before it starts); other work on the server "
-            "makes it slower.")
+    seconds: float
+    images: int
+    groups: int
+    k: int
+    k_given: bool
+
+    def text(self) -> str:
+        """What the form says before it starts."""
+        k = f"K = {self.k}" if self.k_given else f"K up to {self.k} (auto)"
+        return (f"Estimate: one image took {self.seconds:.3g} s through the layer and the effect's "
+                f"{2 * self.k + 1} passes ({k}) here just now, so the {count_of(self.groups, 'group')} "
+                f"({self.images} images in all) take about {duration(self.seconds * self.images)}, plus fitting the "
+                "concepts of each group (scikit-learn's NMF, not timed here). Other work on this machine makes it "
+                "slower.")
 
 
-def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSettings",
+def time_one_image(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust) -> ConceptEstimate:
+    """Time the run's first image through concept discovery's passes (`ConceptEstimate`) under the network's lock;
+    the run and network checked as `find_concepts` checks them, the image folder against `trust` first."""
+    import torch
+
+    from ..concepts.discover import plan
+    from ..concepts.layer_pass import LayerPass
+
+    check_server_path(run.source, trust, what="image folder", folder=True)
+    network = shared.network
+    the_plan = plan(network, run, settings)  # a run of another network, a prompt run, a class it lacks: refused
+    first = the_plan.groups[0][2][0]
+    pre = network.preprocess
+    x = pre.normalise(pre.crop(pre.load(run.image_path(first.row))))
+    k = settings.k or settings.k_max
+    rows = 2 * k + 1
+    with shared.busy():
+        lp = LayerPass(network, the_plan.layer)
+        lp.read(x)  # once untimed: the first pass pays for one-time work
+        began = time.perf_counter()
+        read = lp.read(x)
+        reading = time.perf_counter() - began
+        began = time.perf_counter()
+        lp.probabilities_with(x.repeat_interleave(rows, 0), read.grid.repeat_interleave(rows, 0),
+                              None if read.extra is None else read.extra.repeat_interleave(rows, 0),
+                              torch.full((rows,), first.target, dtype=torch.long))
+        effect = time.perf_counter() - began
+    images = sum(len(items) for _, _, items in the_plan.groups)
+    return ConceptEstimate(2 * reading + effect, images, len(the_plan.groups), k, settings.k is not None)
+
+
+def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust,
                       owner: str | None = None) -> ConceptJob:
-    """Start finding the concepts of `run` (an opened run: its folder already checked against the app's trust) with
-    the shared network, and return the job; while `owner`'s own job goes it is returned (nothing new starts), while
-    another session's goes ConceptRunBusy says so; a network the run was not made with is refused in one sentence
-    before any work."""
+    """Start finding the concepts of `run` (an opened run: its folder already checked against `trust`) with the
+    shared network, and return the job; while `owner`'s own job goes it is returned (nothing new starts), while
+    another session's goes ConceptRunBusy says so; a network the run was not made with, or an image folder `trust`
+    does not let the app read (run.json names it), is refused in one sentence before any work."""
     global _JOB
     mismatch = network_mismatch(shared.network, run)
     if mismatch:
         raise UserError(mismatch)
+    check_server_path(run.source, trust, what="image folder", folder=True)
     with _JOB_LOCK:
         if _JOB is not None and _JOB.running:
             if owner is not None and _JOB.owner == owner:
@@ -145,5 +194,5 @@ def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSetting
         return _JOB
 
 
-__all__ = ["ConceptJob", "ConceptRunBusy", "ConceptsStopped", "concept_estimate", "current_job",
-           "network_mismatch", "start_concept_job"]
+__all__ = ["ConceptEstimate", "ConceptJob", "ConceptRunBusy", "ConceptsStopped", "current_job", "network_mismatch",
+           "start_concept_job", "time_one_image"]

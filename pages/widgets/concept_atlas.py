@@ -100,6 +100,8 @@ def atlas_section(run, shared, focus_key: str) -> None:
     names = dict(choices)
     flags = table["flagged"].fillna(False).astype(bool)
     flagged = [g for g, _ in choices if ((table["group"] == g) & flags).any()]
+    if st.session_state.get("ds_concept_group") not in names:  # a group of another set (other classes), or none
+        st.session_state.pop("ds_concept_group", None)
     group = st.selectbox("Concepts of", list(names), index=[g for g, _ in choices].index(flagged[0]) if flagged else 0,
                          key="ds_concept_group", format_func=lambda g: plain(names[g]))
     st.caption(plain("Most bits share first (most effect where the run has no bits); each picture: a crop around the "
@@ -164,13 +166,14 @@ def start_form(run, shared) -> None:
     settings = ConceptSettings(k=None if k is None else int(k), classes=tuple(chosen) or None, whole_run=whole)
     if estimate or pressed:
         with shown_errors():
-            st.session_state["_ds_concepts_estimate"] = concept_job.concept_estimate(shared, run, settings)
+            st.session_state["_ds_concepts_estimate"] = concept_job.time_one_image(shared, run, settings,
+                                                                                   app_trust()).text()
     if st.session_state.get("_ds_concepts_estimate"):
         st.info(plain(st.session_state["_ds_concepts_estimate"]), icon=":material/timer:")
     if pressed:
         with shown_errors():
             try:
-                concept_job.start_concept_job(shared, run, settings, owner=session_owner())
+                concept_job.start_concept_job(shared, run, settings, app_trust(), owner=session_owner())
             except concept_job.ConceptRunBusy as busy:
                 st.info(plain(busy.message), icon=":material/hourglass_top:")
                 return
