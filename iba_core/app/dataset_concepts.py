@@ -13,7 +13,6 @@ trust rules let it read the file, so a concept set cannot make the app show a fi
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,10 +37,12 @@ PEAK_CROP = 1 / 3
 STRIP_PX = 96
 #: The concept maps' colour map: not the bits maps' (inferno), so a concept is never read as bits.
 CONCEPT_CMAP = "viridis"
-#: How a concept map's legend names its values (U·‖W‖₁: the concept's part of the layer's activations).
-CONCEPT_LABEL = "concept activation"
+#: The concept map's opacity where it is largest; less where it is weaker, none where it is zero (the photo shows).
+CONCEPT_OPACITY = 0.85
 #: Where a gallery overlay outlines the focused concept: its map at this share of its maximum in the image, or more.
 OUTLINE_SHARE = 0.5
+#: A change of p below this reads as none (it would be written "by 0.00").
+SAME_P = 0.005
 #: The group of the whole run (`concepts` contract); a class's group is "class-<target>".
 WHOLE_RUN = "all"
 
@@ -120,8 +121,12 @@ def effect_text(row) -> str:
     effect = _number(row["effect"])
     if not math.isfinite(effect):
         return ""
-    text = f"removing it drops p by {effect:.2f} ({full:.2f} → {without:.2f})" if effect >= 0 else \
-        f"removing it raises p by {-effect:.2f} ({full:.2f} → {without:.2f})"
+    if abs(effect) < SAME_P:
+        text = f"removing it leaves p at {full:.2f}"
+    elif effect > 0:
+        text = f"removing it drops p by {effect:.2f} ({full:.2f} → {without:.2f})"
+    else:
+        text = f"removing it raises p by {-effect:.2f} ({full:.2f} → {without:.2f})"
     return text + (f"; alone it keeps p at {only:.2f}" if math.isfinite(only) else "")
 
 
@@ -184,7 +189,8 @@ class StripCell:
 def concept_strip(run: Run, concepts, row, trust: Trust, n: int = STRIP_IMAGES, whole: bool = False
                   ) -> list[StripCell]:
     """The concept's top `n` images (by presence), each a crop around the concept's peak (`crop_box`) of the image
-    as the network saw it, with the concept map over it on one scale for the strip (`CONCEPT_CMAP`). whole: the
+    as the network saw it, with the concept map over it on one scale for the strip (`CONCEPT_CMAP`, its opacity
+    growing with its value: the photo shows where the concept is absent). whole: the
     network's whole crop instead, the crop box outlined: where in the image the concept sits."""
     from ..render.overlays import draw_boxes, overlay_image, png_bytes
 
@@ -201,7 +207,7 @@ def concept_strip(run: Run, concepts, row, trust: Trust, n: int = STRIP_IMAGES, 
         png = None
         if crop is not None:
             box = crop_box(member["peak_x"], member["peak_y"], crop.width, crop.height)
-            picture = overlay_image(crop, values, cmap=CONCEPT_CMAP, top=max(top, 1e-12))
+            picture = overlay_image(crop, values, CONCEPT_OPACITY, CONCEPT_CMAP, top=max(top, 1e-12), weighted=True)
             picture = draw_boxes(picture, [box]) if whole else picture.crop(box)
             png = png_bytes(picture.resize((STRIP_PX, STRIP_PX), Image.Resampling.BILINEAR), optimize=False)
         cells.append(StripCell(str(member["image"]), png, f"{shown_name(member['image'])} · "
@@ -281,15 +287,6 @@ def outline_masks(concepts, focus: ConceptFocus, rows: "pd.DataFrame", sizes: di
     return masks
 
 
-def top_images(row) -> list[str]:
-    """The concept's top images as its row lists them (JSON, best first); [] where the field cannot be read."""
-    try:
-        found = json.loads(row["top_images"])
-    except (TypeError, ValueError):
-        return []
-    return [str(i) for i in found] if isinstance(found, list) else []
-
-
 # ---- the report's section -----------------------------------------------------------------------------
 
 
@@ -308,6 +305,6 @@ def report_concepts(run: Run, trust: Trust, n: int = STRIP_IMAGES) -> dict | Non
             items.append({"title": concept_title(row), "caption": concept_caption(row), "flag": flag_text(row),
                           "flagged": bool(row["flagged"]),
                           "cells": [{"image": c.image, "caption": c.caption, "png": c.png} for c in cells]})
-        out.append({"name": name, "group": group, "concepts": items})
+        out.append({"name": name[:1].upper() + name[1:], "group": group, "concepts": items})
     return {"set": str(concepts.info.get("name", "")) if isinstance(concepts.info, dict) else "",
             "groups": out, "missing": concepts.missing or ""}

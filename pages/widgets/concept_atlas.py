@@ -18,6 +18,8 @@ from pages.widgets.text import plain
 
 #: Strips already drawn this session, by (run folder, set, group, concept, whole crops).
 STRIPS_KEY = "_ds_concept_strips"
+#: Pictures of a shortcut candidate in "What stands out": its top images whole, the concept's place outlined.
+HIGHLIGHT_PICTURES = 4
 #: Seconds between two looks at a concept job's progress.
 POLL_S = 1.0
 #: The largest K the form offers (the contract's automatic choice goes up to its k_max).
@@ -44,9 +46,15 @@ def strip(run, concepts, row, whole: bool = False) -> list[dc.StripCell]:
     return cache[key]
 
 
-def draw_strip(cells: list[dc.StripCell]) -> None:
-    """The strip's pictures in one row of columns, each with its caption."""
-    cols = st.columns(dc.STRIP_IMAGES)
+def concept_columns(pictures: int = dc.STRIP_IMAGES, text: float = 3):
+    """A concept's row: a column for its words and buttons, then one per picture of its strip (low enough that a
+    concept takes about a third of the first screen at 1280 × 800)."""
+    words, *columns = st.columns([text] + [1] * pictures)
+    return words, columns
+
+
+def draw_strip(cells: list[dc.StripCell], cols) -> None:
+    """The strip's pictures in `cols`, each with its caption."""
     for col, cell in zip(cols, cells):
         if cell.png is None:
             col.info("Not readable here.", icon=":material/image_not_supported:")
@@ -71,15 +79,16 @@ def stands_out(run, focus_key: str) -> int:
     found = dc.shortcut_highlights(concepts) if concepts is not None else []
     for i, h in enumerate(found):
         with st.container(border=True, key=f"ds_concept_highlight_{i}"):
-            st.markdown(f"**{plain(h.title)}**")
-            st.caption(plain(f"Why: {h.reasons}. {h.caption}."))
-            with shown_errors():
-                draw_strip(strip(run, concepts, h.row, whole=True))
-            st.caption("The concept map (its own colour scale, not bits) over the images that carry it most; the box: "
-                       "the crop the atlas shows. Images: " + plain(named(h.images)))
-            if st.button(f"Show these {len(h.images)} images in the table and gallery",
-                         key=f"ds_concept_focus_{i}", icon=":material/filter_alt:"):
+            text, pictures = concept_columns(HIGHLIGHT_PICTURES, 2)  # fewer, larger: where it sits must read
+            text.markdown(f"**{plain(h.title)}**")
+            text.caption(plain(f"Why: {h.reasons}; {dc.used_text(h.row)}."))
+            if text.button(f"Show these {len(h.images)} images", key=f"ds_concept_focus_{i}",
+                           icon=":material/filter_alt:", help="In the table and gallery, the concept outlined."):
                 focus_on(run, concepts, h.row, focus_key)
+            text.caption("Where: its concept map (own colours, not bits) over the images that carry it most; the box: "
+                         "the crop the atlas shows. Images: " + plain(named(h.images)))
+            with shown_errors():
+                draw_strip(strip(run, concepts, h.row, whole=True)[:HIGHLIGHT_PICTURES], pictures)
     return len(found)
 
 
@@ -103,22 +112,24 @@ def atlas_section(run, shared, focus_key: str) -> None:
     if st.session_state.get("ds_concept_group") not in names:  # a group of another set (other classes), or none
         st.session_state.pop("ds_concept_group", None)
     group = st.selectbox("Concepts of", list(names), index=[g for g, _ in choices].index(flagged[0]) if flagged else 0,
-                         key="ds_concept_group", format_func=lambda g: plain(names[g]))
+                         key="ds_concept_group", format_func=lambda g: plain(names[g][:1].upper() + names[g][1:]))
     st.caption(plain("Most bits share first (most effect where the run has no bits); each picture: a crop around the "
                      "concept's peak in one of its top images, the concept map over it on one scale per concept."))
     for _, row in dc.ordered_concepts(table, group).iterrows():
         k = int(row["concept"])
         with st.container(border=True, key=f"ds_concept_{group}_{k}"):
-            c1, c2 = st.columns([4, 1.4], vertical_alignment="center")
+            text, pictures = concept_columns()
             flag = " · :red[**shortcut candidate**]" if bool(row["flagged"]) else ""
-            c1.markdown(f"**{dc.concept_title(row)}** · {plain(dc.concept_caption(row))}{flag}")
+            text.markdown(f"**{dc.concept_title(row)}**{flag}")
+            text.caption(plain(dc.concept_caption(row)))
             if flag:
-                c1.caption(plain(f"Why: {dc.flag_text(row)}."))
-            if c2.button(f"Show its {int(row['images_using'])} images", key=f"ds_concept_show_{group}_{k}",
-                         icon=":material/filter_alt:", disabled=not int(row["images_using"])):
+                text.caption(plain(f"Why: {dc.flag_text(row)}."))
+            if text.button(f"Show its {int(row['images_using'])} images", key=f"ds_concept_show_{group}_{k}",
+                           icon=":material/filter_alt:", disabled=not int(row["images_using"]),
+                           help="The images that use it, in the table and gallery, the concept outlined."):
                 focus_on(run, concepts, row, focus_key)
             with shown_errors():
-                draw_strip(strip(run, concepts, row))
+                draw_strip(strip(run, concepts, row), pictures)
     with st.expander("Find concepts again (another K, other classes)", icon=":material/refresh:"):
         start_form(run, shared)
 

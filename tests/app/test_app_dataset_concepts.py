@@ -89,6 +89,8 @@ def test_a_concept_s_numbers_in_words() -> None:
     no_bits = pd.Series(concept("all", 0, NAN, -0.1, using=1, images=1))
     assert dc.concept_caption(no_bits).startswith("removing it raises p by 0.10")
     assert "1 image" in dc.concept_caption(no_bits) and "images" not in dc.concept_caption(no_bits)
+    unused = pd.Series(concept("class-0", 2, 0.01, -1e-8))  # a change that would read "by 0.00": none
+    assert dc.effect_text(unused) == "removing it leaves p at 0.90; alone it keeps p at 0.50"
 
 
 def test_a_concept_s_images_are_those_that_use_it_best_first() -> None:

@@ -25,6 +25,7 @@ from iba_core.app import concept_job  # noqa: E402
 from iba_core.app import dataset_concepts as dc  # noqa: E402
 from iba_core.concepts import ConceptSettings, find_concepts, open_concepts  # noqa: E402
 from iba_core.runs import open_run  # noqa: E402
+from pages.widgets import concept_atlas  # noqa: E402
 from pages.widgets.text import plain  # noqa: E402
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -60,6 +61,21 @@ def table_images(at: AppTest) -> list[str]:
     return sorted(at.dataframe[0].value["image"])
 
 
+def pictures_in(at: AppTest, key: str) -> list:
+    """The st.image elements inside the container `key`."""
+    found = []
+
+    def walk(node, inside: bool) -> None:
+        inside = inside or getattr(node, "key", None) == key
+        if getattr(node, "type", None) == "image" and inside:
+            found.append(node)
+        for child in getattr(node, "children", {}).values():
+            walk(child, inside)
+
+    walk(at.main, False)
+    return found
+
+
 def concept_titles(at: AppTest) -> list[str]:
     """The atlas's concept lines ("**Concept 2** · …"), in page order."""
     return [m.value.split("**")[1] for m in at.markdown if m.value.startswith("**Concept ")]
@@ -81,9 +97,13 @@ def test_the_atlas_lists_each_class_s_concepts_by_bits_share_with_their_strips(s
         for _, row in dc.ordered_concepts(concepts.concepts, group).iterrows():
             k = int(row["concept"])
             assert at.button(key=f"ds_concept_show_{group}_{k}").label == f"Show its {int(row['images_using'])} images"
-    # each concept's numbers in words on its line
-    lines = [m.value for m in at.markdown if m.value.startswith("**Concept ")]
-    assert all("of the bits" in line and "used by" in line for line in lines), lines
+        # each concept's numbers in words beside its strip of top crops
+        captions = [c.value for c in at.caption]
+        for _, row in dc.ordered_concepts(concepts.concepts, group).iterrows():
+            assert plain(dc.concept_caption(row)) in captions
+            assert "of the bits" in dc.concept_caption(row) and "used by" in dc.concept_caption(row)
+            assert len(pictures_in(at, f"ds_concept_{group}_{int(row['concept'])}")) == min(
+                dc.STRIP_IMAGES, len(dc.concept_rows(concepts, group, int(row["concept"]))))
 
 
 def test_show_its_images_narrows_the_table_and_gallery_and_outlines_the_concept(shortcut) -> None:
@@ -129,6 +149,9 @@ def test_a_shortcut_candidate_leads_what_stands_out_with_a_picture_of_where(shor
     if not expected:
         pytest.fail("the shortcut run's mark was not flagged: the core's concern (tests/concepts), noted here")
     assert titles[0] == plain(expected[0].title)  # before the few-bits highlight
+    # with a picture of where: its concept map over its top images
+    assert len(pictures_in(at, "ds_concept_highlight_0")) == min(concept_atlas.HIGHLIGHT_PICTURES, len(dc.concept_rows(
+        concepts, str(expected[0].row["group"]), int(expected[0].row["concept"]))))
     assert at.button(key="ds_concept_focus_0")
     at.button(key="ds_concept_focus_0").click().run()
     assert table_images(at) == sorted(expected[0].images)
@@ -145,7 +168,17 @@ def test_the_report_has_a_concept_section_only_for_a_run_with_concepts(shortcut,
         assert ('<h2 id="concepts">' in html) is present
         if present:
             section = html.split('<h2 id="concepts">', 1)[1].split("<h2", 1)[0]
-            assert "Concept 1" in section and "data:image/png;base64," in section and "class marked" in section
+            assert "<h3>Class marked</h3>" in section and "<h3>The whole run</h3>" in section
+            concepts = open_concepts(folder)
+            # per group, the shortcut candidates first, each concept with its strip's pictures embedded
+            for group, name in dc.groups(concepts.concepts):
+                part = section.split(f"<h3>{name[:1].upper() + name[1:]}</h3>", 1)[1].split("<h3>", 1)[0]
+                lines = part.split("<p><b>")[1:]
+                flagged = list(dc.flagged_first(concepts.concepts, group)["flagged"])
+                assert ["shortcut candidate" in line for line in lines] == flagged
+            shown = sum(min(dc.STRIP_IMAGES, len(dc.concept_rows(concepts, str(r["group"]), int(r["concept"]))))
+                        for _, r in concepts.concepts.iterrows())
+            assert section.count("data:image/png;base64,") == shown
 
 
 def test_a_run_without_concepts_offers_the_form_with_its_time_and_finds_them(shortcut, tmp_path) -> None:
