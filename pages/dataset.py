@@ -1,8 +1,8 @@
 """Dataset page: a whole folder run (issue #22) — where does the network take its information across a data set?
 Open a run folder (or start a run on a folder of the server), filter its table, look through the overlays, the
 class means and the clusters of similar maps, open an image on the Per-Sample page, download the table and report.
-The logic lives in iba_core.app.dataset and its neighbours (dataset_gallery, dataset_classes, prompt_search,
-dataset_report, folder_job); this page gathers input and draws."""
+The logic lives in iba_core.app.dataset and its neighbours (dataset_gallery, dataset_classes, dataset_concepts,
+prompt_search, dataset_report, folder_job, concept_job); the concepts are drawn by pages/widgets/concept_atlas."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,12 +51,12 @@ through_app()
 st.title("Dataset")
 INTRO = (
     "A folder run explains every image of a folder (`python -m iba_core attribute FOLDER --out RUN_DIR`, or "
-    "*Start a run* below). Opening a run shows first **what stands out** across it: images that need very few "
-    "bits, flagged clusters of every class, class means that sit in a corner or the border, outliers. Then filter "
-    "the table by class, correct or not, method, bits and each measure; see the maps over the images on **one bits "
-    "scale**; per class, the **mean map** and the **clusters of similar maps** (SpRAy). A click on *Per-Sample* "
-    "opens an image there with the run's network, layer and class. The same report: "
-    "`python -m iba_core report RUN_DIR --out report.html`."
+    "*Start a run* below). Opening a run shows first **what stands out** across it: shortcut candidates among its "
+    "concepts, images that need very few bits, flagged clusters, class means in a corner or the border, outliers. "
+    "Then the **concepts** the network uses per class, ranked by the bits they carry; filter the table by class, "
+    "correct or not, method, bits and each measure; see the maps over the images on **one bits scale**; per class, "
+    "the **mean map** and the **clusters of similar maps** (SpRAy). *Per-Sample* opens an image there with the "
+    "run's network, layer and class. The same report: `python -m iba_core report RUN_DIR --out report.html`."
 )
 intro = st.empty()  # filled once the run to show is known (Open run is handled below)
 
@@ -67,8 +67,8 @@ def introduction(run_open: bool) -> None:
     if not run_open:
         intro.markdown(INTRO)
     else:
-        intro.caption("What stands out across the run comes first; then the table, the gallery, and per class the "
-                      "mean map and the clusters of similar maps.", help=INTRO)
+        intro.caption("What stands out across the run comes first; then its concepts, the table, the gallery, and "
+                      "per class the mean map and the clusters of similar maps.", help=INTRO)
 trust = app_trust()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +58,20 @@ def run_concepts(run: Run):
     if not list_sets(run.path):
         return None
     return open_concepts(run.path)
+
+
+def set_stamp(run: Run) -> tuple | None:
+    """What changes when the run's newest concept set does (its name, the times of its folder and of its groups'
+    folder, which a finished group or a healed part touches); None when the run has no set. A page keeps the set
+    it opened while its stamp stays (opening one checks every file's checksum)."""
+    from ..concepts import list_sets
+    from ..concepts.store import CONCEPTS, GROUPS
+
+    sets = list_sets(run.path)
+    if not sets:
+        return None
+    folder = Path(run.path) / CONCEPTS / sets[0]
+    return (sets[0], *(p.stat().st_mtime_ns for p in (folder, folder / GROUPS) if p.exists()))
 
 
 def group_name(group: str, class_name: object = None) -> str:

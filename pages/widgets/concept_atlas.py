@@ -16,8 +16,10 @@ from pages.widgets.errors import shown_errors
 from pages.widgets.page import app_trust, session_owner
 from pages.widgets.text import plain
 
-#: Strips already drawn this session, by (run folder, set, group, concept, whole crops).
+#: Strips already drawn this session, by (run folder, set stamp, group, concept, whole crops).
 STRIPS_KEY = "_ds_concept_strips"
+#: The concept set open this session: (run folder, its stamp, the set).
+SET_KEY = "_ds_concept_set"
 #: Pictures of a shortcut candidate in "What stands out": its top images whole, the concept's place outlined.
 HIGHLIGHT_PICTURES = 4
 #: Seconds between two looks at a concept job's progress.
@@ -31,16 +33,23 @@ WHAT = ("A concept is a direction of the bottleneck layer's activations found by
 
 
 def concept_set(run):
-    """The run's newest concept set, or None (none yet, or one that cannot be read: said in one sentence)."""
+    """The run's newest concept set, opened once while it stays as it is (`dataset_concepts.set_stamp`), or None (none
+    yet, or one that cannot be read: said in one sentence)."""
     with shown_errors():
-        return dc.run_concepts(run)
+        stamp = dc.set_stamp(run)
+        kept = st.session_state.get(SET_KEY)
+        if stamp is None:
+            return None
+        if kept is None or kept[:2] != (str(run.path), stamp):
+            kept = st.session_state[SET_KEY] = (str(run.path), stamp, dc.run_concepts(run))
+        return kept[2]
     return None
 
 
 def strip(run, concepts, row, whole: bool = False) -> list[dc.StripCell]:
-    """A concept's strip (`dataset_concepts.concept_strip`), drawn once per session."""
+    """A concept's strip (`dataset_concepts.concept_strip`), drawn once per session and concept set."""
     cache = st.session_state.setdefault(STRIPS_KEY, {})
-    key = (str(run.path), str(getattr(concepts, "path", "")), str(row["group"]), int(row["concept"]), whole)
+    key = (str(run.path), dc.set_stamp(run), str(row["group"]), int(row["concept"]), whole)
     if key not in cache:
         cache[key] = dc.concept_strip(run, concepts, row, app_trust(), whole=whole)
     return cache[key]
@@ -140,7 +149,7 @@ def gallery_outlines(run, focus_key: str):
     focus = st.session_state.get(focus_key)
     if not focus or len(focus) < 4 or focus[0] != str(run.path) or not isinstance(focus[3], dc.ConceptFocus):
         return None
-    concepts = dc.run_concepts(run)
+    concepts = concept_set(run)
     if concepts is None or str(getattr(concepts, "path", "")) != focus[3].set_name:
         return None
     return lambda rows, sizes: dc.outline_masks(concepts, focus[3], rows, sizes)
