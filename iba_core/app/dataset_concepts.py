@@ -94,14 +94,21 @@ def groups(concepts: "pd.DataFrame") -> list[tuple[str, str]]:
     return out
 
 
-def ordered_concepts(concepts: "pd.DataFrame", group: str) -> "pd.DataFrame":
+#: The orders the atlas offers: bits share (ties and a run without bits: effect), or effect (ties: bits share).
+ORDERS = ("bits share", "effect")
+
+
+def ordered_concepts(concepts: "pd.DataFrame", group: str, by: str = "bits share") -> "pd.DataFrame":
     """The concepts of `group`, the largest bits share first; where the run has no bits (bits_share NaN) or two
-    shares tie, the larger effect first."""
+    shares tie, the larger effect first. by="effect": the largest effect first (a cue the maps cannot show, such as
+    one the class keeps through pure noise, may carry few bits yet all of the effect), ties by bits share."""
+    if by not in ORDERS:
+        raise ValueError(f"Order concepts by one of {ORDERS}, not {by!r}.")
     rows = concepts[concepts["group"] == group]
-    share = rows["bits_share"].to_numpy(dtype=np.float64, na_value=np.nan)
-    effect = rows["effect"].to_numpy(dtype=np.float64, na_value=np.nan)
-    # lexsort sorts by the last key first; NaN sorts last as -inf after negation
-    order = np.lexsort((np.nan_to_num(-effect, nan=np.inf), np.nan_to_num(-share, nan=np.inf)))
+    share = np.nan_to_num(-rows["bits_share"].to_numpy(dtype=np.float64, na_value=np.nan), nan=np.inf)
+    effect = np.nan_to_num(-rows["effect"].to_numpy(dtype=np.float64, na_value=np.nan), nan=np.inf)
+    # lexsort sorts by its last key first; a NaN, negated to +inf, comes last
+    order = np.lexsort((effect, share) if by == "bits share" else (share, effect))
     return rows.iloc[order]
 
 

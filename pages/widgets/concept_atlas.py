@@ -120,11 +120,15 @@ def atlas_section(run, shared, focus_key: str) -> None:
     flagged = [g for g, _ in choices if ((table["group"] == g) & flags).any()]
     if st.session_state.get("ds_concept_group") not in names:  # a group of another set (other classes), or none
         st.session_state.pop("ds_concept_group", None)
-    group = st.selectbox("Concepts of", list(names), index=[g for g, _ in choices].index(flagged[0]) if flagged else 0,
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    group = c1.selectbox("Concepts of", list(names), index=[g for g, _ in choices].index(flagged[0]) if flagged else 0,
                          key="ds_concept_group", format_func=lambda g: plain(names[g][:1].upper() + names[g][1:]))
-    st.caption(plain("Most bits share first (most effect where the run has no bits); each picture: a crop around the "
-                     "concept's peak in one of its top images, the concept map over it on one scale per concept."))
-    for _, row in dc.ordered_concepts(table, group).iterrows():
+    order = c2.radio("Order by", dc.ORDERS, key="ds_concept_order", horizontal=True,
+                     help="Bits share: where the class's information lies. Effect: what the decision needs; a cue "
+                          "the class keeps through pure noise carries few bits, yet its effect shows it.")
+    st.caption(plain(f"Most {order} first; each picture: a crop around the concept's peak in one of its top images, "
+                     "the concept map over it on one scale per concept."))
+    for _, row in dc.ordered_concepts(table, group, order).iterrows():
         k = int(row["concept"])
         with st.container(border=True, key=f"ds_concept_{group}_{k}"):
             text, pictures = concept_columns()

@@ -51,6 +51,10 @@ def test_a_class_s_concepts_come_most_bits_share_first_and_by_effect_without_bit
     no_bits = pd.DataFrame([concept("all", 0, NAN, 0.1, target=pd.NA), concept("all", 1, NAN, 0.3, target=pd.NA),
                             concept("all", 2, NAN, -0.05, target=pd.NA)])
     assert list(dc.ordered_concepts(no_bits, "all")["concept"]) == [1, 0, 2]
+    # by effect: a concept with few bits but the whole effect first (ties by bits share)
+    assert list(dc.ordered_concepts(table, "class-0", by="effect")["concept"]) == [2, 0, 1]
+    with pytest.raises(ValueError):
+        dc.ordered_concepts(table, "class-0", by="area")
 
 
 def test_flagged_concepts_come_first_and_the_groups_are_the_classes_then_the_whole_run() -> None:

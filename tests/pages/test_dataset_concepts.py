@@ -106,6 +106,22 @@ def test_the_atlas_lists_each_class_s_concepts_by_bits_share_with_their_strips(s
                 dc.STRIP_IMAGES, len(dc.concept_rows(concepts, group, int(row["concept"]))))
 
 
+def test_the_atlas_orders_by_effect_on_request(shortcut) -> None:
+    """A cue the class keeps through pure noise carries few bits, yet the effect shows it: the atlas orders by it on
+    request (on this run both orders agree; tests/app/test_app_dataset_concepts.py has concepts where they differ)."""
+    run_dir, _, _ = shortcut
+    concepts = open_concepts(run_dir)
+    at = opened(run_dir)
+    at.selectbox(key="ds_concept_group").set_value("class-1").run()
+    at.radio(key="ds_concept_order").set_value("effect").run()
+    assert_clean(at)
+    rows = dc.ordered_concepts(concepts.concepts, "class-1", "effect")
+    assert concept_titles(at) == [dc.concept_title(r) for _, r in rows.iterrows()]
+    effects = rows["effect"].to_list()
+    assert effects == sorted(effects, reverse=True)
+    assert any(c.value.startswith("Most effect first") for c in at.caption)
+
+
 def test_show_its_images_narrows_the_table_and_gallery_and_outlines_the_concept(shortcut) -> None:
     run_dir, _, keys = shortcut
     concepts = open_concepts(run_dir)
