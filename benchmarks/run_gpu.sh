@@ -21,6 +21,8 @@ if [[ $what == bench || $what == all ]]; then
   # folder runs (issue 22): ResNet-50 Per-Sample (goal ≥ 100 images/s) and the Readout (goal ≥ 1,000 images/s)
   python3 benchmarks/bench_folder.py --model resnet50 --weights random --device cuda --images 512 --batch-images 64 \
     --precision auto 2>&1 | tee "$LOGS/bench_folder.txt"
+  # concepts (issue 41): seconds and peak memory per 1,000 images, NMF and the streamed MiniBatchNMF
+  python3 benchmarks/bench_concepts.py --device cuda --images 512 --stream 2>&1 | tee "$LOGS/bench_concepts.txt"
 fi
 if [[ $what == sweep || $what == all ]]; then
   python3 benchmarks/bench_per_sample.py --device cuda --sweep --repeats 5 --models resnet50 --compile default,reduce-overhead 2>&1 | tee "$LOGS/bench_compile.txt"

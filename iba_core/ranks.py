@@ -7,7 +7,8 @@ here is then a no-op.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from . import settings
 
@@ -32,6 +33,36 @@ def rank_device(device: str) -> str:
 def shard(items: Sequence, rank: int, world: int) -> list:
     """The items rank `rank` of `world` handles: every world-th one, starting at rank."""
     return list(items[rank::world])
+
+
+def _can_join() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return dist.is_available() and settings.torchrun_rendezvous()
+
+
+@contextmanager
+def joined(world: int) -> Iterator[bool]:
+    """Join torchrun's process group for a block that meets the other ranks several times (`meet_ranks` then only
+    waits at a barrier: joining and leaving per meeting can hang while a rank still leaves the last one); left on
+    exit, also on error. Yields whether the ranks can meet (False for one process, or without a rendezvous)."""
+    if world <= 1 or not _can_join():
+        yield False
+        return
+    import datetime
+
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    try:
+        yield True
+    finally:
+        if created:
+            dist.destroy_process_group()
 
 
 def meet_ranks(world: int) -> bool:

@@ -5,8 +5,10 @@ and the README stays a short landing page whose links all lead somewhere."""
 from __future__ import annotations
 
 import html
+import importlib
 import inspect
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -134,3 +136,49 @@ def test_the_serving_page_quotes_the_budgets_refusal_as_the_code_words_it():
         said = user_message(refused, "app")
     quoted = re.search(r"\n> (These yardsticks.*?)\n\n", (ROOT / "docs/operations/serving.md").read_text(), re.S)
     assert quoted is not None and " ".join(quoted.group(1).replace("\n> ", " ").split()) == said
+
+
+def test_the_concepts_page_states_the_thresholds_the_code_uses():
+    """docs/concepts.md gives each threshold as `NAME` (value): each such name is a constant of a module of
+    iba_core.concepts with that value, and the default `k_max` is ConceptSettings' (a changed threshold changes the
+    page, or this fails)."""
+    concepts = pytest.importorskip("iba_core.concepts")
+    text = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    stated = {name: float(value.replace(",", ""))
+              for name, value in re.findall(r"`([A-Z][A-Z_]+)`\s+\((\d[\d,]*(?:\.\d+)?)\)", text)}
+    assert {"USE_SHARE", "LARGE_SHARE", "LARGE_EFFECT"} <= set(stated), stated
+    found: dict[str, object] = {}
+    for info in pkgutil.iter_modules(concepts.__path__):
+        module = importlib.import_module(f"{concepts.__name__}.{info.name}")
+        found.update({name: getattr(module, name) for name in stated if hasattr(module, name)})
+    wrong = {name: (value, found.get(name)) for name, value in stated.items()
+             if found.get(name) != pytest.approx(value)}
+    assert not wrong, f"docs/concepts.md states (page, code): {wrong}"
+    k_max = re.search(r"`k_max`\s+\(default (\d+)\)", text)
+    assert k_max and int(k_max.group(1)) == concepts.ConceptSettings().k_max
+
+
+def documented_columns(text: str, table: str) -> set[str]:
+    """The column names of the table of columns that follows the line naming `table` (**`name`**) on a page."""
+    after = text.split(f"**`{table}`**", 1)[1].split("\n\n", 2)[1]
+    return {m.group(1) for line in after.splitlines() if (m := re.match(r"\| `(\w+)` \|", line))}
+
+
+def test_the_concepts_page_lists_the_columns_the_tables_have(tmp_path):
+    """docs/concepts.md's column tables name exactly the columns of the tables a concept set holds (as
+    open_concepts reads them, and as concepts.parquet and concept_images.parquet are written from them)."""
+    concepts = pytest.importorskip("iba_core.concepts")
+    text = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    empty = tmp_path / "run" / "concepts" / "a-set"
+    empty.mkdir(parents=True)
+    (empty / "concepts.json").write_text('{"format": 1, "created": 0}', encoding="utf-8")
+    found = concepts.open_concepts(tmp_path / "run")
+    for table, frame in (("concepts.parquet", found.concepts), ("concept_images.parquet", found.images)):
+        page, code = documented_columns(text, table), set(frame.columns)
+        assert page == code, f"{table}: the page lacks {sorted(code - page)}, has {sorted(page - code)} too many"
+
+
+def test_the_column_reader_reads_the_table_after_the_file_name():
+    text = "**`a.parquet`**, rows:\n\n| column | what |\n| --- | --- |\n| `x` | one |\n| `y` | two |\n\n" \
+           "**`b.parquet`**:\n\n| column | what |\n| --- | --- |\n| `z` | three |\n"
+    assert documented_columns(text, "a.parquet") == {"x", "y"} and documented_columns(text, "b.parquet") == {"z"}

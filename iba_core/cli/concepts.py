@@ -24,6 +24,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-whole-run", action="store_true", help="no concepts of all the run's images together")
     p.add_argument("--seed", type=int, default=0, help="seed of the factorisation's sampling (default: 0)")
     p.add_argument("--batch", type=positive_int, default=8, help="images per batch (default: 8)")
+    p.add_argument("--words-model", default=None, metavar="CLIP",
+                   help="a CLIP model (clip:FOLDER or clip:ORG/NAME) that names each concept: the prompts that best "
+                   "match its top crops (a short built-in list plus --prompt)")
+    p.add_argument("--prompt", nargs="+", default=(), metavar="TEXT", help="words to try besides the built-in list")
     p.set_defaults(func=run)
 
 
@@ -48,14 +52,37 @@ def run(args: argparse.Namespace) -> int:
     finally:
         close()
     found = open_concepts(run_dir, summary.set_dir.name)
+    if args.words_model:
+        found = _add_words(args, run_, network, found)
     for group in summary.done + summary.skipped:
         rows = found.concepts[found.concepts["group"] == group]
         print_json({"group": group, "class_name": rows["class_name"].iloc[0] if len(rows) else None,
                     "k": int(rows["k"].iloc[0]) if len(rows) else 0,
                     "bits_share": [round(float(v), 4) for v in rows["bits_share"]],
                     "effect": [round(float(v), 4) for v in rows["effect"]],
-                    "flagged": {int(c): r for c, r in zip(rows["concept"], rows["flag_reasons"]) if r}})
+                    "flagged": {int(c): r for c, r in zip(rows["concept"], rows["flag_reasons"]) if r},
+                    **({"words": {int(c): [w for w, _ in found.words_of(_target(rows), int(c))[:3]]
+                                  for c in rows["concept"]}} if found.words is not None else {})})
     print_json({"concepts": str(summary.set_dir), "done": summary.done, "skipped": summary.skipped,
                 "images": summary.images, "unreadable": summary.unreadable[:5], "damaged": summary.damaged,
                 "seconds": round(summary.seconds, 1), "missing": found.missing})
     return 0
+
+
+def _target(rows) -> int | None:
+    import pandas as pd
+
+    return None if not len(rows) or pd.isna(rows["target"].iloc[0]) else int(rows["target"].iloc[0])
+
+
+def _add_words(args: argparse.Namespace, run_, network, found):
+    """Name the concepts with the CLIP model of --words-model; the concept set reopened with its words."""
+    from ..concepts import open_concepts
+    from ..concepts.crops import words_table
+    from ..concepts.store import write_words
+    from ..networks import load_network
+    from .common import trust_from_args
+
+    clip = load_network(args.words_model, device=args.device, trust=trust_from_args(args))
+    write_words(found.path, words_table(run_, network, found, clip, tuple(args.prompt)))
+    return open_concepts(run_.path, found.path.name)

@@ -5,7 +5,7 @@ when a concept is removed or kept alone (`layer_pass`), written into the run fol
 Two passes per group over its images, in batches (never all activations in memory): the fit pass samples at most
 `FIT_ROWS` location vectors (an even share per image, seeded) and factorises them with NMF — or, for groups of more
 than `STREAM_IMAGES` images, streams them through MiniBatchNMF — and the measure pass finds every image's
-coefficients with the concepts fixed, its maps and numbers, and runs the removal checks (2K + 1 rows of the
+coefficients with the concepts fixed, its maps and numbers, and runs the removal checks (2K + 2 rows of the
 network's rest per image). Resumable by group: a finished group is skipped, a damaged one redone. Under torchrun,
 rank 0 fits, every rank measures its share of the images, and rank 0 writes the group's table.
 """
@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -117,7 +117,8 @@ def plan(network, run, settings: ConceptSettings) -> Plan:
     groups = [(store.group_name(c), c, [i for i in items if i.target == c]) for c in classes]
     if settings.whole_run:
         groups.append((store.ALL, None, items))
-    identity = {"layer": layer, "k": settings.k, "k_max": None if settings.k else settings.k_max, "method": method,
+    identity = {"format": store.SET_FORMAT, "layer": layer, "k": settings.k,
+                "k_max": None if settings.k else settings.k_max, "method": method,
                 "seed": settings.seed, "transform": TRANSFORM, "fit_rows": settings.fit_rows,
                 "run": {"network": info.get("network"), "weights": info.get("weights")}}
     return Plan(layer, method, identity, groups, names)
@@ -162,7 +163,7 @@ def _sample_rows(positive: torch.Tensor, items: Sequence[Item], per_image: int, 
 
 
 def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettings, unreadable: list[str],
-              tick: Callable[[int], None]) -> tuple[np.ndarray, dict]:
+              tick: Callable[[int, str], None]) -> tuple[np.ndarray, dict]:
     """A group's concepts W and what chose them (k, curve, error, solver, negative share, rows fitted)."""
     cells = None
     per_image = 1
@@ -172,7 +173,7 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
     def sampled(batch: Sequence[Item]) -> np.ndarray:
         nonlocal cells, per_image, negative, total
         kept, x = _load(lp.network, run, batch, unreadable)
-        tick(len(batch))
+        tick(len(batch), "fit")
         if x is None:
             return np.zeros((0, 0), dtype=np.float32)
         grid = lp.read(x).grid
@@ -190,25 +191,37 @@ def fit_group(lp: LayerPass, run, items: Sequence[Item], settings: ConceptSettin
         data = np.concatenate(rows)
         k, curve = (settings.k, []) if settings.k else factorise.choose_k(data, settings.k_max, settings.seed)
         factors = factorise.fit(data, k, settings.seed)
-        factors.curve = curve
-    else:  # the elbow on the first images' rows, then every batch once through MiniBatchNMF
-        head = np.concatenate([sampled(b) for b in _batches(items[:settings.batch_images * 8], settings.batch_images)])
-        k, curve = (settings.k, []) if settings.k else factorise.choose_k(head, settings.k_max, settings.seed)
-        factors = factorise.stream((sampled(b) for b in _batches(items, settings.batch_images)), k, settings.seed)
-        factors.curve = curve
+    else:  # the elbow on the first batches' rows; then those and every later batch once through MiniBatchNMF
+        first = settings.batch_images * 8
+        rows = [r for b in _batches(items[:first], settings.batch_images) if len(r := sampled(b))]
+        k, curve = (settings.k, []) if settings.k else factorise.choose_k(np.concatenate(rows), settings.k_max,
+                                                                          settings.seed)
+
+        def every() -> Iterator[np.ndarray]:
+            yield from rows
+            for batch in _batches(items[first:], settings.batch_images):
+                more = sampled(batch)
+                rows.append(more[:0])  # counted below by its length only
+                counted.append(len(more))
+                yield more
+
+        counted: list[int] = []
+        factors = factorise.stream(every(), k, settings.seed)
+        rows.append(np.zeros((sum(counted), 0), dtype=np.float32))
+    factors.curve = curve
     info = {"k": factors.k, "curve": factors.curve, "error": factors.error, "solver": factors.solver,
             "negative_share": negative / total if total > 0 else 0.0, "rows": int(sum(len(r) for r in rows))}
     return factors.components, info
 
 
 def _variants(positive: torch.Tensor, negative: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(2K, C, h, w): the layer's grid with each concept's part removed (first K) and kept alone (last K). A
-    concept's part of the positive activations is min(U_k W_k, P): never more than is there; the negative part is
-    kept in both."""
+    """(2K + 1, C, h, w): the layer's grid with each concept's part removed (first K), kept alone (next K), and with
+    no positive activation at all (the last: the baseline "nothing kept"). A concept's part of the positive
+    activations is min(U_k W_k, P): never more than is there; the negative part is kept in every variant."""
     c, h, wd = positive.shape
     mass = u.T[:, None, :] * w[:, :, None]  # (K, C, h·w): U_k(loc) · W_k
     part = torch.minimum(mass.reshape(len(w), c, h, wd), positive[None])
-    return torch.cat([positive[None] - part + negative[None], part + negative[None]])
+    return torch.cat([positive[None] - part + negative[None], part + negative[None], negative[None]])
 
 
 def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Item], x: torch.Tensor, run,
@@ -225,11 +238,10 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
     for i, item in enumerate(items):
         u = coefficients[i * h * wd:(i + 1) * h * wd]
         grids += [read.grid[i:i + 1], _variants(positive[i], negative[i], torch.from_numpy(u).to(w.device), w)]
-        targets.append(torch.full((2 * factors.k + 1,), item.target, dtype=torch.long))
-    rep = torch.tensor([2 * factors.k + 1] * n)
-    p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids),
-                              None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0),
-                              torch.cat(targets)).reshape(n, -1).cpu().numpy()
+        targets.append(torch.full((2 * factors.k + 2,), item.target, dtype=torch.long))
+    rep = torch.tensor([2 * factors.k + 2] * n)
+    extra = None if read.extra is None else read.extra.repeat_interleave(rep.to(read.extra.device), 0)
+    p = lp.probabilities_with(x.repeat_interleave(rep, 0), torch.cat(grids), extra, torch.cat(targets)).reshape(n, -1).cpu().numpy()
     for i, item in enumerate(items):
         u = coefficients[i * h * wd:(i + 1) * h * wd]
         shares = measures.location_shares(u, factors.components)
@@ -245,8 +257,9 @@ def measure_batch(lp: LayerPass, factors: factorise.Factors, items: Sequence[Ite
             rows.append({"image": item.key, "target": item.target, "fit_index": k, "presence": present[k],
                          "bits": in_concept[k], "total_bits": total, "bits_share": share,
                          # an image uses a concept that holds enough of its bits (of its activation, without bits)
-                         "uses": bool((share if method else present[k]) >= measures.USE_SHARE), "area": areas[k], "p_full": p[i, 0],
-                         "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k], "peak_x": xs[k],
+                         "uses": bool((share if method else present[k]) >= measures.USE_SHARE), "area": areas[k],
+                         "p_full": p[i, 0], "p_without": p[i, 1 + k], "p_only": p[i, 1 + factors.k + k],
+                         "p_none": p[i, -1], "peak_x": xs[k],
                          "peak_y": ys[k], "map_index": len(maps), "map_scale": scale, "grid_h": h, "grid_w": wd})
         maps.append(stored)
     return rows, maps
@@ -268,7 +281,7 @@ def _meet(world: int) -> None:
 
 
 def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, list[Item]], the_plan: Plan,
-             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int], None]) -> None:
+             settings: ConceptSettings, summary: ConceptsSummary, tick: Callable[[int, str], None]) -> None:
     """One group, start to end: its fit (rank 0, or the one committed before), this rank's measure pass, and (rank 0,
     after every rank) its table."""
     from ..ranks import shard
@@ -278,27 +291,29 @@ def do_group(lp: LayerPass, run, folder: Path, group: tuple[str, int | None, lis
     rank, world = _rank_place()
     fitted = store.read_fit(folder, name)
     if fitted is None and rank == 0:
-        store.write_fit(folder, name, *fit_group(lp, run, items, settings, summary.unreadable, tick))
+        store.write_fit(folder, name, *fit_group(lp, run, items, settings, summary.unreadable,
+                                                 lambda n, phase: tick(n, f"{phase} {name}")))
     else:
-        tick(len(items))
+        tick(len(items), f"fit {name}")
     _meet(world)
     fitted = store.read_fit(folder, name)
     if fitted is None:
         raise UserError(f"The fit of {name} is missing from {folder}; run the concepts again.")
     factors = factorise.Factors(fitted[0], float(fitted[1]["error"]), fitted[1]["curve"], fitted[1]["solver"])
+    fit_id = store.fit_id(fitted[0])
     rows, maps = [], []
     for batch in _batches(shard(items, rank, world), settings.batch_images):
         kept, x = _load(lp.network, run, batch, summary.unreadable)
         if x is not None:
             more, more_maps = measure_batch(lp, factors, kept, x, run, the_plan.method)
-            rows += [dict(r, map_index=r["map_index"] + len(maps)) for r in more]
+            rows += [dict(r, map_index=r["map_index"] + len(maps), fit=fit_id) for r in more]
             maps += more_maps
-        tick(len(batch))
+        tick(len(batch), f"measure {name}")
     store.write_part(folder, name, rank, rows, maps)
     _meet(world)
     if rank == 0:
         class_name = "all images" if target is None else the_plan.class_names.get(target, f"class {target}")
-        table = group_table(store.read_group_images(folder, name), name, target, class_name, fitted[1])
+        table = group_table(store.read_group_images(folder, name, fit_id), name, target, class_name, fitted[1])
         store.write_group(folder, name, table)
 
 
@@ -306,7 +321,9 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
                   progress: Progress | None = None) -> ConceptsSummary:
     """Find the concepts of a folder run (made with `network`) per class and for the whole run, into a concept set
     in the run folder (`store`); resumable: finished groups are skipped, damaged ones redone. `progress(done, total,
-    label)` after every batch (images read, both passes counted)."""
+    label)` after every batch (images read, both passes counted; the label names the pass and the group: "fit
+    class-3", "measure all")."""
+    from ..ranks import joined
     from ..runs.tables import open_run
 
     started = time.monotonic()
@@ -317,24 +334,67 @@ def find_concepts(network, run_dir, settings: ConceptSettings | None = None,
     the_plan = plan(network, run, settings)
     folder = store.start_set(run.path, the_plan.identity)
     summary = ConceptsSummary(folder)
-    if _rank_place()[0] == 0:
-        summary.damaged = [u for u, _ in store.heal(folder)]
-    done = store.done_groups(folder)
-    todo = [g for g in the_plan.groups if g[0] not in done]
-    summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
-    total, count = 2 * sum(len(g[2]) for g in todo), [0]
+    rank, world = _rank_place()
+    with joined(world):
+        if rank == 0:
+            summary.damaged = [u for u, _ in store.heal(folder)]
+        _meet(world)  # no rank reads the set while rank 0 moves damaged files aside
+        done = store.done_groups(folder)
+        todo = [g for g in the_plan.groups if g[0] not in done]
+        summary.skipped = [g[0] for g in the_plan.groups if g[0] in done]
+        total, count = 2 * sum(len(g[2]) for g in todo), [0]
 
-    def tick(n: int) -> None:
-        count[0] += n
-        if progress is not None:
-            progress(count[0], total, "concepts")
+        def tick(n: int, label: str) -> None:
+            count[0] += n
+            if progress is not None:
+                progress(count[0], total, label)
 
-    lp = LayerPass(network, the_plan.layer)
-    for group in todo:
-        do_group(lp, run, folder, group, the_plan, settings, summary, tick)
-        summary.done.append(group[0])
-        if _rank_place()[0] == 0:
-            store.write_tables(folder)
+        lp = LayerPass(network, the_plan.layer)
+        for group in todo:
+            do_group(lp, run, folder, group, the_plan, settings, summary, tick)
+            summary.done.append(group[0])
+            if rank == 0:
+                store.write_tables(folder)
     summary.images = len({i.key for g in the_plan.groups for i in g[2]})
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def estimate_seconds(network, run_dir, settings: ConceptSettings | None = None, sample: int = 2) -> float:
+    """About how long `find_concepts` will take, measured on `sample` of the run's images on this machine: each
+    image's two passes (read; coefficients, maps and the 2K + 2 removal checks) scaled to the groups' images, plus
+    each group's fits (one NMF fit of the sample's rows timed, scaled by rows where a group has more: a fit's
+    time is mostly its fixed cost on small groups, proportional to its rows on large ones)."""
+    from ..runs.tables import open_run
+
+    settings = settings or ConceptSettings()
+    run = open_run(run_dir)
+    the_plan = plan(network, run, settings)
+    lp = LayerPass(network, the_plan.layer)
+    items = the_plan.groups[0][2][:sample]
+    kept, x = _load(network, run, items, [])
+    if x is None:
+        raise UserError("None of the run's first images can be read now.")
+    lp.read(x[:1])  # the first pass builds and caches what later passes reuse: not timed
+    started = time.perf_counter()
+    kept, x = _load(network, run, items, [])
+    grid = lp.read(x).grid
+    read = (time.perf_counter() - started) / len(kept)
+    rows = grid.clamp(min=0).flatten(2).transpose(1, 2).reshape(-1, grid.shape[1]).cpu().numpy()
+    k = settings.k or settings.k_max
+    factorise.fit(rows[:64], 2, settings.seed)  # scikit-learn's first call imports and compiles: not timed
+    started = time.perf_counter()
+    factors = factorise.fit(rows, k, settings.seed)
+    one_fit = time.perf_counter() - started
+    started = time.perf_counter()
+    measure_batch(lp, factors, kept, x, run, the_plan.method)
+    measure = (time.perf_counter() - started) / len(kept)
+    cells = grid.shape[2] * grid.shape[3]
+    seconds = 0.0
+    for _, _, group in the_plan.groups:
+        fit_rows = min(settings.fit_rows, len(group) * cells)
+        fits = one_fit * max(1.0, fit_rows / len(rows))
+        elbow = 0.0 if settings.k else (k - factorise.K_MIN + 1) * one_fit * max(1.0, min(factorise.ELBOW_ROWS,
+                                                                                           fit_rows) / len(rows))
+        seconds += len(group) * (2 * read + measure) + fits + elbow
+    return seconds

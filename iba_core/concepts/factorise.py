@@ -84,7 +84,8 @@ def fit(rows: np.ndarray, k: int, seed: int = 0) -> Factors:
 
 def elbow(curve: list[tuple[int, float]]) -> int:
     """The K of the curve's elbow: the point farthest below the straight line from its first to its last point,
-    both axes scaled to 0–1 (Kneedle's rule); the first K when the curve is flat or has fewer than three points."""
+    both axes scaled to 0–1 (Kneedle's rule); the first K when the curve is flat, has no point below the chord (a
+    straight line) or has fewer than three points."""
     if len(curve) < 3:
         return curve[0][0]
     ks = np.array([k for k, _ in curve], dtype=np.float64)
@@ -95,6 +96,8 @@ def elbow(curve: list[tuple[int, float]]) -> int:
     x = (ks - ks[0]) / (ks[-1] - ks[0])
     y = (es - es[-1]) / span  # 1 at the first K, 0 at the last
     below = (1 - x) - y  # the chord minus the curve: positive where the curve bends below it
+    if not below.max() > 1e-9:  # a straight line (or bowed up) has no elbow; rounding noise must not pick one
+        return int(ks[0])
     return int(ks[int(np.argmax(below))])
 
 

@@ -25,10 +25,13 @@ FIXED_SPREAD = 0.10
 FIXED_IMAGES = 3
 #: … or *minority* (used by fewer than this share of its group's images) …
 MINORITY = 0.5
-#: … yet *large*: at least this share of the group's bits, or this mean drop of p(target) when removed, and among
-#: the group's top TOP_RANK concepts by bits share or by effect.
+#: … yet *large*: at least this share of the group's bits, or this mean drop of p(target) when removed, or kept
+#: alone it keeps at least this share of what p(target) gains over "nothing kept" — and among the group's top
+#: TOP_RANK concepts by that figure.
+#: Removal alone misses a cue that several concepts share (each removal leaves the others); keeping it alone does not.
 LARGE_SHARE = 0.25
 LARGE_EFFECT = 0.25
+LARGE_KEPT = 0.5
 TOP_RANK = 3
 
 
@@ -107,17 +110,21 @@ class ConceptFigures:
     images: int
     bits_rank: int  # 1 = most bits share in its group (0: no bits)
     effect_rank: int  # 1 = largest effect in its group
+    kept: float = float("nan")  # (p_only − p_none) / (p_full − p_none): how much of p(target) it keeps alone
+    kept_rank: int = 0  # 1 = keeps the most alone
 
 
 def shortcut_reasons(c: ConceptFigures) -> list[str]:
     """Why a concept is a shortcut candidate (empty: it is not): it is small, fixed in place or used by a minority of
-    its group's images, yet carries a large share of the bits or of the effect (and ranks in its group's top
-    TOP_RANK by one of them)."""
+    its group's images, yet carries a large share of the bits or of the effect — removed, p(target) drops; kept
+    alone, p(target) stays — and ranks in its group's top TOP_RANK by that figure."""
     large = []
     if c.bits_share == c.bits_share and c.bits_share >= LARGE_SHARE and 0 < c.bits_rank <= TOP_RANK:
         large.append(f"carries {c.bits_share:.0%} of the bits")
     if c.effect >= LARGE_EFFECT and c.effect_rank <= TOP_RANK:
         large.append(f"removing it lowers p(class) by {c.effect:.2f}")
+    if c.kept == c.kept and c.kept >= LARGE_KEPT and 0 < c.kept_rank <= TOP_RANK:
+        large.append(f"alone it keeps {c.kept:.0%} of p(class)")
     if not large:
         return []
     odd = []

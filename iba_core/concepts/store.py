@@ -43,22 +43,27 @@ if TYPE_CHECKING:
 CONCEPTS, SET_FILE = "concepts", "concepts.json"
 FITS, PARTS, MAPS, GROUPS, DAMAGED = "fits", "parts", "maps", "groups", "damaged"
 TABLE, IMAGE_TABLE = "concepts.parquet", "concept_images.parquet"
-SET_FORMAT = 1
+#: Words for the concepts (a CLIP model's best prompts for each concept's top crops), when asked for.
+WORDS = "words"
+SET_FORMAT = 2
 SUMS = ".sha256"
 ALL = "all"
 #: The columns of the concept table (one row per group × concept), with their pandas types.
 CONCEPT_COLUMNS: dict[str, str] = {
     "target": "Int64", "class_name": "str", "group": "str", "concept": "int64", "fit_index": "int64", "k": "int64",
     "images": "int64", "images_using": "int64", "bits_share": "float64", "p_full": "float64",
-    "p_without": "float64", "p_only": "float64", "effect": "float64", "area": "float64", "peak_spread": "float64",
-    "negative_share": "float64", "flagged": "bool", "flag_reasons": "str", "top_images": "str",
+    "p_without": "float64", "p_only": "float64", "p_none": "float64", "effect": "float64", "kept": "float64",
+    "area": "float64", "peak_spread": "float64", "negative_share": "float64", "fit_error": "float64",
+    "flagged": "bool", "flag_reasons": "str", "top_images": "str",
 }
 #: The columns of the image table (one row per image × concept of a group).
 IMAGE_COLUMNS: dict[str, str] = {
     "image": "str", "target": "Int64", "group": "str", "fit_index": "int64", "presence": "float64",
     "bits": "float64", "total_bits": "float64", "bits_share": "float64", "uses": "bool", "area": "float64",
-    "p_full": "float64", "p_without": "float64", "p_only": "float64", "peak_x": "float64", "peak_y": "float64",
+    "p_full": "float64", "p_without": "float64", "p_only": "float64", "p_none": "float64", "peak_x": "float64",
+    "peak_y": "float64",
     "map_file": "str", "map_index": "int64", "map_scale": "float64", "grid_h": "int64", "grid_w": "int64",
+    "fit": "str",  # the fit the row was measured with (`fit_id`): rows of an earlier fit of the group are left out
 }
 
 
@@ -77,10 +82,19 @@ def set_name(identity: dict) -> str:
 def start_set(run_dir: str | os.PathLike, identity: dict) -> Path:
     """The set folder for `identity` inside the run, created with its concepts.json (kept when it exists)."""
     folder = Path(run_dir) / CONCEPTS / set_name(identity)
-    if not (folder / SET_FILE).is_file():
-        info = {"format": SET_FORMAT, **identity, "versions": versions(), "created": time.time()}
+    if read_info(folder) is None:  # new, or damaged: rewritten (its name is its identity's hash)
+        info = {**identity, "versions": versions(), "created": time.time()}
         write_atomic(folder / SET_FILE, lambda tmp: tmp.write_text(json.dumps(info, indent=1), encoding="utf-8"))
     return folder
+
+
+def read_info(folder: Path) -> dict | None:
+    """A set's concepts.json, or None when it is missing or damaged."""
+    try:
+        info = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JSON and UTF-8 errors are ValueErrors
+        return None
+    return info if isinstance(info, dict) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,13 +216,24 @@ def write_part(folder: Path, group: str, rank: int, rows: list[dict], maps: list
                                                                                     IMAGE_COLUMNS))})
 
 
-def read_group_images(folder: Path, group: str) -> "pd.DataFrame":
-    """Every intact part's rows of a group."""
+def fit_id(components: np.ndarray) -> str:
+    """A fit's short identity: the hash of its concepts W."""
+    return hashlib.sha256(np.ascontiguousarray(components, dtype=np.float32).tobytes()).hexdigest()[:12]
+
+
+def read_group_images(folder: Path, group: str, fit: str | None = None) -> "pd.DataFrame":
+    """Every intact part's rows of a group, one per (image, concept), measured with the fit `fit` (default: the
+    group's committed fit): a part left by an earlier attempt with another fit or more processes is not mixed in."""
     import pandas as pd
 
+    if fit is None:
+        fitted = read_fit(folder, group)
+        fit = fit_id(fitted[0]) if fitted is not None else None
     frames = [pd.read_parquet(inside(folder, f"{u}.parquet")) for u in units(folder, PARTS, f"{group}-r")
               if check_unit(folder, u) is None]
-    return typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), IMAGE_COLUMNS)
+    frame = typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), IMAGE_COLUMNS)
+    frame = frame[frame["fit"] == fit]
+    return frame.drop_duplicates(["image", "fit_index"], keep="last").reset_index(drop=True)
 
 
 def write_group(folder: Path, group: str, table: "pd.DataFrame") -> None:
@@ -226,6 +251,11 @@ def write_tables(folder: Path) -> None:
     for name, frame in ((TABLE, cs.concepts), (IMAGE_TABLE, cs.images)):
         data = frame_bytes(frame)
         write_atomic(folder / name, lambda tmp, data=data: tmp.write_bytes(data))
+
+
+def write_words(folder: Path, frame: "pd.DataFrame") -> None:
+    """The words of the set's concepts (`crops.words_table`), replacing earlier ones."""
+    commit(folder, WORDS, {f"{WORDS}.parquet": frame_bytes(frame)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +298,24 @@ class ConceptSet:
                 f"{'are' if len(self.damage) != 1 else 'is'} damaged ({self.damage[0][0]}: {self.damage[0][1]}), so "
                 f"the concepts of {', '.join(groups[:4])}{' …' if len(groups) > 4 else ''} are left out; the next "
                 "concepts run redoes them.")
+
+    @property
+    def words(self) -> "pd.DataFrame | None":
+        """Words for the concepts (group, concept, word, score, rank), or None when none were found (or the file
+        is damaged)."""
+        import pandas as pd
+
+        if not (self.path / f"{WORDS}{SUMS}").is_file() or check_unit(self.path, WORDS) is not None:
+            return None
+        return pd.read_parquet(inside(self.path, f"{WORDS}.parquet"))
+
+    def words_of(self, target: int | None, concept: int) -> list[tuple[str, float]]:
+        """A concept's words, best first, with their scores ([] without words)."""
+        words = self.words
+        if words is None:
+            return []
+        rows = words[(words["group"] == group_name(target)) & (words["concept"] == concept)].sort_values("rank")
+        return [(str(w), float(s)) for w, s in zip(rows["word"], rows["score"])]
 
     def group(self, target: int | None) -> "pd.DataFrame":
         """The concept rows of a class (None: the whole run), in their order."""
@@ -312,7 +360,10 @@ def open_concepts(run_dir: str | os.PathLike, name: str | None = None) -> Concep
     folder = inside(Path(run_dir) / CONCEPTS, name)
     if not (folder / SET_FILE).is_file():
         raise RunFolderError(f"The run has no concept set {name!r}; it has {', '.join(sets) or 'none'}.")
-    info = json.loads((folder / SET_FILE).read_text(encoding="utf-8"))
+    info = read_info(folder)
+    if info is None:
+        raise RunFolderError(f"The concept set {name} is damaged: its {SET_FILE} cannot be read. The next concepts "
+                             "run with the same settings rewrites it.")
     damage = [(u, why) for kind in (FITS, PARTS, GROUPS) for u in units(folder, kind)
               if (why := check_unit(folder, u)) is not None]
     bad = {_group_of(u) for u, _ in damage}
