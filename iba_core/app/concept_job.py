@@ -1,9 +1,9 @@
 """Concept discovery started from the Dataset page (issue #41): `concepts.find_concepts` on a background thread, one
 per server, with its progress, its time estimated before it starts, and Stop.
 
-    estimate = time_one_image(shared, run, settings, trust)    # one image timed: its pace, before it starts
+    told = estimate(shared, run, settings, trust).text()       # its time, before it starts
     job = start_concept_job(shared, run, settings, trust, owner=session)
-    job.progress()                                              # (done, total, "class-0: activations …")
+    job.text()                                                  # "30 / 48 image passes · measure class-1 · 12 s"
 
 The job holds the shared network's lock, but at each of its progress steps lets a page of another session that
 waits for it go first (`state.sharing`), so other pages stay usable. Stop ends it at its next progress step: the
@@ -103,9 +103,10 @@ class ConceptJob:
             self.finished = time.time()
 
     def text(self) -> str:
-        """The job's progress in one line: 'N / M steps · label · S s'."""
+        """The job's progress in one line: 'N / M image passes · label · S s' (each image is read twice per group:
+        for the fit, then for its maps and measures)."""
         seconds = (self.finished or time.time()) - self.started
-        steps = f"{self.done} / {self.total} steps · " if self.total else ""
+        steps = f"{self.done} / {self.total} image passes · " if self.total else ""
         return f"{steps}{self.label} · {duration(seconds)}"
 
 
@@ -120,56 +121,30 @@ def current_job() -> ConceptJob | None:
 
 @dataclass(frozen=True)
 class ConceptEstimate:
-    """One image of the run timed through concept discovery's network passes, before it starts: `seconds` per image
-    and group (reading the layer twice, for the fit and for the measures, and the 2K + 1 passes of the effect at the
-    K given, else at the largest K the elbow may choose), the `images` of all groups together (an image is in its
-    class's group and in the whole run's), and the groups."""
+    """Concept discovery's time before it starts (`concepts.discover.estimate_seconds`: a few of the run's images
+    timed through both passes and one fit, scaled to every group), with the groups and their images."""
 
     seconds: float
     images: int
     groups: int
-    k: int
-    k_given: bool
 
     def text(self) -> str:
         """What the form says before it starts."""
-        k = f"K = {self.k}" if self.k_given else f"K up to {self.k} (auto)"
-        return (f"Estimate: one image took {self.seconds:.3g} s through the layer and the effect's "
-                f"{2 * self.k + 1} passes ({k}) here just now, so the {count_of(self.groups, 'group')} "
-                f"({self.images} images in all) take about {duration(self.seconds * self.images)}, plus fitting the "
-                "concepts of each group (scikit-learn's NMF, not timed here). Other work on this machine makes it "
-                "slower.")
+        return (f"Estimate: the {count_of(self.groups, 'group')} ({self.images} images in all: an image counts in "
+                f"its class and in the whole run) take about {duration(self.seconds)} here (two images and one fit "
+                "timed just now, scaled to every group). Other work on this machine makes it slower.")
 
 
-def time_one_image(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust) -> ConceptEstimate:
-    """Time the run's first image through concept discovery's passes (`ConceptEstimate`) under the network's lock;
-    the run and network checked as `find_concepts` checks them, the image folder against `trust` first."""
-    import torch
-
-    from ..concepts.discover import plan
-    from ..concepts.layer_pass import LayerPass
+def estimate(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust) -> ConceptEstimate:
+    """How long finding `run`'s concepts with `settings` should take (`ConceptEstimate`), timed under the network's
+    lock; the image folder checked against `trust` first, the run and network as `find_concepts` checks them."""
+    from ..concepts.discover import estimate_seconds, plan
 
     check_server_path(run.source, trust, what="image folder", folder=True)
-    network = shared.network
-    the_plan = plan(network, run, settings)  # a run of another network, a prompt run, a class it lacks: refused
-    first = the_plan.groups[0][2][0]
-    pre = network.preprocess
-    x = pre.normalise(pre.crop(pre.load(run.image_path(first.row))))
-    k = settings.k or settings.k_max
-    rows = 2 * k + 1
-    with shared.busy():
-        lp = LayerPass(network, the_plan.layer)
-        lp.read(x)  # once untimed: the first pass pays for one-time work
-        began = time.perf_counter()
-        read = lp.read(x)
-        reading = time.perf_counter() - began
-        began = time.perf_counter()
-        lp.probabilities_with(x.repeat_interleave(rows, 0), read.grid.repeat_interleave(rows, 0),
-                              None if read.extra is None else read.extra.repeat_interleave(rows, 0),
-                              torch.full((rows,), first.target, dtype=torch.long))
-        effect = time.perf_counter() - began
-    images = sum(len(items) for _, _, items in the_plan.groups)
-    return ConceptEstimate(2 * reading + effect, images, len(the_plan.groups), k, settings.k is not None)
+    groups = plan(shared.network, run, settings).groups  # a run of another network, a prompt run: refused
+    with shared.busy() as network:
+        seconds = estimate_seconds(network, run.path, settings)
+    return ConceptEstimate(float(seconds), sum(len(items) for _, _, items in groups), len(groups))
 
 
 def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust,
@@ -194,5 +169,5 @@ def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSetting
         return _JOB
 
 
-__all__ = ["ConceptEstimate", "ConceptJob", "ConceptRunBusy", "ConceptsStopped", "current_job", "network_mismatch",
-           "start_concept_job", "time_one_image"]
+__all__ = ["ConceptEstimate", "ConceptJob", "ConceptRunBusy", "ConceptsStopped", "current_job", "estimate",
+           "network_mismatch", "start_concept_job"]

@@ -190,8 +190,7 @@ def start_form(run, shared) -> None:
     settings = ConceptSettings(k=None if k is None else int(k), classes=tuple(chosen) or None, whole_run=whole)
     if estimate or pressed:
         with shown_errors():
-            st.session_state["_ds_concepts_estimate"] = concept_job.time_one_image(shared, run, settings,
-                                                                                   app_trust()).text()
+            st.session_state["_ds_concepts_estimate"] = concept_job.estimate(shared, run, settings, app_trust()).text()
     if st.session_state.get("_ds_concepts_estimate"):
         st.info(plain(st.session_state["_ds_concepts_estimate"]), icon=":material/timer:")
     if pressed:
