@@ -2,8 +2,8 @@
 "marked" is told only by a red corner mark) with a concept set found by `find_concepts`: the atlas lists each class's
 concepts in the order of their bits share with their strips, "Show its images" narrows the table and gallery to the
 images that use the concept and outlines it over each overlay, a shortcut candidate leads "What stands out", the
-report gains a concept section, and a run without concepts offers the form that finds them (its time said first,
-the network the run was made with required)."""
+report gains a concept section, a run without concepts offers the form that finds them (its time said first, the
+network the run was made with required), and a damaged concept set opens with what is intact, the rest said."""
 from __future__ import annotations
 
 import io
@@ -223,3 +223,18 @@ def test_a_run_without_concepts_offers_the_form_with_its_time_and_finds_them(sho
     at.run()
     assert_clean(at)
     assert len(concept_titles(at)) == 2  # K = 2, as asked
+
+
+def test_a_damaged_concept_set_opens_with_what_is_intact_and_says_what_is_left_out(shortcut) -> None:
+    run_dir, _, _ = shortcut
+    copy = run_dir.parent / "damaged_concepts"
+    shutil.copytree(run_dir, copy)
+    table = next((copy / "concepts").glob("*/groups/class-1.parquet"))
+    table.write_bytes(table.read_bytes()[:40])  # cut short
+    at = opened(copy)
+    assert not at.error, [e.value for e in at.error]
+    warnings = [w.value.replace("\\", "") for w in at.warning]
+    assert any("damaged" in w and "class-1" in w for w in warnings), warnings
+    options = at.selectbox(key="ds_concept_group").options  # as shown: "Class marked", …
+    assert "Class marked" in options and not any("object" in o for o in options)
+    assert concept_titles(at)  # the intact classes' concepts are shown
