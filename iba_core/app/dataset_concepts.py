@@ -6,7 +6,7 @@ words, the strip of each concept's top crops with its concept map over them, the
     concepts = run_concepts(run)                         # None: the run has no concept set yet
     rows = ordered_concepts(concepts.concepts, "class-0")  # most bits share first
     cells = concept_strip(run, concepts, rows.iloc[0], trust)  # PNGs of its top crops, the concept map over them
-    focus = concept_focus(concepts, "class-0", 2)        # its images, best first, for the table and gallery
+    images = concept_images(concepts, "class-0", 2)      # those that use it, best first: the table and gallery
 
 Pictures are drawn from the image as the network saw it (`dataset_gallery.network_crop`): only where the app's
 trust rules let it read the file, so a concept set cannot make the app show a file it may not read.
@@ -72,6 +72,17 @@ def set_stamp(run: Run) -> tuple | None:
         return None
     folder = Path(run.path) / CONCEPTS / sets[0]
     return (sets[0], *(p.stat().st_mtime_ns for p in (folder, folder / GROUPS) if p.exists()))
+
+
+def set_text(concepts) -> str:
+    """What a concept set was made with, in one sentence (its concepts.json): layer, K, the bits' method, the
+    transform."""
+    info = concepts.info if isinstance(concepts.info, dict) else {}
+    k = f"K = {info['k']} per group" if info.get("k") else (
+        f"K per group at the elbow of the reconstruction error (up to {info.get('k_max') or '?'})")
+    bits = f"the bits of {info['method']}" if info.get("method") else "no bits (the run has no bottleneck method)"
+    return (f"Concept set {Path(str(concepts.path)).name}: layer {info.get('layer', '?')}, {k}, {bits}, "
+            f"the layer's {info.get('transform', 'activations')} factorised.")
 
 
 def group_name(group: str, class_name: object = None) -> str:
@@ -260,8 +271,7 @@ def shortcut_highlights(concepts) -> list[ConceptHighlight]:
     for group, name in groups(table):
         rows = ordered_concepts(table, group)
         for _, row in rows[rows["flagged"].fillna(False).to_numpy(dtype=bool)].iterrows():
-            title = (f"{name[0].upper()}{name[1:]}, {concept_title(row).lower()}: a shortcut candidate "
-                     f"({share_text(row) or 'large effect'})")
+            title = f"{name[0].upper()}{name[1:]}, {concept_title(row).lower()}: a shortcut candidate"
             out.append(ConceptHighlight(title, flag_text(row), concept_caption(row), row,
                                         concept_images(concepts, group, int(row["concept"]))))
     return out
@@ -328,5 +338,4 @@ def report_concepts(run: Run, trust: Trust, n: int = STRIP_IMAGES) -> dict | Non
                           "flagged": bool(row["flagged"]),
                           "cells": [{"image": c.image, "caption": c.caption, "png": c.png} for c in cells]})
         out.append({"name": name[:1].upper() + name[1:], "group": group, "concepts": items})
-    return {"set": str(concepts.info.get("name", "")) if isinstance(concepts.info, dict) else "",
-            "groups": out, "missing": concepts.missing or ""}
+    return {"set": set_text(concepts), "groups": out, "missing": concepts.missing or ""}

@@ -218,9 +218,9 @@ def _flagged_section(flagged: list[dict], flag: float, scale: float | None) -> l
 
 
 def _concepts_section(concepts: dict) -> list[str]:
-    """The concepts found in the run's bottleneck layer (`concepts`: groups [{name, concepts [{title, caption,
-    flag, flagged, cells [{image, caption, png}]}]}], the shortcut candidates first in each group; missing: a
-    sentence on damaged parts left out)."""
+    """The concepts found in the run's bottleneck layer (`concepts`: set, a sentence on what the set was made with;
+    groups [{name, concepts [{title, caption, flag, flagged, cells [{image, caption, png}]}]}], the shortcut
+    candidates first in each group; missing: a sentence on damaged parts left out)."""
     import html
 
     e = html.escape
@@ -229,6 +229,8 @@ def _concepts_section(concepts: dict) -> list[str]:
            "concepts (non-negative matrix factorisation). Bits share: the share of the class's bits that falls where "
            "the concept is active; effect: how much p(target) drops when the concept's part of the layer is removed. "
            "Each picture: a crop around the concept's peak in one of its top images, the concept map over it.</p>"]
+    if concepts.get("set"):
+        out.append(f'<p class="note">{e(str(concepts["set"]))}</p>')
     if concepts.get("missing"):
         out.append(f'<p class="warning">{e(str(concepts["missing"]))}</p>')
     for group in concepts.get("groups", []):

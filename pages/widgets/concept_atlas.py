@@ -90,7 +90,7 @@ def stands_out(run, focus_key: str) -> int:
         with st.container(border=True, key=f"ds_concept_highlight_{i}"):
             text, pictures = concept_columns(HIGHLIGHT_PICTURES, 2)  # fewer, larger: where it sits must read
             text.markdown(f"**{plain(h.title)}**")
-            text.caption(plain(f"Why: {h.reasons}; {dc.used_text(h.row)}."))
+            text.caption(plain(f"Why: {h.reasons}."))
             if text.button(f"Show these {len(h.images)} images", key=f"ds_concept_focus_{i}",
                            icon=":material/filter_alt:", help="In the table and gallery, the concept outlined."):
                 focus_on(run, concepts, h.row, focus_key)
@@ -127,7 +127,7 @@ def atlas_section(run, shared, focus_key: str) -> None:
                      help="Bits share: where the class's information lies. Effect: what the decision needs; a cue "
                           "the class keeps through pure noise carries few bits, yet its effect shows it.")
     st.caption(plain(f"Most {order} first; each picture: a crop around the concept's peak in one of its top images, "
-                     "the concept map over it on one scale per concept."))
+                     f"the concept map over it on one scale per concept. {dc.set_text(concepts)}"))
     for _, row in dc.ordered_concepts(table, group, order).iterrows():
         k = int(row["concept"])
         with st.container(border=True, key=f"ds_concept_{group}_{k}"):

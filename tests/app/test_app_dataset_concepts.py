@@ -37,7 +37,7 @@ class FakeSet:
         self.concepts = pd.DataFrame(concepts, columns=columns[0]).astype({"target": "Int64"})
         self.images = pd.DataFrame(images, columns=columns[1]).astype({"target": "Int64"})
         self.maps = maps or {}
-        self.info, self.missing = {}, None
+        self.info, self.missing, self.path = {"layer": "features.3", "k": None, "k_max": 8}, None, "r/concepts/s"
 
     def concept_map(self, row, size):
         grid = self.maps[str(row["image"])]
@@ -115,7 +115,7 @@ def test_the_shortcut_candidates_lead_with_their_reasons_and_images() -> None:
     found = dc.shortcut_highlights(cs)
     assert [h.row["group"] for h in found] == ["class-0", "all"]
     first = found[0]
-    assert first.title.startswith("Class marked, concept 2: a shortcut candidate (30% of the bits)")
+    assert first.title == "Class marked, concept 2: a shortcut candidate"
     assert first.reasons == "small (4% of the crop)" and first.images == ("m1.png",)
     assert dc.shortcut_highlights(FakeSet([concept("class-0", 0, 0.6, 0.1)], [])) == []
 
@@ -132,3 +132,13 @@ def test_the_gallery_outlines_where_the_focused_concept_is_active() -> None:
     expected = np.zeros((8, 8), dtype=bool)
     expected[:2, :2] = True
     assert (masks[10] == expected).all()
+
+
+def test_what_a_concept_set_was_made_with_in_one_sentence() -> None:
+    cs = FakeSet([], [])
+    assert dc.set_text(cs) == ("Concept set s: layer features.3, K per group at the elbow of the reconstruction error "
+                               "(up to 8), no bits (the run has no bottleneck method), the layer's activations "
+                               "factorised.")
+    cs.info = {"layer": "block3", "k": 4, "method": "iba_10", "transform": "positive part"}
+    assert dc.set_text(cs) == ("Concept set s: layer block3, K = 4 per group, the bits of iba_10, the layer's positive "
+                               "part factorised.")
