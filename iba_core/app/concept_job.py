@@ -150,8 +150,8 @@ def estimate(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust
 def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSettings", trust: Trust,
                       owner: str | None = None) -> ConceptJob:
     """Start finding the concepts of `run` (an opened run: its folder already checked against `trust`) with the
-    shared network, and return the job; while `owner`'s own job goes it is returned (nothing new starts), while
-    another session's goes ConceptRunBusy says so; a network the run was not made with, or an image folder `trust`
+    shared network, and return the job; while `owner`'s own job for this run goes it is returned (nothing new
+    starts), while another one goes (another session's, or `owner`'s for another run) ConceptRunBusy says so; a network the run was not made with, or an image folder `trust`
     does not let the app read (run.json names it), is refused in one sentence before any work."""
     global _JOB
     mismatch = network_mismatch(shared.network, run)
@@ -160,10 +160,12 @@ def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSetting
     check_server_path(run.source, trust, what="image folder", folder=True)
     with _JOB_LOCK:
         if _JOB is not None and _JOB.running:
-            if owner is not None and _JOB.owner == owner:
+            if owner is not None and _JOB.owner == owner and _JOB.run_dir == Path(run.path):
                 return _JOB
-            raise ConceptRunBusy("Another session is finding concepts on this server; one runs at a time, so "
-                                 "please start yours when it has finished.")
+            whose = "Your concept discovery for another run" if owner is not None and _JOB.owner == owner else \
+                "Another session's concept discovery"
+            raise ConceptRunBusy(f"{whose} is going on this server; one runs at a time, so please start this one "
+                                 "when it has finished.")
         _JOB = ConceptJob(shared, Path(run.path), settings, owner)
         _JOB._thread.start()
         return _JOB

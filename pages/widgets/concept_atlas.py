@@ -20,6 +20,8 @@ from pages.widgets.text import plain
 STRIPS_KEY = "_ds_concept_strips"
 #: The concept set open this session: (run folder, its stamp, the set).
 SET_KEY = "_ds_concept_set"
+#: The last "Estimate time" of the concepts' form: ((run folder, settings), its sentence).
+ESTIMATE_KEY = "_ds_concepts_estimate"
 #: Pictures of a shortcut candidate in "What stands out": its top images whole, the concept's place outlined.
 HIGHLIGHT_PICTURES = 4
 #: Seconds between two looks at a concept job's progress.
@@ -188,11 +190,13 @@ def start_form(run, shared) -> None:
         estimate = b1.form_submit_button("Estimate time", icon=":material/timer:", key="ds_concepts_estimate")
         pressed = b2.form_submit_button("Find concepts", icon=":material/play_arrow:", key="ds_concepts_start")
     settings = ConceptSettings(k=None if k is None else int(k), classes=tuple(chosen) or None, whole_run=whole)
-    if estimate or pressed:
+    asked = (str(run.path), settings)  # an estimate is shown only for the run and settings it was made for
+    if estimate:
         with shown_errors():
-            st.session_state["_ds_concepts_estimate"] = concept_job.estimate(shared, run, settings, app_trust()).text()
-    if st.session_state.get("_ds_concepts_estimate"):
-        st.info(plain(st.session_state["_ds_concepts_estimate"]), icon=":material/timer:")
+            st.session_state[ESTIMATE_KEY] = (asked, concept_job.estimate(shared, run, settings, app_trust()).text())
+    told = st.session_state.get(ESTIMATE_KEY)
+    if told and told[0] == asked:
+        st.info(plain(told[1]), icon=":material/timer:")
     if pressed:
         with shown_errors():
             try:

@@ -75,8 +75,11 @@ def test_stop_ends_the_job_at_its_next_step_and_gives_the_network_back(tmp_path,
         assert job.running, job.error
         threading.Event().wait(0.01)
     assert concept_job.start_concept_job(shared, fake_run(tmp_path), None, Trust.local(), owner="me") is job
-    with pytest.raises(concept_job.ConceptRunBusy, match="one runs at a time"):
+    with pytest.raises(concept_job.ConceptRunBusy, match="Another session's concept discovery is going"):
         concept_job.start_concept_job(shared, fake_run(tmp_path), None, Trust.local(), owner="someone else")
+    other = tmp_path / "other_run"
+    with pytest.raises(concept_job.ConceptRunBusy, match="Your concept discovery for another run is going"):
+        concept_job.start_concept_job(shared, fake_run(other), None, Trust.local(), owner="me")
     job.cancel()
     assert job.wait(30) and ended.is_set()
     assert job.error is None and job.label.startswith("stopped") and len(steps) < 3000

@@ -216,6 +216,7 @@ def test_a_run_without_concepts_offers_the_form_with_its_time_and_finds_them(sho
     at.number_input(key="ds_concepts_k").set_value(2)
     at.button(key="ds_concepts_start").click().run()
     assert_clean(at)
+    assert not [t for t in infos(at) if t.startswith("Estimate:")]  # it was for K auto, not for the K = 2 started
     job = concept_job.current_job()
     assert job is not None and Path(job.run_dir) == folder
     assert job.wait(120), "concept discovery did not finish"
