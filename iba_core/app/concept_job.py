@@ -151,8 +151,9 @@ def start_concept_job(shared: "SharedModel", run: Run, settings: "ConceptSetting
                       owner: str | None = None) -> ConceptJob:
     """Start finding the concepts of `run` (an opened run: its folder already checked against `trust`) with the
     shared network, and return the job; while `owner`'s own job for this run goes it is returned (nothing new
-    starts), while another one goes (another session's, or `owner`'s for another run) ConceptRunBusy says so; a network the run was not made with, or an image folder `trust`
-    does not let the app read (run.json names it), is refused in one sentence before any work."""
+    starts), while another one goes (another session's, or `owner`'s for another run) ConceptRunBusy says so; a
+    network the run was not made with, or an image folder `trust` does not let the app read (run.json names it),
+    is refused in one sentence before any work."""
     global _JOB
     mismatch = network_mismatch(shared.network, run)
     if mismatch:
