@@ -11,6 +11,7 @@ from iba_core.app import concept_job
 from iba_core.app import dataset_concepts as dc
 from iba_core.app.dataset import methods_bits_first
 from iba_core.app.dataset_classes import class_targets
+from iba_core.concepts.measures import USE_SHARE
 from iba_core.runs.highlights import named
 from pages.widgets.errors import shown_errors
 from pages.widgets.page import app_trust, session_owner
@@ -31,7 +32,7 @@ K_LIMIT = 32
 WHAT = ("A concept is a direction of the bottleneck layer's activations found by non-negative matrix factorisation "
         "over the class's images (CRAFT's idea, ranked here by information). Bits share: the share of the class's "
         "bits that falls where the concept is active; effect: how much p(target) drops when its part of the layer "
-        "is removed; used by: the images that put at least 10 % of their bits in it.")
+        f"is removed; used by: the images that put at least {USE_SHARE:.0%} of their bits in it.")
 
 
 def concept_set(run):
@@ -110,8 +111,9 @@ def atlas_section(run, shared, focus_key: str) -> None:
     job_progress(run)
     concepts = concept_set(run)
     if concepts is None:
-        st.caption("This run has no concepts yet: find them below (or `python -m iba_core concepts RUN_DIR`). " + WHAT)
-        start_form(run, shared)
+        st.caption("This run has no concepts yet: find them here, or with `python -m iba_core concepts RUN_DIR`.")
+        with st.expander("Find the concepts of this run", icon=":material/category_search:"):
+            start_form(run, shared)
         return
     if concepts.missing:
         st.warning(plain(concepts.missing), icon=":material/broken_image:")
