@@ -264,17 +264,19 @@ class ConceptHighlight:
 
 
 def shortcut_highlights(concepts) -> list[ConceptHighlight]:
-    """The flagged concepts of every group, the classes first (in target order) then the whole run, each group's
-    in `ordered_concepts`' order; [] for a set without a flagged concept."""
+    """The flagged concepts of every group, most telling first: the larger of their bits share and effect, highest
+    first (ties: the classes in target order, then the whole run; in a group, `ordered_concepts`' order); [] for a
+    set without a flagged concept."""
     table = concepts.concepts
-    out = []
+    out, weights = [], []
     for group, name in groups(table):
         rows = ordered_concepts(table, group)
         for _, row in rows[rows["flagged"].fillna(False).to_numpy(dtype=bool)].iterrows():
             title = f"{name[0].upper()}{name[1:]}, {concept_title(row).lower()}: a shortcut candidate"
             out.append(ConceptHighlight(title, flag_text(row), concept_caption(row), row,
                                         concept_images(concepts, group, int(row["concept"]))))
-    return out
+            weights.append(max(np.nan_to_num(_number(row["bits_share"])), np.nan_to_num(_number(row["effect"]))))
+    return [out[i] for i in np.argsort(-np.asarray(weights, dtype=np.float64), kind="stable")]
 
 
 # ---- a concept's images: the table and gallery's filter ------------------------------------------------

@@ -23,6 +23,8 @@ STRIPS_KEY = "_ds_concept_strips"
 SET_KEY = "_ds_concept_set"
 #: The last "Estimate time" of the concepts' form: ((run folder, settings), its sentence).
 ESTIMATE_KEY = "_ds_concepts_estimate"
+#: Shortcut candidates "What stands out" shows first (a run of many classes may have many; the atlas flags each).
+HIGHLIGHT_CONCEPTS = 3
 #: Pictures of a shortcut candidate in "What stands out": its top images whole, the concept's place outlined.
 HIGHLIGHT_PICTURES = 4
 #: Seconds between two looks at a concept job's progress.
@@ -84,12 +86,13 @@ def focus_on(run, concepts, row, focus_key: str) -> None:
 
 
 def stands_out(run, focus_key: str) -> int:
-    """The shortcut candidates among the run's concepts, first in "What stands out": each with why it is flagged,
-    its numbers, a picture of where (its concept map over its top images, the crop around its peak outlined) and a
-    button that narrows the table and gallery to its images. Returns how many were drawn."""
+    """The shortcut candidates among the run's concepts, first in "What stands out" (the HIGHLIGHT_CONCEPTS most
+    telling; how many more, said): each with why it is flagged, a picture of where (its concept map over its top
+    images, the crop around its peak outlined) and a button that narrows the table and gallery to its images.
+    Returns how many there are."""
     concepts = concept_set(run)
     found = dc.shortcut_highlights(concepts) if concepts is not None else []
-    for i, h in enumerate(found):
+    for i, h in enumerate(found[:HIGHLIGHT_CONCEPTS]):
         with st.container(border=True, key=f"ds_concept_highlight_{i}"):
             text, pictures = concept_columns(HIGHLIGHT_PICTURES, 2)  # fewer, larger: where it sits must read
             text.markdown(f"**{plain(h.title)}**")
@@ -101,6 +104,9 @@ def stands_out(run, focus_key: str) -> int:
                          "the crop the atlas shows. Images: " + plain(named(h.images)))
             with shown_errors():
                 draw_strip(strip(run, concepts, h.row, whole=True)[:HIGHLIGHT_PICTURES], pictures)
+    if len(found) > HIGHLIGHT_CONCEPTS:
+        st.caption(f"{len(found) - HIGHLIGHT_CONCEPTS} more shortcut candidates among the concepts: each is flagged in "
+                   "its class's concepts below, and the HTML report lists them all.")
     return len(found)
 
 

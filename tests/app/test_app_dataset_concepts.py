@@ -118,6 +118,10 @@ def test_the_shortcut_candidates_lead_with_their_reasons_and_images() -> None:
     assert first.title == "Class marked, concept 2: a shortcut candidate"
     assert first.reasons == "small (4% of the crop)" and first.images == ("m1.png",)
     assert dc.shortcut_highlights(FakeSet([concept("class-0", 0, 0.6, 0.1)], [])) == []
+    # most telling first: the larger of bits share and effect, across groups
+    cs = FakeSet([concept("class-0", 0, 0.3, 0.1, flagged=True), concept("class-1", 0, NAN, 0.9, flagged=True,
+                                                                         target=1, name="object")], [])
+    assert [h.row["group"] for h in dc.shortcut_highlights(cs)] == ["class-1", "class-0"]
 
 
 def test_the_gallery_outlines_where_the_focused_concept_is_active() -> None:

@@ -239,3 +239,20 @@ def test_a_damaged_concept_set_opens_with_what_is_intact_and_says_what_is_left_o
     options = at.selectbox(key="ds_concept_group").options  # as shown: "Class marked", …
     assert "Class marked" in options and not any("object" in o for o in options)
     assert concept_titles(at)  # the intact classes' concepts are shown
+
+
+def test_what_stands_out_shows_the_three_most_telling_shortcut_candidates_and_counts_the_rest(shortcut,
+                                                                                             monkeypatch) -> None:
+    """A run of many classes may flag many concepts: the first screen shows the most telling few, says how many
+    more, and the atlas flags each."""
+    run_dir, _, _ = shortcut
+    real = dc.shortcut_highlights
+    monkeypatch.setattr(dc, "shortcut_highlights", lambda concepts: real(concepts) * 3)  # as if many were flagged
+    found = real(open_concepts(run_dir)) * 3
+    at = opened(run_dir)
+    assert_clean(at)
+    shown = [key for key in (f"ds_concept_focus_{i}" for i in range(len(found)))
+             if [b for b in at.button if b.key == key]]
+    assert len(shown) == concept_atlas.HIGHLIGHT_CONCEPTS < len(found)
+    more = len(found) - concept_atlas.HIGHLIGHT_CONCEPTS
+    assert any(c.value.startswith(f"{more} more shortcut candidates") for c in at.caption)
