@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 STRIP_IMAGES = 6
 #: The side of a top crop around the concept's peak, as a share of the network's crop's shorter side.
 PEAK_CROP = 1 / 3
+#: Concepts per group whose strips the report draws besides the flagged ones (the others: their numbers only).
+REPORT_STRIPS = 3
 #: Side of a strip's picture in pixels.
 STRIP_PX = 96
 #: The concept maps' colour map: not the bits maps' (inferno), so a concept is never read as bits.
@@ -326,16 +328,17 @@ def outline_masks(concepts, focus: ConceptFocus, rows: "pd.DataFrame", sizes: di
 
 def report_concepts(run: Run, trust: Trust, n: int = STRIP_IMAGES) -> dict | None:
     """The report's concept section (`render.report.dataset_report_html`'s `concepts`): per group its concepts,
-    the shortcut candidates first, each with its numbers in words and its strip of top crops; None for a run
-    without a concept set."""
+    the shortcut candidates first, each with its numbers in words and (the flagged ones and the group's first
+    REPORT_STRIPS) its strip of top crops; None for a run without a concept set."""
     concepts = run_concepts(run)
     if concepts is None:
         return None
     out = []
     for group, name in groups(concepts.concepts):
         items = []
-        for _, row in flagged_first(concepts.concepts, group).iterrows():
-            cells = concept_strip(run, concepts, row, trust, n)
+        for place, (_, row) in enumerate(flagged_first(concepts.concepts, group).iterrows()):
+            drawn = bool(row["flagged"]) or place < REPORT_STRIPS  # the report's size: a run may have many classes
+            cells = concept_strip(run, concepts, row, trust, n) if drawn else []
             items.append({"title": concept_title(row), "caption": concept_caption(row), "flag": flag_text(row),
                           "flagged": bool(row["flagged"]),
                           "cells": [{"image": c.image, "caption": c.caption, "png": c.png} for c in cells]})

@@ -146,3 +146,20 @@ def test_what_a_concept_set_was_made_with_in_one_sentence() -> None:
     cs.info = {"layer": "block3", "k": 4, "method": "iba_10", "transform": "positive part"}
     assert dc.set_text(cs) == ("Concept set s: layer block3, K = 4 per group, the bits of iba_10, the layer's positive "
                                "part factorised.")
+
+
+def test_the_report_draws_the_strips_of_the_flagged_concepts_and_of_each_group_s_first_few(monkeypatch) -> None:
+    """A run of many classes must not make a report of tens of thousands of pictures: the others get their numbers."""
+    rows = [concept("class-0", k, 0.5 - 0.05 * k, 0.1, flagged=(k == 5)) for k in range(6)]
+    cs = FakeSet(rows, [])
+    monkeypatch.setattr(dc, "run_concepts", lambda run: cs)
+    monkeypatch.setattr(dc, "concept_strip", lambda run, concepts, row, trust, n: [
+        dc.StripCell(f"concept {int(row['concept'])}", b"png", "")])
+    found = dc.report_concepts(None, None)
+    concepts = found["groups"][0]["concepts"]
+    assert [c["title"] for c in concepts] == ["Concept 6", "Concept 1", "Concept 2", "Concept 3", "Concept 4",
+                                              "Concept 5"]  # the flagged one first
+    assert [bool(c["cells"]) for c in concepts] == [True, True, True, False, False, False]
+    assert found["set"].startswith("Concept set s: layer features.3")
+    monkeypatch.setattr(dc, "run_concepts", lambda run: None)
+    assert dc.report_concepts(None, None) is None

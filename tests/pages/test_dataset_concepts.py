@@ -193,7 +193,7 @@ def test_the_report_has_a_concept_section_only_for_a_run_with_concepts(shortcut,
                 flagged = list(dc.flagged_first(concepts.concepts, group)["flagged"])
                 assert ["shortcut candidate" in line for line in lines] == flagged
             shown = sum(min(dc.STRIP_IMAGES, len(dc.concept_rows(concepts, str(r["group"]), int(r["concept"]))))
-                        for _, r in concepts.concepts.iterrows())
+                        for _, r in concepts.concepts.iterrows())  # K = 3: every concept's strip is drawn
             assert section.count("data:image/png;base64,") == shown
 
 
