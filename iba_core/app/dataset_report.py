@@ -23,8 +23,9 @@ REPORT_FLAGGED, REPORT_MEMBERS = 24, 12
 def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None = None) -> bytes:
     """The run's self-contained HTML report for `method` (`render.report.dataset_report_html`): first what stands
     out across the run (`highlights`, or `found` when already computed for `method`), the run's concepts where it has
-    a concept set (`dataset_concepts.report_concepts`), then per class the mean map and the clusters (their mean maps on one scale, members as maps over the images), then the images flagged by
-    their border share; every picture embedded as a PNG."""
+    a concept set (`dataset_concepts.report_concepts`), then per class the mean map and the clusters (their mean
+    maps on one scale, members as maps over the images), then the images flagged by their border share; every
+    picture embedded as a PNG."""
     from ..render.report import dataset_report_html
 
     if found is None or found.method != method:
