@@ -1,11 +1,10 @@
 """Dataset page: a whole folder run (issue #22) — where does the network take its information across a data set?
 Open a run folder (or start a run on a folder of the server), filter its table, look through the overlays, the
 class means and the clusters of similar maps, open an image on the Per-Sample page, download the table and report.
-The logic lives in iba_core.app.dataset and its neighbours (dataset_gallery, dataset_classes, prompt_search,
-dataset_report, folder_job); this page gathers input and draws."""
+The logic lives in iba_core.app.dataset and its neighbours (dataset_gallery, dataset_classes, dataset_concepts,
+prompt_search, dataset_report, folder_job, concept_job); the concepts are drawn by pages/widgets/concept_atlas."""
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +21,16 @@ from iba_core.render.text import count_of, shown_name
 from iba_core.runs.highlights import BITS_UNIT, BORDER_FLAG, named
 from iba_core.runs.store import YARDSTICK_COLUMNS
 from iba_core.trust import visitor_path
+from pages.widgets import concept_atlas
 from pages.widgets.errors import shown_errors
 from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
-from pages.widgets.page import app_trust, bring_into_view, presentation, request_budget, through_app
+from pages.widgets.page import (app_trust, bring_into_view, presentation, request_budget, session_owner,
+                                through_app)
 from pages.widgets.text import plain
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
-#: The images of a highlight the table and gallery are narrowed to: (title, images), or absent.
+#: What the table and gallery are narrowed to: (run folder, title, images[, a concept for the gallery]), or absent.
 FOCUS_KEY = "ds_focus"
 #: Class views (mean map and clusters) already computed this session, by (run folder, rows, method, class).
 CLASS_CACHE_KEY = "_ds_class_views"
@@ -37,8 +38,8 @@ CLASS_CACHE_KEY = "_ds_class_views"
 HIGHLIGHTS_KEY = "_ds_highlights"
 #: Thumbnails per highlight on the first screen (one row).
 HIGHLIGHT_THUMBS = 6  # columns wide enough at 1280 px for a name like "marked/02.png" on one line
-#: The last "Estimate time" of this session, and its name for the folder runs it starts.
-ESTIMATE_KEY, OWNER_KEY = "_ds_estimate", "_ds_owner"
+#: The last "Estimate time" of this session.
+ESTIMATE_KEY = "_ds_estimate"
 #: The start section's open state, and the request to fold it (a run was just opened).
 START_OPEN_KEY, FOLD_KEY = "ds_start_open", "_ds_fold_start"
 #: The container of the background run's progress (at the top of the run section).
@@ -50,12 +51,12 @@ through_app()
 st.title("Dataset")
 INTRO = (
     "A folder run explains every image of a folder (`python -m iba_core attribute FOLDER --out RUN_DIR`, or "
-    "*Start a run* below). Opening a run shows first **what stands out** across it: images that need very few "
-    "bits, flagged clusters of every class, class means that sit in a corner or the border, outliers. Then filter "
-    "the table by class, correct or not, method, bits and each measure; see the maps over the images on **one bits "
-    "scale**; per class, the **mean map** and the **clusters of similar maps** (SpRAy). A click on *Per-Sample* "
-    "opens an image there with the run's network, layer and class. The same report: "
-    "`python -m iba_core report RUN_DIR --out report.html`."
+    "*Start a run* below). Opening a run shows first **what stands out** across it: shortcut candidates among its "
+    "concepts, images that need very few bits, flagged clusters, class means in a corner or the border, outliers. "
+    "Then the **concepts** the network uses per class, ranked by the bits they carry; filter the table by class, "
+    "correct or not, method, bits and each measure; see the maps over the images on **one bits scale**; per class, "
+    "the **mean map** and the **clusters of similar maps** (SpRAy). *Per-Sample* opens an image there with the "
+    "run's network, layer and class. The same report: `python -m iba_core report RUN_DIR --out report.html`."
 )
 intro = st.empty()  # filled once the run to show is known (Open run is handled below)
 
@@ -66,8 +67,8 @@ def introduction(run_open: bool) -> None:
     if not run_open:
         intro.markdown(INTRO)
     else:
-        intro.caption("What stands out across the run comes first; then the table, the gallery, and per class the "
-                      "mean map and the clusters of similar maps.", help=INTRO)
+        intro.caption("What stands out across the run comes first; then its concepts, the table, the gallery, and "
+                      "per class the mean map and the clusters of similar maps.", help=INTRO)
 trust = app_trust()
 
 
@@ -104,8 +105,9 @@ class StartForm:
     pressed: bool
 
 
-def start_section() -> None:
-    """The folded section that times and starts a folder run of the chosen network in the background."""
+def start_section():
+    """The folded section that times and starts a folder run of the chosen network in the background; returns the
+    chosen network (a `SharedModel`, None where it does not load), which the concepts' form uses too."""
     # folded again when a run is opened (FOLD_KEY), so a form used before does not push the run's first screen down
     if st.session_state.pop(FOLD_KEY, False):
         st.session_state[START_OPEN_KEY] = False
@@ -116,7 +118,7 @@ def start_section() -> None:
                    "what is done is skipped. *Estimate time* times one image first. " + folder_job.GPU_ROAD)
         shared = network_picker()
         if shared is None:
-            return
+            return None
         network = shared.network
         form = start_form(network)
         prompts: list[str] = []
@@ -136,6 +138,7 @@ def start_section() -> None:
             st.info(plain(st.session_state[ESTIMATE_KEY]), icon=":material/timer:")
         if form.pressed:
             start_run(shared, form, prompts)
+    return shared
 
 
 def start_form(network) -> StartForm:
@@ -204,17 +207,12 @@ def _showing(run_dir) -> bool:
     return run is not None and Path(run.path).resolve() == Path(run_dir).resolve()
 
 
-def session_owner() -> str:
-    """This browser session's name for the folder runs it starts (its own run shows as progress, not a refusal)."""
-    return st.session_state.setdefault(OWNER_KEY, uuid.uuid4().hex)
-
-
 def job_section() -> None:
     """The server's background run, redrawn every POLL_S seconds while it runs (a fragment: the page stays)."""
     job = folder_job.current_job()
     if job is None:
         return
-    mine = job.owner is None or job.owner == st.session_state.get(OWNER_KEY)
+    mine = job.owner is None or job.owner == session_owner()
     whose, into = "Your folder run" if mine else "Another session's folder run", plain(visitor_path(job.run_dir, trust))
 
     @st.fragment(run_every=POLL_S if job.running else None)
@@ -266,10 +264,11 @@ def stands_out_section(run, found) -> None:
     names = ds.method_names(run)
     told = "" if found is None else f"In the {names.get(found.method, found.method)} maps of every class, most telling first."
     st.subheader("What stands out", help=plain(told) or None)
+    concepts = concept_atlas.stands_out(run, FOCUS_KEY)  # a shortcut candidate among the concepts leads
     if found is None:
         st.info("The run has no method to look at.", icon=":material/info:")
         return
-    if not found.items:
+    if not found.items and not concepts:
         st.success(f"Nothing stands out in the {plain(names.get(found.method, found.method))} maps. "
                    f"{plain(found.checked)}", icon=":material/check_circle:")
         return
@@ -465,7 +464,7 @@ def gallery_section(run, rows) -> None:
     shown = shown.iloc[(int(page) - 1) * dataset_gallery.GALLERY_PAGE:int(page) * dataset_gallery.GALLERY_PAGE]
     with shown_errors() as outcome:
         scale = dataset_gallery.page_scale(run, shown)
-        cells = dataset_gallery.gallery(run, shown, trust, scale)
+        cells = dataset_gallery.gallery(run, shown, trust, scale, outlines=concept_atlas.gallery_outlines(run, FOCUS_KEY))
     if outcome.failed:
         return
     first = (int(page) - 1) * dataset_gallery.GALLERY_PAGE
@@ -574,7 +573,7 @@ if pending is not None:  # the run folder of a run just started, for Open run
 # out of view at 1280 × 800.
 job_slot = st.container(key=JOB_KEY)
 open_section()
-start_section()
+shared = start_section()
 with job_slot:
     job_section()
 run = st.session_state.get(RUN_KEY)
@@ -590,6 +589,7 @@ if run is not None:
     prompt_section(run)
     stands_out_section(run, found)
     metrics_section(run)
+    concept_atlas.atlas_section(run, shared, FOCUS_KEY)
     st.divider()
     rows = ds.with_flags(run, ds.filter_rows(run.table, filters(run)))
     table_section(run, rows)

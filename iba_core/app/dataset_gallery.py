@@ -116,25 +116,32 @@ def page_scale(run: Run, rows: "pd.DataFrame") -> float:
 
 
 def gallery(run: Run, rows: "pd.DataFrame", trust: Trust, scale: float | None = None,
-            with_links: bool = True) -> list[GalleryCell]:
+            with_links: bool = True, outlines=None) -> list[GalleryCell]:
     """The overlays of `rows` (at most one gallery view): bottleneck maps on one bits scale (`page_scale`, or
     `scale`), other methods each on its own maximum (their units differ); each with its legend and (with_links)
-    its Per-Sample link."""
-    from ..render.overlays import overlay_image, png_bytes
+    its Per-Sample link. outlines: a function of (rows, {row index: crop size (H, W)}) giving {row index: (H, W)
+    bool}, a region outlined over each overlay (a concept's: `dataset_concepts.outline_masks`)."""
+    from ..render.overlays import outline_region, overlay_image, png_bytes, with_legend
 
     units, names = method_units(run), method_names(run)
     scale = page_scale(run, rows) if scale is None else scale
     few = with_flags(run, rows)[FEW_BITS_COLUMN]
+    crops = {index: network_crop(run, row, trust) for index, row in rows.iterrows()}
+    masks = outlines(rows, {i: (c.height, c.width) for i, c in crops.items() if c is not None}) if outlines else {}
     cells = []
     for index, row in rows.iterrows():
         heatmap = run.heatmap(row)
-        crop = network_crop(run, row, trust)
+        crop = crops[index]
         bits = units.get(row["method"]) == BITS_UNIT
         png = None
         if crop is not None:
-            top = scale if bits else None
-            picture = overlay_image(crop, np.abs(heatmap) if not bits else heatmap, top=top, legend=True,
-                                    label=map_label(units, row["method"], absolute=not bits))
+            values = heatmap if bits else np.abs(heatmap)
+            top = scale if bits else (float(values.max()) if values.size else 0.0)
+            picture = overlay_image(crop, values, top=top)
+            if index in masks:  # drawn before the legend: the outline lies on the image only
+                picture = outline_region(picture, masks[index])
+            picture = with_legend(picture, values, max(top, 1e-6),
+                                  label=map_label(units, row["method"], absolute=not bits))
             png = png_bytes(picture, optimize=False)
         caption = cell_caption(row, names.get(row["method"], row["method"]), bits, bool(few[index]))
         cells.append(GalleryCell(index, png, caption, per_sample_link(run, row, trust) if with_links else None))

@@ -1,6 +1,6 @@
 """A folder run's HTML report (the Dataset page's download and the `report` command), with no Streamlit: what
-stands out across the run, per class the mean map and clusters, the images flagged by their border share, and the
-field's metric means, gathered for `render.report.dataset_report_html`.
+stands out across the run, the run's concepts (when it has a concept set), per class the mean map and clusters, the
+images flagged by their border share, and the field's metric means, gathered for `render.report.dataset_report_html`.
 
     html = report_html(run, "iba_10", trust)            # bytes of one self-contained HTML file
 """
@@ -12,6 +12,7 @@ from ..trust import Trust, visitor_path
 from .dataset import (MetricMeans, empty_methods_sentence, flagged_rows, highlight_rows, highlights,
                       method_layer_text, method_names, method_units, metric_means, result_rows)
 from .dataset_classes import class_targets, class_view, cluster_words
+from .dataset_concepts import report_concepts
 from .dataset_gallery import gallery, map_label, map_png, page_scale, thumbnails_on_one_scale
 
 
@@ -21,9 +22,10 @@ REPORT_FLAGGED, REPORT_MEMBERS = 24, 12
 
 def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None = None) -> bytes:
     """The run's self-contained HTML report for `method` (`render.report.dataset_report_html`): first what stands
-    out across the run (`highlights`, or `found` when already computed for `method`), then per class the mean map
-    and the clusters (their mean maps on one scale, members as maps over the images), then the images flagged by
-    their border share; every picture embedded as a PNG."""
+    out across the run (`highlights`, or `found` when already computed for `method`), the run's concepts where it has
+    a concept set (`dataset_concepts.report_concepts`), then per class the mean map and the clusters (their mean
+    maps on one scale, members as maps over the images), then the images flagged by their border share; every
+    picture embedded as a PNG."""
     from ..render.report import dataset_report_html
 
     if found is None or found.method != method:
@@ -73,8 +75,8 @@ def report_html(run: Run, method: str, trust: Trust, found: RunHighlights | None
         # a method whose map column came out empty for every row: said, not an empty section
         "empty": empty_methods_sentence(table),
     }
-    return dataset_report_html(summary, classes, flagged_cells, stands_out, metric_report(metric_means(run))
-                               ).encode("utf-8")
+    return dataset_report_html(summary, classes, flagged_cells, stands_out, metric_report(metric_means(run)),
+                               report_concepts(run, trust)).encode("utf-8")
 
 
 def metric_report(means: MetricMeans | None) -> dict | None:

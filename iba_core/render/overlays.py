@@ -73,20 +73,25 @@ def with_legend(picture: Image.Image, heatmap: np.ndarray, top: float, cmap: str
 
 def overlay_image(
     cropped: Image.Image, heatmap: np.ndarray, opacity: float = 0.6, cmap: str = "inferno", *,
-    top: float | None = None, legend: bool = False, label: str = BITS_LABEL,
+    top: float | None = None, legend: bool = False, label: str = BITS_LABEL, weighted: bool = False,
 ) -> Image.Image:
     """The heatmap, colour-mapped on 0 – `top` (default: its own maximum), alpha-blended over the image.
 
     A run's views pass the run's scale as `top` (`colours.run_scale`), so a map with few bits looks dark
     rather than stretched to full brightness. legend=True adds the colour legend below the image
     (`with_legend`), its scale named `label` (bits per pixel unless the map is in other units); without it the
-    picture is image-sized.
+    picture is image-sized. weighted=True scales the opacity by the value (none at 0, `opacity` at `top`), so
+    the photo shows as it is where the map is zero (a concept map over the crops where the concept sits).
     """
     if not 0.0 <= opacity <= 1.0:
         raise ValueError(f"opacity must be in [0, 1], got {opacity}.")
     base = np.asarray(cropped.convert("RGB"), dtype=np.float32)
     scale_top = _top_of(heatmap, top)
-    colours = colorize(_heatmap_like(cropped, heatmap), cmap, vmax=scale_top).astype(np.float32)
+    values = _heatmap_like(cropped, heatmap)
+    colours = colorize(values, cmap, vmax=scale_top).astype(np.float32)
+    if weighted:
+        share = np.clip(values / scale_top, 0.0, 1.0) if scale_top > 0 else np.zeros_like(values)
+        opacity = opacity * share[..., None]
     blended = (1.0 - opacity) * base + opacity * colours
     out = Image.fromarray(blended.round().clip(0, 255).astype(np.uint8), mode="RGB")
     return with_legend(out, heatmap, max(scale_top, 1e-6), cmap, label=label) if legend else out
@@ -231,6 +236,16 @@ def not_needed_outline(cropped: Image.Image, heatmap: np.ndarray, threshold_bits
     out = np.where(mask[..., None], faded, rgb)
     out[_boundary(mask, width=2)] = OUTLINE_RGB
     return Image.fromarray(out.round().clip(0, 255).astype(np.uint8), mode="RGB")
+
+
+def outline_region(picture: Image.Image, mask: np.ndarray, colour: tuple[int, int, int] = OUTLINE_RGB,
+                   width: int = 2) -> Image.Image:
+    """A copy of `picture` with the edge of `mask` ((H, W) bool, True inside; resized to the picture, nearest)
+    drawn in `colour`, `width` pixels thick: a region shown over a map without hiding the map's colours."""
+    inside = np.asarray(Image.fromarray(np.asarray(mask, dtype=bool)).resize(picture.size, Image.Resampling.NEAREST))
+    out = np.array(picture.convert("RGB"))
+    out[_boundary(inside, width=width)] = colour
+    return Image.fromarray(out, mode="RGB")
 
 
 def png_bytes(image: Image.Image, optimize: bool = True) -> bytes:

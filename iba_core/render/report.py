@@ -217,8 +217,33 @@ def _flagged_section(flagged: list[dict], flag: float, scale: float | None) -> l
     return out
 
 
+def _concepts_section(concepts: dict) -> list[str]:
+    """The concepts found in the run's bottleneck layer (`concepts`: set, a sentence on what the set was made with;
+    groups [{name, concepts [{title, caption, flag, flagged, cells [{image, caption, png}]}]}], the shortcut
+    candidates first in each group; missing: a sentence on damaged parts left out)."""
+    import html
+
+    e = html.escape
+    out = ['<h2 id="concepts">Concepts: what the network uses, ranked by the bits they carry</h2>',
+           '<p class="note">Per class (and for the whole run), the bottleneck layer\'s activations factorised into '
+           "concepts (non-negative matrix factorisation). Bits share: the share of the class's bits that falls where "
+           "the concept is active; effect: how much p(target) drops when the concept's part of the layer is removed. "
+           "Each picture: a crop around the concept's peak in one of its top images, the concept map over it.</p>"]
+    if concepts.get("set"):
+        out.append(f'<p class="note">{e(str(concepts["set"]))}</p>')
+    if concepts.get("missing"):
+        out.append(f'<p class="warning">{e(str(concepts["missing"]))}</p>')
+    for group in concepts.get("groups", []):
+        out.append(f"<h3>{e(str(group['name']))}</h3>")
+        for c in group.get("concepts", []):
+            flag = f' <span class="flag">shortcut candidate: {e(c["flag"])}</span>' if c.get("flagged") else ""
+            out.append(f"<p><b>{e(c['title'])}</b> · {e(c['caption'])}{flag}</p>" + _cells(c.get("cells", [])))
+    return out
+
+
 def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
-                        stands_out: list[dict] | None = None, metrics: dict | None = None) -> str:
+                        stands_out: list[dict] | None = None, metrics: dict | None = None,
+                        concepts: dict | None = None) -> str:
     """A folder run's report as one HTML page with every picture embedded (base64 PNG): what the run is
     (`summary`: run, network, layer, method, images, rows, errors, border_flag, scale, checked), first what stands
     out across the run (`stands_out`: [{title, detail, images (their names in words), cells [{image, caption, png}], scale, same_as (the title of an
@@ -228,6 +253,7 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
     mean_png, members [(caption, png)], scale}]), and the images whose maps lie mostly in the border (`flagged`:
     [{image, caption, png}]); and, when the run measured the field's metrics (`metrics`: method_headers,
     by_method, class_headers, by_class (rows of cells), notes, protocol (sentences)), their means after what stands
+    out; and when the run has a concept set (`concepts`: `_concepts_section`), its concepts right after what stands
     out. Every text from the run is escaped."""
     import html
 
@@ -246,6 +272,8 @@ def dataset_report_html(summary: dict, classes: list[dict], flagged: list[dict],
         if summary.get(key):
             out.append(f'<p class="warning">{e(str(summary[key]))}</p>')
     out += _stands_out_section(stands_out or [], str(summary.get("checked", "")))
+    if concepts:
+        out.extend(_concepts_section(concepts))
     if metrics:
         out.extend(_metrics_section(metrics))
     flag = float(summary.get("border_flag", 0.5))

@@ -1,5 +1,6 @@
 """The frame every page shares: entry through app.py, presentation mode, scrolling, what the owner allows,
-choices kept across pages, and the session's map cache (not a page itself: app.py lists the pages)."""
+choices kept across pages, the session's map cache and its name for the background runs it starts (not a page
+itself: app.py lists the pages)."""
 from __future__ import annotations
 
 import json
@@ -158,8 +159,18 @@ def remember_choice(key: str) -> None:
 #: One attribution-map cache per browser session, shared by the Compare and Evaluate pages, so a map
 #: computed on one page is reused on the other.
 MAP_CACHE_KEY = "map_cache"
+#: This browser session's name for the background runs it starts (`session_owner`).
+OWNER_KEY = "_ds_owner"
 
 
 def map_cache() -> MapCache:
     """This session's attribution-map cache."""
     return st.session_state.setdefault(MAP_CACHE_KEY, MapCache())
+
+
+def session_owner() -> str:
+    """This browser session's name for the background runs it starts (a folder run, concept discovery): its own
+    run shows as progress, another session's as a polite refusal."""
+    import uuid
+
+    return st.session_state.setdefault(OWNER_KEY, uuid.uuid4().hex)

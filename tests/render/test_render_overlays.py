@@ -210,3 +210,27 @@ def test_token_strip_colours_each_word_by_its_bits() -> None:
     top = tuple(int(c) for c in lut[-1][:3])
     assert any(tuple(px) == top for px in row)  # the largest word in the top colour
     assert picture.shape[1] >= 320 and picture.shape[0] > 60
+
+
+def test_a_weighted_overlay_leaves_the_photo_where_the_map_is_zero() -> None:
+    """Issue #41's concept maps: the opacity grows with the value, so the photo shows as it is where a concept is
+    absent and the colour map's top covers it where the concept is at the scale's top."""
+    img = photo(64)
+    heat = np.zeros((64, 64), dtype=np.float32)
+    heat[:8, :8] = 2.0
+    out = np.asarray(overlays.overlay_image(img, heat, 1.0, "viridis", top=2.0, weighted=True)).astype(int)
+    base = np.asarray(img.convert("RGB")).astype(int)
+    assert np.array_equal(out[20:, 20:], base[20:, 20:])  # no concept: the photo unchanged
+    top = (np.array(overlays.colorize(np.ones((1, 1)), "viridis", vmax=1.0))[0, 0]).astype(int)
+    assert np.abs(out[2, 2] - top).max() <= 1  # at the top: the colour map's top colour, nothing of the photo
+    plain_blend = np.asarray(overlays.overlay_image(img, heat, 1.0, "viridis", top=2.0)).astype(int)
+    assert not np.array_equal(plain_blend[20:, 20:], base[20:, 20:])  # unweighted: the colour covers everything
+
+
+def test_outline_region_draws_only_the_edge_of_the_mask() -> None:
+    picture = Image.new("RGB", (40, 40), (0, 0, 0))
+    mask = np.zeros((10, 10), dtype=bool)
+    mask[2:6, 2:6] = True  # 8 … 24 px once resized to the picture
+    out = np.asarray(overlays.outline_region(picture, mask, width=1))
+    edge = (out == overlays.OUTLINE_RGB).all(axis=-1)
+    assert edge[8, 8:24].all() and edge[8:24, 8].all() and not edge[12:20, 12:20].any() and not edge[30:, 30:].any()

@@ -1,4 +1,4 @@
-"""iba_core.render.report: the JSON report and the heatmap as .npy."""
+"""iba_core.render.report: the JSON report, the heatmap as .npy, and the folder report's concept section."""
 from __future__ import annotations
 
 import io
@@ -66,3 +66,23 @@ def test_run_report_carries_the_target_note() -> None:
     assert "3.4 %" in back["target_note"] and "not the network's top prediction" in back["target_note"]
     assert "rises to 60.0 %" in back["target_note"]  # p(target) 3.4 % → 60 % with the bottleneck, explained
     assert back["predicted"] == {"index": 722, "p": pytest.approx(0.41)}
+
+
+def test_the_folder_report_has_a_concept_section_only_with_a_concept_set() -> None:
+    """Issue #41: the concepts come right after what stands out, a group's shortcut candidate first and flagged in
+    words, its strip's pictures embedded, every text from the run escaped; a run without a concept set: none."""
+    from iba_core.render.report import dataset_report_html
+
+    summary = {"run": "r", "network": "n", "layer": "l", "method": "m", "images": 2, "rows": 2, "errors": 0}
+    concepts = {"groups": [{"name": "class <b>marked</b>", "concepts": [
+        {"title": "Concept 2", "caption": "40% of the bits", "flag": "small (3% of the crop)", "flagged": True,
+         "cells": [{"image": "a.png", "caption": "a.png · 80% of its activations", "png": b"\x89PNG"}]},
+        {"title": "Concept 1", "caption": "10% of the bits", "flag": "", "flagged": False, "cells": []}]}],
+        "missing": ""}
+    html = dataset_report_html(summary, [], [], [], None, concepts)
+    section = html.split('<h2 id="concepts">', 1)[1]
+    assert html.index('id="stands-out"') < html.index('id="concepts"') < html.index("<h2>Classes")
+    assert section.index("Concept 2") < section.index("Concept 1")
+    assert "shortcut candidate: small (3% of the crop)" in section and "class &lt;b&gt;marked&lt;/b&gt;" in section
+    assert section.count("data:image/png;base64,") == 1
+    assert 'id="concepts"' not in dataset_report_html(summary, [], [], [], None, None)
