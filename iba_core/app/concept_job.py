@@ -42,9 +42,11 @@ class ConceptsStopped(BaseException):
 def network_mismatch(network, run: Run) -> str:
     """One sentence when the app's `network` is not the one the run was made with, by name or weights ("" when it
     is): concepts are found in that network's layer, for the maps it made (`concepts.find_concepts` refuses too)."""
+    from ..concepts import same_network
+
     info = run.info
     key, weights = str(getattr(network, "key", "")), str(getattr(network, "weights_id", ""))
-    if str(info.get("network")) == key and str(info.get("weights", "")) == weights:
+    if same_network(network, info):
         return ""
     made = f"{info.get('network')}" + (f", weights {info['weights']}" if info.get("weights") else "")
     return (f"The network chosen in the app ({key}, weights {weights}) is not the one this run was made with "
@@ -93,8 +95,11 @@ class ConceptJob:
 
         try:
             with self.shared.busy() as network:
-                find_concepts(network, self.run_dir, self.settings, progress=sharing(self.shared, self._report))
-            self.label = "finished"
+                summary = find_concepts(network, self.run_dir, self.settings,
+                                        progress=sharing(self.shared, self._report))
+            # the groups left out, by name only: the library's sentence names files as the server sees them
+            self.label = "finished" + (f"; left out, as none of their images could be read now: "
+                                       f"{', '.join(summary.failed)}" if summary.failed else "")
         except ConceptsStopped:
             self.label = "stopped (the groups finished are kept)"
         except Exception as err:  # noqa: BLE001 - told on the page in one sentence; the thread ends

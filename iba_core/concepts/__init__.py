@@ -19,6 +19,7 @@ from ..lazy import lazy_exports
 #: public name → module (in this package) that defines it
 _PUBLIC = {
     "ConceptSettings": "discover", "ConceptsSummary": "discover", "find_concepts": "discover",
+    "estimate_seconds": "discover", "same_network": "discover",
     "ConceptSet": "store", "open_concepts": "store", "list_sets": "store",
     "DEFAULT_WORDS": "words", "concept_words": "words", "words_for_concepts": "words",
 }

@@ -83,6 +83,12 @@ class Plan:
     class_names: dict[int, str]
 
 
+def same_network(network, info: dict) -> bool:
+    """Whether `network` is the one a run (its run.json `info`) was made with: its key and its weights."""
+    return str(info.get("network")) == str(getattr(network, "key", "")) \
+        and str(info.get("weights", "")) == str(getattr(network, "weights_id", ""))
+
+
 def plan(network, run, settings: ConceptSettings) -> Plan:
     """The layer, the bits method, the identity and the groups of a concept set for `run`; UserError for a run
     this network did not make, a prompt run, or a class or layer it does not have."""
@@ -92,7 +98,7 @@ def plan(network, run, settings: ConceptSettings) -> Plan:
     if (info.get("settings") or {}).get("targets") == "prompts":
         raise UserError("This run explains text prompts; concepts are found per class, so run them on a run that "
                         "explains classes.")
-    if info.get("network") != network.key or str(info.get("weights", "")) != str(network.weights_id):
+    if not same_network(network, info):
         raise UserError(f"The run was made with the network {info.get('network')} (weights {info.get('weights')}); "
                         f"the network given is {network.key} (weights {network.weights_id}). Concepts need the "
                         "run's own network.")
