@@ -11,7 +11,8 @@ Pictures (docs/images/…):
   defaults would take long on a CPU): home (the explanation and the precomputed example), per_sample (a run with
   the paper's defaults, the replay slider three steps back), beta_layer (the paper's grid), compare (the page's
   default methods), evaluate (degradation curves, 9 points per curve, with the table), dataset (a folder run of three
-  skimage photos, each as it is, mirrored and cropped: opened, at its gallery);
+  skimage photos, each as it is, mirrored and cropped: opened, at its gallery), dataset_concepts (the Dataset page on
+  the tests' shortcut run with its concepts found: the concept atlas, the mark's concept a shortcut candidate);
 - live_run.gif (name `live_run`): the animation of the Per-Sample run above, as the page's "Animation GIF" button
   downloads it (the app's own GIF, `iba_core.render.animation.animation_gif`, not frames of the browser);
 - cli/<command>.png (names `cli_attribute`, `cli_compare`, `cli_report`): what a command writes, run on skimage's
@@ -102,6 +103,8 @@ class Picture:
 APP_PAGES = ("home", "per_sample", "beta_layer", "compare", "evaluate", "dataset")
 PICTURES: dict[str, Picture] = {
     **{p: Picture(p, f"screenshots/{p}.png", ("app.py", f"pages/{p}.py"), page=p) for p in APP_PAGES},
+    "dataset_concepts": Picture("dataset_concepts", "screenshots/dataset_concepts.png", ("app.py", "pages/dataset.py"),
+                                page="dataset"),
     "live_run": Picture("live_run", "live_run.gif", ("app.py", "pages/per_sample.py"), page="per_sample"),
     "cli_attribute": Picture("cli_attribute", "cli/attribute.png", ("iba_core/cli/attribute.py",)),
     "cli_compare": Picture("cli_compare", "cli/compare.png", ("iba_core/cli/compare.py",)),
@@ -431,6 +434,20 @@ class Session:
             self._run_dir = self.tmp / "run"
         return self._run_dir
 
+    def concept_run(self) -> Path:
+        """The tests' shortcut run (tests/runs/run_fixtures.py: a tiny CNN trained in seconds to tell its class
+        "marked" by a red corner mark) with its concepts found (`find_concepts`, K by the elbow rule)."""
+        sys.path.insert(0, str(ROOT / "tests" / "runs"))
+        from run_fixtures import load_card, make_shortcut_run
+
+        from iba_core.concepts import find_concepts
+
+        start = time.monotonic()
+        run_dir, _ = make_shortcut_run(self.tmp / "shortcut")
+        find_concepts(load_card(self.tmp / "shortcut" / "card" / "tiny.toml"), run_dir)
+        print(f"  (shortcut run and its concepts: {time.monotonic() - start:.0f} s)", flush=True)
+        return run_dir
+
     def save(self, name: str, data: bytes, seconds: float, command: str | None = None) -> None:
         """Write picture `name` and its manifest entry (the manifest at once: a later failure keeps it)."""
         picture = PICTURES[name]
@@ -553,8 +570,25 @@ def dataset(page, session: Session, expect) -> str:
     return ""
 
 
+def dataset_concepts(page, session: Session, expect) -> str:
+    """The concept atlas of the tests' shortcut run (class "marked" is told by a red corner mark only), its concepts
+    found beforehand: what stands out (the mark's concept as a shortcut candidate) and the atlas below it."""
+    run_dir = session.concept_run()
+    page.goto(f"{session.url}/dataset")
+    page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
+    page.get_by_role("button", name="Open run").click()
+    expect(page.locator(".st-key-ds_concept_highlight_0 img").first).to_be_attached(timeout=RUN_MS)
+    expect(page.get_by_role("heading", name="Concepts")).to_be_visible(timeout=RUN_MS)
+    wait_idle(page, 1500)
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)",
+                           timeout=RUN_MS)
+    scroll_to(page, page.get_by_role("heading", name="Concepts"), offset=20)
+    return ""
+
+
 PAGE_ACTIONS: dict[str, Callable] = {"home": home, "per_sample": per_sample, "beta_layer": beta_layer,
-                                     "compare": compare, "evaluate": evaluate, "dataset": dataset}
+                                     "compare": compare, "evaluate": evaluate, "dataset": dataset,
+                                     "dataset_concepts": dataset_concepts}
 
 
 def app_page(browser, session: Session, name: str, expect) -> None:
@@ -570,9 +604,9 @@ def app_page(browser, session: Session, name: str, expect) -> None:
         if errors.count():
             note = (note + "; " if note else "") + f"errors on the page: {errors.all_inner_texts()}"
         heading = page.locator("h1").first.inner_text().strip()
-        if heading != page_heading(name):
+        if heading != page_heading(PICTURES[name].page):
             note = (note + "; " if note else "") + f"the page's heading is {heading!r}, its code says " \
-                                                   f"{page_heading(name)!r}"
+                                                   f"{page_heading(PICTURES[name].page)!r}"
         if note:
             raise RuntimeError(note)
         if name in session.chosen:
@@ -713,7 +747,7 @@ def main() -> None:
     from playwright.sync_api import expect, sync_playwright
 
     chosen = [n for n in PICTURES if n in args.pages]
-    visits = [p for p in APP_PAGES if p in chosen or (p == "per_sample" and "live_run" in chosen)]
+    visits = [p for p in PAGE_ACTIONS if p in chosen or (p == "per_sample" and "live_run" in chosen)]
     failed: list[str] = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="iba-screens-") as tmp_name:
