@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from ..concepts.crops import peak_box
 from ..render.text import count_of, shown_name
 from ..runs.tables import Run
 from ..trust import Trust
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 #: Top crops in a concept's strip (the page's and the report's).
 STRIP_IMAGES = 6
-#: The side of a top crop around the concept's peak, as a share of the network's crop's shorter side.
-PEAK_CROP = 1 / 3
 #: Concepts per group whose strips the report draws besides the flagged ones (the others: their numbers only).
 REPORT_STRIPS = 3
 #: Side of a strip's picture in pixels.
@@ -175,6 +174,23 @@ def concept_caption(row) -> str:
     return " · ".join(p for p in (share_text(row), effect_text(row), used_text(row)) if p)
 
 
+def words_text(concepts, row, top: int = 3) -> str:
+    """A concept's words (a CLIP model's closest prompts to its top crops, `concepts.crops.words_table`) with their
+    scores, or "" when the set has none."""
+    import pandas as pd
+
+    target = None if pd.isna(row["target"]) else int(row["target"])
+    words = concepts.words_of(target, int(row["concept"]))[:top]
+    if not words:
+        return ""
+    return "Looks like (CLIP, score above the other concepts'): " + ", ".join(f"“{w}” {s:+.3f}" for w, s in words)
+
+
+#: Where a set has no words, how to get them (the app has no CLIP model of its own to name concepts with).
+WORDS_HOW = ("Words for the concepts come from a CLIP model: `python -m iba_core concepts RUN_DIR --words-model "
+             "clip:FOLDER [--prompt WORDS …]` adds them to this set.")
+
+
 def flag_text(row) -> str:
     """Why a concept is a shortcut candidate (its `flag_reasons`), or "" when it is not flagged."""
     if not bool(row["flagged"]) or is_missing(row["flag_reasons"]):
@@ -183,18 +199,6 @@ def flag_text(row) -> str:
 
 
 # ---- a concept's top crops ------------------------------------------------------------------------
-
-
-def crop_box(peak_x: float, peak_y: float, width: int, height: int, share: float = PEAK_CROP
-             ) -> tuple[int, int, int, int]:
-    """(left, top, right, bottom) in pixels of a square of `share` of the crop's shorter side around the peak
-    (`peak_x`, `peak_y` in 0–1 of the crop), moved inside the crop where it would cross an edge."""
-    side = max(1, min(width, height, round(share * min(width, height))))
-    x = min(max(float(peak_x), 0.0), 1.0) * width
-    y = min(max(float(peak_y), 0.0), 1.0) * height
-    left = min(max(round(x - side / 2), 0), width - side)
-    top = min(max(round(y - side / 2), 0), height - side)
-    return left, top, left + side, top + side
 
 
 def concept_rows(concepts, group: str, concept: int) -> "pd.DataFrame":
@@ -223,7 +227,7 @@ class StripCell:
 
 def concept_strip(run: Run, concepts, row, trust: Trust, n: int = STRIP_IMAGES, whole: bool = False
                   ) -> list[StripCell]:
-    """The concept's top `n` images (by presence), each a crop around the concept's peak (`crop_box`) of the image
+    """The concept's top `n` images (by presence), each a crop around the concept's peak (`concepts.crops.peak_box`) of the image
     as the network saw it, with the concept map over it on one scale for the strip (`CONCEPT_CMAP`, its opacity
     growing with its value: the photo shows where the concept is absent). whole: the
     network's whole crop instead, the crop box outlined: where in the image the concept sits."""
@@ -241,7 +245,7 @@ def concept_strip(run: Run, concepts, row, trust: Trust, n: int = STRIP_IMAGES, 
     for (_, member), crop, values in zip(members.iterrows(), crops, maps):
         png = None
         if crop is not None:
-            box = crop_box(member["peak_x"], member["peak_y"], crop.width, crop.height)
+            box = peak_box(member["peak_x"], member["peak_y"], crop.width, crop.height)
             picture = overlay_image(crop, values, CONCEPT_OPACITY, CONCEPT_CMAP, top=max(top, 1e-12), weighted=True)
             picture = draw_boxes(picture, [box]) if whole else picture.crop(box)
             png = png_bytes(picture.resize((STRIP_PX, STRIP_PX), Image.Resampling.BILINEAR), optimize=False)

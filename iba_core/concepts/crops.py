@@ -16,10 +16,12 @@ CROP_SHARE = 1 / 3
 def peak_box(peak_x: float, peak_y: float, width: int, height: int,
              share: float = CROP_SHARE) -> tuple[int, int, int, int]:
     """(left, top, right, bottom) in pixels: a square of `share` of the shorter side centred on the peak (0–1 of the
-    crop), moved inside the crop where it would cross an edge."""
-    side = max(1, round(share * min(width, height)))
-    left = min(max(0, round(peak_x * width - side / 2)), width - side)
-    top = min(max(0, round(peak_y * height - side / 2)), height - side)
+    crop, clamped to it), moved inside the crop where it would cross an edge."""
+    side = max(1, min(width, height, round(share * min(width, height))))
+    x = min(max(float(peak_x), 0.0), 1.0) * width
+    y = min(max(float(peak_y), 0.0), 1.0) * height
+    left = min(max(round(x - side / 2), 0), width - side)
+    top = min(max(round(y - side / 2), 0), height - side)
     return left, top, left + side, top + side
 
 
@@ -40,10 +42,11 @@ def concept_crops(run, network, rows: "pd.DataFrame", limit: int = 5) -> list["I
 
 def words_table(run, network, found, clip_network, prompts: Sequence[str] = (), limit: int = 5) -> "pd.DataFrame":
     """Words for every concept of a concept set (`words.words_for_concepts`, the concepts of one group scored
-    together): one row per (group, concept, word) with its score and rank (1: best)."""
+    together): one row per (group, concept, word) with its score and rank (1: best) — every word tried, so a tool
+    can look up any of them."""
     import pandas as pd
 
-    from .words import words_for_concepts
+    from .words import DEFAULT_WORDS, words_for_concepts
 
     rows = []
     for group, concepts in found.concepts.groupby("group", sort=False):
@@ -53,7 +56,8 @@ def words_table(run, network, found, clip_network, prompts: Sequence[str] = (), 
         crops = {c: v for c, v in crops.items() if v}
         if not crops:
             continue
-        for concept, words in words_for_concepts(clip_network, crops, prompts).items():
+        every = len(DEFAULT_WORDS) + len(prompts)
+        for concept, words in words_for_concepts(clip_network, crops, prompts, top=every).items():
             rows += [{"group": group, "concept": concept, "word": w, "score": float(s), "rank": i + 1}
                      for i, (w, s) in enumerate(words)]
     return pd.DataFrame(rows, columns=["group", "concept", "word", "score", "rank"])

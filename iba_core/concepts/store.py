@@ -28,6 +28,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -311,10 +312,10 @@ class ConceptSet:
                 f"the concepts of {', '.join(groups[:4])}{' …' if len(groups) > 4 else ''} are left out; the next "
                 "concepts run redoes them.")
 
-    @property
+    @cached_property
     def words(self) -> "pd.DataFrame | None":
         """Words for the concepts (group, concept, word, score, rank), or None when none were found (or the file
-        is damaged)."""
+        is damaged); read once."""
         import pandas as pd
 
         if not (self.path / f"{WORDS}{SUMS}").is_file() or check_unit(self.path, WORDS) is not None:

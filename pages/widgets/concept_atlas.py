@@ -145,6 +145,8 @@ def atlas_section(run, shared, focus_key: str) -> None:
             flag = " · :red[**shortcut candidate**]" if bool(row["flagged"]) else ""
             text.markdown(f"**{dc.concept_title(row)}**{flag}")
             text.caption(plain(dc.concept_caption(row)))
+            if words := dc.words_text(concepts, row):
+                text.caption(plain(words))
             if flag:
                 text.caption(plain(f"Why: {dc.flag_text(row)}."))
             if text.button(f"Show its {int(row['images_using'])} images", key=f"ds_concept_show_{group}_{k}",
@@ -153,6 +155,8 @@ def atlas_section(run, shared, focus_key: str) -> None:
                 focus_on(run, concepts, row, focus_key)
             with shown_errors():
                 draw_strip(strip(run, concepts, row), pictures)
+    if concepts.words is None:
+        st.caption(dc.WORDS_HOW)
     with st.expander("Find concepts again (another K, other classes)", icon=":material/refresh:"):
         start_form(run, shared)
 

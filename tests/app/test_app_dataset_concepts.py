@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from iba_core.app import dataset_concepts as dc
+from iba_core.concepts.crops import peak_box
 
 NAN = float("nan")
 
@@ -75,13 +76,13 @@ def test_flagged_concepts_come_first_and_the_groups_are_the_classes_then_the_who
     ((0.99, 0.1), (43, 0, 64, 21)),
 ])
 def test_the_crop_around_a_peak_is_a_third_of_the_crop_and_stays_inside(peak, box) -> None:
-    assert dc.crop_box(*peak, 64, 64) == box
+    assert peak_box(*peak, 64, 64) == box
     left, top, right, bottom = box
     assert right - left == bottom - top == round(64 / 3)
 
 
 def test_the_crop_box_of_a_wide_crop_is_square_on_its_shorter_side() -> None:
-    left, top, right, bottom = dc.crop_box(0.9, 0.5, 300, 90)
+    left, top, right, bottom = peak_box(0.9, 0.5, 300, 90)
     assert right - left == bottom - top == 30 and right <= 300 and top >= 0
 
 

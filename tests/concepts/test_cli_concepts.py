@@ -90,3 +90,26 @@ def test_another_network_is_one_sentence(run_dir, capsys, tmp_path):
     card = write_card(tmp_path / "tiny", ["red", "green"])
     assert main(["concepts", str(run_dir), "--model", str(card), "--trust-code"]) == 1
     assert "Concepts need the run's own network" in one_line_error(capsys)
+
+
+def test_words_from_a_clip_model_are_stored_and_shown(run_dir, hand_root, capsys, clip_folder):
+    """--words-model names each concept with the CLIP model's closest prompts (the built-in list and --prompt); the
+    set keeps them and the atlas shows them; a model that is not CLIP is refused before any work."""
+    from iba_core.app import dataset_concepts as dc
+
+    card = str(hand_root / "card" / "hand.toml")
+    assert main(["concepts", str(run_dir), "--model", card, "--trust-code", "--words-model", card]) == 1
+    assert "--words-model needs a CLIP model" in capsys.readouterr().err and not list_sets(run_dir)
+    args = ["concepts", str(run_dir), "--model", card, "--trust-code", "--per-class", "2", "--no-whole-run",
+            "--words-model", f"clip:{clip_folder}", "--prompt", "a red square"]
+    assert main(args) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    groups = [line for line in lines if "group" in line]
+    assert groups and all(len(line["words"]) == 2 and all(len(w) == 3 for w in line["words"].values())
+                          for line in groups)
+    found = open_concepts(run_dir)
+    words = found.words
+    assert set(words["group"]) == {"class-0", "class-1"} and "a red square" in set(words["word"])
+    row = found.concepts.iloc[0]
+    best = found.words_of(int(row["target"]), int(row["concept"]))[0]
+    assert dc.words_text(found, row).startswith(f"Looks like (CLIP, score above the other concepts'): “{best[0]}”")
