@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..runs.highlights import BITS_UNIT, BORDER_FLAG, RunHighlights, few_bits_mask, run_highlights
+from ..runs.highlights import BORDER_FLAG, RunHighlights, few_bits_mask, run_highlights
+from ..runs.highlights import methods_bits_first as info_bits_first
 from ..runs.store import YARDSTICK_COLUMNS
 from ..runs.tables import Run, open_run
 from ..trust import Trust, check_server_path
@@ -127,8 +128,7 @@ def with_flags(run: Run, rows: "pd.DataFrame") -> "pd.DataFrame":
 
 def methods_bits_first(run: Run) -> list[str]:
     """The run's method keys, the bottlenecks (maps in bits) first, each group in key order."""
-    units = method_units(run)
-    return sorted(method_names(run), key=lambda k: (units.get(k) != BITS_UNIT, k))
+    return info_bits_first(run.info)  # one copy: the runs' own order (`runs.highlights`)
 
 
 def highlights(run: Run, method: str | None = None) -> RunHighlights | None:

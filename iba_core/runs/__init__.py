@@ -16,7 +16,9 @@
 - `spectral`: spectral clustering of thumbnails (SpRAy) with numpy and scipy;
 - `per_class`: a class's rows, mean map and clusters of similar maps;
 - `highlights`: what stands out across a whole run (images that need very few bits, flagged clusters of every
-  class, class means that concentrate, outliers), as plain data for the Dataset page and the report.
+  class, class means that concentrate, outliers), as plain data for the Dataset page and the report;
+- `paired`: two runs compared image by image (`pair_runs` → `Paired`, `write_paired`): Δbits, Δp, changed
+  predictions, signed difference maps on one scale, per-class means.
 
 Names are imported on first use, so `from iba_core.runs import open_run` does not load the methods.
 """
@@ -38,6 +40,7 @@ _PUBLIC = {
     "map_clusters": "per_class",
     "Highlight": "highlights", "RunHighlights": "highlights", "run_highlights": "highlights",
     "few_bits_mask": "highlights", "concentration_region": "highlights",
+    "Paired": "paired", "pair_runs": "paired", "write_paired": "paired",
 }
 
 __all__ = sorted(_PUBLIC)

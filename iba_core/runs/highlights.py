@@ -41,6 +41,15 @@ if TYPE_CHECKING:
 
 #: The unit of the bottlenecks' maps (`Method.unit`): only these have total bits.
 BITS_UNIT = "bits/pixel"
+
+
+def methods_bits_first(info: dict) -> list[str]:
+    """The method keys of a run's run.json (`info`), the bottlenecks (maps in BITS_UNIT) first, each group in key
+    order: the default method of every view of a run (the first one)."""
+    methods = info.get("methods", {})
+    return sorted(methods, key=lambda k: (str(methods[k].get("unit", "")) != BITS_UNIT, k))
+
+
 #: A map with at least this share of its mass in the outer 10 % of the image (36 % of its area) is flagged:
 #: the network takes most of its information from the border, where a ruler, a watermark or a corner mark sits.
 BORDER_FLAG = 0.5
