@@ -5,6 +5,7 @@ network meets a blue patch it was never taught (no reaction: the caution, no ran
 Per-Sample Bottleneck at 5 steps with 32 statistics samples."""
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,21 @@ def test_the_results_are_written_and_read_back(reacting):
     assert again.region().sum() == 64
     # the copies keep the folder's relative paths, clean and marked
     assert sorted(p.name for p in (out / "clean").iterdir()) == sorted(p.name for p in (out / "marked").iterdir())
+
+
+def test_the_paired_view_compares_the_two_copy_folders_image_by_image(reacting):
+    result, _ = reacting
+    assert set(result.paired_dirs) == {"own", "toward"}
+    assert set(result.paired_dirs["toward"]) == {"iba_10", "saliency", "grad_cam"}
+    folder = result.out_dir / result.paired_dirs["toward"]["iba_10"]
+    assert (folder / "paired.parquet").is_file() and (folder / "paired_report.html").is_file()
+    paired = result.paired("iba_10", "toward")
+    assert len(paired.table) == IMAGES and paired.table["changed"].all()  # every prediction moved to "marked"
+    assert paired.score == "total_bits" and (paired.table["delta_score"] > 0).all()  # the mark adds bits
+    difference = paired.difference(paired.table.iloc[0])
+    assert difference[:8, :8].sum() > 0.5 * np.clip(difference, 0, None).sum()  # most of the rise on the mark
+    with pytest.raises(UserError, match="no runs for the target 'toward'"):
+        replace(result, runs={"own": result.runs["own"]}).paired("iba_10", "toward")
 
 
 def test_a_rerun_skips_the_finished_runs(setup, reacting):
