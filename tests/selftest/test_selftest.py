@@ -162,3 +162,17 @@ def test_an_unreadable_image_is_left_out_and_said(setup, tmp_path):
                        tmp_path / "out")
     assert list(result.images["image"]) == ["00.png", "01.png"] and list(result.unreadable) == ["broken.png"]
     assert Image.open(tmp_path / "out" / "marked" / "00.png").size == (64, 64)
+
+
+def test_the_shortcut_fixture_network_ignores_a_red_corner_on_its_object_images(tmp_path):
+    """The folder-run tests' shortcut network (tests/runs/run_fixtures.py) tells "object" by its green square, so a
+    red top-left square planted on object images moves nothing: the caution, not a reaction (why this test's
+    reacting network is trained with the green object in both classes)."""
+    from run_fixtures import load_card, train_shortcut_net, write_card, write_shortcut_folder
+
+    write_shortcut_folder(tmp_path / "data", per_class=4)
+    network = load_card(write_card(tmp_path / "card", ["marked", "object"], model=train_shortcut_net()))
+    result = self_test(network, tmp_path / "data" / "object", make_mark("patch", where="top-left", size=0.125),
+                       [get_method("saliency")], tmp_path / "out")
+    assert not result.reaction.reacts and result.reaction.changed_share == 0
+    assert result.reaction.toward_p_marked < 0.01 and result.ranking == []
