@@ -166,9 +166,10 @@ def _run_pair(network, keys: Sequence[str], own: Sequence[int], methods, out_dir
     return written
 
 
-def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.ndarray) -> tuple[list, list[dict]]:
-    """Per method of a target's pair of runs: its `MethodScore` and its rows of the maps table (one per image with a
-    map on both copies)."""
+def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.ndarray,
+                   methods: Sequence[str]) -> tuple[list, list[dict]]:
+    """Per method of `methods` in a target's pair of runs: its `MethodScore` and its rows of the maps table (one per
+    image with a map on both copies; a method an earlier call added to the runs is left out)."""
     from ..runs import open_run
 
     clean_run, marked_run = (open_run(out_dir / name) for name in RUNS[target])
@@ -176,7 +177,7 @@ def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.n
             for name, run in zip(RUNS[target], (clean_run, marked_run))}
     clean_rows, marked_rows = good[RUNS[target][0]], good[RUNS[target][1]]
     scores, rows = [], []
-    for method in dict.fromkeys(clean_rows.index.get_level_values(0)):
+    for method in [m for m in dict.fromkeys(clean_rows.index.get_level_values(0)) if m in methods]:
         pairs = [k for k in keys if (method, k) in clean_rows.index and (method, k) in marked_rows.index]
         clean_maps, marked_maps, mine = [], [], []
         for key in pairs:
@@ -283,7 +284,7 @@ def self_test(network, folder: str | os.PathLike, mark: Mark, methods: Sequence[
         targets.append("toward")
     scores, map_rows = [], []
     for target in targets:
-        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.region)
+        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.region, [m.key for m in methods])
         scores += found_scores
         map_rows += rows
     ranking = rank_methods(scores, reaction.reacts)

@@ -121,6 +121,10 @@ def test_a_rerun_skips_the_finished_runs(setup, reacting):
                       root / "red")
     assert again.new_rows == {name: 0 for name in result.new_rows}
     assert again.ranking == result.ranking
+    fewer = self_test(network, root / "data", make_mark("patch", where="top-left", size=0.125),
+                      [get_method("saliency")], root / "red")  # the runs keep the others: only saliency is scored
+    assert fewer.ranking == ["saliency"] and {s.method for s in fewer.scores} == {"saliency"}
+    assert fewer.new_rows == {name: 0 for name in result.new_rows}
 
 
 def test_a_mark_the_model_ignores_gets_the_caution_and_no_ranking(setup):
