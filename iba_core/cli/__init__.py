@@ -1,5 +1,5 @@
 """Command line: `python -m iba_core {models,stats,attribute,compare,evaluate,train-readout,report,concepts,
-compare-runs} …`.
+compare-runs,selftest} …`.
 
 One module per command (`add_parser(subparsers)` + `run(args)`); `common` holds what they share, `files` what
 every command does first (check its input files and output paths, before the network loads) and last (write
@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from . import attribute, compare, compare_runs, concepts, evaluate, models, readout, report, stats
+from . import attribute, compare, compare_runs, concepts, evaluate, models, readout, report, selftest, stats
 from .common import Parser, run_command
 
 #: The command modules, in the order `--help` lists them.
-COMMANDS = (models, stats, attribute, compare, evaluate, readout, report, concepts, compare_runs)
+COMMANDS = (models, stats, attribute, compare, evaluate, readout, report, concepts, compare_runs, selftest)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -290,13 +290,19 @@ class Preprocess:
             bands = TF.center_crop(TF.resize(bands, self.resize, mode, antialias=True), self.crop_size)
             return MultiBandImage(bands.permute(1, 2, 0).numpy(), self.display_bands or image.display_bands,
                                   image.info)
+        image = TF.center_crop(self.resized(image), self.crop_size)
+        return image.convert("RGB") if self.channels == 1 else image
+
+    def resized(self, image: Image.Image) -> Image.Image:
+        """A photo resized as `crop` resizes it before its centre crop (short side to `resize`; gray for a 1-channel
+        network): the planted-mark self-test draws on it, so the crop it takes later is exact."""
+        import torchvision.transforms.functional as TF
+        from torchvision.transforms import InterpolationMode
+
         if self.channels > 3:
             self._check_channels(photo_channels(image.mode))
-        gray = self.channels == 1
-        image = TF.resize(image.convert("L" if gray else "RGB"), self.resize, InterpolationMode(self.interpolation),
-                          antialias=True)
-        image = TF.center_crop(image, self.crop_size)
-        return image.convert("RGB") if gray else image
+        return TF.resize(image.convert("L" if self.channels == 1 else "RGB"), self.resize,
+                         InterpolationMode(self.interpolation), antialias=True)
 
     def normalise(self, cropped: Image.Image | MultiBandImage) -> torch.Tensor:
         """A (1, channels, crop, crop) float tensor from an already cropped image (each channel normalised by its
