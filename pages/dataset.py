@@ -27,7 +27,7 @@ from pages.widgets.form_widgets import method_picker
 from pages.widgets.network_picker import network_picker
 from pages.widgets.page import app_trust, bring_into_view, presentation, request_budget, through_app
 from pages.widgets.text import plain
-from pages.widgets import run_compare
+from pages.widgets import run_compare, self_test
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
 #: The images of a highlight the table and gallery are narrowed to: (title, images), or absent.
@@ -559,8 +559,7 @@ def downloads(run, method_for_report: str | None, found) -> None:
                  help="Class means, clusters and flagged images in one file, pictures embedded."):
         with shown_errors(), st.spinner("Drawing the report…"):
             st.session_state[REPORT_KEY] = dataset_report.report_html(run, method_for_report, trust, found)
-    report = st.session_state.get(REPORT_KEY)
-    if report is not None:
+    if (report := st.session_state.get(REPORT_KEY)) is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",
                            icon=":material/download:", key="ds_report_download")
 
@@ -598,3 +597,4 @@ if run is not None:
     st.divider()
     downloads(run, st.session_state.get("ds_class_method"), found)
     run_compare.compare_section(run, trust)
+self_test.self_test_section(trust)  # a run open or not: it makes its own runs

@@ -18,8 +18,6 @@ from pages.widgets.text import plain
 OTHER_KEY, OTHER_PATH_KEY = "ds_cmp_run", "ds_cmp_path"
 #: Comparisons made this session, by (A's folder and rows, B's folder and rows, methods): pairing reads every map.
 CACHE_KEY = "_ds_cmp_cache"
-#: The comparison's HTML report once made, by the same key.
-REPORT_KEY = "_ds_cmp_report"
 
 
 def compare_section(run, trust: Trust) -> None:
@@ -71,8 +69,9 @@ def comparison(run, other):
     return cache[key]
 
 
-def comparison_view(paired, trust: Trust) -> None:
-    """The counts, the notes, the most changed images, the table, the classes and the downloads."""
+def comparison_view(paired, trust: Trust, prefix: str = "ds_cmp") -> None:
+    """The counts, the notes, the most changed images, the table, the classes and the downloads; `prefix` keeps the
+    widgets of two comparisons on one page apart (the self-test's is a second)."""
     st.caption(plain(rc.runs_sentence(paired, trust)))
     st.info(plain(rc.counts_sentence(paired)), icon=":material/compare_arrows:")
     for note in paired.notes:
@@ -93,12 +92,12 @@ def comparison_view(paired, trust: Trust) -> None:
             cols[3].image(cell.difference, caption="B − A", width="stretch")
             st.caption(plain(cell.caption))
     st.markdown("**Every matched image**")
-    st.dataframe(rc.shown_table(paired), hide_index=True, key="ds_cmp_table", column_config={
+    st.dataframe(rc.shown_table(paired), hide_index=True, key=f"{prefix}_table", column_config={
         "delta_score": st.column_config.NumberColumn(f"Δ{rc.score_word(paired)}", format="%+.3g"),
         "delta_p": st.column_config.NumberColumn("Δp(target)", format="%+.3f"),
         "changed": st.column_config.CheckboxColumn("changed", help="The two runs' predictions differ.")})
     class_view(paired)
-    downloads(paired, trust)
+    downloads(paired, trust, prefix)
 
 
 def class_view(paired) -> None:
@@ -115,20 +114,20 @@ def class_view(paired) -> None:
             col.caption(plain(cell["caption"]))
 
 
-def downloads(paired, trust: Trust) -> None:
+def downloads(paired, trust: Trust, prefix: str) -> None:
     """The table as Parquet and CSV, and the HTML report (made on request)."""
     c1, c2, c3 = st.columns(3)
     c1.download_button("Comparison (Parquet)", ds.table_parquet(paired.table), "paired.parquet",
                        "application/vnd.apache.parquet", on_click="ignore", icon=":material/download:",
-                       key="ds_cmp_parquet")
+                       key=f"{prefix}_parquet")
     c2.download_button("Comparison (CSV)", ds.table_csv(paired.table), "paired.csv", "text/csv", on_click="ignore",
-                       icon=":material/download:", key="ds_cmp_csv")
+                       icon=":material/download:", key=f"{prefix}_csv")
     key = (str(paired.run_a.path), str(paired.run_b.path), paired.method_a, paired.method_b, len(paired.table))
-    if c3.button("Make the comparison's report", icon=":material/description:", key="ds_cmp_report_button"):
+    if c3.button("Make the comparison's report", icon=":material/description:", key=f"{prefix}_report_button"):
         with shown_errors(), st.spinner("Drawing the report…"):
-            st.session_state[REPORT_KEY] = (key, rc.report_bytes(paired, trust))
-    made = st.session_state.get(REPORT_KEY)
+            st.session_state[f"_{prefix}_report"] = (key, rc.report_bytes(paired, trust))
+    made = st.session_state.get(f"_{prefix}_report")
     if made is not None and made[0] == key:
         name = f"compare_{Path(visitor_path(paired.run_b.path, trust)).name or 'runs'}.html"
         c3.download_button("Report (HTML)", made[1], name, "text/html", on_click="ignore",
-                           icon=":material/download:", key="ds_cmp_report_download")
+                           icon=":material/download:", key=f"{prefix}_report_download")
