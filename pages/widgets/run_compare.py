@@ -56,8 +56,10 @@ def comparison(run, other):
     keys_a, names_a = rc.method_choices(run)
     keys_b, names_b = rc.method_choices(other)
     c1, c2 = st.columns(2)
-    method_a = c1.selectbox("Method of A (this run)", keys_a, key="ds_cmp_method_a", format_func=names_a.get)
-    method_b = c2.selectbox("Method of B", keys_b, key="ds_cmp_method_b", format_func=names_b.get)
+    # keyed by the runs' methods: another pair of runs starts from its own defaults, not a method it lacks
+    method_a = c1.selectbox("Method of A (this run)", keys_a, key="ds_cmp_method_a_" + "_".join(keys_a),
+                            format_func=names_a.get)
+    method_b = c2.selectbox("Method of B", keys_b, key="ds_cmp_method_b_" + "_".join(keys_b), format_func=names_b.get)
     key = (str(run.path), len(run.table), str(other.path), len(other.table), method_a, method_b)
     cache = st.session_state.setdefault(CACHE_KEY, {})
     if key not in cache:

@@ -25,6 +25,8 @@ from pages.widgets.text import plain
 
 #: The last self-test's results (`SelfTest`) this session.
 RESULT_KEY = "ds_st_result"
+#: (that SelfTest, its clean and marked runs paired), kept while it is the one shown.
+PAIRED_KEY = "_ds_st_paired"
 KIND_NAMES = {"patch": "a patch (solid square)", "text": "a text", "border": "a border round the crop",
               PNG: "a PNG of yours"}
 
@@ -112,8 +114,7 @@ def run_test(shared, trust: Trust, folder: str, out: str, fields: tuple, methods
 
 def results_view(result, trust: Trust) -> None:
     """The verdict, the reaction's figures, the mark, the ranking, and the clean and marked runs compared."""
-    st.markdown(f"**Self-test in {plain(visitor_path(result.out_dir, trust))}** · "
-                f"{result.reaction.images} images · network {plain(result.network)}")
+    st.markdown(f"**Self-test in {plain(visitor_path(result.out_dir, trust))}** · {result.reaction.images} images")
     verdict = plain(result.reaction.verdict[:1].upper() + result.reaction.verdict[1:]) + "."
     if result.reaction.reacts:
         st.success(verdict, icon=":material/check_circle:")
@@ -128,8 +129,8 @@ def results_view(result, trust: Trust) -> None:
         c1, c2, c3 = st.columns([1, 1, 2])
         c1.image(pair[0], caption="clean copy", width="stretch")
         c2.image(pair[1], caption="marked copy", width="stretch")
-        c3.caption(f"The mark's box on the {result.crop} × {result.crop} crop: x {x0}–{x1}, y {y0}–{y1}; it covers "
-                   f"{result.region_share:.1%} of the crop, so a map spread evenly puts that share on it "
+        c3.caption(f"The mark's box on the {result.crop} × {result.crop} crop: x {x0}–{x1}, y {y0}–{y1}; it "
+                   f"covers {result.region_share:.1%} of the crop, so a map spread evenly puts that share on it "
                    f"(localisation ratio 1 = chance, at most {1 / result.region_share:.3g}).")
     st.markdown("**Does each method's map show it?**")
     if not result.ranking:
@@ -143,7 +144,9 @@ def results_view(result, trust: Trust) -> None:
         "share_clean": st.column_config.NumberColumn("share (clean)", format="%.3f"),
         "share_marked": st.column_config.NumberColumn("share (marked)", format="%.3f")})
     st.markdown("**The clean and marked runs compared image by image** (A: clean, B: marked)")
-    with shown_errors() as outcome:
-        paired = st_core.paired_runs(result)
+    with shown_errors() as outcome:  # pairing reads every map: once per self-test shown
+        kept = st.session_state.get(PAIRED_KEY)
+        if kept is None or kept[0] is not result:
+            kept = st.session_state[PAIRED_KEY] = (result, st_core.paired_runs(result))
     if not outcome.failed:
-        run_compare.comparison_view(paired, trust, prefix="ds_st_cmp")
+        run_compare.comparison_view(kept[1], trust, prefix="ds_st_cmp")
