@@ -22,6 +22,7 @@ CACHE_KEY = "_ds_cmp_cache"
 
 def compare_section(run, trust: Trust) -> None:
     """The comparison of the open run (A) with a run folder typed here (B), folded until used."""
+    st.divider()
     with st.expander("Compare with another run", icon=":material/compare_arrows:", key="ds_cmp_open"):
         st.caption("Two runs over the same images (two networks, methods or settings), or over two folders whose "
                    "files share their relative paths (before and after a change), compared image by image: the "
@@ -83,8 +84,8 @@ def comparison_view(paired, trust: Trust, prefix: str = "ds_cmp") -> None:
     if not outcome.failed:
         st.markdown(f"**The {len(cells)} most changed images** ({plain(paired.order)})")
         st.caption(plain(scales))
-        for cell in cells:
-            cols = st.columns(4)
+        for cell in cells:  # one row an image, its numbers beside it: six rows stay about a screen high
+            cols = st.columns([1, 1, 1, 1.35, 1.65], vertical_alignment="center")
             if cell.photo is not None:
                 cols[0].image(cell.photo, width="stretch")
             else:
@@ -92,7 +93,7 @@ def comparison_view(paired, trust: Trust, prefix: str = "ds_cmp") -> None:
             cols[1].image(cell.map_a, caption="A", width="stretch")
             cols[2].image(cell.map_b, caption="B", width="stretch")
             cols[3].image(cell.difference, caption="B − A", width="stretch")
-            st.caption(plain(cell.caption))
+            cols[4].caption(plain(cell.caption))
     st.markdown("**Every matched image**")
     st.dataframe(rc.shown_table(paired), hide_index=True, key=f"{prefix}_table", column_config={
         "delta_score": st.column_config.NumberColumn(f"Δ{rc.score_word(paired)}", format="%+.3g"),
