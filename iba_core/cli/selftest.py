@@ -1,7 +1,8 @@
 """`python -m iba_core selftest FOLDER --mark text|patch|border|FILE.png --out DIR`: the planted-mark self-test
 (`iba_core.selftest.self_test`): the folder's images copied clean and marked, the methods run on both, the model's
 reaction and each method's localisation ratio and AUROC. Prints JSON lines: the reaction (with the verdict), one
-line per method and target (ranked ones first, best first), and a last line with the ranking and the files.
+line per method and target (ranked ones first, best first), and a last line with the ranking, the files and the
+paired view's folders (`compare-runs` of the marked run against the clean one, per target and method).
 Rerunning the command resumes (copies and finished rows are kept)."""
 from __future__ import annotations
 
@@ -96,5 +97,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     print_json({"ranking": result.ranking, "caution": result.caution, "new_rows": result.new_rows,
                 "files": {"summary": str(out / RESULTS_FILE), "images": str(out / IMAGES_FILE),
-                          "maps": str(out / MAPS_FILE)}})
+                          "maps": str(out / MAPS_FILE)},
+                "paired": {t: {m: str(out / d) for m, d in by.items()} for t, by in result.paired_dirs.items()}})
     return 0

@@ -22,10 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
-#: The model reacts when one of these moves this far: the mean rise of one class's probability, the mean change of
-#: p(own class), or the share of predictions that change.
+#: The model reacts when the mean probability of one class rises this far, or p(own class) moves this far on average.
+#: The share of changed predictions alone does not decide: a near tie flips at a tiny change (on 8 photos of the
+#: offline network a text mark flipped one prediction at p 0.34 → 0.32).
 REACTS_P = 0.05
-REACTS_CHANGED = 0.05
 
 
 def region_weights(region: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -129,8 +129,7 @@ def reaction_of(p_clean: np.ndarray, p_marked: np.ndarray, own: Sequence[int], n
         toward_p_clean=float(p_clean[:, toward].mean()), toward_p_marked=float(p_marked[:, toward].mean()),
         toward_ratio=_times(float(p_marked[:, toward].mean()), float(p_clean[:, toward].mean())),
         changed_to={names[c]: int(counts[c]) for c in np.argsort(-counts, kind="stable") if counts[c]})
-    reaction.reacts = (reaction.toward_rise >= REACTS_P or abs(reaction.delta_p_own) >= REACTS_P
-                       or reaction.changed_share >= REACTS_CHANGED)
+    reaction.reacts = reaction.toward_rise >= REACTS_P or abs(reaction.delta_p_own) >= REACTS_P
     reaction.verdict = verdict(reaction)
     return reaction
 
@@ -143,7 +142,7 @@ def verdict(r: Reaction) -> str:
         changed += ", most to " + next(iter(r.changed_to))
     if not r.reacts:
         return (f"your model hardly reacts to this mark (mean Δp(own class) {r.delta_p_own:+.3f}, {changed}, no class "
-                f"gains {REACTS_P:g} or more): a map has nothing to show, so this test cannot rank the methods")
+                f"gains {REACTS_P:g} on average): a map has nothing to show, so this test cannot rank the methods")
     if r.toward_rise >= REACTS_P:
         moved = (f"p({r.toward_name}) ×{_ratio(r.toward_ratio)} ({_p(r.toward_p_clean)} → "
                  f"{_p(r.toward_p_marked)})")
@@ -193,5 +192,5 @@ def rank_methods(scores: list[MethodScore], reacts: bool) -> list[str]:
     return [s.method for s in ranked]
 
 
-__all__ = ["MethodScore", "REACTS_CHANGED", "REACTS_P", "Reaction", "localisation_ratio", "mass_auroc", "mass_share",
+__all__ = ["MethodScore", "REACTS_P", "Reaction", "localisation_ratio", "mass_auroc", "mass_share",
            "rank_methods", "reaction_of", "region_weights", "verdict"]

@@ -17,7 +17,9 @@ evidence, so that pair ranks the methods. A rerun skips the copies and the rows 
 
 The files: OUT/selftest.json (`SelfTest.summary()`), OUT/selftest_images.parquet (per image: the copies' key, own
 class, predictions and probabilities), OUT/selftest_maps.parquet (per image × method × target: the mark's share of
-each map's mass, of the difference map's), OUT/mark.json (the request) and OUT/mark_layer.png (the mark on the crop).
+each map's mass, of the difference map's), OUT/mark.json (the request), OUT/mark_layer.png (the mark on the crop), and
+the paired view of each pair of runs per method (`runs.paired`: the marked run against the clean one, image by image,
+with its HTML report) in OUT/paired/<target>/<method>/.
 """
 from __future__ import annotations
 
@@ -45,8 +47,11 @@ if TYPE_CHECKING:
 
     from ..methods import Method
     from ..runs import FolderSettings
+    from ..runs.paired import Paired
 
 RESULTS_FILE = "selftest.json"
+#: The paired view's folder: OUT/paired/<target>/<method>/ (`runs.paired.write_paired`'s files, its HTML report).
+PAIRED_DIR = "paired"
 IMAGES_FILE = "selftest_images.parquet"
 MAPS_FILE = "selftest_maps.parquet"
 #: The run folders of each target: (clean copies' run, marked copies' run).
@@ -63,7 +68,8 @@ class SelfTest:
     used, of how many, the seed (None: all); reaction: the model's (`scores.Reaction`, with the verdict); scores:
     per method and target (`scores.MethodScore`); ranking: method keys best first ([] when the model hardly
     reacts); images and maps: the two tables; runs: target → (clean run folder, marked run folder); new_rows: rows
-    each run wrote in this call (0 on a rerun of a finished test); unreadable: images left out (key: why).
+    each run wrote in this call (0 on a rerun of a finished test); unreadable: images left out (key: why);
+    paired_dirs: target → method → the paired view's folder inside out_dir (`paired` gives it as data).
     """
 
     out_dir: Path
@@ -81,6 +87,7 @@ class SelfTest:
     runs: dict[str, tuple[str, str]]
     new_rows: dict[str, int] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
+    paired_dirs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def caution(self) -> str | None:
@@ -102,6 +109,16 @@ class SelfTest:
         with Image.open(self.out_dir / cp.LAYER_FILE) as layer:
             return np.asarray(layer.convert("RGBA"))[..., 3] > 0
 
+    def paired(self, method: str, target: str = "own") -> "Paired":
+        """The paired view of the two copy folders (`runs.paired.pair_runs`: the marked run against the clean one,
+        image by image) for a method and target ("own" or "toward"); written in `paired_dirs[target][method]`."""
+        from ..runs.paired import pair_runs
+
+        if target not in self.runs:
+            raise UserError(f"This self-test has no runs for the target {target!r}; it has {', '.join(self.runs)}.")
+        clean, marked = self.runs[target]
+        return pair_runs(self.out_dir / clean, self.out_dir / marked, method, method)
+
     def summary(self) -> dict:
         """Everything but the tables, as JSON data (OUT/selftest.json)."""
         return jsonable({
@@ -110,7 +127,7 @@ class SelfTest:
             "reaction": self.reaction.as_dict(), "verdict": self.reaction.verdict, "caution": self.caution,
             "scores": [s.as_dict() for s in self.scores], "ranking": self.ranking,
             "runs": {k: list(v) for k, v in self.runs.items()}, "new_rows": self.new_rows,
-            "unreadable": self.unreadable,
+            "unreadable": self.unreadable, "paired_dirs": self.paired_dirs,
         })
 
 
@@ -149,9 +166,10 @@ def _run_pair(network, keys: Sequence[str], own: Sequence[int], methods, out_dir
     return written
 
 
-def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.ndarray) -> tuple[list, list[dict]]:
-    """Per method of a target's pair of runs: its `MethodScore` and its rows of the maps table (one per image with a
-    map on both copies)."""
+def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.ndarray,
+                   methods: Sequence[str]) -> tuple[list, list[dict]]:
+    """Per method of `methods` in a target's pair of runs: its `MethodScore` and its rows of the maps table (one per
+    image with a map on both copies; a method an earlier call added to the runs is left out)."""
     from ..runs import open_run
 
     clean_run, marked_run = (open_run(out_dir / name) for name in RUNS[target])
@@ -159,7 +177,7 @@ def _method_scores(out_dir: Path, target: str, keys: Sequence[str], region: np.n
             for name, run in zip(RUNS[target], (clean_run, marked_run))}
     clean_rows, marked_rows = good[RUNS[target][0]], good[RUNS[target][1]]
     scores, rows = [], []
-    for method in dict.fromkeys(clean_rows.index.get_level_values(0)):
+    for method in [m for m in dict.fromkeys(clean_rows.index.get_level_values(0)) if m in methods]:
         pairs = [k for k in keys if (method, k) in clean_rows.index and (method, k) in marked_rows.index]
         clean_maps, marked_maps, mine = [], [], []
         for key in pairs:
@@ -201,6 +219,20 @@ def _images_table(copies: cp.Copies, own: np.ndarray, p_clean: np.ndarray, p_mar
         "p_own_clean": p_clean[rows, own], "p_own_marked": p_marked[rows, own],
         "p_toward_clean": p_clean[:, toward], "p_toward_marked": p_marked[:, toward],
     })
+
+
+def _write_paired(out_dir: Path, scores: Sequence[MethodScore]) -> dict[str, dict[str, str]]:
+    """The paired view (item 1 of issue #42) of each target's two runs, per method, into OUT/paired/<target>/<method>/:
+    the marked run against the clean one, image by image; {target: {method: folder}}."""
+    from ..runs.paired import pair_runs, write_paired
+
+    written: dict[str, dict[str, str]] = {}
+    for score in scores:
+        clean, marked = RUNS[score.target]
+        folder = out_dir / PAIRED_DIR / score.target / score.method
+        write_paired(pair_runs(out_dir / clean, out_dir / marked, score.method, score.method), folder)
+        written.setdefault(score.target, {})[score.method] = str(folder.relative_to(out_dir))
+    return written
 
 
 def _write_parquet(path: Path, frame: "pd.DataFrame") -> None:
@@ -252,7 +284,7 @@ def self_test(network, folder: str | os.PathLike, mark: Mark, methods: Sequence[
         targets.append("toward")
     scores, map_rows = [], []
     for target in targets:
-        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.region)
+        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.region, [m.key for m in methods])
         scores += found_scores
         map_rows += rows
     ranking = rank_methods(scores, reaction.reacts)
@@ -260,7 +292,8 @@ def self_test(network, folder: str | os.PathLike, mark: Mark, methods: Sequence[
     maps = pd.DataFrame(map_rows, columns=MAP_COLUMNS)
     maps.insert(0, "image", maps["copy"].map(dict(zip(copies.keys, images["image"]))))
     result = SelfTest(out_dir, network.key, mark.identity(), placed.box, placed.share, placed.crop, said, reaction,
-                      scores, ranking, images, maps, {t: RUNS[t] for t in targets}, new_rows, copies.unreadable)
+                      scores, ranking, images, maps, {t: RUNS[t] for t in targets}, new_rows, copies.unreadable,
+                      _write_paired(out_dir, scores))
     _write(result)
     return result
 
@@ -288,8 +321,9 @@ def open_self_test(out_dir: str | os.PathLike) -> SelfTest:
               for s in data["scores"]]
     return SelfTest(out_dir, data["network"], data["mark"], tuple(data["box"]), data["region_share"], data["crop"],
                     data["sample"], reaction, scores, data["ranking"], images, maps,
-                    {k: tuple(v) for k, v in data["runs"].items()}, data["new_rows"], data["unreadable"])
+                    {k: tuple(v) for k, v in data["runs"].items()}, data["new_rows"], data["unreadable"],
+                    data.get("paired_dirs", {}))
 
 
-__all__ = ["IMAGES_FILE", "MAPS_FILE", "MAP_COLUMNS", "RESULTS_FILE", "RUNS", "SelfTest", "open_self_test",
+__all__ = ["IMAGES_FILE", "MAPS_FILE", "MAP_COLUMNS", "PAIRED_DIR", "RESULTS_FILE", "RUNS", "SelfTest", "open_self_test",
            "self_test"]

@@ -5,6 +5,7 @@ network meets a blue patch it was never taught (no reaction: the caution, no ran
 Per-Sample Bottleneck at 5 steps with 32 statistics samples."""
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,21 @@ def test_the_results_are_written_and_read_back(reacting):
     assert sorted(p.name for p in (out / "clean").iterdir()) == sorted(p.name for p in (out / "marked").iterdir())
 
 
+def test_the_paired_view_compares_the_two_copy_folders_image_by_image(reacting):
+    result, _ = reacting
+    assert set(result.paired_dirs) == {"own", "toward"}
+    assert set(result.paired_dirs["toward"]) == {"iba_10", "saliency", "grad_cam"}
+    folder = result.out_dir / result.paired_dirs["toward"]["iba_10"]
+    assert (folder / "paired.parquet").is_file() and (folder / "paired_report.html").is_file()
+    paired = result.paired("iba_10", "toward")
+    assert len(paired.table) == IMAGES and paired.table["changed"].all()  # every prediction moved to "marked"
+    assert paired.score == "total_bits" and (paired.table["delta_score"] > 0).all()  # the mark adds bits
+    difference = paired.difference(paired.table.iloc[0])
+    assert difference[:8, :8].sum() > 0.5 * np.clip(difference, 0, None).sum()  # most of the rise on the mark
+    with pytest.raises(UserError, match="no runs for the target 'toward'"):
+        replace(result, runs={"own": result.runs["own"]}).paired("iba_10", "toward")
+
+
 def test_a_rerun_skips_the_finished_runs(setup, reacting):
     root, network = setup
     result, _ = reacting
@@ -105,6 +121,10 @@ def test_a_rerun_skips_the_finished_runs(setup, reacting):
                       root / "red")
     assert again.new_rows == {name: 0 for name in result.new_rows}
     assert again.ranking == result.ranking
+    fewer = self_test(network, root / "data", make_mark("patch", where="top-left", size=0.125),
+                      [get_method("saliency")], root / "red")  # the runs keep the others: only saliency is scored
+    assert fewer.ranking == ["saliency"] and {s.method for s in fewer.scores} == {"saliency"}
+    assert fewer.new_rows == {name: 0 for name in result.new_rows}
 
 
 def test_a_mark_the_model_ignores_gets_the_caution_and_no_ranking(setup):
@@ -146,3 +166,17 @@ def test_an_unreadable_image_is_left_out_and_said(setup, tmp_path):
                        tmp_path / "out")
     assert list(result.images["image"]) == ["00.png", "01.png"] and list(result.unreadable) == ["broken.png"]
     assert Image.open(tmp_path / "out" / "marked" / "00.png").size == (64, 64)
+
+
+def test_the_shortcut_fixture_network_ignores_a_red_corner_on_its_object_images(tmp_path):
+    """The folder-run tests' shortcut network (tests/runs/run_fixtures.py) tells "object" by its green square, so a
+    red top-left square planted on object images moves nothing: the caution, not a reaction (why this test's
+    reacting network is trained with the green object in both classes)."""
+    from run_fixtures import load_card, train_shortcut_net, write_card, write_shortcut_folder
+
+    write_shortcut_folder(tmp_path / "data", per_class=4)
+    network = load_card(write_card(tmp_path / "card", ["marked", "object"], model=train_shortcut_net()))
+    result = self_test(network, tmp_path / "data" / "object", make_mark("patch", where="top-left", size=0.125),
+                       [get_method("saliency")], tmp_path / "out")
+    assert not result.reaction.reacts and result.reaction.changed_share == 0
+    assert result.reaction.toward_p_marked < 0.01 and result.ranking == []

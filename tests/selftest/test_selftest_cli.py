@@ -42,6 +42,7 @@ def test_the_cli_prints_the_reaction_and_the_ranking(card_and_folder, tmp_path, 
     assert [m["method"] for m in ranked] == last["ranking"] and sorted(last["ranking"]) == ["iba_10", "saliency"]
     assert len(methods) == 4  # two methods × (own class, toward "marked"), the ranked ones first
     assert last["caution"] is None and Path(last["files"]["summary"]).is_file()
+    assert Path(last["paired"]["toward"]["iba_10"], "paired_report.html").is_file()
 
 
 def test_the_cli_shows_the_caution_for_an_ignored_mark(card_and_folder, tmp_path, capsys):
