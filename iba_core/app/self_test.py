@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..budget import check_budget
 from ..errors import UserError
 from ..progress import ProgressFn
-from ..runs.paired import Paired, pair_runs
+from ..runs.paired import Paired
 from ..selftest.marks import KINDS, PLACES, PNG, Mark, make_mark
 from ..trust import Trust, check_server_path
 from .folder_job import _checked_methods, _image_folder, image_cost
@@ -139,7 +139,19 @@ def example_copies(result: "SelfTest", side: int = 192) -> tuple[bytes, bytes] |
     return pictures[0], pictures[1]
 
 
-def paired_runs(result: "SelfTest") -> Paired:
-    """The clean and the marked copies' runs of each image's own class compared image by image (`pair_runs`)."""
-    clean, marked = result.runs["own"]
-    return pair_runs(result.out_dir / clean, result.out_dir / marked)
+def paired_choices(result: "SelfTest") -> list[tuple[str, str]]:
+    """The (method, target) pairs the paired view can show, the best ranked first (then the scores' order)."""
+    scored = [(s.method, s.target) for s in sorted(result.scores, key=lambda s: (s.rank is None, s.rank or 0))]
+    return list(dict.fromkeys(scored))
+
+
+def paired_label(result: "SelfTest", choice: tuple[str, str]) -> str:
+    """A (method, target) pair in words: the method's name and the class its maps explain."""
+    method, target = choice
+    name = next((s.name for s in result.scores if s.method == method), method)
+    return f"{name}, {'each image’s own class' if target == 'own' else result.reaction.toward_name}"
+
+
+def paired_runs(result: "SelfTest", choice: tuple[str, str]) -> Paired:
+    """The clean (A) and marked (B) runs of one method and target compared image by image (`SelfTest.paired`)."""
+    return result.paired(*choice)

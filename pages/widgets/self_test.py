@@ -25,7 +25,7 @@ from pages.widgets.text import plain
 
 #: The last self-test's results (`SelfTest`) this session.
 RESULT_KEY = "ds_st_result"
-#: (that SelfTest, its clean and marked runs paired), kept while it is the one shown.
+#: (that SelfTest, the (method, target) shown, its clean and marked runs paired), kept while they are shown.
 PAIRED_KEY = "_ds_st_paired"
 KIND_NAMES = {"patch": "a patch (solid square)", "text": "a text", "border": "a border round the crop",
               PNG: "a PNG of yours"}
@@ -144,9 +144,14 @@ def results_view(result, trust: Trust) -> None:
         "share_clean": st.column_config.NumberColumn("share (clean)", format="%.3f"),
         "share_marked": st.column_config.NumberColumn("share (marked)", format="%.3f")})
     st.markdown("**The clean and marked runs compared image by image** (A: clean, B: marked)")
-    with shown_errors() as outcome:  # pairing reads every map: once per self-test shown
+    choices = st_core.paired_choices(result)
+    if not choices:
+        return
+    choice = st.selectbox("Method and class", choices, key="ds_st_paired", format_func=lambda c: plain(
+        st_core.paired_label(result, c)))
+    with shown_errors() as outcome:  # pairing reads every map: once per self-test and choice shown
         kept = st.session_state.get(PAIRED_KEY)
-        if kept is None or kept[0] is not result:
-            kept = st.session_state[PAIRED_KEY] = (result, st_core.paired_runs(result))
+        if kept is None or kept[0] is not result or kept[1] != choice:
+            kept = st.session_state[PAIRED_KEY] = (result, choice, st_core.paired_runs(result, choice))
     if not outcome.failed:
-        run_compare.comparison_view(kept[1], trust, prefix="ds_st_cmp")
+        run_compare.comparison_view(kept[2], trust, prefix="ds_st_cmp")

@@ -64,6 +64,7 @@ def test_a_tiny_self_test_shows_the_verdict_the_ranking_and_the_paired_view(data
     captions = [c for im in at.image for c in im.captions]
     assert "clean copy" in captions and "marked copy" in captions
     assert any(i.value.startswith("4 images matched · 0 only in A · 0 only in B") for i in at.info)
+    assert at.selectbox(key="ds_st_paired").value == ("saliency", result.scores[0].target)
 
 
 def test_a_test_folder_outside_the_allowed_ones_is_refused(data_root, tmp_path) -> None:
