@@ -28,6 +28,7 @@ from pages.widgets.network_picker import network_picker
 from pages.widgets.page import (app_trust, bring_into_view, presentation, request_budget, session_owner,
                                 through_app)
 from pages.widgets.text import plain
+from pages.widgets import run_compare, self_test
 
 RUN_KEY, PATH_KEY, REPORT_KEY = "ds_run", "ds_path", "ds_report"
 #: What the table and gallery are narrowed to: (run folder, title, images[, a concept for the gallery]), or absent.
@@ -547,20 +548,17 @@ def class_section(run, found) -> None:
 def downloads(run, method_for_report: str | None, found) -> None:
     st.subheader("Downloads")
     c1, c2, c3 = st.columns(3)
-    c1.download_button("Table (Parquet)", ds.table_parquet(run.table), "results.parquet",
-                       "application/vnd.apache.parquet", on_click="ignore", icon=":material/download:",
-                       key="ds_parquet")
+    c1.download_button("Table (Parquet)", ds.table_parquet(run.table), "results.parquet", "application/vnd.apache.parquet",
+                       on_click="ignore", icon=":material/download:", key="ds_parquet")
     c2.download_button("Table (CSV)", ds.table_csv(run.table), "results.csv", "text/csv", on_click="ignore",
                        icon=":material/download:", key="ds_csv")
     if method_for_report is None:
         return
     if c3.button("Make the HTML report", icon=":material/description:", key="ds_report_button",
                  help="Class means, clusters and flagged images in one file, pictures embedded."):
-        with shown_errors():
-            with st.spinner("Drawing the report…"):
-                st.session_state[REPORT_KEY] = dataset_report.report_html(run, method_for_report, trust, found)
-    report = st.session_state.get(REPORT_KEY)
-    if report is not None:
+        with shown_errors(), st.spinner("Drawing the report…"):
+            st.session_state[REPORT_KEY] = dataset_report.report_html(run, method_for_report, trust, found)
+    if (report := st.session_state.get(REPORT_KEY)) is not None:
         c3.download_button("Report (HTML)", report, "report.html", "text/html", on_click="ignore",
                            icon=":material/download:", key="ds_report_download")
 
@@ -598,3 +596,5 @@ if run is not None:
     class_section(run, found)
     st.divider()
     downloads(run, st.session_state.get("ds_class_method"), found)
+    run_compare.compare_section(run, trust)
+self_test.self_test_section(trust)  # a run open or not: it makes its own runs

@@ -45,6 +45,7 @@ from pages.widgets.form_widgets import (
     target_picker,
 )
 from pages.widgets.inputs import Inputs, input_section
+from pages.widgets import plant_mark
 from pages.widgets.links import linked_range, replay_step_key, result_note, result_note_line, set_link
 from pages.widgets.page import (
     app_trust, bring_into_view, forget_choice, keep_choice, kept_choice, remember_choice, restore_choice, through_app,
@@ -534,10 +535,7 @@ def few_bits(record: RunRecord) -> None:
 
 
 def downloads(record: RunRecord, opacity: float, scale: ColourScale) -> None:
-    r = record.result
-    stem = record.file_stem
-    report = record.report()
-    top = scale.top
+    r, stem, report, top = record.result, record.file_stem, record.report(), scale.top
     c1, c2, c3, c4, _ = st.columns([1, 1, 1, 1, 0.5])
     side = " × ".join(map(str, r.heatmap.shape[::-1]))  # width × height of the map (the network's crop)
     if record.original is not None and record.crop_box is not None:
@@ -598,3 +596,4 @@ if inputs is not None:
             replay(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]), inputs.network.key)
 if RESULT_KEY in st.session_state:
     results(st.session_state[RESULT_KEY], record_scale(st.session_state[RESULT_KEY]))
+    plant_mark.plant_section(inputs, st.session_state[RESULT_KEY])  # teaching: the run without and with a mark
