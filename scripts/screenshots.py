@@ -12,7 +12,9 @@ Pictures (docs/images/…):
   the paper's defaults, the replay slider three steps back), beta_layer (the paper's grid), compare (the page's
   default methods), evaluate (degradation curves, 9 points per curve, with the table), dataset (a folder run of three
   skimage photos, each as it is, mirrored and cropped: opened, at its gallery), dataset_concepts (the Dataset page on
-  the tests' shortcut run with its concepts found: the concept atlas, the mark's concept a shortcut candidate);
+  the tests' shortcut run with its concepts found: the concept atlas, the mark's concept a shortcut candidate),
+  dataset_compare (that folder run compared with a run of the same photos with a red square planted bottom-right),
+  dataset_selftest (the self-test on those photos with the offline network, the form's defaults);
 - live_run.gif (name `live_run`): the animation of the Per-Sample run above, as the page's "Animation GIF" button
   downloads it (the app's own GIF, `iba_core.render.animation.animation_gif`, not frames of the browser);
 - cli/<command>.png (names `cli_attribute`, `cli_compare`, `cli_report`): what a command writes, run on skimage's
@@ -103,8 +105,8 @@ class Picture:
 APP_PAGES = ("home", "per_sample", "beta_layer", "compare", "evaluate", "dataset")
 PICTURES: dict[str, Picture] = {
     **{p: Picture(p, f"screenshots/{p}.png", ("app.py", f"pages/{p}.py"), page=p) for p in APP_PAGES},
-    "dataset_concepts": Picture("dataset_concepts", "screenshots/dataset_concepts.png", ("app.py", "pages/dataset.py"),
-                                page="dataset"),
+    **{name: Picture(name, f"screenshots/{name}.png", ("app.py", "pages/dataset.py"), page="dataset")
+       for name in ("dataset_concepts", "dataset_compare", "dataset_selftest")},
     "live_run": Picture("live_run", "live_run.gif", ("app.py", "pages/per_sample.py"), page="per_sample"),
     "cli_attribute": Picture("cli_attribute", "cli/attribute.png", ("iba_core/cli/attribute.py",)),
     "cli_compare": Picture("cli_compare", "cli/compare.png", ("iba_core/cli/compare.py",)),
@@ -434,6 +436,21 @@ class Session:
             self._run_dir = self.tmp / "run"
         return self._run_dir
 
+    def marked_folder_run(self) -> Path:
+        """A folder run like `folder_run`'s of the same files with a red square (a sixth of the shorter side) planted
+        in the bottom-right corner of each: the "after" of a before / after comparison."""
+        self.folder_run()
+        folder = self.tmp / "photos_marked"
+        folder.mkdir(exist_ok=True)
+        for path in sorted((self.tmp / "photos_folder").glob("*.png")):
+            with Image.open(path) as photo:
+                marked = photo.convert("RGB")
+            side = min(marked.size) // 6
+            marked.paste((220, 20, 20), (marked.width - side, marked.height - side, marked.width, marked.height))
+            marked.save(folder / path.name)
+        self.cli("attribute", folder.name, "--out", "run_marked", "--no-progress", cwd=self.tmp)
+        return self.tmp / "run_marked"
+
     def concept_run(self) -> Path:
         """The tests' shortcut run (tests/runs/run_fixtures.py: a tiny CNN trained in seconds to tell its class
         "marked" by a red corner mark) with its concepts found (`find_concepts`, K by the elbow rule)."""
@@ -586,9 +603,51 @@ def dataset_concepts(page, session: Session, expect) -> str:
     return ""
 
 
+def open_run_on_dataset_page(page, session: Session, run_dir: Path, expect) -> None:
+    page.goto(f"{session.url}/dataset")
+    page.get_by_role("textbox", name="Run folder on the server").fill(str(run_dir))
+    page.get_by_role("button", name="Open run").click()
+    expect(page.locator(".st-key-ds_gallery img").first).to_be_attached(timeout=RUN_MS)
+
+
+def dataset_compare(page, session: Session, expect) -> str:
+    """The photos' folder run (A) compared with a run of the same files with a red square planted bottom-right (B):
+    the most changed images' maps and their difference B − A on one scale."""
+    marked = session.marked_folder_run()
+    open_run_on_dataset_page(page, session, session.folder_run(), expect)
+    page.locator(".st-key-ds_cmp_open summary").click()
+    page.get_by_role("textbox", name="Run folder to compare with (B)").fill(str(marked))
+    page.get_by_role("button", name="Compare").click()
+    expect(page.get_by_text("Comparing the runs image by image")).to_have_count(0, timeout=RUN_MS)
+    expect(page.locator(".st-key-ds_cmp_open img").first).to_be_attached(timeout=RUN_MS)
+    wait_idle(page, 1500)
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)",
+                           timeout=RUN_MS)
+    scroll_to(page, page.locator(".st-key-ds_cmp_open"), offset=20)
+    return ""
+
+
+def dataset_selftest(page, session: Session, expect) -> str:
+    """The self-test on the photos with the offline network and the form's defaults (its mark, methods and sample):
+    the verdict, the reaction and the ranking."""
+    folder = session.folder_run().parent / "photos_folder"
+    page.goto(f"{session.url}/dataset")
+    page.locator(".st-key-ds_st_open summary").click()
+    page.get_by_role("textbox", name="Image folder on the server").fill(str(folder))
+    page.get_by_role("textbox", name="Self-test folder (created if missing)").fill(str(session.tmp / "selftest"))
+    page.get_by_role("button", name="Run the self-test").click()
+    expect(page.locator(".st-key-ds_st_ranking")).to_be_visible(timeout=RUN_MS)
+    wait_idle(page, 1500)
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)",
+                           timeout=RUN_MS)
+    scroll_to(page, page.locator(".st-key-ds_st_open"), offset=20)
+    return ""
+
+
 PAGE_ACTIONS: dict[str, Callable] = {"home": home, "per_sample": per_sample, "beta_layer": beta_layer,
                                      "compare": compare, "evaluate": evaluate, "dataset": dataset,
-                                     "dataset_concepts": dataset_concepts}
+                                     "dataset_concepts": dataset_concepts, "dataset_compare": dataset_compare,
+                                     "dataset_selftest": dataset_selftest}
 
 
 def app_page(browser, session: Session, name: str, expect) -> None:
