@@ -185,8 +185,8 @@ def test_maps_not_in_bits_are_never_labelled_bits(tiny_shared, tmp_path, monkeyp
     run = ds.open_run_folder(str(tmp_path / "run"), trust)
     rows = run.table[run.table["error"].isna()].head(3)
     labels = []
-    real = overlays.overlay_image
-    monkeypatch.setattr(overlays, "overlay_image", lambda *a, **k: labels.append(k["label"]) or real(*a, **k))
+    real = overlays.with_legend  # the legend names the values (drawn after the map and any outline)
+    monkeypatch.setattr(overlays, "with_legend", lambda *a, **k: labels.append(k["label"]) or real(*a, **k))
     cells = gallery.gallery(run, rows, trust, gallery.page_scale(run, rows), with_links=False)
     assert len(cells) == 3 and labels == ["|attribution|"] * 3
     note = gallery.scale_note(run, rows, gallery.page_scale(run, rows))
