@@ -21,6 +21,7 @@ from ..errors import UserError
 from ..progress import ProgressFn
 from ..runs.paired import Paired
 from ..selftest.marks import KINDS, PLACES, PNG, Mark, make_mark
+from ..selftest.scores import RATIO_FLOOR
 from ..trust import Trust, check_server_path
 from .folder_job import _checked_methods, _image_folder, image_cost
 
@@ -34,8 +35,11 @@ if TYPE_CHECKING:
 MARK_CHOICES = (*KINDS, PNG)
 #: The form's places (the library's words; "center" is "centre" spelt the other way).
 PLACE_CHOICES = tuple(p for p in PLACES if p != "center")
-#: The sample the form proposes: enough images for an AUROC, few enough for a CPU.
+#: The sample the form proposes: enough images for an AUROC, few enough for a CPU (cleared: every image).
 DEFAULT_SAMPLE = 16
+#: The runs of each image a self-test may make (`selftest.self_test`): clean and marked copies, for its own class and
+#: for the class the mark pushes toward (that pair only where the model reacts, unknown before the test).
+RUNS_PER_IMAGE = 4
 #: The ranking table's columns.
 RANKING_COLUMNS = ["rank", "method", "target", "images", "localisation_ratio", "best_ratio", "auroc", "share_clean",
                    "share_marked"]
@@ -73,8 +77,9 @@ def run_self_test(network, folder: str, out: str, mark: Mark, method_keys: Seque
                   shared: "SharedModel", trust: Trust, budget: int | None = None,
                   progress: ProgressFn | None = None) -> "SelfTest":
     """The self-test of `network` (held by the caller: `shared.busy()`) on the images of `folder` (all, or a seeded
-    `sample`), both folders checked against `trust`; its cost (every method's map on each image, twice: clean and
-    marked) held to `budget` before anything runs. Resumes a test already in `out`."""
+    `sample`), both folders checked against `trust`; its cost (every method's map on each image, four times: clean
+    and marked, for the own class and the pushed one) held to `budget` before anything runs. Resumes a test already
+    in `out`."""
     from ..selftest.selftest import self_test
 
     source, target = _image_folder(folder, trust), selftest_folder(out, trust)
@@ -85,14 +90,18 @@ def run_self_test(network, folder: str, out: str, mark: Mark, method_keys: Seque
 
     _, items = list_images(source, class_index=network.class_index, categories=network.categories)
     images = min(len(items), sample or len(items))
-    check_budget(image_cost(network, methods, ()).times(2 * max(images, 1)), budget,
-                 f"A self-test of {images} images", "choose a smaller sample or fewer methods")
+    # four runs an image: clean and marked, for its own class and for the class the mark pushes toward, which is
+    # known only once the copies are made, so it is counted in advance
+    check_budget(image_cost(network, methods, ()).times(RUNS_PER_IMAGE * max(images, 1)), budget,
+                 f"A self-test of {images} images ({RUNS_PER_IMAGE} runs of each: clean and marked, for its own class "
+                 "and for the class the mark may push toward)", "choose a smaller sample or fewer methods")
     return self_test(network, source, mark, methods, target, sample=sample, progress=progress)
 
 
 def reaction_figures(result: "SelfTest") -> list[tuple[str, str, str]]:
     """The model's reaction as (label, value, help) for a row of figures."""
     r = result.reaction
+    floored = f" or more (from below {RATIO_FLOOR:g})" if r.toward_p_clean < RATIO_FLOOR else ""
     return [
         ("p(own class)", f"{r.p_own_clean:.3f} → {r.p_own_marked:.3f}",
          f"Mean over {r.images} images: each image's own class (its label, else the clean copy's top-1) on the "
@@ -101,7 +110,7 @@ def reaction_figures(result: "SelfTest") -> list[tuple[str, str, str]]:
          "copy" + (": " + ", ".join(f"{n} {c}" for n, c in r.changed_to.items()) if r.changed_to else ".")),
         (f"p({r.toward_name})", f"{r.toward_p_clean:.3f} → {r.toward_p_marked:.3f}",
          "The class whose mean probability rises most on the marked copies (a watermark can tie a network to one "
-         f"class): ×{r.toward_ratio:.3g}."),
+         f"class): ×{r.toward_ratio:.3g}{floored}."),
     ]
 
 

@@ -24,9 +24,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the folders (the output first, before any map is read), pair the runs, write the files, print one
     JSON line: the counts, the mean changes, the most changed images and the files written."""
-    from ..runs.paired import pair_runs, write_paired
+    from ..runs.paired import check_paired_out, pair_runs, write_paired
     from ..runs.tables import open_run
 
+    check_paired_out(args.out)  # never into a run folder (RUN_A's own, say)
     out = files.output_folder(args.out, "--out")  # checked before the slow work
     run_a = open_run(files.readable_folder(args.run_a, "RUN_A", "Run folder"))
     run_b = open_run(files.readable_folder(args.run_b, "RUN_B", "Run folder"))

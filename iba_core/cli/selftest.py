@@ -56,11 +56,13 @@ def add_parser(sub) -> None:
 def _checked(args: argparse.Namespace):
     """(the mark, the methods), every option checked before the network loads."""
     from ..selftest.marks import make_mark
+    from ..selftest.selftest import check_folders
     from .attribute_folder import method_list
 
     files.readable_folder(args.folder, "image folder", "Image folder")
     files.weights_file(args)
     files.image_folder(args.stats_images, "--stats-images")
+    check_folders(args.folder, args.out)  # before --out is created inside the image folder
     files.output_folder(args.out, "--out")
     mark = make_mark(args.mark, args.where, args.size, args.opacity, args.colour, args.text)
     return mark, method_list(args)

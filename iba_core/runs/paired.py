@@ -373,10 +373,22 @@ def _member(archive, name: str, array: np.ndarray) -> None:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def check_paired_out(out_dir: str | os.PathLike) -> None:
+    """Refuse in one sentence an output folder that is a run folder (it holds run.json): the comparison's files would
+    mix with that run's."""
+    from .run_file import RUN_FILE
+
+    if (Path(out_dir).expanduser() / RUN_FILE).is_file():
+        raise UserError(f"The folder {out_dir} is a run folder (it holds {RUN_FILE}); give the comparison a folder of "
+                        "its own, e.g. beside the runs.")
+
+
 def write_paired(paired: Paired, out_dir: str | os.PathLike, report: bool = True) -> dict[str, Path]:
-    """Write the comparison into `out_dir` (created; every file atomically): the table (PAIRED_FILE), the classes
-    (CLASSES_FILE), the summary (SUMMARY_FILE, `Paired.summary`), the difference maps (MAPS_FILE) and, with
-    `report`, the HTML report (REPORT_FILE). Returns {"table", "classes", "summary", "maps"[, "report"]: path}."""
+    """Write the comparison into `out_dir` (created; every file atomically; a run folder refused, `check_paired_out`):
+    the table (PAIRED_FILE), the classes (CLASSES_FILE), the summary (SUMMARY_FILE, `Paired.summary`), the
+    difference maps (MAPS_FILE) and, with `report`, the HTML report (REPORT_FILE). Returns {"table", "classes",
+    "summary", "maps"[, "report"]: path}."""
+    check_paired_out(out_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"table": out / PAIRED_FILE, "classes": out / CLASSES_FILE, "summary": out / SUMMARY_FILE,

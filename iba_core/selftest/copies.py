@@ -1,8 +1,9 @@
 """The self-test's image copies: each image of the folder (or of a seeded sample) saved clean and marked, at the
 network's resize geometry (`marks.resize_geometry`: why there, in `marks`), under OUT/clean and OUT/marked with the
 same relative paths, as PNG (lossless: the two copies differ only where the mark is). The test's identity
-(network, weights, preprocessing, mark, images) is kept in OUT/mark.json: a rerun with the same request reuses the
-copies, another request into the same folder is refused."""
+(network, weights, preprocessing, mark, images, and once the reaction is known the class the mark pushes toward) is
+kept in OUT/mark.json: a rerun with the same request reuses the copies, another request into the same folder is
+refused, and so is a rerun that finds another class pushed toward."""
 from __future__ import annotations
 
 import io
@@ -79,6 +80,25 @@ def check_identity(out_dir: Path, wanted: dict) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def check_toward(out_dir: Path, toward: int, name: str) -> None:
+    """Record in OUT/mark.json the class the mark pushes toward (its pair of runs explains that class), or check
+    that the one recorded is the same: a UserError in one sentence naming both when a rerun finds another."""
+    path = out_dir / IDENTITY_FILE
+    try:
+        had = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"The self-test record {path} cannot be read ({err}); give another --out folder.") from None
+    before = had.get("toward")
+    if before is not None and before.get("class") != toward:
+        raise UserError(f"The folder {out_dir} holds a self-test whose mark pushed the predictions toward "
+                        f"{before.get('name')!r}, where this run finds {name!r}, so its runs for that class cannot be "
+                        "resumed.", cli_hint="Give another --out folder.", app_hint="Choose another folder for this "
+                        "test.")
+    if before is None:
+        text = json.dumps({**had, "toward": {"class": int(toward), "name": str(name)}}, indent=1)
+        write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
 def _save_png(path: Path, image) -> None:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
@@ -143,5 +163,5 @@ def probabilities(network, folder: Path, keys: Sequence[str]) -> np.ndarray:
                      for key in keys])
 
 
-__all__ = ["CLEAN", "Copies", "IDENTITY_FILE", "LAYER_FILE", "MARKED", "SAMPLE_SEED", "check_identity", "copy_key",
-           "identity", "make_copies", "probabilities", "sampled", "save_layer"]
+__all__ = ["CLEAN", "Copies", "IDENTITY_FILE", "LAYER_FILE", "MARKED", "SAMPLE_SEED", "check_identity", "check_toward",
+           "copy_key", "identity", "make_copies", "probabilities", "sampled", "save_layer"]

@@ -13,17 +13,23 @@ recorded box (0 px of spread; tests/selftest/test_marks.py checks it on two geom
 are this network's: another network with another resize would resample them again.
 
 The box (`Placed.box`, x0, y0, x1, y1 on the crop, ends exclusive) is the bounding box of the pixels the mark's alpha
-covers; `Placed.region` is those pixels (a frame for `border`, whose box is the whole crop). Alpha below
-`FAINT_ALPHA` (after --opacity) is dropped, as it moves no colour by more than two of 255 levels: a pixel inside the
-region that keeps its 8-bit value (the photo already had the mark's colour there) still counts as covered.
+covers; `Placed.region` is those pixels. The self-test's measures score the box (`Placed.scored`; a `border`'s box is
+the whole crop, so its frame's pixels). Alpha below `FAINT_ALPHA` (after --opacity) is dropped, as it moves no
+colour by more than two of 255 levels: a pixel inside the region that keeps its 8-bit value (the photo already had
+the mark's colour there) still counts as covered.
+
+A text mark is refused where its letters would be under `MIN_TEXT_PX` high on the crop (saying how long a text fits
+at that size), and where the default font lacks one of its characters (they would be drawn as a box or not at all).
 """
 from __future__ import annotations
 
-import io
+import functools
 import hashlib
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from PIL import Image
@@ -51,6 +57,8 @@ MAX_PNG_BYTES = 8 * 1024 * 1024
 MAX_PNG_SIDE = 4096
 #: The pixel height text is drawn at before it is scaled to its size (nearest neighbour: it stays two-tone).
 TEXT_PX = 40
+#: A text mark's letters are at least this many pixels high on the crop: smaller, nothing of them can be read.
+MIN_TEXT_PX = 4
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,10 @@ def make_mark(kind_or_png: str | os.PathLike, where: str | tuple[float, float] |
         raise UserError(f"--opacity {opacity:g} is out of range: give {MIN_OPACITY:g} to 1 (1: opaque).")
     if kind == "text" and not text.strip():
         raise UserError("A text mark needs some text.", cli_hint=f"Give --text, e.g. {DEFAULT_TEXT!r}.")
+    lacking = missing_characters(text.strip()[:80]) if kind == "text" else []
+    if lacking:
+        raise UserError(f"The text mark's font has no {', '.join(repr(c) for c in lacking[:10])}, which would be "
+                        "drawn as a box or not at all; give letters, digits and signs of the Latin alphabet.")
     return Mark(kind, parse_where(where), size, opacity, parse_colour(colour), text.strip()[:80], png, png_bytes)
 
 
@@ -197,6 +209,8 @@ class Placed:
     colour: np.ndarray
     alpha: np.ndarray
     box: tuple[int, int, int, int]
+    #: A border: its box is the whole crop, so its measures score its frame's pixels.
+    frame: bool = False
 
     @property
     def region(self) -> np.ndarray:
@@ -205,23 +219,78 @@ class Placed:
 
     @property
     def share(self) -> float:
-        """The covered pixels' share of the crop: the localisation ratio's chance level (`scores`)."""
+        """The covered pixels' share of the crop."""
         return float(self.region.mean())
+
+    @property
+    def scored(self) -> np.ndarray:
+        """(crop, crop) bool: the pixels the self-test's measures score (`scores`): the mark's box, as issue #42
+        defines them (a text's box, not its letters' pixels), or a border's frame (its box is the whole crop)."""
+        return box_region(self.crop, self.box, self.region if self.frame else None)
+
+    @property
+    def scored_share(self) -> float:
+        """The scored pixels' share of the crop: the localisation ratio's ceiling is its inverse (`scores`)."""
+        return float(self.scored.mean())
+
+
+def box_region(crop: int, box: Sequence[int], frame: np.ndarray | None = None) -> np.ndarray:
+    """(crop, crop) bool: the box (x0, y0, x1, y1, ends exclusive) filled, or `frame` (a border's pixels) as given."""
+    if frame is not None:
+        return np.asarray(frame, dtype=bool)
+    x0, y0, x1, y1 = (int(v) for v in box)
+    region = np.zeros((crop, crop), bool)
+    region[y0:y1, x0:x1] = True
+    return region
+
+
+@functools.lru_cache(maxsize=1)
+def _font():
+    """PIL's default font at TEXT_PX (a subset of Aileron Regular)."""
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=TEXT_PX)
+
+
+def _drawn(text: str) -> Image.Image:
+    """The text in the default font, two-tone (no anti-aliasing), on a black canvas with a margin."""
+    from PIL import ImageDraw
+
+    canvas = Image.new("L", (TEXT_PX * (len(text) + 2), TEXT_PX * 2), 0)
+    draw = ImageDraw.Draw(canvas)
+    draw.fontmode = "1"  # two-tone glyphs: scaling by nearest neighbour keeps every covered pixel opaque
+    draw.text((TEXT_PX // 2, TEXT_PX // 2), text, fill=255, font=_font())
+    return canvas
+
+
+def missing_characters(text: str) -> list[str]:
+    """The characters of `text` the default font lacks: each drawn as the font's "no such glyph" (a private-use
+    character's drawing), or as nothing though it is not a space."""
+    nothing = _drawn("\ue000").tobytes()
+    return [c for c in dict.fromkeys(text) if not c.isspace() and _drawn(c).tobytes() == nothing]
 
 
 def _text_alpha(text: str) -> np.ndarray:
     """The text in PIL's default font, two-tone (no anti-aliasing), cut to its ink: (h, w) float 0 or 1."""
-    from PIL import ImageDraw, ImageFont
-
-    font = ImageFont.load_default(size=TEXT_PX)
-    canvas = Image.new("L", (TEXT_PX * (len(text) + 2), TEXT_PX * 2), 0)
-    draw = ImageDraw.Draw(canvas)
-    draw.fontmode = "1"  # two-tone glyphs: scaling by nearest neighbour keeps every covered pixel opaque
-    draw.text((TEXT_PX // 2, TEXT_PX // 2), text, fill=255, font=font)
+    canvas = _drawn(text)
     ink = canvas.getbbox()
     if ink is None:
         raise UserError(f"The text {text[:40]!r} draws nothing in the default font; give letters or digits.")
     return (np.asarray(canvas.crop(ink)) > 0).astype(np.float32)
+
+
+def _text_layer(mark: Mark, side: int, crop: int) -> np.ndarray:
+    """The text's alpha scaled so its longer side is `side` px; a UserError where its letters would be under
+    MIN_TEXT_PX high, saying how long a text fits at this size."""
+    alpha = _scaled(_text_alpha(mark.text), side)
+    if alpha.shape[0] >= MIN_TEXT_PX:
+        return alpha
+    fits = next((n for n in range(len(mark.text) - 1, 0, -1) if mark.text[:n].strip()
+                 and _scaled(_text_alpha(mark.text[:n]), side).shape[0] >= MIN_TEXT_PX), 0)
+    room = (f"at --size {mark.size:g} a text of at most {fits} characters fits" if fits else
+            f"at --size {mark.size:g} not even one character fits")
+    raise UserError(f"The text {mark.text[:40]!r} would be {alpha.shape[0]} px high on the {crop}-px crop, too "
+                    f"small to read (at least {MIN_TEXT_PX} px): {room}; give a shorter text or a larger --size.")
 
 
 def _scaled(alpha: np.ndarray, side: int) -> np.ndarray:
@@ -257,7 +326,7 @@ def place_mark(mark: Mark, crop: int) -> Placed:
         if mark.kind == PNG:
             rgb, a = _png_layer(mark, side)
         else:
-            a = np.ones((side, side), np.float32) if mark.kind == "patch" else _scaled(_text_alpha(mark.text), side)
+            a = np.ones((side, side), np.float32) if mark.kind == "patch" else _text_layer(mark, side, crop)
             rgb = np.broadcast_to(np.array(mark.colour, np.uint8), (*a.shape, 3))
         h, w = a.shape
         left, top = round(mark.where[0] * (crop - w)), round(mark.where[1] * (crop - h))
@@ -270,7 +339,7 @@ def place_mark(mark: Mark, crop: int) -> Placed:
         raise UserError("The mark covers no pixel of the crop at this size and opacity; make it larger or "
                         "more opaque.")
     box = (int(cols.min()), int(rows.min()), int(cols.max()) + 1, int(rows.max()) + 1)
-    return Placed(crop, colour, alpha, box)
+    return Placed(crop, colour, alpha, box, frame=mark.kind == "border")
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,5 +378,5 @@ def plant(resized: Image.Image, offset: tuple[int, int], placed: Placed) -> Imag
 
 
 __all__ = ["DEFAULT_PLACE", "DEFAULT_SIZE", "DEFAULT_TEXT", "FAINT_ALPHA", "KINDS", "MAX_PNG_BYTES", "MAX_PNG_SIDE",
-           "Mark", "PLACES", "PNG", "Placed", "make_mark", "parse_colour", "parse_where", "place_mark", "plant",
-           "read_png", "resize_geometry"]
+           "MIN_TEXT_PX", "Mark", "PLACES", "PNG", "Placed", "box_region", "make_mark", "missing_characters",
+           "parse_colour", "parse_where", "place_mark", "plant", "read_png", "resize_geometry"]

@@ -3,9 +3,10 @@ map's mass inside the mark (`mass_share`), the localisation ratio of the differe
 the AUROC of the mass inside the mark (`mass_auroc`) and the ranking of the methods (`rank_methods`).
 
 Localisation ratio: per image, the difference map D = marked − clean (the same method, target and image); the share
-of D's positive mass inside the mark's region, averaged over the images; divided by the region's share of the crop. 1 is chance: a change spread evenly over the
-crop; region_share⁻¹ is the most a method can score (every bit of its change inside the mark). Per image, not
-pooled: each image counts once whatever its map's scale.
+of D's positive mass inside the mark's region (its box: `marks.Placed.scored`), averaged over the images; divided by
+the region's share of the crop. 1 is chance: a change spread evenly over the crop; region_share⁻¹ is the most a
+method can score (every bit of its change inside the mark). Per image, not pooled: each image counts once whatever
+its map's scale.
 
 AUROC: per image and copy, the share of the map's positive mass inside the region (a share, so a map's overall scale
 does not decide); how well it tells the marked copies (positives) from the clean ones: 0.5 is chance, 1 every marked
@@ -23,9 +24,13 @@ from typing import Sequence
 import numpy as np
 
 #: The model reacts when the mean probability of one class rises this far, or p(own class) moves this far on average.
-#: The share of changed predictions alone does not decide: a near tie flips at a tiny change (on 8 photos of the
-#: offline network a text mark flipped one prediction at p 0.34 → 0.32).
 REACTS_P = 0.05
+#: ...or when at least half of the predictions change, most of them to one class, and that class takes at least this
+#: many: a single flip does not count, as a near tie flips at a tiny change (on 8 photos of the offline network a
+#: text mark flipped one prediction at p 0.34 → 0.32).
+MIN_FLIPS = 2
+#: A ratio's denominator is floored here: a probability that underflows to 0 on the clean copies would give ×inf.
+RATIO_FLOOR = 0.001
 
 
 def region_weights(region: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -98,7 +103,8 @@ class Reaction:
 
 
 def _times(after: float, before: float) -> float:
-    return float(after / before) if before > 0 else float("inf")
+    """after / before, the denominator floored at RATIO_FLOOR (finite: a number in the JSON)."""
+    return float(after / max(before, RATIO_FLOOR))
 
 
 def _ratio(value: float) -> str:
@@ -129,14 +135,31 @@ def reaction_of(p_clean: np.ndarray, p_marked: np.ndarray, own: Sequence[int], n
         toward_p_clean=float(p_clean[:, toward].mean()), toward_p_marked=float(p_marked[:, toward].mean()),
         toward_ratio=_times(float(p_marked[:, toward].mean()), float(p_clean[:, toward].mean())),
         changed_to={names[c]: int(counts[c]) for c in np.argsort(-counts, kind="stable") if counts[c]})
-    reaction.reacts = reaction.toward_rise >= REACTS_P or abs(reaction.delta_p_own) >= REACTS_P
+    reaction.reacts = (reaction.toward_rise >= REACTS_P or abs(reaction.delta_p_own) >= REACTS_P
+                       or predictions_flip(reaction))
     reaction.verdict = verdict(reaction)
     return reaction
 
 
+def predictions_flip(r: Reaction) -> bool:
+    """Whether the predictions flip: at least half of the images change their prediction, most of the changed ones
+    to one class, which takes at least MIN_FLIPS of them (a near tie's single flip does not count)."""
+    changed = round(r.changed_share * r.images)
+    most = next(iter(r.changed_to.values()), 0)
+    return r.changed_share >= 0.5 and most >= MIN_FLIPS and 2 * most > changed
+
+
+def _moved(name: str, before: float, after: float) -> str:
+    """"p(name) ×N (before → after)"; "×N or more (from below 0.001 to after)" where `before` is under the floor."""
+    if before < RATIO_FLOOR:
+        return f"p({name}) ×{_ratio(_times(after, before))} or more (from below {RATIO_FLOOR:g} to {_p(after)})"
+    return f"p({name}) ×{_ratio(_times(after, before))} ({_p(before)} → {_p(after)})"
+
+
 def verdict(r: Reaction) -> str:
-    """The reaction in one plain sentence: "your model reacts to this mark: p(…) ×N …", or the caution that a model
-    that hardly reacts leaves nothing for a map to show."""
+    """The reaction in one plain sentence: "your model reacts to this mark: p(…) ×N …" (or "most predictions change
+    to X" where only the predictions flip), or the caution that a model that hardly reacts leaves nothing for a map
+    to show."""
     changed = f"{r.changed_share:.0%} of predictions change"
     if r.changed_to:
         changed += ", most to " + next(iter(r.changed_to))
@@ -144,12 +167,14 @@ def verdict(r: Reaction) -> str:
         return (f"your model hardly reacts to this mark (mean Δp(own class) {r.delta_p_own:+.3f}, {changed}, no class "
                 f"gains {REACTS_P:g} on average): a map has nothing to show, so this test cannot rank the methods")
     if r.toward_rise >= REACTS_P:
-        moved = (f"p({r.toward_name}) ×{_ratio(r.toward_ratio)} ({_p(r.toward_p_clean)} → "
-                 f"{_p(r.toward_p_marked)})")
-    else:
-        moved = (f"p(own class) ×{_ratio(_times(r.p_own_marked, r.p_own_clean))} ({_p(r.p_own_clean)} → "
-                 f"{_p(r.p_own_marked)})")
-    return f"your model reacts to this mark: {moved}; {changed}"
+        moved = _moved(r.toward_name, r.toward_p_clean, r.toward_p_marked)
+        return f"your model reacts to this mark: {moved}; {changed}"
+    if abs(r.delta_p_own) >= REACTS_P:
+        return f"your model reacts to this mark: {_moved('own class', r.p_own_clean, r.p_own_marked)}; {changed}"
+    name, count = next(iter(r.changed_to.items()))
+    return (f"your model reacts to this mark: most predictions change to {name} ({count / r.images:.0%} of the "
+            f"images; {r.changed_share:.0%} change in all), though no class gains {REACTS_P:g} on average (mean "
+            f"Δp(own class) {r.delta_p_own:+.3f})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,5 +217,5 @@ def rank_methods(scores: list[MethodScore], reacts: bool) -> list[str]:
     return [s.method for s in ranked]
 
 
-__all__ = ["MethodScore", "REACTS_P", "Reaction", "localisation_ratio", "mass_auroc", "mass_share",
-           "rank_methods", "reaction_of", "region_weights", "verdict"]
+__all__ = ["MIN_FLIPS", "MethodScore", "RATIO_FLOOR", "REACTS_P", "Reaction", "localisation_ratio", "mass_auroc",
+           "mass_share", "predictions_flip", "rank_methods", "reaction_of", "region_weights", "verdict"]

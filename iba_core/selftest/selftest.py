@@ -16,10 +16,11 @@ image (`FolderSettings(target=…)`) into OUT/run-clean-toward and OUT/run-marke
 evidence, so that pair ranks the methods. A rerun skips the copies and the rows already made.
 
 The files: OUT/selftest.json (`SelfTest.summary()`), OUT/selftest_images.parquet (per image: the copies' key, own
-class, predictions and probabilities), OUT/selftest_maps.parquet (per image × method × target: the mark's share of
-each map's mass, of the difference map's), OUT/mark.json (the request), OUT/mark_layer.png (the mark on the crop), and
-the paired view of each pair of runs per method (`runs.paired`: the marked run against the clean one, image by image,
-with its HTML report) in OUT/paired/<target>/<method>/.
+class, predictions and probabilities), OUT/selftest_maps.parquet (per image × method × target: the share of each
+map's mass inside the mark's box, of the difference map's), OUT/mark.json (the request, and the class pushed toward
+once known), OUT/mark_layer.png (the mark on the crop), and the paired view of each pair of runs per method
+(`runs.paired`: the marked run against the clean one, image by image, with its HTML report) in
+OUT/paired/<target>/<method>/. OUT may not be FOLDER or lie inside it (`check_folders`).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from ..image_folders import ImageItem
 from ..jsonable import jsonable
 from ..progress import ProgressFn
 from . import copies as cp
-from .marks import Mark, place_mark
+from .marks import Mark, box_region, place_mark
 from .scores import (REACTS_P, MethodScore, Reaction, localisation_ratio, mass_auroc, mass_share, rank_methods,
                      reaction_of, region_weights)
 
@@ -63,12 +64,12 @@ class SelfTest:
     """A self-test's results, as plain data for a page or a script.
 
     out_dir: its folder; network: the network's key; mark: the mark as asked (`Mark.identity`); box: the mark's box
-    on the crop (x0, y0, x1, y1, ends exclusive) and region_share its covered pixels' share of the crop (the
-    localisation ratio's chance level is 1, its ceiling 1 / region_share); crop: the crop's side; sample: images
-    used, of how many, the seed (None: all); reaction: the model's (`scores.Reaction`, with the verdict); scores:
-    per method and target (`scores.MethodScore`); ranking: method keys best first ([] when the model hardly
-    reacts); images and maps: the two tables; runs: target → (clean run folder, marked run folder); new_rows: rows
-    each run wrote in this call (0 on a rerun of a finished test); unreadable: images left out (key: why);
+    on the crop (x0, y0, x1, y1, ends exclusive) and region_share the share of the crop the measures score: the
+    box's (a border's frame's pixels, its box being the whole crop; the localisation ratio's chance level is 1, its
+    ceiling 1 / region_share); crop: the crop's side; sample: images used (readable), of how many, the seed (None:
+    all); reaction: the model's (`scores.Reaction`, with the verdict); scores: per method and target
+    (`scores.MethodScore`); ranking: method keys best first ([] when the model hardly reacts); images and maps: the
+    two tables; runs: target → (clean run folder, marked run folder); new_rows: rows each run wrote in this call (0 on a rerun of a finished test); unreadable: images left out (key: why);
     paired_dirs: target → method → the paired view's folder inside out_dir (`paired` gives it as data).
     """
 
@@ -103,11 +104,15 @@ class SelfTest:
         return self.out_dir / cp.MARKED
 
     def region(self) -> np.ndarray:
-        """(crop, crop) bool: the crop pixels the mark covers (from OUT/mark_layer.png)."""
+        """(crop, crop) bool: the crop pixels the measures score: the mark's box, or a border's frame (read from
+        OUT/mark_layer.png)."""
         from PIL import Image
 
-        with Image.open(self.out_dir / cp.LAYER_FILE) as layer:
-            return np.asarray(layer.convert("RGBA"))[..., 3] > 0
+        frame = None
+        if self.mark.get("kind") == "border":
+            with Image.open(self.out_dir / cp.LAYER_FILE) as layer:
+                frame = np.asarray(layer.convert("RGBA"))[..., 3] > 0
+        return box_region(self.crop, self.box, frame)
 
     def paired(self, method: str, target: str = "own") -> "Paired":
         """The paired view of the two copy folders (`runs.paired.pair_runs`: the marked run against the clean one,
@@ -144,6 +149,24 @@ def _check_network(network, settings: "FolderSettings") -> None:
     if settings.target is not None:
         raise UserError("The self-test chooses the classes it explains (each image's own, and the one the mark "
                         "pushes toward); leave the target out.")
+
+
+#: The folders a self-test writes inside its out folder: the copies, the runs, the paired views.
+OWN_FOLDERS = (cp.CLEAN, cp.MARKED, *RUNS["own"], *RUNS["toward"], PAIRED_DIR)
+
+
+def check_folders(folder: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+    """Refuse an out folder that is the image folder or lies inside it (its copies and reports would be listed as
+    images, and a rerun would find other images), and an image folder inside one of the folders the test writes
+    (OWN_FOLDERS); an image folder elsewhere inside the out folder is fine: the test writes nothing there."""
+    source, out = Path(folder).expanduser().resolve(), Path(out_dir).expanduser().resolve()
+    if out == source or source in out.parents:
+        raise UserError(f"The self-test's folder {out_dir} is the image folder {folder} or inside it, where its copies "
+                        "and reports would be taken for images; give a folder outside it.")
+    inside = next((name for name in OWN_FOLDERS if source == out / name or out / name in source.parents), None)
+    if inside is not None:
+        raise UserError(f"The image folder {folder} lies in {inside}/ of the self-test's folder {out_dir}, which the "
+                        "test writes itself; give images from another folder.")
 
 
 def _run_pair(network, keys: Sequence[str], own: Sequence[int], methods, out_dir: Path, target: str,
@@ -263,6 +286,7 @@ def self_test(network, folder: str | os.PathLike, mark: Mark, methods: Sequence[
 
     settings = settings or FolderSettings()
     _check_network(network, settings)
+    check_folders(folder, out_dir)
     out_dir = Path(out_dir).expanduser()
     _, found = list_images(folder, class_index=network.class_index, categories=network.categories)
     items, said = cp.sampled(found, sample)
@@ -270,30 +294,34 @@ def self_test(network, folder: str | os.PathLike, mark: Mark, methods: Sequence[
     cp.check_identity(out_dir, cp.identity(network, mark, items, said))
     cp.save_layer(out_dir, placed)
     copies = cp.make_copies(network, items, placed, out_dir, progress)
+    said = {**said, "images": len(copies.items)}  # the images used: the unreadable ones are left out
     p_clean = cp.probabilities(network, out_dir / cp.CLEAN, copies.keys)
     p_marked = cp.probabilities(network, out_dir / cp.MARKED, copies.keys)
     own = np.array([item.label if item.label is not None and 0 <= item.label < p_clean.shape[1] else int(p.argmax())
                     for item, p in zip(copies.items, p_clean)])
     names = [network.class_name(c) for c in range(p_clean.shape[1])]
     reaction = reaction_of(p_clean, p_marked, own, names)
+    pushes = reaction.reacts and reaction.toward_rise >= REACTS_P and bool((own != reaction.toward).any())
+    if pushes:  # before any run: a toward pair made for another class cannot be resumed
+        cp.check_toward(out_dir, reaction.toward, reaction.toward_name)
     new_rows = _run_pair(network, copies.keys, own, methods, out_dir, "own", settings, progress)
     targets = ["own"]
-    if reaction.reacts and reaction.toward_rise >= REACTS_P and (own != reaction.toward).any():
+    if pushes:
         toward = replace(settings, target=reaction.toward)
         new_rows.update(_run_pair(network, copies.keys, own, methods, out_dir, "toward", toward, progress))
         targets.append("toward")
     scores, map_rows = [], []
     for target in targets:
-        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.region, [m.key for m in methods])
+        found_scores, rows = _method_scores(out_dir, target, copies.keys, placed.scored, [m.key for m in methods])
         scores += found_scores
         map_rows += rows
     ranking = rank_methods(scores, reaction.reacts)
     images = _images_table(copies, own, p_clean, p_marked, reaction, network)
     maps = pd.DataFrame(map_rows, columns=MAP_COLUMNS)
     maps.insert(0, "image", maps["copy"].map(dict(zip(copies.keys, images["image"]))))
-    result = SelfTest(out_dir, network.key, mark.identity(), placed.box, placed.share, placed.crop, said, reaction,
-                      scores, ranking, images, maps, {t: RUNS[t] for t in targets}, new_rows, copies.unreadable,
-                      _write_paired(out_dir, scores))
+    result = SelfTest(out_dir, network.key, mark.identity(), placed.box, placed.scored_share, placed.crop, said,
+                      reaction, scores, ranking, images, maps, {t: RUNS[t] for t in targets}, new_rows,
+                      copies.unreadable, _write_paired(out_dir, scores))
     _write(result)
     return result
 
@@ -325,5 +353,5 @@ def open_self_test(out_dir: str | os.PathLike) -> SelfTest:
                     data.get("paired_dirs", {}))
 
 
-__all__ = ["IMAGES_FILE", "MAPS_FILE", "MAP_COLUMNS", "PAIRED_DIR", "RESULTS_FILE", "RUNS", "SelfTest", "open_self_test",
-           "self_test"]
+__all__ = ["IMAGES_FILE", "MAPS_FILE", "MAP_COLUMNS", "OWN_FOLDERS", "PAIRED_DIR", "RESULTS_FILE", "RUNS", "SelfTest",
+           "check_folders", "open_self_test", "self_test"]

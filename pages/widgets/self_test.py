@@ -85,8 +85,10 @@ def self_test_form(network) -> tuple | None:
         methods = method_picker("Methods", "ds_st_methods", choices, names, defaults,
                                 help="Each runs on both copies of every image (and twice more where the mark "
                                 "pushes toward a class).")
-        sample = st.number_input("A sample of this many images (seeded)", 1, 100_000, st_core.DEFAULT_SAMPLE,
-                                 key="ds_st_sample", placeholder="every image")
+        if "ds_st_sample" not in st.session_state:  # proposed, and clearable: value None is "every image"
+            st.session_state["ds_st_sample"] = st_core.DEFAULT_SAMPLE
+        sample = st.number_input("A sample of this many images (seeded; clear it for every image)", 1, 100_000,
+                                 None, key="ds_st_sample", placeholder="every image")
         pressed = st.form_submit_button("Run the self-test", icon=":material/play_arrow:", key="ds_st_button")
     if not pressed:
         return None
@@ -137,8 +139,8 @@ def results_view(result, trust: Trust) -> None:
         st.caption("Not ranked: " + plain(result.caution or "a score is missing.") + ".")
     st.dataframe(st_core.ranking_table(result), hide_index=True, key="ds_st_ranking", column_config={
         "localisation_ratio": st.column_config.NumberColumn(
-            "localisation ratio", format="%.2f", help="The difference map's positive mass inside the mark, over "
-            "the mark's share of the crop: 1 = chance, best_ratio = all of it on the mark."),
+            "localisation ratio", format="%.2f", help="The difference map's positive mass inside the mark's box, "
+            "over the box's share of the crop: 1 = chance, best_ratio = all of it on the mark."),
         "auroc": st.column_config.NumberColumn("AUROC", format="%.2f", help="How well the map's mass inside the mark "
                                                "tells marked from clean copies: 0.5 = chance, 1 = always."),
         "share_clean": st.column_config.NumberColumn("share (clean)", format="%.3f"),

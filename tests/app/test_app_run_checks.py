@@ -81,3 +81,23 @@ def test_a_border_takes_no_place_and_an_unknown_kind_is_refused() -> None:
         st_core.form_mark("stamp", "top-left", None, 1.0)
     with pytest.raises(UserError, match="Type the folder on the server the self-test writes"):
         st_core.selftest_folder("  ", Trust.local())
+
+
+def test_the_self_tests_budget_counts_four_runs_of_each_image(two_runs) -> None:
+    """Clean and marked copies, for the own class and for the class the mark pushes toward (unknown before the
+    test): four runs of each image are held to the budget, so a budget for three is refused before anything runs;
+    without a sample every image of the folder counts."""
+    from iba_core.app.folder_job import image_cost
+    from iba_core.app.state import SharedModel
+
+    root, _ = two_runs
+    shared = SharedModel(load_card(root / "card" / "tiny.toml"))
+    per_image = image_cost(shared.network, [get_method("saliency")], ()).passes
+    assert per_image > 0
+    with pytest.raises(UserError, match=r"A self-test of 4 images \(4 runs of each: clean and marked, for its own "
+                                        r"class and for the class the mark may push toward\) would cost") as err:
+        st_core.run_self_test(shared.network, str(root / "images"), str(root / "st"), st_core.form_mark(
+            "patch", "top-left", None, 1.0), ["saliency"], None, shared=shared, trust=Trust.local(),
+            budget=3 * 4 * per_image)
+    assert f"about {4 * 4 * per_image:,} network passes" in str(err.value)
+    assert not (root / "st").exists()

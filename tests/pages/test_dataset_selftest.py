@@ -72,3 +72,23 @@ def test_a_test_folder_outside_the_allowed_ones_is_refused(data_root, tmp_path) 
     assert [e.value for e in at.error] and "outside the folders this app may read" in at.error[0].value
     assert "ds_st_result" not in at.session_state
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_sample_can_be_cleared_for_every_image_and_the_budget_counts_four_runs(data_root, monkeypatch) -> None:
+    """The sample box proposes 16 images and can be cleared ("every image"): the six photos then cost four runs each
+    (clean and marked, own class and pushed class) of Saliency's 2 passes, 48, refused above a budget of 40 that
+    two runs (24) would pass."""
+    monkeypatch.setenv("IBA_MAX_REQUEST_PASSES", "40")
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/dataset.py").run()
+    assert at.number_input(key="ds_st_sample").value == 16  # the proposal for a served room
+    at.text_input(key="ds_st_source").input(str(data_root / "images"))
+    at.text_input(key="ds_st_out").input(str(data_root / "st-every"))
+    at.multiselect(key="ds_st_methods").set_value(["saliency"])
+    at.number_input(key="ds_st_sample").set_value(None)
+    at.button(key="ds_st_button").click().run()
+    assert at.number_input(key="ds_st_sample").value is None
+    errors = [e.value for e in at.error]
+    assert errors and "A self-test of 6 images (4 runs of each" in errors[0] and "limit of 40 passes" in errors[0]
+    assert not (data_root / "st-every").exists() and "ds_st_result" not in at.session_state

@@ -212,3 +212,13 @@ def test_cli_names_a_missing_run_in_one_line(runs, tmp_path, capsys):
     assert main(["compare-runs", str(runs["a"]), str(tmp_path / "gone"), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gone" in err and "Traceback" not in err
+
+
+def test_cli_refuses_to_write_into_a_run_folder(runs, tmp_path, capsys):
+    before = sorted(p.name for p in Path(runs["a"]).iterdir())
+    assert main(["compare-runs", str(runs["a"]), str(runs["b"]), "--out", str(runs["a"])]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a run folder (it holds run.json)" in err
+    assert sorted(p.name for p in Path(runs["a"]).iterdir()) == before  # nothing written into run A
+    with pytest.raises(UserError, match="is a run folder"):  # the library refuses it too
+        write_paired(pair_runs(runs["a"], runs["b"]), runs["b"])

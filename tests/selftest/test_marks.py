@@ -2,6 +2,7 @@
 the network's crop (clean vs marked copy, both preprocessed as the network does), on two preprocess geometries with
 non-square photos (one shrunk, one enlarged); the clean copy's crop is the photo's own crop; a bad mark is refused in
 the user's words."""
+import re
 import sys
 from pathlib import Path
 
@@ -136,3 +137,38 @@ def test_an_opaque_png_without_alpha_is_a_solid_mark(tmp_path):
     Image.fromarray(np.full((10, 20, 3), 200, np.uint8)).save(path)
     placed = place_mark(make_mark(path, where="top-left", size=0.5), 40)
     assert placed.box == (0, 0, 20, 10) and placed.region.sum() == 200
+
+
+def test_the_measures_score_the_marks_box_and_a_borders_frame():
+    """Issue #42 defines the localisation ratio on the mark's box: a text's box, not its letters' pixels; a border's
+    box is the whole crop, so its frame's pixels."""
+    text = place_mark(make_mark("text", where="bottom-right", size=0.5), 64)
+    x0, y0, x1, y1 = text.box
+    assert text.scored.sum() == (x1 - x0) * (y1 - y0) and text.scored[y0:y1, x0:x1].all()
+    assert text.scored_share == pytest.approx((x1 - x0) * (y1 - y0) / 64 ** 2)
+    assert text.scored_share > text.share  # the box, not the ink
+    border = place_mark(make_mark("border", size=0.05), 64)
+    assert border.box == (0, 0, 64, 64) and (border.scored == border.region).all() and border.scored_share < 0.25
+    patch = place_mark(make_mark("patch", where="top-left", size=0.125, opacity=0.5), 64)
+    assert (patch.scored == patch.region).all() and patch.scored_share == pytest.approx(1 / 64)
+
+
+def test_text_too_small_to_read_is_refused_saying_how_long_a_text_fits():
+    long_text = "a watermark far too long for its size"
+    with pytest.raises(UserError, match=r"would be [0-3] px high on the 64-px crop, too small to read \(at least 4 "
+                                        r"px\): at --size 0.2 a text of at most (\d+) characters fits") as err:
+        place_mark(make_mark("text", size=0.2, text=long_text), 64)
+    fits = int(re.search(r"at most (\d+) characters", str(err.value)).group(1))
+    assert 0 < fits < len(long_text)
+    shorter = place_mark(make_mark("text", size=0.2, text=long_text[:fits]), 64)  # that many fit, as said
+    assert shorter.box[3] - shorter.box[1] >= 4
+    with pytest.raises(UserError, match="not even one character fits"):
+        place_mark(make_mark("text", size=0.01, text="ab"), 64)
+
+
+def test_characters_the_font_lacks_are_named_in_one_sentence():
+    with pytest.raises(UserError, match=r"The text mark's font has no '日', '本', which would be drawn as a box"):
+        make_mark("text", text="© 日本 sample")
+    with pytest.raises(UserError, match=r"font has no '–',"):  # the subset of Aileron has no en dash
+        make_mark("text", text="© 2024 – ok")
+    assert make_mark("text", text="© Sample 2024 - ok!").text  # Latin letters, digits, ©, - and ! are drawn

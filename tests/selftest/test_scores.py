@@ -1,5 +1,7 @@
 """The self-test's measures by hand on hand-made maps (issue #42, item 2): the localisation ratio (1 = chance), the
 AUROC of the mass inside the mark, the reaction and its verdict, the ranking."""
+import json
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,33 @@ def test_a_drop_of_the_own_class_alone_is_a_reaction():
     r = reaction_of(p_clean, p_marked, own=[0, 0], names=[str(i) for i in range(10)])
     assert r.reacts and r.toward_rise < 0.05
     assert r.verdict.startswith("your model reacts to this mark: p(own class) ×0.44 (0.82 → 0.36)")
+
+
+def test_predictions_flipping_to_one_class_are_a_reaction():
+    """A near tie on every image: p(b) rises by 0.04 only, yet every prediction changes to b: the model reacts, and the
+    verdict says so instead of "hardly reacts … 100% of predictions change"."""
+    p_clean, p_marked = np.tile([0.52, 0.48], (4, 1)), np.tile([0.48, 0.52], (4, 1))
+    r = reaction_of(p_clean, p_marked, own=[0] * 4, names=["a", "b"])
+    assert r.toward_rise < 0.05 and abs(r.delta_p_own) < 0.05 and r.reacts
+    assert r.verdict == ("your model reacts to this mark: most predictions change to b (100% of the images; 100% "
+                         "change in all), though no class gains 0.05 on average (mean Δp(own class) -0.040)")
+    # a near tie's single flip (one of two images) does not count
+    one = reaction_of(p_clean[:2], np.array([[0.48, 0.52], [0.52, 0.48]]), own=[0, 0], names=["a", "b"])
+    assert one.changed_share == 0.5 and not one.reacts and "hardly reacts" in one.verdict
+    # every prediction changes, but to two classes alike: no class takes most of them
+    split = np.array([[0.32, 0.36, 0.32], [0.32, 0.36, 0.32], [0.32, 0.32, 0.36], [0.32, 0.32, 0.36]])
+    two = reaction_of(np.tile([0.36, 0.32, 0.32], (4, 1)), split, own=[0] * 4, names=["a", "b", "c"])
+    assert two.changed_share == 1.0 and not two.reacts
+
+
+def test_a_probability_that_underflows_gives_a_floored_ratio_not_infinity():
+    p_clean = np.array([[1.0, 0.0], [1.0, 0.0]])  # p(b) underflows to 0 on the clean copies
+    p_marked = np.array([[0.1, 0.9], [0.2, 0.8]])
+    r = reaction_of(p_clean, p_marked, own=[0, 0], names=["a", "b"])
+    assert r.toward_ratio == pytest.approx(0.85 / 0.001)
+    assert r.verdict.startswith("your model reacts to this mark: p(b) ×850 or more (from below 0.001 to 0.85)")
+    assert "inf" not in r.verdict
+    assert json.loads(json.dumps(r.as_dict(), allow_nan=False))["toward_ratio"] == pytest.approx(850)
 
 
 def _score(method: str, target: str, ratio: float, auroc: float) -> MethodScore:

@@ -4,6 +4,7 @@ only cue of its class "marked": a red patch planted top-left on the other class'
 network meets a blue patch it was never taught (no reaction: the caution, no ranking). Quick settings: 8 images, the
 Per-Sample Bottleneck at 5 steps with 32 statistics samples."""
 import json
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -165,6 +166,8 @@ def test_an_unreadable_image_is_left_out_and_said(setup, tmp_path):
     result = self_test(network, folder, make_mark("patch", where="top-left"), [get_method("saliency")],
                        tmp_path / "out")
     assert list(result.images["image"]) == ["00.png", "01.png"] and list(result.unreadable) == ["broken.png"]
+    assert result.sample == {"images": 2, "of": 3, "seed": None}  # the images used, not the ones asked
+    assert open_self_test(tmp_path / "out").sample["images"] == 2 == result.reaction.images
     assert Image.open(tmp_path / "out" / "marked" / "00.png").size == (64, 64)
 
 
@@ -180,3 +183,44 @@ def test_the_shortcut_fixture_network_ignores_a_red_corner_on_its_object_images(
                        [get_method("saliency")], tmp_path / "out")
     assert not result.reaction.reacts and result.reaction.changed_share == 0
     assert result.reaction.toward_p_marked < 0.01 and result.ranking == []
+
+
+def test_an_out_folder_in_the_image_folder_is_refused(setup):
+    """The copies and reports would be listed as images (and a rerun find others); an image folder inside the
+    folders the test writes is refused too, one elsewhere inside the out folder is fine."""
+    root, network = setup
+    mark, methods = make_mark("patch", where="top-left"), [get_method("saliency")]
+    for out in (root / "data", root / "data" / "st"):
+        with pytest.raises(UserError, match="is the image folder .* or inside it"):
+            self_test(network, root / "data", mark, methods, out)
+    assert not (root / "data" / "st").exists() and not (root / "data" / "clean").exists()
+    with pytest.raises(UserError, match="lies in clean/ of the self-test's folder"):
+        self_test(network, root / "red" / "clean", mark, methods, root / "red")
+    write_object_folder(root / "holder" / "images", 2)
+    inside = self_test(network, root / "holder" / "images", mark, methods, root / "holder")
+    assert len(inside.images) == 2
+
+
+def test_the_measures_score_the_marks_box(setup):
+    """A text mark's box, not its letters' pixels, is what the localisation ratio and the AUROC score."""
+    root, network = setup
+    result = self_test(network, root / "data", make_mark("text", where="top-left"), [get_method("saliency")],
+                       root / "text", sample=3)
+    x0, y0, x1, y1 = result.box
+    assert result.region_share == pytest.approx((x1 - x0) * (y1 - y0) / result.crop ** 2)
+    assert result.region().sum() == (x1 - x0) * (y1 - y0) == open_self_test(root / "text").region().sum()
+    assert all(s.best_ratio == pytest.approx(1 / result.region_share) for s in result.scores)
+
+
+def test_the_class_pushed_toward_is_recorded_and_another_one_refused(setup, reacting, tmp_path):
+    root, network = setup
+    result, _ = reacting
+    record = json.loads((result.out_dir / "mark.json").read_text())
+    assert record["toward"] == {"class": 0, "name": "marked"}
+    shutil.copytree(result.out_dir, tmp_path / "red")
+    record["toward"] = {"class": 1, "name": "object"}  # as if an earlier test had found another class
+    (tmp_path / "red" / "mark.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="pushed the predictions toward 'object', where this run finds 'marked', so "
+                                        "its runs for that class cannot be resumed"):
+        self_test(network, root / "data", make_mark("patch", where="top-left", size=0.125), quick_methods(),
+                  tmp_path / "red")
