@@ -40,7 +40,7 @@ def sampled(items: Sequence[ImageItem], sample: int | None) -> tuple[list[ImageI
     sample said as data (images, of, seed)."""
     items = list(items)
     if sample is not None and sample < 1:
-        raise UserError(f"--sample must be at least 1 image (you gave {sample}).")
+        raise UserError(f"The sample must be at least 1 image (you gave {sample}).", cli_hint="Give --sample 1 or more.")
     if sample is None or sample >= len(items):
         return items, {"images": len(items), "of": len(items), "seed": None}
     chosen = np.sort(np.random.default_rng(SAMPLE_SEED).choice(len(items), size=sample, replace=False))
@@ -66,7 +66,8 @@ def check_identity(out_dir: Path, wanted: dict) -> None:
         try:
             had = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            raise UserError(f"The self-test record {path} cannot be read ({err}); give another --out folder.") from None
+            raise UserError(f"The self-test record {path} cannot be read ({err}).",
+                            cli_hint="Give another --out folder.", app_hint="Choose another folder for this test.") from None
         differ = [k for k in wanted if had.get(k) != wanted[k]]
         if differ:
             raise UserError(f"The folder {out_dir} holds a self-test with another {', '.join(differ)}.",
@@ -87,7 +88,8 @@ def check_toward(out_dir: Path, toward: int, name: str) -> None:
     try:
         had = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise UserError(f"The self-test record {path} cannot be read ({err}); give another --out folder.") from None
+        raise UserError(f"The self-test record {path} cannot be read ({err}).",
+                        cli_hint="Give another --out folder.", app_hint="Choose another folder for this test.") from None
     before = had.get("toward")
     if before is not None and before.get("class") != toward:
         raise UserError(f"The folder {out_dir} holds a self-test whose mark pushed the predictions toward "

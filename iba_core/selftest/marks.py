@@ -102,7 +102,7 @@ def parse_where(text: str | tuple[float, float] | None) -> tuple[float, float]:
     except ValueError:
         x = y = float("nan")
     if not (0 <= x <= 1 and 0 <= y <= 1):
-        raise UserError(f"--where {str(text)[:40]!r} is neither a place nor x,y between 0 and 1.",
+        raise UserError(f"The mark's place {str(text)[:40]!r} is neither a place nor x,y between 0 and 1.",
                         cli_hint=f"Give one of {', '.join(p for p in PLACES if p != 'center')}, or x,y such as "
                         "0.9,0.1 (0,0 is the crop's top-left corner).")
     return x, y
@@ -178,15 +178,17 @@ def make_mark(kind_or_png: str | os.PathLike, where: str | tuple[float, float] |
     if kind not in KINDS:
         png, png_bytes, kind = kind, read_png(kind), PNG
     if kind == "border" and where is not None:
-        raise UserError("A border runs round the whole crop, so --where does not apply to it.",
+        raise UserError("A border runs round the whole crop, so a place does not apply to it.",
                         cli_hint="Leave out --where, or choose another mark.")
     size = DEFAULT_SIZE[kind] if size is None else float(size)
     if not 0 < size <= (0.5 if kind == "border" else 1):
         most = "0.5 (a frame that wide covers the crop)" if kind == "border" else "1 (the crop side)"
-        raise UserError(f"--size {size:g} is out of range: give a share of the crop side above 0 and at most {most}.")
+        raise UserError(f"The mark's size {size:g} is out of range: give a share of the crop side above 0 and at "
+                        f"most {most}.", cli_hint="Give another --size.")
     opacity = float(opacity)
     if not MIN_OPACITY <= opacity <= 1:
-        raise UserError(f"--opacity {opacity:g} is out of range: give {MIN_OPACITY:g} to 1 (1: opaque).")
+        raise UserError(f"The mark's opacity {opacity:g} is out of range: give {MIN_OPACITY:g} to 1 (1: opaque).",
+                        cli_hint="Give another --opacity.")
     if kind == "text" and not text.strip():
         raise UserError("A text mark needs some text.", cli_hint=f"Give --text, e.g. {DEFAULT_TEXT!r}.")
     lacking = missing_characters(text.strip()[:80]) if kind == "text" else []
@@ -287,10 +289,12 @@ def _text_layer(mark: Mark, side: int, crop: int) -> np.ndarray:
         return alpha
     fits = next((n for n in range(len(mark.text) - 1, 0, -1) if mark.text[:n].strip()
                  and _scaled(_text_alpha(mark.text[:n]), side).shape[0] >= MIN_TEXT_PX), 0)
-    room = (f"at --size {mark.size:g} a text of at most {fits} characters fits" if fits else
-            f"at --size {mark.size:g} not even one character fits")
+    room = (f"at the size {mark.size:g} a text of at most {fits} characters fits" if fits else
+            f"at the size {mark.size:g} not even one character fits")
     raise UserError(f"The text {mark.text[:40]!r} would be {alpha.shape[0]} px high on the {crop}-px crop, too "
-                    f"small to read (at least {MIN_TEXT_PX} px): {room}; give a shorter text or a larger --size.")
+                    f"small to read (at least {MIN_TEXT_PX} px): {room}.",
+                    cli_hint="Give a shorter --text or a larger --size.",
+                    app_hint="Give a shorter text or a larger size.")
 
 
 def _scaled(alpha: np.ndarray, side: int) -> np.ndarray:

@@ -94,13 +94,13 @@ def test_a_bad_place_is_refused_in_words(where):
 
 
 def test_bad_sizes_opacities_and_options_are_refused():
-    with pytest.raises(UserError, match="--size 1.5 is out of range"):
+    with pytest.raises(UserError, match="size 1.5 is out of range"):
         make_mark("patch", size=1.5)
-    with pytest.raises(UserError, match="--size 0.6 is out of range"):
+    with pytest.raises(UserError, match="size 0.6 is out of range"):
         make_mark("border", size=0.6)
-    with pytest.raises(UserError, match="--opacity 0 is out of range"):
+    with pytest.raises(UserError, match="opacity 0 is out of range"):
         make_mark("text", opacity=0)
-    with pytest.raises(UserError, match="--where does not apply"):
+    with pytest.raises(UserError, match="a place does not apply"):
         make_mark("border", where="top-left")
     with pytest.raises(UserError, match="colour 'reddish'"):
         make_mark("patch", colour="reddish")
@@ -156,7 +156,7 @@ def test_the_measures_score_the_marks_box_and_a_borders_frame():
 def test_text_too_small_to_read_is_refused_saying_how_long_a_text_fits():
     long_text = "a watermark far too long for its size"
     with pytest.raises(UserError, match=r"would be [0-3] px high on the 64-px crop, too small to read \(at least 4 "
-                                        r"px\): at --size 0.2 a text of at most (\d+) characters fits") as err:
+                                        r"px\): at the size 0.2 a text of at most (\d+) characters fits") as err:
         place_mark(make_mark("text", size=0.2, text=long_text), 64)
     fits = int(re.search(r"at most (\d+) characters", str(err.value)).group(1))
     assert 0 < fits < len(long_text)

@@ -68,4 +68,4 @@ def test_a_bad_mark_is_one_line_before_the_network_loads(card_and_folder, tmp_pa
     code = main(["selftest", str(folder), "--model", str(card), "--mark", "patch", "--where", "2,2", "--out",
                  str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 1 and "--where '2,2' is neither a place nor x,y between 0 and 1" in err
+    assert code == 1 and "The mark's place '2,2' is neither a place nor x,y between 0 and 1" in err
