@@ -13,7 +13,7 @@ Pictures (docs/images/…):
   default methods), evaluate (degradation curves, 9 points per curve, with the table), dataset (a folder run of three
   skimage photos, each as it is, mirrored and cropped: opened, at its gallery), dataset_concepts (the Dataset page on
   the tests' shortcut run with its concepts found: the concept atlas, the mark's concept a shortcut candidate),
-  dataset_compare (that folder run compared with a run of the same photos with a red square planted bottom-right),
+  dataset_compare (that folder run compared with a run of the same photos with a red square planted at the centre),
   dataset_selftest (the self-test on those photos with the offline network, the form's defaults);
 - live_run.gif (name `live_run`): the animation of the Per-Sample run above, as the page's "Animation GIF" button
   downloads it (the app's own GIF, `iba_core.render.animation.animation_gif`, not frames of the browser);
@@ -438,7 +438,8 @@ class Session:
 
     def marked_folder_run(self) -> Path:
         """A folder run like `folder_run`'s of the same files with a red square (a sixth of the shorter side) planted
-        in the bottom-right corner of each: the "after" of a before / after comparison."""
+        at the centre of each (a corner can fall outside the network's centre crop): the "after" of a before /
+        after comparison."""
         self.folder_run()
         folder = self.tmp / "photos_marked"
         folder.mkdir(exist_ok=True)
@@ -446,7 +447,8 @@ class Session:
             with Image.open(path) as photo:
                 marked = photo.convert("RGB")
             side = min(marked.size) // 6
-            marked.paste((220, 20, 20), (marked.width - side, marked.height - side, marked.width, marked.height))
+            left, top = (marked.width - side) // 2, (marked.height - side) // 2
+            marked.paste((220, 20, 20), (left, top, left + side, top + side))
             marked.save(folder / path.name)
         self.cli("attribute", folder.name, "--out", "run_marked", "--no-progress", cwd=self.tmp)
         return self.tmp / "run_marked"
@@ -611,13 +613,13 @@ def open_run_on_dataset_page(page, session: Session, run_dir: Path, expect) -> N
 
 
 def dataset_compare(page, session: Session, expect) -> str:
-    """The photos' folder run (A) compared with a run of the same files with a red square planted bottom-right (B):
+    """The photos' folder run (A) compared with a run of the same files with a red square planted at the centre (B):
     the most changed images' maps and their difference B − A on one scale."""
     marked = session.marked_folder_run()
     open_run_on_dataset_page(page, session, session.folder_run(), expect)
     page.locator(".st-key-ds_cmp_open summary").click()
     page.get_by_role("textbox", name="Run folder to compare with (B)").fill(str(marked))
-    page.get_by_role("button", name="Compare").click()
+    page.get_by_role("button", name="Compare", exact=True).click()
     expect(page.get_by_text("Comparing the runs image by image")).to_have_count(0, timeout=RUN_MS)
     expect(page.locator(".st-key-ds_cmp_open img").first).to_be_attached(timeout=RUN_MS)
     wait_idle(page, 1500)
@@ -628,19 +630,20 @@ def dataset_compare(page, session: Session, expect) -> str:
 
 
 def dataset_selftest(page, session: Session, expect) -> str:
-    """The self-test on the photos with the offline network and the form's defaults (its mark, methods and sample):
-    the verdict, the reaction and the ranking."""
+    """The self-test on the photos with the offline network and the form's defaults (its methods and sample) but a
+    patch of half the crop side: the verdict, the reaction's figures and (where the model reacts) the ranking."""
     folder = session.folder_run().parent / "photos_folder"
     page.goto(f"{session.url}/dataset")
     page.locator(".st-key-ds_st_open summary").click()
     page.get_by_role("textbox", name="Image folder on the server").fill(str(folder))
     page.get_by_role("textbox", name="Self-test folder (created if missing)").fill(str(session.tmp / "selftest"))
+    set_number(page, "Size (share of the crop side)", 0.5)
     page.get_by_role("button", name="Run the self-test").click()
-    expect(page.locator(".st-key-ds_st_ranking")).to_be_visible(timeout=RUN_MS)
+    expect(page.get_by_text("Self-test in ")).to_be_visible(timeout=RUN_MS)
     wait_idle(page, 1500)
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)",
                            timeout=RUN_MS)
-    scroll_to(page, page.locator(".st-key-ds_st_open"), offset=20)
+    scroll_to(page, page.get_by_text("Self-test in "), offset=20)
     return ""
 
 

@@ -149,8 +149,9 @@ def results_view(result, trust: Trust) -> None:
     choices = st_core.paired_choices(result)
     if not choices:
         return
-    choice = st.selectbox("Method and class", choices, key="ds_st_paired", format_func=lambda c: plain(
-        st_core.paired_label(result, c)))
+    # an option's text is shown as it is (no Markdown), so it is not escaped
+    choice = st.selectbox("Method and class", choices, key="ds_st_paired",
+                          format_func=lambda c: st_core.paired_label(result, c))
     with shown_errors() as outcome:  # pairing reads every map: once per self-test and choice shown
         kept = st.session_state.get(PAIRED_KEY)
         if kept is None or kept[0] is not result or kept[1] != choice:
