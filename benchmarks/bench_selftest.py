@@ -14,24 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from iba_core.images import load_sample, sample_image_names
-from iba_core.methods import get_method
-from iba_core.networks import load_network
-from iba_core.precision import machine_id
-from iba_core.selftest import make_mark, self_test
-
-
-def write_photos(folder: Path, count: int) -> Path:
-    """`count` JPEGs: the offline sample photos, repeated."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names = sample_image_names()
-    for i in range(count):
-        load_sample(names[i % len(names)]).save(folder / f"{i:05d}.jpg", quality=95)
-    return folder
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_folder import write_photos  # noqa: E402 - one copy of the photo folder the benchmarks time
+from iba_core.methods import get_method  # noqa: E402
+from iba_core.networks import load_network  # noqa: E402
+from iba_core.precision import machine_id  # noqa: E402
+from iba_core.selftest import make_mark, self_test  # noqa: E402
 
 
 def main() -> None:

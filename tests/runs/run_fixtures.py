@@ -131,7 +131,13 @@ def train_shortcut_net(steps: int = 60, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = tiny_module().build(2)
     x, y = shortcut_tensors(128, seed)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return train(model, x, y, steps, lr=1e-2, seed=seed)
+
+
+def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+          seed: int = 0) -> torch.nn.Module:
+    """`steps` Adam steps of cross-entropy on seeded batches of 32 of (x, y); the model in evaluation mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         idx = torch.randint(0, len(x), (32,), generator=g)
