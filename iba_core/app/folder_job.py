@@ -166,7 +166,7 @@ def _check_running(owner: str | None) -> FolderJob | None:
                         "start yours when it has finished.")
 
 
-def _checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: str | None) -> list["Method"]:
+def checked_methods(shared: "SharedModel", method_keys: Sequence[str], layer: str | None) -> list["Method"]:
     """The methods (a bottleneck method at `layer`), each checked to run on the shared network."""
     from ..methods import get_method
 
@@ -218,7 +218,8 @@ def metric_cost_text(network, metrics: Sequence[str]) -> str:
             f"{crop} × {crop} crop, the RISE protocol); “Estimate time” measures what they cost here.")
 
 
-def _image_folder(source: str, trust: Trust) -> Path:
+def checked_image_folder(source: str, trust: Trust) -> Path:
+    """The image folder a visitor typed, resolved under the trust rules (a folder run's, a self-test's)."""
     if not (source or "").strip():
         raise UserError("Type the image folder on the server to run on.")
     folder = check_server_path(Path(source.strip()).expanduser(), trust, what="image folder", folder=True)
@@ -257,13 +258,13 @@ def start_folder_job(shared: "SharedModel", source: str, run_dir: str, method_ke
         mine = _check_running(owner)
     if mine is not None:
         return mine
-    folder = _image_folder(source, trust)
+    folder = checked_image_folder(source, trust)
     if not (run_dir or "").strip():
         raise UserError("Type the run folder on the server to write the results to.")
     if limit is not None and limit < 1:
         raise UserError(f"The image limit must be at least 1 (you gave {limit}).")
     out = check_server_path(Path(run_dir.strip()).expanduser(), trust, what="run folder", folder=True)
-    methods = _checked_methods(shared, method_keys, layer)
+    methods = checked_methods(shared, method_keys, layer)
     _check_prompts(shared.network, prompts)
     metrics = _checked_metrics(metrics)
     if metrics:  # the page's protocol against the network's crop, before the job starts (`run_folder` asks again)
@@ -413,11 +414,11 @@ def time_one_image(shared: "SharedModel", source: str, method_keys: Sequence[str
     refused where the run would be)."""
     from ..runs.image_list import list_images
 
-    folder = _image_folder(source, trust)
+    folder = checked_image_folder(source, trust)
     from ..runs.rows import for_this_run
 
     run_stats = stats_images_folder(stats_images, trust)
-    methods = [for_this_run(m, run_stats) for m in _checked_methods(shared, method_keys, layer)]
+    methods = [for_this_run(m, run_stats) for m in checked_methods(shared, method_keys, layer)]
     metrics = _checked_metrics(metrics)
     network = shared.network
     _check_prompts(network, prompts)

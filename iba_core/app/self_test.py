@@ -23,7 +23,7 @@ from ..runs.paired import Paired
 from ..selftest.marks import KINDS, PLACES, PNG, Mark, make_mark
 from ..selftest.scores import RATIO_FLOOR
 from ..trust import Trust, check_server_path
-from .folder_job import _checked_methods, _image_folder, image_cost
+from .folder_job import checked_methods, checked_image_folder, image_cost
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,10 +82,10 @@ def run_self_test(network, folder: str, out: str, mark: Mark, method_keys: Seque
     in `out`."""
     from ..selftest.selftest import self_test
 
-    source, target = _image_folder(folder, trust), selftest_folder(out, trust)
+    source, target = checked_image_folder(folder, trust), selftest_folder(out, trust)
     if sample is not None and sample < 1:
         raise UserError(f"The sample must be at least 1 image (you gave {sample}).")
-    methods = _checked_methods(shared, method_keys, None)
+    methods = checked_methods(shared, method_keys, None)
     from ..runs import list_images
 
     _, items = list_images(source, class_index=network.class_index, categories=network.categories)

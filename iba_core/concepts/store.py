@@ -36,7 +36,7 @@ import numpy as np
 
 from ..cache import remove_stale_temps, write_atomic
 from ..runs.checks import read_sums
-from ..runs.store import RunFolderError, decode_map, inside, load_member, versions
+from ..runs.store import RunFolderError, decode_map, inside, load_member, typed, versions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,14 +176,6 @@ def frame_bytes(frame: "pd.DataFrame") -> bytes:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     return buffer.getvalue()
-
-
-def typed(frame: "pd.DataFrame", columns: dict[str, str]) -> "pd.DataFrame":
-    """`frame` with exactly `columns`, in order, with their types."""
-    for column in columns:
-        if column not in frame:
-            frame[column] = None
-    return frame[list(columns)].astype(columns)
 
 
 def write_fit(folder: Path, group: str, components: np.ndarray, info: dict) -> None:

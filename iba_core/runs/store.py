@@ -304,10 +304,15 @@ def as_table(rows: Iterable[dict]) -> "pd.DataFrame":
 def with_columns(frame: "pd.DataFrame") -> "pd.DataFrame":
     """`frame` with exactly COLUMNS, in order, with their types: a column a part or table written before it
     existed (the metric columns) is added empty."""
-    for column in COLUMNS:
+    return typed(frame, COLUMNS)
+
+
+def typed(frame: "pd.DataFrame", columns: dict[str, str]) -> "pd.DataFrame":
+    """`frame` with exactly `columns` (name → pandas type), in order, with their types; a missing column empty."""
+    for column in columns:
         if column not in frame:
             frame[column] = None
-    return frame[list(COLUMNS)].astype(COLUMNS)
+    return frame[list(columns)].astype(columns)
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,7 +136,8 @@ def results_view(result, trust: Trust) -> None:
                    f"(localisation ratio 1 = chance, at most {1 / result.region_share:.3g}).")
     st.markdown("**Does each method's map show it?**")
     if not result.ranking:
-        st.caption("Not ranked: " + plain(result.caution or "a score is missing.") + ".")
+        # the caution is the verdict shown above: said once, referred to here
+        st.caption("Not ranked: " + ("see the verdict above." if result.caution else "a score is missing."))
     st.dataframe(st_core.ranking_table(result), hide_index=True, key="ds_st_ranking", column_config={
         "localisation_ratio": st.column_config.NumberColumn(
             "localisation ratio", format="%.2f", help="The difference map's positive mass inside the mark's box, "

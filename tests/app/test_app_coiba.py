@@ -81,10 +81,10 @@ def test_the_dataset_page_names_coiba_runs_range():
 
 
 def test_a_folder_job_gives_the_layer_to_one_layer_bottlenecks_only(network):
-    from iba_core.app.folder_job import _checked_methods
+    from iba_core.app.folder_job import checked_methods
 
     shared = SimpleNamespace(network=network)
-    iba, coiba = _checked_methods(shared, ["iba_10", "coiba"], "stem")
+    iba, coiba = checked_methods(shared, ["iba_10", "coiba"], "stem")
     assert iba.settings["layer"] == "stem"
     assert coiba.settings["layers"] is None  # CoIBA keeps its range (the default one)
 
